@@ -1,0 +1,1 @@
+"""Developer tooling: local services for the quick start, the tests and the benchmarks."""
