@@ -48,7 +48,7 @@ class RedisServer:
     def pidfile(self) -> Path:
         return self.dir / "redis.pid"
 
-    def start(self, daemonize: bool = False) -> "RedisServer":
+    def start(self, daemonize: bool = False) -> RedisServer:
         exe = shutil.which("redis-server")
         if exe is None:
             raise RuntimeError(
@@ -107,7 +107,7 @@ class RedisServer:
             except (ProcessLookupError, ValueError):
                 pass
 
-    def __enter__(self) -> "RedisServer":
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -1,0 +1,25 @@
+# The portal image: one image for the web process (uvicorn), the Celery worker and Celery beat.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+
+# Dependencies first, so code changes do not reinstall them.
+COPY requirements.txt .
+RUN pip install -r requirements.txt
+
+COPY . .
+
+# Static files are collected at build time; whitenoise serves them from .run/staticfiles.
+RUN useradd --create-home --uid 1000 portal \
+    && python manage.py collectstatic --noinput -v 0 \
+    && chown -R portal:portal /app/.run
+
+USER portal
+EXPOSE 8000
+
+CMD ["uvicorn", "portal.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--lifespan", "off"]

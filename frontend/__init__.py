@@ -1,0 +1,1 @@
+"""The pages a person uses: templates, static JS/CSS and their views."""

@@ -1,0 +1,11 @@
+"""Django app config for the quota domain."""
+
+from django.apps import AppConfig
+
+
+class QuotasConfig(AppConfig):
+    """Registers the quotas app (models, admin, Celery tasks)."""
+
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "quotas"
+    verbose_name = "Quotas"

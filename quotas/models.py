@@ -1,0 +1,1 @@
+"""Models of the desired quota state (the source of truth for what should be applied). None yet."""

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Make this checkout runnable: a Python 3.11+ virtualenv in .venv with requirements.txt
+# installed, and redis-server on the PATH. Safe to run again; fast when nothing changed.
+#
+# Sourced by run_portal.sh and run_tests.sh (then .venv/bin is put first on their PATH),
+# or run on its own: bash scripts/bootstrap.sh
+
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+STAMP="$VENV/.requirements.sha256"
+
+# Run a command as root: directly when we are root, through sudo otherwise.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    else
+        sudo "$@"
+    fi
+}
+
+apt_install() {
+    echo "bootstrap: installing $* with apt-get" >&2
+    as_root apt-get update
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "$@"
+}
+
+# The interpreter to build the venv with: python3.11 when present, else python3 if it is >= 3.11.
+find_python() {
+    local candidate
+    for candidate in python3.11 python3; do
+        if command -v "$candidate" >/dev/null 2>&1 &&
+            "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    echo "bootstrap: Python 3.11 or newer is required (python3.11 or python3 on the PATH)" >&2
+    return 1
+}
+
+ensure_venv() {
+    if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+        if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+            echo "bootstrap: $VENV is not Python 3.11+; remove it (rm -rf .venv) and run again" >&2
+            return 1
+        fi
+        return 0
+    fi
+    local python
+    python="$(find_python)"
+    # Debian/Ubuntu ship venv's ensurepip in a separate package.
+    if ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+        local version
+        version="$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+        apt_install python3-venv "python${version}-venv" || apt_install python3-venv
+    fi
+    echo "bootstrap: creating $VENV with $python" >&2
+    rm -rf "$VENV"  # a half-made venv (no pip) from an earlier failure
+    "$python" -m venv "$VENV"
+}
+
+ensure_requirements() {
+    local want
+    want="$(sha256sum "$ROOT/requirements.txt" | cut -d' ' -f1)"
+    if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
+        return 0
+    fi
+    echo "bootstrap: installing requirements.txt into $VENV" >&2
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$ROOT/requirements.txt"
+    echo "$want" >"$STAMP"
+}
+
+ensure_redis_server() {
+    if ! command -v redis-server >/dev/null 2>&1; then
+        apt_install redis-server
+    fi
+}
+
+# For the run scripts: stop the project-local Redis NAME on PORT and wait until the port is closed,
+# so that a Redis started right after on the same port is a new one, not the one still exiting.
+stop_project_redis() {
+    local name="$1" port="$2" i
+    "$VENV/bin/python" -m devtools.redis_server stop --name "$name" --port "$port" || true
+    for ((i = 0; i < 100; i++)); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || return 0
+        sleep 0.1
+    done
+    echo "bootstrap: Redis '$name' still listens on port $port" >&2
+}
+
+ensure_venv
+ensure_requirements
+ensure_redis_server
+
+export VIRTUAL_ENV="$VENV"
+export PATH="$VENV/bin:$PATH"

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Run the portal locally: a project-local Redis (data in .run/redis-portal), the database
+# migrated, static files collected, a Celery worker in the background and uvicorn in the
+# foreground. Ctrl-C (or SIGTERM to this script) stops all of them.
+#
+#   PORTAL_PORT (default 8000)   QUOTAS_REDIS_PORT (default 6390)
+
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+# shellcheck source=scripts/bootstrap.sh
+source scripts/bootstrap.sh
+
+PORTAL_PORT="${PORTAL_PORT:-8000}"
+REDIS_PORT="${QUOTAS_REDIS_PORT:-6390}"
+RUN="$ROOT/.run"
+mkdir -p "$RUN"
+
+WORKER_PID=""
+UVICORN_PID=""
+REDIS_STARTED=""
+
+# Stop a child we started: TERM, then KILL if it has not gone after $2 seconds.
+stop_pid() {
+    local pid="$1" grace="$2" i
+    [ -n "$pid" ] || return 0
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < grace * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        echo "run_portal: pid $pid did not stop in ${grace}s, killing it" >&2
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+    trap - EXIT INT TERM
+    echo "run_portal: stopping" >&2
+    stop_pid "$UVICORN_PID" 10
+    stop_pid "$WORKER_PID" 30
+    if [ -n "$REDIS_STARTED" ]; then
+        stop_project_redis portal "$REDIS_PORT"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+REDIS_STARTED=1
+QUOTAS_REDIS_URL="$(python -m devtools.redis_server start --name portal --port "$REDIS_PORT" --persist)"
+export QUOTAS_REDIS_URL
+echo "run_portal: Redis at $QUOTAS_REDIS_URL (data in .run/redis-portal)"
+
+python manage.py migrate --noinput
+
+# collectstatic only when a project static file or the installed packages changed since last time.
+STATIC_STAMP="$RUN/staticfiles/.collected"
+if [ ! -f "$STATIC_STAMP" ] || [ requirements.txt -nt "$STATIC_STAMP" ] ||
+    [ -n "$(find ./*/static -newer "$STATIC_STAMP" -print -quit 2>/dev/null)" ]; then
+    python manage.py collectstatic --noinput -v 0
+    touch "$STATIC_STAMP"
+fi
+
+celery -A portal worker -l info --logfile "$RUN/celery-worker.log" >>"$RUN/celery-worker.log" 2>&1 &
+WORKER_PID=$!
+echo "run_portal: Celery worker pid $WORKER_PID, log in .run/celery-worker.log"
+
+echo "run_portal: portal at http://127.0.0.1:$PORTAL_PORT/ (Ctrl-C to stop)"
+# In the background + wait, so that a signal to this script runs the trap at once.
+uvicorn portal.asgi:application --host 127.0.0.1 --port "$PORTAL_PORT" --lifespan off &
+UVICORN_PID=$!
+wait "$UVICORN_PID"

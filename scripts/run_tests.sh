@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Lint and test: ruff over the whole tree, then pytest against a real project-local Redis
+# (127.0.0.1:${QUOTAS_TEST_REDIS_PORT:-6391}, no persistence), stopped on exit.
+# Arguments go to pytest, e.g.  bash scripts/run_tests.sh -q tests/portal
+# Exits non-zero when ruff or pytest fails (pytest's own status when pytest fails).
+
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+# shellcheck source=scripts/bootstrap.sh
+source scripts/bootstrap.sh
+
+REDIS_PORT="${QUOTAS_TEST_REDIS_PORT:-6391}"
+REDIS_STARTED=""
+
+cleanup() {
+    trap - EXIT INT TERM
+    if [ -n "$REDIS_STARTED" ]; then
+        stop_project_redis test "$REDIS_PORT"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+REDIS_STARTED=1
+QUOTAS_REDIS_URL="$(python -m devtools.redis_server start --name test --port "$REDIS_PORT")"
+export QUOTAS_REDIS_URL
+
+ruff_status=0
+echo "run_tests: ruff check ." >&2
+ruff check . || ruff_status=$?
+
+pytest_status=0
+python -m pytest "$@" || pytest_status=$?
+
+if [ "$pytest_status" -ne 0 ]; then
+    exit "$pytest_status"
+fi
+if [ "$ruff_status" -ne 0 ]; then
+    echo "run_tests: ruff found problems (see above)" >&2
+    exit "$ruff_status"
+fi
+exit 0

@@ -1,0 +1,11 @@
+"""Django app config for telemetry and live charts."""
+
+from django.apps import AppConfig
+
+
+class TelemetryUiConfig(AppConfig):
+    """Registers the telemetry_ui app."""
+
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "telemetry_ui"
+    verbose_name = "Telemetry"

@@ -1,0 +1,1 @@
+"""Models of client-metrics subscriptions and ingested telemetry. None yet."""

@@ -1,0 +1,56 @@
+"""Fixtures shared by every test layer.
+
+Tests talk to a real redis-server (never a fake): the one scripts/run_tests.sh
+started (QUOTAS_REDIS_URL), or else one this session starts on a free port.
+"""
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from devtools.redis_server import RedisServer
+
+
+def _point_portal_at(url: str) -> dict[str, object]:
+    """Make the portal (Django settings, Celery, Channels) use Redis at ``url``; return the old settings."""
+    from django.conf import settings
+
+    from portal.celery import app
+
+    names = ("QUOTAS_REDIS_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "CHANNEL_LAYERS")
+    old = {name: getattr(settings, name) for name in names}
+    settings.QUOTAS_REDIS_URL = url
+    settings.CELERY_BROKER_URL = url
+    settings.CELERY_RESULT_BACKEND = url
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [url]}}
+    }
+    app.conf.broker_url = url
+    app.conf.result_backend = url
+    return old
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """URL of a real Redis for this test session; the portal is pointed at it too."""
+    from django.conf import settings
+
+    old_env = os.environ.get("QUOTAS_REDIS_URL")
+    server: RedisServer | None = None
+    if old_env:
+        url = old_env
+    else:
+        server = RedisServer(name="pytest").start()
+        url = server.url
+    os.environ["QUOTAS_REDIS_URL"] = url
+    old_settings = _point_portal_at(url)
+    try:
+        yield url
+    finally:
+        for name, value in old_settings.items():
+            setattr(settings, name, value)
+        if old_env is None:
+            os.environ.pop("QUOTAS_REDIS_URL", None)
+        if server is not None:
+            server.stop()
