@@ -1,0 +1,231 @@
+"""Quota entities, config keys and Kafka's 8-level (user, client-id) precedence.
+
+Shared by the reference model and the Redis engine: resolving which configured
+entity applies is configuration logic, done where the config is cached (as a
+broker does), so the Redis scripts only ever touch one sensor's keys.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .errors import QuotaValidationError, UnknownQuotaKey
+from .javamath import INT_MAX, LONG_MAX
+
+DEFAULT = "<default>"
+
+
+class QuotaType(StrEnum):
+    """The client quota types and the config key of each (``QuotaConfig``)."""
+
+    PRODUCE = "produce"
+    FETCH = "fetch"
+    REQUEST = "request"
+    CONTROLLER_MUTATION = "controller_mutation"
+
+    @property
+    def config_key(self) -> str:
+        return _KEY_OF_TYPE[self]
+
+    @property
+    def sensor_prefix(self) -> str:
+        return _SENSOR_PREFIX[self]
+
+
+_KEY_OF_TYPE = {
+    QuotaType.PRODUCE: "producer_byte_rate",
+    QuotaType.FETCH: "consumer_byte_rate",
+    QuotaType.REQUEST: "request_percentage",
+    QuotaType.CONTROLLER_MUTATION: "controller_mutation_rate",
+}
+_SENSOR_PREFIX = {
+    QuotaType.PRODUCE: "Produce",
+    QuotaType.FETCH: "Fetch",
+    QuotaType.REQUEST: "Request",
+    QuotaType.CONTROLLER_MUTATION: "ControllerMutation",
+}
+TYPE_OF_KEY = {v: k for k, v in _KEY_OF_TYPE.items()}
+
+
+class KeyType(StrEnum):
+    LONG = "LONG"
+    INT = "INT"
+    DOUBLE = "DOUBLE"
+
+
+#: Kafka's client-quota config keys, their types, and the entity kinds they apply to.
+QUOTA_KEYS: dict[str, tuple[KeyType, frozenset[str]]] = {
+    "producer_byte_rate": (KeyType.LONG, frozenset({"client"})),
+    "consumer_byte_rate": (KeyType.LONG, frozenset({"client"})),
+    "request_percentage": (KeyType.DOUBLE, frozenset({"client"})),
+    "controller_mutation_rate": (KeyType.DOUBLE, frozenset({"client"})),
+    "connection_creation_rate": (KeyType.INT, frozenset({"ip"})),
+}
+_TYPE_MAX = {KeyType.LONG: LONG_MAX, KeyType.INT: INT_MAX}
+
+
+def validate_quota_value(key: str, value: object, entity_kind: str = "client") -> float:
+    """Check one (key, value) as Kafka's AlterClientQuotas does; return the value as a double.
+
+    Refuses unknown keys, keys of another entity kind, non-numbers, NaN and
+    infinities, values <= 0 (a quota of 0 overflows Kafka's int throttle to -1 ms),
+    fractions for LONG/INT keys and values beyond the key's Java type.
+    """
+    spec = QUOTA_KEYS.get(key)
+    if spec is None:
+        raise UnknownQuotaKey(f"Invalid configuration key {key!r}; valid keys are {', '.join(sorted(QUOTA_KEYS))}.")
+    key_type, kinds = spec
+    if entity_kind not in kinds:
+        raise QuotaValidationError(f"{key} applies to {' or '.join(sorted(kinds))} entities, not to {entity_kind}.")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise QuotaValidationError(f"{key} must be a number, got {type(value).__name__} {value!r}.")
+    v = float(value)
+    if math.isnan(v) or math.isinf(v):
+        raise QuotaValidationError(f"{key} must be a finite number, got {value!r}.")
+    if v <= 0.0:
+        raise QuotaValidationError(f"Quota {key} must be greater than 0, got {value!r}.")
+    if key_type in _TYPE_MAX:
+        if v != math.floor(v):
+            raise QuotaValidationError(f"{key} is a {key_type.value} and cannot be a fractional value ({value!r}).")
+        if v > _TYPE_MAX[key_type]:
+            raise QuotaValidationError(f"{key}={value!r} is too large for a {key_type.value}.")
+    return v
+
+
+_UNRESERVED = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
+
+
+def sanitize(name: str) -> str:
+    """Kafka's ``Sanitizer.sanitize``: URL-encode, with ``*`` as %2A and space as %20."""
+    out = []
+    for byte in name.encode("utf-8"):
+        if byte in _UNRESERVED:
+            out.append(chr(byte))
+        else:
+            out.append(f"%{byte:02X}")
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class ClientEntity:
+    """A configured client-quota entity: user and/or client-id; ``None`` = absent, ``<default>`` = default."""
+
+    user: str | None = None
+    client_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.user is None and self.client_id is None:
+            raise QuotaValidationError("A client quota entity names a user, a client-id, or both.")
+
+    @property
+    def mask_bit(self) -> int:
+        if self.user is not None:
+            return USER_CLIENT_ID_QUOTA_ENABLED if self.client_id is not None else USER_QUOTA_ENABLED
+        return CLIENT_ID_QUOTA_ENABLED
+
+    def sanitized(self) -> ClientEntity:
+        """The entity as Kafka keys it: user names sanitized, client-ids raw."""
+        user = self.user if self.user in (None, DEFAULT) else sanitize(self.user)
+        return ClientEntity(user, self.client_id)
+
+
+NO_QUOTAS = 0
+CLIENT_ID_QUOTA_ENABLED = 1
+USER_QUOTA_ENABLED = 2
+USER_CLIENT_ID_QUOTA_ENABLED = 4
+
+#: The eight precedence levels, most specific first: (user part, client part) of the entity probed.
+#: "u"/"c" = the connection's own name, DEFAULT = the default entity, None = absent.
+PRECEDENCE: tuple[tuple[str | None, str | None], ...] = (
+    ("u", "c"),
+    ("u", DEFAULT),
+    ("u", None),
+    (DEFAULT, "c"),
+    (DEFAULT, DEFAULT),
+    (DEFAULT, None),
+    (None, "c"),
+    (None, DEFAULT),
+)
+
+
+def level_entity(level: int, user: str, client_id: str) -> ClientEntity:
+    """The config entity probed at precedence ``level`` (1..8) for a sanitized user and a client-id."""
+    u, c = PRECEDENCE[level - 1]
+    return ClientEntity(user if u == "u" else u, client_id if c == "c" else c)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """How a (user, client-id) resolves for one quota type: the sensor tags and the bound."""
+
+    user_tag: str
+    client_tag: str
+    bound: float | None
+    level: int | None  # 1..8 of the entity that supplied the bound, None when no quota applies
+    skipped: tuple[int, ...] = ()
+
+    @property
+    def tags(self) -> str:
+        return f"{self.user_tag}:{self.client_tag}"
+
+
+class QuotaOverrides:
+    """The configured limits of one quota type, and Kafka's ``quotaTypesEnabled`` bitmask.
+
+    The bitmask is only ever OR-ed in (as Kafka at the conformance commit does), so
+    removing the last quota at a level keeps the full resolution, never the fast path.
+    """
+
+    def __init__(self) -> None:
+        self.limits: dict[ClientEntity, float] = {}
+        self.types_enabled = NO_QUOTAS
+
+    def update(self, entity: ClientEntity, bound: float | None) -> None:
+        entity = entity.sanitized()
+        self.types_enabled |= entity.mask_bit
+        if bound is None:
+            self.limits.pop(entity, None)
+        else:
+            self.limits[entity] = bound
+
+    def metric_tags(self, user: str, client_id: str) -> tuple[str, str]:
+        """``DefaultQuotaCallback.quotaMetricTags``: tags name the level that matched, not the raw pair."""
+        su = sanitize(user)
+        mask = self.types_enabled
+        if mask in (NO_QUOTAS, CLIENT_ID_QUOTA_ENABLED):
+            return "", client_id
+        if mask == USER_QUOTA_ENABLED:
+            return su, ""
+        if mask == USER_CLIENT_ID_QUOTA_ENABLED:
+            return su, client_id
+        tags_before_level = {1: (su, client_id), 2: (su, client_id), 3: (su, ""), 4: (su, client_id),
+                             5: (su, client_id), 6: (su, "")}
+        for level in range(1, 7):
+            if level_entity(level, su, client_id) in self.limits:
+                return tags_before_level[level]
+        return "", client_id
+
+    def limit_for_tags(self, user_tag: str, client_tag: str) -> tuple[float | None, int | None, tuple[int, ...]]:
+        """``DefaultQuotaCallback.quotaLimit``: the bound for sensor tags, the level it came from, levels skipped."""
+        if user_tag and client_tag:
+            levels: tuple[int, ...] = (1, 2, 4, 5)
+        elif user_tag:
+            levels = (3, 6)
+        elif client_tag:
+            levels = (7, 8)
+        else:
+            return None, None, ()
+        skipped = []
+        for level in levels:
+            bound = self.limits.get(level_entity(level, user_tag, client_tag))
+            if bound is not None:
+                return bound, level, tuple(skipped)
+            skipped.append(level)
+        return None, None, tuple(skipped)
+
+    def resolve(self, user: str, client_id: str) -> Resolution:
+        user_tag, client_tag = self.metric_tags(user, client_id)
+        bound, level, skipped = self.limit_for_tags(user_tag, client_tag)
+        return Resolution(user_tag, client_tag, bound, level, skipped)

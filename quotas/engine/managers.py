@@ -1,0 +1,328 @@
+"""Kafka's client-quota managers, thin over a sensor backend (the model or Redis).
+
+Each manager keeps one sensor per (quota type, resolved entity), resolves the
+entity with Kafka's precedence, and turns a violation into a throttle time the
+way the matching Kafka manager does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .decisions import NO_EXPIRY, TRACK_THROTTLE, Decision, Kind, Op, Outcome
+from .entities import ClientEntity, QuotaOverrides, QuotaType, Resolution
+from .errors import EngineUnavailable, QuotaValidationError, ThrottlingQuotaExceeded
+from .javamath import DOUBLE_MAX, LONG_MAX_AS_DOUBLE, java_round, to_int
+
+FAIL_OPEN = "open"
+FAIL_CLOSED = "closed"
+
+#: ``ClientRequestQuotaManager.NANOS_TO_PERCENTAGE_PER_SECOND``
+NANOS_TO_PERCENTAGE_PER_SECOND = 100 / 1e9
+
+
+def nanos_to_percentage(nanos: float) -> float:
+    """Request-handler thread time as a percentage of one second (KIP-124)."""
+    return nanos * NANOS_TO_PERCENTAGE_PER_SECOND
+
+
+class Backend(Protocol):
+    def execute(self, decisions: Sequence[Decision]) -> list[Outcome]: ...
+
+
+@dataclass
+class RecordResult:
+    """The answer to one recorded request, with what the live charts and the replay need."""
+
+    throttle_ms: int  # what the broker returns in throttle_time_ms (Java int)
+    tags: str = ""
+    measured: float | None = None  # the sensor's rate or tokens after the op
+    violated: bool = False
+    throttle_ms_long: int = 0  # the long before Kafka's (int) cast
+    observed: float | None = None  # the value that violated the bound
+    quotas_enabled: bool = True
+    degraded: bool = False  # answered by the fail policy because Redis was unreachable
+
+
+@dataclass
+class UsageRecord:
+    """One request's usage, as a broker would record it."""
+
+    user: str
+    client_id: str
+    value: float
+    t: int
+
+
+class ClientQuotaManager:
+    """Produce and fetch byte-rate quotas (``ClientQuotaManager``): a sampled Rate per resolved entity."""
+
+    kind = Kind.RATE
+    bounded = False
+
+    def __init__(
+        self,
+        quota_type: QuotaType,
+        backend: Backend,
+        *,
+        samples: int = 11,
+        window_s: int = 1,
+        window_ms: int | None = None,
+        namespace: str = "local",
+        overrides: QuotaOverrides | None = None,
+        fail_mode: str = FAIL_OPEN,
+    ) -> None:
+        if fail_mode not in (FAIL_OPEN, FAIL_CLOSED):
+            raise QuotaValidationError(f"fail_mode must be {FAIL_OPEN!r} or {FAIL_CLOSED!r}, got {fail_mode!r}.")
+        self.quota_type = quota_type
+        self.backend = backend
+        self.samples = samples
+        self.window_s = window_s
+        self.window_ms = window_s * 1000 if window_ms is None else window_ms
+        self.namespace = namespace
+        self.overrides = overrides if overrides is not None else QuotaOverrides()
+        self.fail_mode = fail_mode
+
+    # ---- configuration ----
+
+    @property
+    def quotas_enabled(self) -> bool:
+        return self.overrides.types_enabled != 0
+
+    def update_quota(self, user: str | None, client_id: str | None, bound: float | None) -> None:
+        """Set (or with ``None`` remove) the limit of a config entity; usage is never reset."""
+        self.overrides.update(ClientEntity(user, client_id), bound)
+
+    def resolve(self, user: str, client_id: str) -> Resolution:
+        return self.overrides.resolve(user, client_id)
+
+    def quota(self, user: str, client_id: str) -> tuple[float, str]:
+        """The bound that applies (Long.MAX_VALUE as a double when none) and the sensor tags."""
+        r = self.resolve(user, client_id)
+        return (LONG_MAX_AS_DOUBLE if r.bound is None else r.bound), r.tags
+
+    def max_value_in_quota_window(self, user: str, client_id: str) -> float:
+        """The largest fetch that cannot by itself guarantee a throttle: Q * (N-1) * W."""
+        if not self.quotas_enabled:
+            return DOUBLE_MAX
+        r = self.resolve(user, client_id)
+        if r.bound is None:
+            return DOUBLE_MAX
+        return r.bound * (self.samples - 1) * self.window_s
+
+    def sensor_key(self, tags: str) -> str:
+        """All keys of one sensor share this hash tag, so the engine runs on Redis Cluster."""
+        return f"qe:{{{self.namespace}|{self.quota_type.sensor_prefix}-{tags}}}"
+
+    # ---- decisions ----
+
+    def _decision(self, r: Resolution, op: Op, value: float, t: int) -> Decision:
+        bound = LONG_MAX_AS_DOUBLE if r.bound is None else r.bound
+        return Decision(
+            key=self.sensor_key(r.tags), kind=self.kind, op=op, value=value, t=t, bound=bound,
+            samples=self.samples, window_ms=self.window_ms,
+            aux=float(self.window_ms) if self.bounded else None, flags=TRACK_THROTTLE,
+        )
+
+    def throttle_time_long(self, o: Outcome) -> int:
+        """``QuotaUtils.throttleTime`` (bounded at one window for the request quota)."""
+        assert o.throttle_raw is not None
+        t = java_round(o.throttle_raw)
+        return min(t, self.window_ms) if self.bounded else t
+
+    def _result(self, r: Resolution, o: Outcome) -> RecordResult:
+        if not o.violated:
+            return RecordResult(0, r.tags, o.value)
+        long_ms = self.throttle_time_long(o)
+        return RecordResult(to_int(long_ms), r.tags, o.value, True, long_ms, o.value)
+
+    def _fail(self, r: Resolution | None) -> RecordResult:
+        tags = r.tags if r else ""
+        if self.fail_mode == FAIL_OPEN:
+            return RecordResult(0, tags, degraded=True)
+        ms = self.window_ms if self.bounded else self.samples * self.window_ms
+        return RecordResult(ms, tags, violated=True, throttle_ms_long=ms, degraded=True)
+
+    def record(self, user: str, client_id: str, value: float, t: int) -> RecordResult:
+        """``maybeRecordAndGetThrottleTimeMs``: record and check, or nothing at all when no quota exists."""
+        return self.record_many([UsageRecord(user, client_id, value, t)])[0]
+
+    def record_many(self, usages: Sequence[UsageRecord]) -> list[RecordResult]:
+        """Many requests' usage in one engine call (one script call in Redis), answered in order."""
+        if not self.quotas_enabled:
+            return [RecordResult(0, quotas_enabled=False) for _ in usages]
+        resolutions = [self.resolve(u.user, u.client_id) for u in usages]
+        decisions = [self._decision(r, Op.RECORD, u.value, u.t) for r, u in zip(resolutions, usages, strict=True)]
+        try:
+            outcomes = self.backend.execute(decisions)
+        except EngineUnavailable:
+            return [self._fail(r) for r in resolutions]
+        return [self._result(r, o) for r, o in zip(resolutions, outcomes, strict=True)]
+
+    def unrecord(self, user: str, client_id: str, value: float, t: int) -> None:
+        """Fetch's un-record: a throttled fetch returns nothing, so its bytes are taken back out."""
+        self._nocheck(user, client_id, -value, t)
+
+    def _nocheck(self, user: str, client_id: str, value: float, t: int, flags: int = 0) -> None:
+        if not self.quotas_enabled:
+            return
+        r = self.resolve(user, client_id)
+        d = self._decision(r, Op.RECORD_NOCHECK, value, t)
+        d.flags |= flags
+        try:
+            self.backend.execute([d])
+        except EngineUnavailable:
+            if self.fail_mode == FAIL_CLOSED:
+                raise
+
+    def measure(self, user: str, client_id: str, t: int) -> Outcome:
+        r = self.resolve(user, client_id)
+        return self.backend.execute([self._decision(r, Op.MEASURE, 0.0, t)])[0]
+
+
+class ClientRequestQuotaManager(ClientQuotaManager):
+    """``request_percentage``: thread time in percent of a second, throttle capped at one window."""
+
+    bounded = True
+    EXEMPT_KEY_SUFFIX = "exempt-Request-time"
+
+    def __init__(self, backend: Backend, **kwargs: object) -> None:
+        super().__init__(QuotaType.REQUEST, backend, **kwargs)  # type: ignore[arg-type]
+
+    def record_request_time(self, user: str, client_id: str, thread_time_nanos: int, t: int) -> RecordResult:
+        return self.record(user, client_id, nanos_to_percentage(thread_time_nanos), t)
+
+    def record_no_throttle(self, user: str, client_id: str, network_time_nanos: int, t: int) -> None:
+        """The network thread's send time: counted toward the quota, never throttled on the spot."""
+        self._nocheck(user, client_id, nanos_to_percentage(network_time_nanos), t)
+
+    def record_exempt(self, thread_time_nanos: int, t: int) -> None:
+        """Cluster-action traffic: visible in metrics, never counted against a client; never expires."""
+        d = Decision(
+            key=f"qe:{{{self.namespace}|{self.EXEMPT_KEY_SUFFIX}}}", kind=Kind.RATE, op=Op.RECORD_NOCHECK,
+            value=nanos_to_percentage(thread_time_nanos), t=t, samples=self.samples, window_ms=self.window_ms,
+            flags=NO_EXPIRY,
+        )
+        try:
+            self.backend.execute([d])
+        except EngineUnavailable:
+            if self.fail_mode == FAIL_CLOSED:
+                raise
+
+    def exempt_key(self) -> str:
+        return f"qe:{{{self.namespace}|{self.EXEMPT_KEY_SUFFIX}}}"
+
+
+class ControllerMutationQuotaManager(ClientQuotaManager):
+    """KIP-599: a token bucket per resolved entity; the manager's own record is the strict path."""
+
+    kind = Kind.TOKEN_BUCKET
+
+    def __init__(self, backend: Backend, **kwargs: object) -> None:
+        super().__init__(QuotaType.CONTROLLER_MUTATION, backend, **kwargs)  # type: ignore[arg-type]
+
+    def throttle_time_long(self, o: Outcome) -> int:
+        assert o.throttle_raw is not None
+        return java_round(o.throttle_raw)  # -K / Q seconds, in ms
+
+    def record_many(self, usages: Sequence[UsageRecord]) -> list[RecordResult]:
+        """Check, then record only when the bucket is not already negative (checkQuotas + record(v, false))."""
+        if not self.quotas_enabled:
+            return [RecordResult(0, quotas_enabled=False) for _ in usages]
+        resolutions = [self.resolve(u.user, u.client_id) for u in usages]
+        decisions = [self._decision(r, Op.STRICT, u.value, u.t) for r, u in zip(resolutions, usages, strict=True)]
+        try:
+            outcomes = self.backend.execute(decisions)
+        except EngineUnavailable:
+            return [self._fail(r) for r in resolutions]
+        return [self._result(r, o) for r, o in zip(resolutions, outcomes, strict=True)]
+
+    def new_quota_for(self, user: str, client_id: str, strict: bool) -> ControllerMutationQuota:
+        """The per-request quota object: strict for new request versions, permissive for old ones."""
+        if not self.quotas_enabled:
+            return UnboundedControllerMutationQuota()
+        cls = StrictControllerMutationQuota if strict else PermissiveControllerMutationQuota
+        return cls(self, user, client_id)
+
+
+class ControllerMutationQuota:
+    kind = "unbounded"
+
+    def is_exceeded(self) -> bool:
+        return False
+
+    def record(self, permits: float, t: int) -> None:
+        return None
+
+    def throttle_time(self, t: int) -> int:
+        return 0
+
+
+class UnboundedControllerMutationQuota(ControllerMutationQuota):
+    """Used when no mutation quota is configured anywhere."""
+
+
+class _MutationQuota(ControllerMutationQuota):
+    op = Op.RECORD
+
+    def __init__(self, manager: ControllerMutationQuotaManager, user: str, client_id: str) -> None:
+        self.manager = manager
+        self.user = user
+        self.client_id = client_id
+        self.last_throttle_ms = 0
+        self.last_recorded_ms = 0
+        self.last_outcome: Outcome | None = None
+
+    def _decide(self, permits: float, t: int) -> Outcome:
+        r = self.manager.resolve(self.user, self.client_id)
+        try:
+            o = self.manager.backend.execute([self.manager._decision(r, self.op, permits, t)])[0]
+        except EngineUnavailable:
+            if self.manager.fail_mode == FAIL_OPEN:
+                return Outcome()
+            o = Outcome(violated=True, throttle_raw=float(self.manager.samples * self.manager.window_ms))
+        self.last_outcome = o
+        if o.violated:
+            self.last_throttle_ms = self.manager.throttle_time_long(o)
+            self.last_recorded_ms = t
+        return o
+
+    def throttle_time(self, t: int) -> int:
+        """The remembered throttle, decayed by the time elapsed since it was computed."""
+        return to_int(max(0, self.last_throttle_ms - (t - self.last_recorded_ms)))
+
+
+class StrictControllerMutationQuota(_MutationQuota):
+    """Rejects with THROTTLING_QUOTA_EXCEEDED once the bucket is negative, before anything is recorded."""
+
+    kind = "strict"
+    op = Op.STRICT
+
+    def is_exceeded(self) -> bool:
+        return self.last_throttle_ms > 0
+
+    def record(self, permits: float, t: int) -> None:
+        o = self._decide(permits, t)
+        if o.violated:
+            raise ThrottlingQuotaExceeded(self.throttle_time(t))
+
+
+class PermissiveControllerMutationQuota(_MutationQuota):
+    """Always records; a violation only sets the throttle time (old request versions)."""
+
+    kind = "permissive"
+    op = Op.RECORD
+
+    def record(self, permits: float, t: int) -> None:
+        self._decide(permits, t)
+
+
+def manager_for(quota_type: QuotaType, backend: Backend, **kwargs: object) -> ClientQuotaManager:
+    """The manager class Kafka uses for a quota type."""
+    if quota_type == QuotaType.REQUEST:
+        return ClientRequestQuotaManager(backend, **kwargs)
+    if quota_type == QuotaType.CONTROLLER_MUTATION:
+        return ControllerMutationQuotaManager(backend, **kwargs)
+    return ClientQuotaManager(quota_type, backend, **kwargs)  # type: ignore[arg-type]
