@@ -66,6 +66,17 @@ QUOTA_KEYS: dict[str, tuple[KeyType, frozenset[str]]] = {
 _TYPE_MAX = {KeyType.LONG: LONG_MAX, KeyType.INT: INT_MAX}
 
 
+def validate_quota_key(key: str, entity_kind: str = "client") -> KeyType:
+    """The key must be one Kafka knows, for this kind of entity; returns its Java type."""
+    spec = QUOTA_KEYS.get(key)
+    if spec is None:
+        raise UnknownQuotaKey(f"Invalid configuration key {key!r}; valid keys are {', '.join(sorted(QUOTA_KEYS))}.")
+    key_type, kinds = spec
+    if entity_kind not in kinds:
+        raise QuotaValidationError(f"{key} applies to {' or '.join(sorted(kinds))} entities, not to {entity_kind}.")
+    return key_type
+
+
 def validate_quota_value(key: str, value: object, entity_kind: str = "client") -> float:
     """Check one (key, value) as Kafka's AlterClientQuotas does; return the value as a double.
 
@@ -73,12 +84,7 @@ def validate_quota_value(key: str, value: object, entity_kind: str = "client") -
     infinities, values <= 0 (a quota of 0 overflows Kafka's int throttle to -1 ms),
     fractions for LONG/INT keys and values beyond the key's Java type.
     """
-    spec = QUOTA_KEYS.get(key)
-    if spec is None:
-        raise UnknownQuotaKey(f"Invalid configuration key {key!r}; valid keys are {', '.join(sorted(QUOTA_KEYS))}.")
-    key_type, kinds = spec
-    if entity_kind not in kinds:
-        raise QuotaValidationError(f"{key} applies to {' or '.join(sorted(kinds))} entities, not to {entity_kind}.")
+    key_type = validate_quota_key(key, entity_kind)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise QuotaValidationError(f"{key} must be a number, got {type(value).__name__} {value!r}.")
     v = float(value)
@@ -200,8 +206,14 @@ class QuotaOverrides:
             return su, ""
         if mask == USER_CLIENT_ID_QUOTA_ENABLED:
             return su, client_id
-        tags_before_level = {1: (su, client_id), 2: (su, client_id), 3: (su, ""), 4: (su, client_id),
-                             5: (su, client_id), 6: (su, "")}
+        tags_before_level = {
+            1: (su, client_id),
+            2: (su, client_id),
+            3: (su, ""),
+            4: (su, client_id),
+            5: (su, client_id),
+            6: (su, ""),
+        }
         for level in range(1, 7):
             if level_entity(level, su, client_id) in self.limits:
                 return tags_before_level[level]

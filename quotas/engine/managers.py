@@ -121,9 +121,16 @@ class ClientQuotaManager:
     def _decision(self, r: Resolution, op: Op, value: float, t: int) -> Decision:
         bound = LONG_MAX_AS_DOUBLE if r.bound is None else r.bound
         return Decision(
-            key=self.sensor_key(r.tags), kind=self.kind, op=op, value=value, t=t, bound=bound,
-            samples=self.samples, window_ms=self.window_ms,
-            aux=float(self.window_ms) if self.bounded else None, flags=TRACK_THROTTLE,
+            key=self.sensor_key(r.tags),
+            kind=self.kind,
+            op=op,
+            value=value,
+            t=t,
+            bound=bound,
+            samples=self.samples,
+            window_ms=self.window_ms,
+            aux=float(self.window_ms) if self.bounded else None,
+            flags=TRACK_THROTTLE,
         )
 
     def throttle_time_long(self, o: Outcome) -> int:
@@ -201,8 +208,13 @@ class ClientRequestQuotaManager(ClientQuotaManager):
     def record_exempt(self, thread_time_nanos: int, t: int) -> None:
         """Cluster-action traffic: visible in metrics, never counted against a client; never expires."""
         d = Decision(
-            key=f"qe:{{{self.namespace}|{self.EXEMPT_KEY_SUFFIX}}}", kind=Kind.RATE, op=Op.RECORD_NOCHECK,
-            value=nanos_to_percentage(thread_time_nanos), t=t, samples=self.samples, window_ms=self.window_ms,
+            key=f"qe:{{{self.namespace}|{self.EXEMPT_KEY_SUFFIX}}}",
+            kind=Kind.RATE,
+            op=Op.RECORD_NOCHECK,
+            value=nanos_to_percentage(thread_time_nanos),
+            t=t,
+            samples=self.samples,
+            window_ms=self.window_ms,
             flags=NO_EXPIRY,
         )
         try:

@@ -12,18 +12,19 @@ from pathlib import Path
 
 import redis
 
-from .decisions import SENSOR_EXPIRY_MS, Decision, Kind, Op, Outcome
+from .decisions import SAMPLED_KINDS, SENSOR_EXPIRY_MS, SERVER_TIME, Decision, Kind, Op, Outcome
 from .errors import EngineUnavailable, QuotaEngineError
 from .stats import MetricConfig, Quota, Rate, Sample, SampleCount, TokenBucket, WindowedCount, WindowedSum
 from .throttle_stats import ThrottleStats
 
 DECIDE_LUA = (Path(__file__).parent / "lua" / "decide.lua").read_text()
 
-_DECISION = struct.Struct("<BBBHHidddd")
-_OUTCOME = struct.Struct("<Bddddd")
-_SAMPLED_HEADER = struct.Struct("<qdBB")
+_DECISION = struct.Struct("<BBHHidddd")
+_OUTCOME = struct.Struct("<Biddd")
+_CLOCK = struct.Struct("<d")
+_SAMPLED_HEADER = struct.Struct("<qdBBi")
 _SLOT = struct.Struct("<iid")
-_TOKEN_BUCKET = struct.Struct("<dqd")
+_TOKEN_BUCKET = struct.Struct("<dqdq")
 _THROTTLE = struct.Struct("<qddddddd")
 
 #: The exceptions that mean "Redis did not answer": mapped to EngineUnavailable, never a hang.
@@ -32,9 +33,7 @@ UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 def connect(url: str, timeout_s: float = 0.5) -> redis.Redis:
     """A client whose every call gives up after ``timeout_s``: a decision never hangs on a dead Redis."""
-    return redis.Redis.from_url(
-        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry_on_timeout=False
-    )
+    return redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry_on_timeout=False)
 
 
 def pack_batch(decisions: Sequence[Decision]) -> tuple[list[str], bytes]:
@@ -48,27 +47,37 @@ def pack_batch(decisions: Sequence[Decision]) -> tuple[list[str], bytes]:
             ki = index[d.key] = len(index) + 1
         parts.append(
             pack(
-                d.op, d.kind, d.packed_flags(), ki, d.samples, d.window_ms, float(d.t), d.value,
-                0.0 if d.bound is None else d.bound, 0.0 if d.aux is None else d.aux,
+                d.op * 16 + d.kind,
+                d.packed_flags(),
+                ki,
+                d.samples,
+                d.window_ms,
+                float(d.t),
+                d.value,
+                0.0 if d.bound is None else d.bound,
+                0.0 if d.aux is None else d.aux,
             )
         )
     return list(index), b"".join(parts)
 
 
-def unpack_outcomes(raw: bytes) -> list[Outcome]:
+def unpack_outcomes(raw: bytes, decisions: Sequence[Decision]) -> list[Outcome]:
+    """Decode the script's reply; a trailing double is the engine clock used by SERVER_TIME decisions."""
+    body = len(decisions) * _OUTCOME.size
+    server_now = int(_CLOCK.unpack_from(raw, body)[0]) if len(raw) > body else None
     outcomes = []
-    for bits, value, ws, total, throttle, now in _OUTCOME.iter_unpack(raw):
+    for d, (bits, ws, value, total, throttle) in zip(decisions, _OUTCOME.iter_unpack(raw[:body]), strict=True):
         violated = bool(bits & 1)
         outcomes.append(
             Outcome(
                 violated=violated,
                 recorded=bool(bits & 2),
                 value=value,
-                window_ms=int(ws),
+                window_ms=ws,
                 sum=total,
                 throttle_raw=throttle if violated else None,
                 violated_metric="upper" if bits & 4 else ("lower" if bits & 8 else None),
-                now_ms=int(now),
+                now_ms=server_now if d.flags & SERVER_TIME else d.t,
             )
         )
     return outcomes
@@ -92,10 +101,12 @@ class RedisBackend:
             raise EngineUnavailable(f"Redis is unreachable for quota decisions: {e}") from e
         except redis.exceptions.ResponseError as e:
             raise QuotaEngineError(f"The quota script failed: {e}") from e
-        outcomes = unpack_outcomes(raw)
+        outcomes = unpack_outcomes(raw, decisions)
         for d, o in zip(decisions, outcomes, strict=True):
             if d.op == Op.RECORD_NOCHECK:
                 o.value = o.window_ms = o.sum = None
+            elif d.kind not in SAMPLED_KINDS:
+                o.window_ms = o.sum = None
         return outcomes
 
     def execute_one(self, d: Decision) -> Outcome:
@@ -126,12 +137,12 @@ class RedisBackend:
 def decode_state(kind: Kind, raw: bytes, samples: int, window_ms: int, t: int) -> dict[str, float | None]:
     """Rebuild the model's stat from the stored bytes and measure it at ``t``."""
     if kind == Kind.TOKEN_BUCKET:
-        tokens, last, bound = _TOKEN_BUCKET.unpack(raw)
+        tokens, last, bound, _ttl = _TOKEN_BUCKET.unpack(raw)
         tb = TokenBucket()
         tb.tokens, tb.last_update_ms = tokens, last
         value = tb.measure(MetricConfig(samples, window_ms, Quota(bound)), t)
         return {"value": value, "tokens": value, "bound": bound}
-    base, bound, cur, n = _SAMPLED_HEADER.unpack_from(raw)
+    base, bound, cur, n, _ttl = _SAMPLED_HEADER.unpack_from(raw)
     stat = {Kind.RATE: WindowedSum, Kind.RATE_COUNT: WindowedCount}.get(kind, SampleCount)()
     stat.current = cur
     for i in range(n):
@@ -148,4 +159,3 @@ def decode_state(kind: Kind, raw: bytes, samples: int, window_ms: int, t: int) -
 def decode_throttle(raw: bytes) -> ThrottleStats:
     ws, c, tot, mx, pc, pt, pm, total = _THROTTLE.unpack(raw)
     return ThrottleStats(ws, c, tot, mx, pc, pt, pm, total)
-

@@ -98,8 +98,11 @@ class SensorRun:
             self.bound = float(value)
             return {"ok": True}
         code = {
-            "record": Op.RECORD, "record_nocheck": Op.RECORD_NOCHECK, "strict_record": Op.STRICT,
-            "check": Op.CHECK, "measure": Op.MEASURE,
+            "record": Op.RECORD,
+            "record_nocheck": Op.RECORD_NOCHECK,
+            "strict_record": Op.STRICT,
+            "check": Op.CHECK,
+            "measure": Op.MEASURE,
         }.get(op)
         if code is None:
             raise Unsupported(f"op {op!r}")
@@ -186,8 +189,15 @@ def _cumulative_sum_case(backend: Any, ns: str, config: dict[str, Any]) -> Calla
         op = {"record": Op.RECORD, "check": Op.CHECK, "measure": Op.MEASURE}.get(s["op"])
         if op is None:
             raise Unsupported(f"op {s['op']!r}")
-        d = Decision(key, Kind.CUMULATIVE_SUM, op, _step_value(s), int(s["t_ms"]),
-                     bound=config.get("upper"), aux=config.get("lower"))
+        d = Decision(
+            key,
+            Kind.CUMULATIVE_SUM,
+            op,
+            _step_value(s),
+            int(s["t_ms"]),
+            bound=config.get("upper"),
+            aux=config.get("lower"),
+        )
         o = backend.execute([d])[0]
         return {"violated": o.violated, "violated_metric": o.violated_metric, "total": o.value}
 
@@ -271,8 +281,12 @@ def _controller_mutation_case(backend: Any, ns: str, config: dict[str, Any]) -> 
                 quota.record(_step_value(s), t)
             except ThrottlingQuotaExceeded:
                 thrown = True
-            return {"throws_throttling_quota_exceeded": thrown, "is_exceeded": quota.is_exceeded(),
-                    "throttle_time": quota.throttle_time(t), "tokens": tokens(t)}
+            return {
+                "throws_throttling_quota_exceeded": thrown,
+                "is_exceeded": quota.is_exceeded(),
+                "throttle_time": quota.throttle_time(t),
+                "tokens": tokens(t),
+            }
         if s["op"] == "query":
             return {"is_exceeded": quota.is_exceeded(), "throttle_time": quota.throttle_time(t), "tokens": tokens(t)}
         raise Unsupported(f"op {s['op']!r}")
@@ -336,9 +350,15 @@ def replay(doc: dict[str, Any], engine: str = "model", redis_url: str | None = N
         traces = []
         for trace in doc["traces"]:
             outs = replay_trace(factory, kind, trace)
-            traces.append({"id": trace["id"], "steps": [
-                _restrict(o, s.get("out")) if "out" in s else o for o, s in zip(outs, trace["steps"], strict=True)
-            ]})
+            traces.append(
+                {
+                    "id": trace["id"],
+                    "steps": [
+                        _restrict(o, s.get("out")) if "out" in s else o
+                        for o, s in zip(outs, trace["steps"], strict=True)
+                    ],
+                }
+            )
         return {"traces": traces}
     cases = []
     for case in doc.get("cases", []):

@@ -1,0 +1,237 @@
+"""Quota configuration held in the engine's namespaces in Redis, and the engine facade.
+
+A namespace is one broker (Kafka's per-broker quotas) or a cluster-wide budget
+that every broker shares. The config of a namespace is one Redis hash plus a
+version; a change is validated whole, applied atomically with a new version and
+announced on a pub/sub channel, so every engine user reloads it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .entities import DEFAULT, TYPE_OF_KEY, ClientEntity, QuotaType, validate_quota_key, validate_quota_value
+from .errors import EngineUnavailable, QuotaValidationError
+from .managers import FAIL_OPEN, ClientQuotaManager, manager_for
+from .redis_backend import UNAVAILABLE, RedisBackend
+
+USER, CLIENT_ID, IP = "user", "client-id", "ip"
+
+
+def namespace_for_broker(cluster: str, broker_id: int | str) -> str:
+    """Kafka's quotas are per broker: each broker's sensors and config live in their own namespace."""
+    return f"{cluster}.broker-{broker_id}"
+
+
+def cluster_namespace(cluster: str) -> str:
+    """One budget shared by all brokers of a cluster (which Kafka itself cannot do)."""
+    return f"{cluster}.cluster"
+
+
+@dataclass(frozen=True)
+class EntityRef:
+    """An entity as AlterClientQuotas names it: {"user": ..., "client-id": ...} or {"ip": ...}."""
+
+    user: str | None = None
+    client_id: str | None = None
+    ip: str | None = None
+
+    @classmethod
+    def parse(cls, components: Mapping[str, str | None]) -> EntityRef:
+        unknown = set(components) - {USER, CLIENT_ID, IP}
+        if unknown:
+            raise QuotaValidationError(f"Unknown entity type(s) {sorted(unknown)}; use user, client-id or ip.")
+        if not components:
+            raise QuotaValidationError("An entity names at least one of user, client-id or ip.")
+        if IP in components and len(components) > 1:
+            raise QuotaValidationError("An ip entity cannot be combined with user or client-id.")
+        for name, value in components.items():
+            if value is not None and not isinstance(value, str):
+                raise QuotaValidationError(f"The {name} name must be a string, got {value!r}.")
+            if value == "":
+                raise QuotaValidationError(f"The {name} name must not be empty; use {DEFAULT!r} for the default.")
+        ref = cls(
+            components.get(USER, DEFAULT) if USER in components else None,
+            components.get(CLIENT_ID, DEFAULT) if CLIENT_ID in components else None,
+            components.get(IP, DEFAULT) if IP in components else None,
+        )
+        return ref
+
+    @property
+    def kind(self) -> str:
+        return "ip" if self.ip is not None else "client"
+
+    def field(self) -> str:
+        """A stable hash field: 'user=alice,client-id=<default>' with names JSON-escaped."""
+        parts = [(USER, self.user), (CLIENT_ID, self.client_id), (IP, self.ip)]
+        return json.dumps({k: v for k, v in parts if v is not None}, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_field(cls, field: str) -> EntityRef:
+        return cls.parse(json.loads(field))
+
+
+@dataclass(frozen=True)
+class AlterOp:
+    """One AlterClientQuotas op: set ``key`` to ``value``, or remove it when ``value`` is None."""
+
+    entity: EntityRef
+    key: str
+    value: float | int | None
+
+
+_ALTER_LUA = """
+-- KEYS[1] config hash, KEYS[2] version; ARGV: channel, then field/json pairs ('' = delete the field)
+local version = redis.call('INCR', KEYS[2])
+for i = 2, #ARGV, 2 do
+  if ARGV[i + 1] == '' then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+  else
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+redis.call('PUBLISH', ARGV[1], version)
+return version
+"""
+
+
+class QuotaConfigStore:
+    """The configured quotas of one namespace, in Redis."""
+
+    def __init__(self, client: redis.Redis, namespace: str) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.hash_key = f"qe:{{{namespace}}}:config"
+        self.version_key = f"qe:{{{namespace}}}:config-version"
+        self.channel = f"qe:config:{namespace}"
+        self._alter = client.register_script(_ALTER_LUA)
+
+    def load(self) -> tuple[int, dict[EntityRef, dict[str, float]]]:
+        """The version and every entity's quotas, read in one transaction."""
+        try:
+            with self.client.pipeline(transaction=True) as p:
+                p.get(self.version_key)
+                p.hgetall(self.hash_key)
+                version, raw = p.execute()
+        except UNAVAILABLE as e:
+            raise EngineUnavailable(f"Redis is unreachable for quota config: {e}") from e
+        config = {EntityRef.from_field(f.decode()): json.loads(v) for f, v in raw.items()}
+        return int(version or 0), config
+
+    def version(self) -> int:
+        try:
+            return int(self.client.get(self.version_key) or 0)
+        except UNAVAILABLE as e:
+            raise EngineUnavailable(f"Redis is unreachable for quota config: {e}") from e
+
+    def alter(self, ops: Iterable[AlterOp], validate_only: bool = False) -> int:
+        """Validate every op first, then apply all of them in one atomic script: a batch is whole or nothing."""
+        ops = list(ops)
+        seen: set[tuple[EntityRef, str]] = set()
+        for op in ops:
+            if (op.entity, op.key) in seen:
+                raise QuotaValidationError(f"Key {op.key!r} is altered twice for the same entity {op.entity.field()}.")
+            seen.add((op.entity, op.key))
+            if op.value is not None:
+                validate_quota_value(op.key, op.value, op.entity.kind)
+            else:
+                validate_quota_key(op.key, op.entity.kind)
+        if validate_only or not ops:
+            return self.version()
+        _, current = self.load()
+        touched: dict[EntityRef, dict[str, float]] = {}
+        for op in ops:
+            values = touched.setdefault(op.entity, dict(current.get(op.entity, {})))
+            if op.value is None:
+                values.pop(op.key, None)
+            else:
+                values[op.key] = float(op.value)
+        args: list[Any] = [self.channel]
+        for entity, values in touched.items():
+            args += [entity.field(), json.dumps(values, sort_keys=True) if values else ""]
+        try:
+            return int(self._alter(keys=[self.hash_key, self.version_key], args=args))
+        except UNAVAILABLE as e:
+            raise EngineUnavailable(f"Redis is unreachable; no quota was changed: {e}") from e
+
+
+class QuotaEngine:
+    """The four client-quota managers of one namespace, fed by its config store.
+
+    Decisions read config from memory (as a broker does); ``refresh()`` reloads it
+    when the stored version moved, which a pub/sub listener or a caller triggers.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        namespace: str,
+        *,
+        samples: int = 11,
+        window_s: int = 1,
+        fail_mode: str = FAIL_OPEN,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.store = QuotaConfigStore(client, namespace)
+        self.backend = RedisBackend(client)
+        self.settings = {"samples": samples, "window_s": window_s, "fail_mode": fail_mode}
+        self.version = -1
+        self.managers: dict[QuotaType, ClientQuotaManager] = {}
+        self._build({})
+
+    def _build(self, config: Mapping[EntityRef, Mapping[str, float]]) -> None:
+        managers = {
+            qt: manager_for(qt, self.backend, namespace=self.namespace, **self.settings)  # type: ignore[arg-type]
+            for qt in QuotaType
+        }
+        for entity, values in config.items():
+            if entity.kind != "client":
+                continue
+            for key, value in values.items():
+                qt = TYPE_OF_KEY.get(key)
+                if qt is not None:
+                    managers[qt].update_quota(entity.user, entity.client_id, value)
+        self.managers = managers
+
+    def refresh(self, force: bool = False) -> bool:
+        """Reload the config if its version changed; True when it did. Usage is never reset by a reload."""
+        if not force and self.store.version() == self.version:
+            return False
+        version, config = self.store.load()
+        self._build(config)
+        self.version = version
+        return True
+
+    def manager(self, quota_type: QuotaType | str) -> ClientQuotaManager:
+        return self.managers[QuotaType(quota_type)]
+
+    def listen(self) -> redis.client.PubSub:
+        """A subscription to this namespace's config changes; call refresh() on each message."""
+        pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(self.store.channel)
+        return pubsub
+
+    def effective(self, user: str, client_id: str) -> dict[str, dict[str, Any]]:
+        """Per key: the bound that applies, the precedence level that supplied it and the levels skipped."""
+        result = {}
+        for qt, m in self.managers.items():
+            r = m.resolve(user, client_id)
+            result[qt.config_key] = {"value": r.bound, "level": r.level, "skipped": list(r.skipped), "tags": r.tags}
+        return result
+
+
+__all__ = [
+    "AlterOp",
+    "ClientEntity",
+    "EntityRef",
+    "QuotaConfigStore",
+    "QuotaEngine",
+    "cluster_namespace",
+    "namespace_for_broker",
+]
