@@ -55,12 +55,13 @@ class EntityRef:
                 raise QuotaValidationError(f"The {name} name must be a string, got {value!r}.")
             if value == "":
                 raise QuotaValidationError(f"The {name} name must not be empty; use {DEFAULT!r} for the default.")
-        ref = cls(
-            components.get(USER, DEFAULT) if USER in components else None,
-            components.get(CLIENT_ID, DEFAULT) if CLIENT_ID in components else None,
-            components.get(IP, DEFAULT) if IP in components else None,
-        )
-        return ref
+        def name(kind: str) -> str | None:
+            if kind not in components:
+                return None
+            value = components[kind]
+            return DEFAULT if value is None else value  # Kafka names the default entity with null
+
+        return cls(name(USER), name(CLIENT_ID), name(IP))
 
     @property
     def kind(self) -> str:
