@@ -7,6 +7,7 @@ broker does), so the Redis scripts only ever touch one sensor's keys.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from enum import StrEnum
@@ -103,6 +104,7 @@ def validate_quota_value(key: str, value: object, entity_kind: str = "client") -
 _UNRESERVED = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
 
 
+@functools.lru_cache(maxsize=65536)
 def sanitize(name: str) -> str:
     """Kafka's ``Sanitizer.sanitize``: URL-encode, with ``*`` as %2A and space as %20."""
     out = []

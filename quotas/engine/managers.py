@@ -8,8 +8,7 @@ way the matching Kafka manager does.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from .decisions import NO_EXPIRY, TRACK_THROTTLE, Decision, Kind, Op, Outcome
 from .entities import ClientEntity, QuotaOverrides, QuotaType, Resolution
@@ -31,9 +30,13 @@ def nanos_to_percentage(nanos: float) -> float:
 class Backend(Protocol):
     def execute(self, decisions: Sequence[Decision]) -> list[Outcome]: ...
 
+    def record_columns(
+        self, op: Op, kind: Kind, flags: int, samples: int, window_ms: int, aux: float | None,
+        keys: Sequence[str], ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
+    ) -> list[tuple[int, float, float]]: ...
 
-@dataclass
-class RecordResult:
+
+class RecordResult(NamedTuple):
     """The answer to one recorded request, with what the live charts and the replay need."""
 
     throttle_ms: int  # what the broker returns in throttle_time_ms (Java int)
@@ -46,8 +49,7 @@ class RecordResult:
     degraded: bool = False  # answered by the fail policy because Redis was unreachable
 
 
-@dataclass
-class UsageRecord:
+class UsageRecord(NamedTuple):
     """One request's usage, as a broker would record it."""
 
     user: str
@@ -84,6 +86,8 @@ class ClientQuotaManager:
         self.namespace = namespace
         self.overrides = overrides if overrides is not None else QuotaOverrides()
         self.fail_mode = fail_mode
+        # (user, client-id) -> (sensor key, bound, resolution, tags); cleared on every quota change
+        self._resolved: dict[tuple[str, str], tuple[bytes, float, Resolution, str]] = {}
 
     # ---- configuration ----
 
@@ -94,6 +98,18 @@ class ClientQuotaManager:
     def update_quota(self, user: str | None, client_id: str | None, bound: float | None) -> None:
         """Set (or with ``None`` remove) the limit of a config entity; usage is never reset."""
         self.overrides.update(ClientEntity(user, client_id), bound)
+        self._resolved.clear()
+
+    def _lookup(self, user: str, client_id: str) -> tuple[bytes, float, Resolution, str]:
+        """The sensor and bound of a (user, client-id), resolved once per config version."""
+        hit = self._resolved.get((user, client_id))
+        if hit is None:
+            if len(self._resolved) > 100_000:
+                self._resolved.clear()
+            r = self.overrides.resolve(user, client_id)
+            bound = LONG_MAX_AS_DOUBLE if r.bound is None else r.bound
+            hit = self._resolved[(user, client_id)] = (self.sensor_key(r.tags).encode(), bound, r, r.tags)
+        return hit
 
     def resolve(self, user: str, client_id: str) -> Resolution:
         return self.overrides.resolve(user, client_id)
@@ -133,17 +149,10 @@ class ClientQuotaManager:
             flags=TRACK_THROTTLE,
         )
 
-    def throttle_time_long(self, o: Outcome) -> int:
+    def throttle_time_long(self, throttle_raw: float) -> int:
         """``QuotaUtils.throttleTime`` (bounded at one window for the request quota)."""
-        assert o.throttle_raw is not None
-        t = java_round(o.throttle_raw)
+        t = java_round(throttle_raw)
         return min(t, self.window_ms) if self.bounded else t
-
-    def _result(self, r: Resolution, o: Outcome) -> RecordResult:
-        if not o.violated:
-            return RecordResult(0, r.tags, o.value)
-        long_ms = self.throttle_time_long(o)
-        return RecordResult(to_int(long_ms), r.tags, o.value, True, long_ms, o.value)
 
     def _fail(self, r: Resolution | None) -> RecordResult:
         tags = r.tags if r else ""
@@ -158,15 +167,31 @@ class ClientQuotaManager:
 
     def record_many(self, usages: Sequence[UsageRecord]) -> list[RecordResult]:
         """Many requests' usage in one engine call (one script call in Redis), answered in order."""
+        return self._record_columns(Op.RECORD, usages)
+
+    def _record_columns(self, op: Op, usages: Sequence[UsageRecord]) -> list[RecordResult]:
+        """The hot path: resolve from the cache, send columns, build the answers (kept lean on purpose)."""
         if not self.quotas_enabled:
             return [RecordResult(0, quotas_enabled=False) for _ in usages]
-        resolutions = [self.resolve(u.user, u.client_id) for u in usages]
-        decisions = [self._decision(r, Op.RECORD, u.value, u.t) for r, u in zip(resolutions, usages, strict=True)]
+        cache, lookup = self._resolved, self._lookup
+        hits = [cache.get((u[0], u[1])) or lookup(u[0], u[1]) for u in usages]
         try:
-            outcomes = self.backend.execute(decisions)
+            bits, values, throttles = self.backend.record_columns(
+                op, self.kind, TRACK_THROTTLE, self.samples, self.window_ms,
+                float(self.window_ms) if self.bounded else None,
+                [h[0] for h in hits], [u[3] for u in usages], [u[2] for u in usages], [h[1] for h in hits],
+            )
         except EngineUnavailable:
-            return [self._fail(r) for r in resolutions]
-        return [self._result(r, o) for r, o in zip(resolutions, outcomes, strict=True)]
+            return [self._fail(h[2]) for h in hits]
+        make = RecordResult._make
+        results = []
+        for i, h in enumerate(hits):
+            if bits[i] & 1:
+                long_ms = self.throttle_time_long(throttles[i])
+                results.append(make((to_int(long_ms), h[3], values[i], True, long_ms, values[i], True, False)))
+            else:
+                results.append(make((0, h[3], values[i], False, 0, None, True, False)))
+        return results
 
     def unrecord(self, user: str, client_id: str, value: float, t: int) -> None:
         """Fetch's un-record: a throttled fetch returns nothing, so its bytes are taken back out."""
@@ -235,21 +260,12 @@ class ControllerMutationQuotaManager(ClientQuotaManager):
     def __init__(self, backend: Backend, **kwargs: object) -> None:
         super().__init__(QuotaType.CONTROLLER_MUTATION, backend, **kwargs)  # type: ignore[arg-type]
 
-    def throttle_time_long(self, o: Outcome) -> int:
-        assert o.throttle_raw is not None
-        return java_round(o.throttle_raw)  # -K / Q seconds, in ms
+    def throttle_time_long(self, throttle_raw: float) -> int:
+        return java_round(throttle_raw)  # -K / Q seconds, in ms
 
     def record_many(self, usages: Sequence[UsageRecord]) -> list[RecordResult]:
         """Check, then record only when the bucket is not already negative (checkQuotas + record(v, false))."""
-        if not self.quotas_enabled:
-            return [RecordResult(0, quotas_enabled=False) for _ in usages]
-        resolutions = [self.resolve(u.user, u.client_id) for u in usages]
-        decisions = [self._decision(r, Op.STRICT, u.value, u.t) for r, u in zip(resolutions, usages, strict=True)]
-        try:
-            outcomes = self.backend.execute(decisions)
-        except EngineUnavailable:
-            return [self._fail(r) for r in resolutions]
-        return [self._result(r, o) for r, o in zip(resolutions, outcomes, strict=True)]
+        return self._record_columns(Op.STRICT, usages)
 
     def new_quota_for(self, user: str, client_id: str, strict: bool) -> ControllerMutationQuota:
         """The per-request quota object: strict for new request versions, permissive for old ones."""
@@ -296,8 +312,8 @@ class _MutationQuota(ControllerMutationQuota):
                 return Outcome()
             o = Outcome(violated=True, throttle_raw=float(self.manager.samples * self.manager.window_ms))
         self.last_outcome = o
-        if o.violated:
-            self.last_throttle_ms = self.manager.throttle_time_long(o)
+        if o.violated and o.throttle_raw is not None:
+            self.last_throttle_ms = self.manager.throttle_time_long(o.throttle_raw)
             self.last_recorded_ms = t
         return o
 

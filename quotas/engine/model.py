@@ -43,6 +43,20 @@ class ModelBackend:
     def execute(self, decisions: Sequence[Decision]) -> list[Outcome]:
         return [self.execute_one(d) for d in decisions]
 
+    def record_columns(
+        self, op: Op, kind: Kind, flags: int, samples: int, window_ms: int, aux: float | None,
+        keys: Sequence[str | bytes], ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
+    ) -> tuple[bytes, list[float], list[float]]:
+        """The batch hot path of the managers, answered as the Redis engine answers it."""
+        bits, vals, throttles = bytearray(), [], []
+        for key, t, value, bound in zip(keys, ts, values, bounds, strict=True):
+            k = key.decode() if isinstance(key, bytes) else key
+            o = self.execute_one(Decision(k, kind, op, value, int(t), bound, samples, window_ms, aux, flags))
+            bits.append((1 if o.violated else 0) | (2 if o.recorded else 0))
+            vals.append(o.value if o.value is not None else 0.0)
+            throttles.append(o.throttle_raw or 0.0)
+        return bytes(bits), vals, throttles
+
     def _entry(self, d: Decision) -> _Entry:
         entry = self.entries.get(d.key)
         if entry is not None and self.expire and not d.flags & NO_EXPIRY:

@@ -7,25 +7,28 @@ The script (``lua/decide.lua``) holds the same math as the reference model in
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
 import redis
 
-from .decisions import SAMPLED_KINDS, SENSOR_EXPIRY_MS, SERVER_TIME, Decision, Kind, Op, Outcome
+from .decisions import HAS_AUX, HAS_BOUND, SAMPLED_KINDS, SENSOR_EXPIRY_MS, SERVER_TIME, Decision, Kind, Op, Outcome
 from .errors import EngineUnavailable, QuotaEngineError
 from .stats import MetricConfig, Quota, Rate, Sample, SampleCount, TokenBucket, WindowedCount, WindowedSum
 from .throttle_stats import ThrottleStats
 
 DECIDE_LUA = (Path(__file__).parent / "lua" / "decide.lua").read_text()
 
-_DECISION = struct.Struct("<BBHHidddd")
-_OUTCOME = struct.Struct("<Biddd")
+_SEGMENT = struct.Struct("<BBHidH")
 _CLOCK = struct.Struct("<d")
-_SAMPLED_HEADER = struct.Struct("<qdBBi")
-_SLOT = struct.Struct("<iid")
+_SAMPLED_HEADER = struct.Struct("<qBBiiif")
 _TOKEN_BUCKET = struct.Struct("<dqdq")
 _THROTTLE = struct.Struct("<qddddddd")
+F_FULL = 64  # decide.lua: answer window_ms and sum too
+MAX_SEGMENT = 1000  # decisions per segment: keeps Lua's unpack() far below its stack limit
+_BIG_ENDIAN = sys.byteorder != "little"  # the wire is little endian; arrays are native
 
 #: The exceptions that mean "Redis did not answer": mapped to EngineUnavailable, never a hang.
 UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
@@ -33,53 +36,107 @@ UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 def connect(url: str, timeout_s: float = 0.5) -> redis.Redis:
     """A client whose every call gives up after ``timeout_s``: a decision never hangs on a dead Redis."""
-    return redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry_on_timeout=False)
+    return redis.Redis.from_url(
+        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry_on_timeout=False
+    )
 
 
-def pack_batch(decisions: Sequence[Decision]) -> tuple[list[str], bytes]:
-    """KEYS (each sensor once) and the packed decisions of one script call."""
+def _le(a: array) -> bytes:
+    if _BIG_ENDIAN:
+        a.byteswap()
+    return a.tobytes()
+
+
+def _from_le(code: str, raw: bytes) -> array:
+    a = array(code)
+    a.frombytes(raw)
+    if _BIG_ENDIAN:
+        a.byteswap()
+    return a
+
+
+def pack_segment(
+    op: Op, kind: Kind, flags: int, samples: int, window_ms: int, aux: float, key_indexes: Sequence[int],
+    ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
+) -> bytes:
+    """One segment: a header, then the decisions as columns (key indexes, clocks, values, bounds)."""
+    return b"".join((
+        _SEGMENT.pack(op * 16 + kind, flags, samples, window_ms, aux, len(key_indexes)),
+        _le(array("H", key_indexes)), _le(array("d", ts)), _le(array("d", values)), _le(array("d", bounds)),
+    ))
+
+
+def pack_batch(decisions: Sequence[Decision], full: bool = True) -> tuple[list[str], bytes, list[int]]:
+    """KEYS (each sensor once), the packed segments, and the size of each segment."""
     index: dict[str, int] = {}
     parts = []
-    pack = _DECISION.pack
-    for d in decisions:
-        ki = index.get(d.key)
-        if ki is None:
-            ki = index[d.key] = len(index) + 1
-        parts.append(
-            pack(
-                d.op * 16 + d.kind,
-                d.packed_flags(),
-                ki,
-                d.samples,
-                d.window_ms,
-                float(d.t),
-                d.value,
-                0.0 if d.bound is None else d.bound,
-                0.0 if d.aux is None else d.aux,
-            )
-        )
-    return list(index), b"".join(parts)
+    sizes = []
+    i = 0
+    extra = F_FULL if full else 0
+    while i < len(decisions):
+        d = decisions[i]
+        head = (d.op, d.kind, d.packed_flags() | extra, d.samples, d.window_ms, d.aux)
+        j = i
+        kis, ts, vs, bs = [], [], [], []
+        while j < len(decisions) and j - i < MAX_SEGMENT:
+            e = decisions[j]
+            if (e.op, e.kind, e.packed_flags() | extra, e.samples, e.window_ms, e.aux) != head:
+                break
+            ki = index.get(e.key)
+            if ki is None:
+                ki = index[e.key] = len(index) + 1
+            kis.append(ki)
+            ts.append(float(e.t))
+            vs.append(e.value)
+            bs.append(0.0 if e.bound is None else e.bound)
+            j += 1
+        parts.append(pack_segment(d.op, d.kind, head[2], d.samples, d.window_ms, d.aux or 0.0, kis, ts, vs, bs))
+        sizes.append(j - i)
+        i = j
+    return list(index), b"".join(parts), sizes
 
 
-def unpack_outcomes(raw: bytes, decisions: Sequence[Decision]) -> list[Outcome]:
+def unpack_columns(raw: bytes, sizes: Sequence[int], full: bool) -> tuple[bytes, list[int], list[float], ...]:
+    """The script's answer as columns: bits, window sizes (full only), values, sums (full only), throttles."""
+    bits, windows, values, sums, throttles = bytearray(), [], [], [], []
+    pos = 0
+    for n in sizes:
+        bits += raw[pos : pos + n]
+        pos += n
+        if full:
+            windows += _from_le("i", raw[pos : pos + 4 * n])
+            pos += 4 * n
+        values += _from_le("d", raw[pos : pos + 8 * n])
+        pos += 8 * n
+        if full:
+            sums += _from_le("d", raw[pos : pos + 8 * n])
+            pos += 8 * n
+        throttles += _from_le("d", raw[pos : pos + 8 * n])
+        pos += 8 * n
+    return bytes(bits), windows, values, sums, throttles, raw[pos:]
+
+
+def unpack_outcomes(raw: bytes, decisions: Sequence[Decision], sizes: Sequence[int], full: bool) -> list[Outcome]:
     """Decode the script's reply; a trailing double is the engine clock used by SERVER_TIME decisions."""
-    body = len(decisions) * _OUTCOME.size
-    server_now = int(_CLOCK.unpack_from(raw, body)[0]) if len(raw) > body else None
+    bits, windows, values, sums, throttles, rest = unpack_columns(raw, sizes, full)
+    server_now = int(_CLOCK.unpack(rest)[0]) if rest else None
     outcomes = []
-    for d, (bits, ws, value, total, throttle) in zip(decisions, _OUTCOME.iter_unpack(raw[:body]), strict=True):
-        violated = bool(bits & 1)
-        outcomes.append(
-            Outcome(
-                violated=violated,
-                recorded=bool(bits & 2),
-                value=value,
-                window_ms=ws,
-                sum=total,
-                throttle_raw=throttle if violated else None,
-                violated_metric="upper" if bits & 4 else ("lower" if bits & 8 else None),
-                now_ms=server_now if d.flags & SERVER_TIME else d.t,
-            )
+    for i, d in enumerate(decisions):
+        b = bits[i]
+        violated = bool(b & 1)
+        o = Outcome(
+            violated=violated,
+            recorded=bool(b & 2),
+            value=values[i],
+            throttle_raw=throttles[i] if violated else None,
+            violated_metric="upper" if b & 4 else ("lower" if b & 8 else None),
+            now_ms=server_now if d.flags & SERVER_TIME else d.t,
         )
+        if d.op == Op.RECORD_NOCHECK:
+            o.value = None
+        elif full and d.kind in SAMPLED_KINDS:
+            o.window_ms, o.sum = windows[i], sums[i]
+        outcomes.append(o)
     return outcomes
 
 
@@ -91,23 +148,45 @@ class RedisBackend:
         self.expiry_ms = expiry_ms
         self.script = client.register_script(DECIDE_LUA)
 
-    def execute(self, decisions: Sequence[Decision]) -> list[Outcome]:
+    def execute(self, decisions: Sequence[Decision], full: bool = True) -> list[Outcome]:
+        """Any mix of decisions, in order, in one script call. ``full=False`` skips window and sum."""
         if not decisions:
             return []
-        keys, packed = pack_batch(decisions)
+        keys, packed, sizes = pack_batch(decisions, full)
+        return unpack_outcomes(self._call(keys, packed), decisions, sizes, full)
+
+    def record_columns(
+        self, op: Op, kind: Kind, flags: int, samples: int, window_ms: int, aux: float | None,
+        keys: Sequence[str | bytes], ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
+    ) -> tuple[bytes, Sequence[float], Sequence[float]]:
+        """The hot path: one op on many sensors, as columns; answers the bits, values and raw throttles."""
+        index: dict[str | bytes, int] = {}
+        kis = []
+        for k in keys:
+            ki = index.get(k)
+            if ki is None:
+                ki = index[k] = len(index) + 1
+            kis.append(ki)
+        if aux is not None:
+            flags |= HAS_AUX
+        flags |= HAS_BOUND
+        step = MAX_SEGMENT
+        parts = [
+            pack_segment(op, kind, flags, samples, window_ms, aux or 0.0, kis[i : i + step],
+                         ts[i : i + step], values[i : i + step], bounds[i : i + step])
+            for i in range(0, len(kis), step)
+        ]
+        sizes = [min(step, len(kis) - i) for i in range(0, len(kis), step)]
+        bits, _, vals, _, throttles, _ = unpack_columns(self._call(list(index), b"".join(parts)), sizes, False)
+        return bits, vals, throttles
+
+    def _call(self, keys: list, packed: bytes) -> bytes:
         try:
-            raw = self.script(keys=keys, args=[packed, self.expiry_ms])
+            return self.script(keys=keys, args=[packed, self.expiry_ms])
         except UNAVAILABLE as e:
             raise EngineUnavailable(f"Redis is unreachable for quota decisions: {e}") from e
         except redis.exceptions.ResponseError as e:
             raise QuotaEngineError(f"The quota script failed: {e}") from e
-        outcomes = unpack_outcomes(raw, decisions)
-        for d, o in zip(decisions, outcomes, strict=True):
-            if d.op == Op.RECORD_NOCHECK:
-                o.value = o.window_ms = o.sum = None
-            elif d.kind not in SAMPLED_KINDS:
-                o.window_ms = o.sum = None
-        return outcomes
 
     def execute_one(self, d: Decision) -> Outcome:
         return self.execute([d])[0]
@@ -142,13 +221,14 @@ def decode_state(kind: Kind, raw: bytes, samples: int, window_ms: int, t: int) -
         tb.tokens, tb.last_update_ms = tokens, last
         value = tb.measure(MetricConfig(samples, window_ms, Quota(bound)), t)
         return {"value": value, "tokens": value, "bound": bound}
-    base, bound, cur, n, _ttl = _SAMPLED_HEADER.unpack_from(raw)
+    base, cur, n, _min_last, _min_start, cur_last, bound = _SAMPLED_HEADER.unpack_from(raw)
     stat = {Kind.RATE: WindowedSum, Kind.RATE_COUNT: WindowedCount}.get(kind, SampleCount)()
     stat.current = cur
+    values = struct.unpack_from(f"<{n}d", raw, _SAMPLED_HEADER.size)
+    times = struct.unpack_from(f"<{2 * n}i", raw, _SAMPLED_HEADER.size + 8 * n)
     for i in range(n):
-        start, last, value = _SLOT.unpack_from(raw, _SAMPLED_HEADER.size + i * _SLOT.size)
-        s = Sample(0.0, base + start)
-        s.last_event_ms, s.value = base + last, value
+        s = Sample(0.0, base + times[2 * i])
+        s.last_event_ms, s.value = base + (cur_last if i == cur else times[2 * i + 1]), values[i]
         stat.samples.append(s)
     rate = Rate(stat)
     config = MetricConfig(samples, window_ms)

@@ -2,45 +2,60 @@
 --
 -- KEYS[i]  a sensor key (all keys of one sensor share one hash tag; KEYS[i]..':t'
 --          holds its throttle-time statistics)
--- ARGV[1]  packed decisions, each '<BBHHidddd':
---          op*16+kind, flags, key index, samples, window_ms, t, value, bound, aux
+-- ARGV[1]  segments; each is a header '<BBHidH' (op*16+kind, flags, samples, window_ms,
+--          aux, count) and its `count` decisions as columns: key indexes 'H', clocks 'd',
+--          values 'd', bounds 'd'
 -- ARGV[2]  sensor expiry in ms (Kafka: one hour without a record)
--- returns  packed outcomes, each '<Biddd':
---          bits (1 violated, 2 recorded, 4 upper, 8 lower), window_ms, value, sum, throttle_raw
---          then, when any decision asked for the server clock, '<d' of that clock
+-- returns  per segment, columns: bits 'B' (1 violated, 2 recorded, 4 upper, 8 lower), window
+--          sizes 'i' (F_FULL only), values 'd', sums 'd' (F_FULL only), raw throttles 'd';
+--          then '<d' of the server clock when a decision used it.
 --
--- The arithmetic follows Java's order of operations on doubles, so results equal
--- Kafka's bit for bit (Lua numbers are IEEE doubles; times are exact integers).
+-- The arithmetic follows Java's order of operations on doubles, so results equal Kafka's
+-- bit for bit (Lua numbers are IEEE doubles; times are exact integers).
+--
 -- Stored layouts (little endian):
---   sampled rate  '<ldBBi' base ms, last bound, current slot, slot count, TTL-refresh offset,
---                 then per slot '<iid' start and last-event offsets from base, value
---   token bucket  '<dldl'  tokens, last update ms, last bound, TTL-refresh ms
---   cumulative    '<d'     total
--- A sensor's TTL is set to expiry + expiry/60 when it is created or when a record comes
--- expiry/60 after the last refresh, so it expires between 1 and 1 + 1/60 expiry after its
--- last record without paying for a PEXPIRE on every decision.
+--   sampled rate  '<lBBiiif' base ms, current slot, slot count, smallest last-event
+--                 offset, smallest start offset, current slot's last-event offset, last
+--                 bound (a float: for charts only); then the slot values 'd' x n; then per
+--                 slot '<ii' start and last-event offsets from base (the current slot's
+--                 last is the header's)
+--   token bucket  '<dldl'   tokens, last update ms, last bound, TTL-refresh ms
+--   cumulative    '<d'      total
+-- With the smallest start and last event kept in the header, a decision that neither
+-- opens a slot nor purges one (nearly all of them) reads the header, the values and the
+-- current slot's start, and writes back the header and the values: the fast path below.
+--
+-- Expiry: a sampled sensor's TTL is set to expiry + window whenever a record opens a slot;
+-- every later record lands within one window of that, so the sensor expires between
+-- expiry and expiry + window after its last record. A token bucket refreshes its TTL
+-- (expiry + expiry/60) on a record that comes expiry/60 after the previous refresh.
 
 local OP_RECORD, OP_NOCHECK, OP_STRICT, OP_CHECK, OP_MEASURE = 1, 2, 3, 4, 5
-local K_SUM, K_COUNT, K_SAMPLES, K_TB, K_CUM = 0, 1, 2, 3, 4
-local F_BOUND, F_AUX, F_SERVER_TIME, F_TRACK, F_NO_EXPIRY, F_RAW = 1, 2, 4, 8, 16, 32
+local K_SUM, K_COUNT, K_TB, K_CUM = 0, 1, 3, 4
+local F_BOUND, F_AUX, F_SERVER_TIME, F_TRACK, F_NO_EXPIRY, F_RAW, F_FULL = 1, 2, 4, 8, 16, 32, 64
 local LONG_MAX_D = 9223372036854775807
-local REBASE = 1073741824
+local DRIFT = 1073741824
 local INT_MIN, INT_MAX = -2147483648, 2147483647
 
-local spack, sunpack, srep = struct.pack, struct.unpack, string.rep
+local spack, sunpack, srep, ssub = struct.pack, struct.unpack, string.rep, string.sub
 local floor, ceil = math.floor, math.ceil
 local band = bit.band
 local rcall = redis.call
 
-local SAMPLED_FMT = {}
-local function sampled_fmt(n)
-  local f = SAMPLED_FMT[n]
-  if not f then
-    f = '<ldBBi' .. srep('iid', n)
-    SAMPLED_FMT[n] = f
-  end
-  return f
+-- struct formats by count, built once per count (no string building per decision)
+local function fmt_cache(prefix, unit)
+  return setmetatable({}, { __index = function(t, n)
+    local f = prefix .. srep(unit, n)
+    rawset(t, n, f)
+    return f
+  end })
 end
+local F_HEAD_VALUES = fmt_cache('<lBBiiif', 'd')
+local F_TIMES = fmt_cache('<', 'ii')
+local F_KEYS = fmt_cache('<', 'H')
+local F_DOUBLES = fmt_cache('<', 'd')
+local F_BITS = fmt_cache('<', 'B')
+local F_INTS = fmt_cache('<', 'i')
 
 -- Java Math.min(double, double): NaN wins, -0.0 < 0.0
 local function jmin(a, b)
@@ -54,79 +69,167 @@ local function jmin(a, b)
   return b
 end
 
--- SampledStat in place on the unpacked record v (times are offsets from v[1]) -------
-
-local function s_new_first(v, tt)
-  v[3] = 0; v[4] = 1; v[6] = tt; v[7] = tt; v[8] = 0.0
-end
-
-local function s_record(v, kind, samples, window, val, tt)
-  local j
-  if v[4] == 0 then
-    s_new_first(v, tt); j = 6
-  else
-    j = 6 + v[3] * 3
-    if tt - v[j] >= window then
-      local cur = (v[3] + 1) % (samples + 1)
-      v[3] = cur
-      if cur >= v[4] then v[4] = cur + 1 end
-      j = 6 + cur * 3
-      v[j] = tt; v[j + 1] = tt; v[j + 2] = 0.0
-    end
-  end
-  if kind == K_SUM then
-    v[j + 2] = v[j + 2] + val
-  elseif kind == K_COUNT then
-    v[j + 2] = v[j + 2] + 1.0
-  else
-    v[j + 2] = 1.0
-  end
-  v[j + 1] = tt
-end
-
--- purge, then the windowed total in slot order (as Kafka sums it) and the oldest start
-local function s_purge_sum(v, samples, window, tt)
-  local age = samples * window
-  local sum, oldest = 0.0, nil
-  local j = 6
-  for _ = 1, v[4] do
-    if tt - v[j + 1] >= age then v[j] = tt; v[j + 1] = tt; v[j + 2] = 0.0 end
-    sum = sum + v[j + 2]
-    local st = v[j]
-    if oldest == nil or st < oldest then oldest = st end
-    j = j + 3
-  end
-  return sum, oldest
-end
-
--- Rate.measure: returns rate, window size (ms), windowed sum
-local function s_measure(v, samples, window, tt)
-  local sum, oldest = s_purge_sum(v, samples, window, tt)
-  if oldest == nil then s_new_first(v, tt); oldest = tt end
-  local elapsed = tt - oldest
-  local full = elapsed / window
-  if full >= 0 then full = floor(full) else full = ceil(full) end
-  if full < samples - 1 then elapsed = elapsed + (samples - 1 - full) * window end
-  if elapsed < 1 then elapsed = 1 end
-  return sum / (elapsed / 1000.0), elapsed, sum
-end
-
 local function clamp(x)
   if x < INT_MIN then return INT_MIN end
   if x > INT_MAX then return INT_MAX end
   return x
 end
 
--- keep offsets within int32: move the base to t when t has drifted 2^30 ms from it
-local function s_rebase(v, t)
-  local delta = t - v[1]
-  v[1] = t
-  v[5] = clamp(v[5] - delta)
-  local j = 6
-  for _ = 1, v[4] do
-    v[j] = clamp(v[j] - delta); v[j + 1] = clamp(v[j + 1] - delta)
-    j = j + 3
+local function window_size(elapsed, samples, window)
+  local full = elapsed / window
+  if full >= 0 then full = floor(full) else full = ceil(full) end
+  if full < samples - 1 then elapsed = elapsed + (samples - 1 - full) * window end
+  if elapsed < 1 then elapsed = 1 end
+  return elapsed
+end
+
+-- Sampled state. Array part: [1] base, [2] current slot, [3] slot count, [4] smallest last
+-- offset, [5] smallest start offset, [6] the current slot's last offset, [7] bound (float),
+-- [8 .. 7+n] slot values. Times: s.raw + s.tpos (the stored '<ii' block, lean form; the
+-- current slot's last there is stale, [6] holds it) or s.st / s.la (decoded, full form).
+local HEAD_LEN = 26
+
+-- the per-sensor bookkeeping (k kind, f fresh, r recorded, p persistent, t last clock,
+-- x TTL to set) is named in the constructor so the table is sized once
+local function s_decode(raw, t, kind)
+  if not raw then
+    return { k = kind, f = true, r = false, p = false, t = t, x = false, raw = '', tpos = 1, t, 0, 0, 0, 0, 0, 0.0 }
   end
+  local n = (#raw - HEAD_LEN) / 16
+  local s = { k = kind, f = false, r = false, p = false, t = t, x = false, raw = raw, tpos = HEAD_LEN + 1 + 8 * n,
+              sunpack(F_HEAD_VALUES[n], raw) }
+  s[8 + n] = nil  -- unpack's next position
+  return s
+end
+
+local function s_full(s)
+  if s.st then return end
+  local st, la = {}, {}
+  local n = s[3]
+  if n > 0 then
+    local v = { sunpack(F_TIMES[n], s.raw, s.tpos) }
+    for i = 1, n do st[i] = v[2 * i - 1]; la[i] = v[2 * i] end
+    la[s[2] + 1] = s[6]
+  end
+  s.st, s.la, s.raw = st, la, nil
+end
+
+-- `now` is the offset of the sensor's latest decision. A slot whose last event is 2^30 ms
+-- (12 days) before it is long obsolete (purged at the next measurement, since samples x
+-- window is far shorter), so its times are pulled up to now - 2^30; when now itself has
+-- drifted 2^30 from base, base moves to now. Every offset then fits an int32 and no answer
+-- changes.
+local function s_encode(s, now)
+  local n = s[3]
+  local times
+  if s.st then
+    local st, la = s.st, s.la
+    local shift = 0
+    if now > DRIFT or now < -DRIFT then shift = now end
+    local floor_t = now - DRIFT
+    local tv, ms, ml = {}, nil, nil
+    for i = 1, n do
+      local a, b = st[i], la[i]
+      if b < floor_t then a = floor_t; b = floor_t end
+      a = clamp(a - shift); b = clamp(b - shift)
+      tv[2 * i - 1] = a; tv[2 * i] = b
+      if ms == nil or a < ms then ms = a end
+      if ml == nil or b < ml then ml = b end
+    end
+    s[1] = s[1] + shift
+    s[4] = ml or 0
+    s[5] = ms or 0
+    s[6] = tv[2 * s[2] + 2] or 0
+    times = spack(F_TIMES[n], unpack(tv, 1, 2 * n))
+  else
+    times = ssub(s.raw, s.tpos)
+  end
+  return spack(F_HEAD_VALUES[n], unpack(s, 1, 7 + n)) .. times
+end
+
+-- Full form: Kafka's SampledStat step by step. Returns true when a slot was opened.
+local function f_record(s, kind, samples, window, val, tt)
+  local st, la = s.st, s.la
+  local i
+  local opened = false
+  if s[3] == 0 then
+    s[3] = 1; s[2] = 0; st[1] = tt; la[1] = tt; s[8] = 0.0; i = 1; opened = true
+  else
+    i = s[2] + 1
+    if tt - st[i] >= window then
+      local cur = (s[2] + 1) % (samples + 1)
+      s[2] = cur
+      i = cur + 1
+      if i > s[3] then s[3] = i end
+      st[i] = tt; la[i] = tt; s[7 + i] = 0.0
+      opened = true
+    end
+  end
+  if kind == K_SUM then
+    s[7 + i] = s[7 + i] + val
+  elseif kind == K_COUNT then
+    s[7 + i] = s[7 + i] + 1.0
+  else
+    s[7 + i] = 1.0
+  end
+  la[i] = tt
+  return opened
+end
+
+-- purge, then the windowed total in slot order (as Kafka sums it) and the oldest start
+local function f_purge_sum(s, samples, window, tt)
+  local st, la = s.st, s.la
+  local age = samples * window
+  local sum, oldest = 0.0, nil
+  for i = 1, s[3] do
+    if tt - la[i] >= age then st[i] = tt; la[i] = tt; s[7 + i] = 0.0 end
+    sum = sum + s[7 + i]
+    if oldest == nil or st[i] < oldest then oldest = st[i] end
+  end
+  return sum, oldest
+end
+
+-- Rate.measure: rate, window size (ms), windowed sum
+local function f_measure(s, samples, window, tt)
+  local sum, oldest = f_purge_sum(s, samples, window, tt)
+  if oldest == nil then
+    s[3] = 1; s[2] = 0; s.st[1] = tt; s.la[1] = tt; s[8] = 0.0; oldest = tt
+  end
+  local ws = window_size(tt - oldest, samples, window)
+  return sum / (ws / 1000.0), ws, sum
+end
+
+-- Lean form: valid while no slot is purged or opened.
+local function l_measure(s, samples, window, tt)
+  local sum = 0.0
+  for i = 8, 7 + s[3] do sum = sum + s[i] end
+  local ws = window_size(tt - s[5], samples, window)
+  return sum / (ws / 1000.0), ws, sum
+end
+
+local function l_ok(s, samples, window, tt, records)
+  local n = s[3]
+  if n == 0 or not s.raw then return false end
+  if tt - s[4] >= samples * window then return false end
+  if records then
+    if tt - sunpack('<i', s.raw, s.tpos + 8 * s[2]) >= window then return false end
+    -- this record moves the current slot's last event; it must not be the smallest one
+    if s[6] <= s[4] and n > 1 then return false end
+  end
+  return true
+end
+
+local function l_record(s, kind, val, tt)
+  local i = 8 + s[2]
+  if kind == K_SUM then
+    s[i] = s[i] + val
+  elseif kind == K_COUNT then
+    s[i] = s[i] + 1.0
+  else
+    s[i] = 1.0
+  end
+  s[6] = tt
+  if s[3] == 1 then s[4] = tt end
 end
 
 -- Throttle-time statistics for live charts -------------------------------
@@ -153,157 +256,230 @@ end
 
 local buf = ARGV[1]
 local expiry = tonumber(ARGV[2])
-local refresh = floor(expiry / 60)
-local px = expiry + refresh
+local tb_refresh = floor(expiry / 60)
 local pos, len = 1, #buf
-local states, kinds, fresh, recorded, persistent, last_t = {}, {}, {}, {}, {}, {}
-local out, nout = {}, 0
+local states = {}  -- key index -> state; state.k kind, .f fresh, .r recorded, .p persistent,
+                   -- .t last clock, .x TTL to set (ms) or nil
+local chunks = {}
 local server_now = nil
 
 while pos <= len do
-  local opkind, flags, ki, samples, window, t, val, bound, aux
-  opkind, flags, ki, samples, window, t, val, bound, aux, pos = sunpack('<BBHHidddd', buf, pos)
+  local opkind, flags, samples, window, aux, count
+  opkind, flags, samples, window, aux, count, pos = sunpack('<BBHidH', buf, pos)
   local op, kind = floor(opkind / 16), opkind % 16
-  if band(flags, F_SERVER_TIME) ~= 0 then
-    if not server_now then
-      local tm = rcall('TIME')
-      server_now = tonumber(tm[1]) * 1000 + floor(tonumber(tm[2]) / 1000)
-    end
-    t = server_now
-  end
-  local key = KEYS[ki]
-  local s = states[ki]
-  if not s or kinds[ki] ~= kind then
-    local raw = rcall('GET', key)
-    if kind == K_TB then
-      if raw then s = { sunpack('<dldl', raw) } else s = { 0.0, 0, 0.0, 0 }; fresh[ki] = true end
-    elseif kind == K_CUM then
-      if raw then s = { (sunpack('<d', raw)) } else s = { 0.0 }; fresh[ki] = true end
-    else
-      if raw then
-        s = { sunpack(sampled_fmt((#raw - 22) / 16), raw) }
-      else
-        s = { t, 0.0, 0, 0, 0 }; fresh[ki] = true
-      end
-    end
-    states[ki] = s; kinds[ki] = kind
-  end
   local with_bound = band(flags, F_BOUND) ~= 0
-  if band(flags, F_NO_EXPIRY) ~= 0 then persistent[ki] = true end
-  last_t[ki] = t
-  local bits, value, ws, sum, throttle = 0, 0.0, 0, 0.0, 0.0
+  local track = band(flags, F_TRACK) ~= 0
+  local full_out = band(flags, F_FULL) ~= 0
+  local raw_stat = band(flags, F_RAW) ~= 0
+  local no_expiry = band(flags, F_NO_EXPIRY) ~= 0
+  local max_ms = 0
+  if band(flags, F_AUX) ~= 0 then max_ms = aux end
+  local use_server_time = band(flags, F_SERVER_TIME) ~= 0
+  if use_server_time and not server_now then
+    local tm = rcall('TIME')
+    server_now = tonumber(tm[1]) * 1000 + floor(tonumber(tm[2]) / 1000)
+  end
+  -- columns: key indexes, clocks, values, bounds
+  local kis = { sunpack(F_KEYS[count], buf, pos) }
+  pos = pos + 2 * count
+  local d = { sunpack(F_DOUBLES[3 * count], buf, pos) }
+  pos = pos + 24 * count
+  local obits, ows, oval, osum, othr = {}, {}, {}, {}, {}
+  local records = op == OP_RECORD or op == OP_NOCHECK or op == OP_STRICT
+  local sampled_px = expiry + window
 
-  if kind == K_TB then
-    -- s = { tokens, last update ms, bound, TTL refresh ms }
-    local burst = 0.0
-    if with_bound then
-      s[3] = bound
-      burst = (samples * (window / 1000.0)) * bound
+  for j = 1, count do
+    local ki, t, val, bound = kis[j], d[j], d[count + j], d[2 * count + j]
+    if use_server_time then t = server_now end
+    local s = states[ki]
+    if not s or s.k ~= kind then
+      local raw = rcall('GET', KEYS[ki])
+      if kind == K_TB then
+        if raw then
+          s = { k = kind, f = false, r = false, p = false, t = t, sunpack('<dldl', raw) }
+        else
+          s = { k = kind, f = true, r = false, p = false, t = t, 0.0, 0, 0.0, 0 }
+        end
+      elseif kind == K_CUM then
+        s = { k = kind, f = not raw, r = false, p = false, t = t, raw and (sunpack('<d', raw)) or 0.0 }
+      else
+        s = s_decode(raw, t, kind)
+      end
+      states[ki] = s
     end
+    if no_expiry then s.p = true end
+    s.t = t
+    local bits, value, ws, sum, throttle = 0, 0.0, 0, 0.0, 0.0
     local violated = false
-    if with_bound and (op == OP_STRICT or op == OP_CHECK) then
-      s[1] = jmin(burst, s[1] + bound * ((t - s[2]) / 1000.0)); s[2] = t
-      if s[1] < 0 then violated = true; throttle = -s[1] / bound * 1000 end
-    end
-    if op == OP_RECORD or op == OP_NOCHECK or (op == OP_STRICT and not violated) then
+
+    if kind == K_TB then
+      -- s = { tokens, last update ms, bound, TTL refresh ms }; TokenBucket.refill is
+      -- tokens = min(burst, tokens + Q * dt/1000): `y < burst` is Java's min whenever it holds
+      local tokens, last = s[1], s[2]
+      local burst, y = 0.0, 0.0
       if with_bound then
-        s[1] = jmin(burst, s[1] + bound * ((t - s[2]) / 1000.0)); s[2] = t
-        s[1] = jmin(burst, s[1] - val)
-        if op == OP_RECORD then
-          s[1] = jmin(burst, s[1] + bound * ((t - s[2]) / 1000.0))
-          if s[1] < 0 then violated = true; throttle = -s[1] / bound * 1000 end
+        s[3] = bound
+        burst = (samples * (window / 1000.0)) * bound
+        if op == OP_STRICT or op == OP_CHECK then
+          y = tokens + bound * ((t - last) / 1000.0)
+          if y < burst then tokens = y else tokens = jmin(burst, y) end
+          last = t
+          if tokens < 0 then violated = true; throttle = -tokens / bound * 1000 end
         end
       end
-      bits = 2; recorded[ki] = true
-    end
-    if violated then bits = bits + 1 end
-    if op ~= OP_NOCHECK then
-      if with_bound then
-        s[1] = jmin(burst, s[1] + bound * ((t - s[2]) / 1000.0)); s[2] = t
-        value = s[1]
-      else
-        value = LONG_MAX_D
+      if op == OP_RECORD or op == OP_NOCHECK or (op == OP_STRICT and not violated) then
+        if with_bound then
+          y = tokens + bound * ((t - last) / 1000.0)
+          if y < burst then tokens = y else tokens = jmin(burst, y) end
+          last = t
+          y = tokens - val
+          if y < burst then tokens = y else tokens = jmin(burst, y) end
+          if op == OP_RECORD then
+            y = tokens + bound * ((t - last) / 1000.0)
+            if y < burst then tokens = y else tokens = jmin(burst, y) end
+            if tokens < 0 then violated = true; throttle = -tokens / bound * 1000 end
+          end
+        end
+        bits = 2; s.r = true
       end
-    end
-    if violated and band(flags, F_TRACK) ~= 0 then track_throttle(key, throttle, 0, t, window, px) end
+      if op ~= OP_NOCHECK then
+        if with_bound then
+          y = tokens + bound * ((t - last) / 1000.0)
+          if y < burst then tokens = y else tokens = jmin(burst, y) end
+          last = t
+          value = tokens
+        else
+          value = LONG_MAX_D
+        end
+      end
+      s[1], s[2] = tokens, last
 
-  elseif kind == K_CUM then
-    if op == OP_RECORD or op == OP_NOCHECK then
-      s[1] = s[1] + val; bits = 2; recorded[ki] = true
-    end
-    if op == OP_RECORD or op == OP_CHECK then
-      if with_bound and not (s[1] <= bound) then
-        bits = bits + 1 + 4
-      elseif band(flags, F_AUX) ~= 0 and not (s[1] >= aux) then
-        bits = bits + 1 + 8
+    elseif kind == K_CUM then
+      if op == OP_RECORD or op == OP_NOCHECK then
+        s[1] = s[1] + val; bits = 2; s.r = true
       end
-    end
-    value = s[1]
+      if op == OP_RECORD or op == OP_CHECK then
+        if with_bound and not (s[1] <= bound) then
+          violated = true; bits = bits + 4
+        elseif band(flags, F_AUX) ~= 0 and not (s[1] >= aux) then
+          violated = true; bits = bits + 8
+        end
+      end
+      value = s[1]
 
-  else
-    -- s = { base, bound, current slot, slot count, TTL refresh offset, slots... }
-    local tt = t - s[1]
-    if tt > REBASE or tt < -REBASE then s_rebase(s, t); tt = 0 end
-    if with_bound then s[2] = bound end
-    local violated = false
-    if with_bound and (op == OP_STRICT or op == OP_CHECK) then
-      local rate
-      rate, ws = s_measure(s, samples, window, tt)
-      if not (rate <= bound) then violated = true; throttle = (rate - bound) / bound * ws end
-    end
-    if op == OP_RECORD or op == OP_NOCHECK or (op == OP_STRICT and not violated) then
-      s_record(s, kind, samples, window, val, tt)
-      bits = 2; recorded[ki] = true
-      if op == OP_RECORD and with_bound then
-        local rate
-        rate, ws = s_measure(s, samples, window, tt)
-        if not (rate <= bound) then violated = true; throttle = (rate - bound) / bound * ws end
-      end
-    end
-    if violated then bits = bits + 1 end
-    if op ~= OP_NOCHECK then
-      if band(flags, F_RAW) ~= 0 then
-        sum = s_purge_sum(s, samples, window, tt); value = sum
+    else
+      local tt = t - s[1]
+      if with_bound then s[7] = bound end
+      local n = s[3]
+      if op == OP_RECORD and n > 0 and s.raw and tt - s[4] < samples * window
+          and tt - sunpack('<i', s.raw, s.tpos + 8 * s[2]) < window and (s[6] > s[4] or n == 1) then
+        -- the most common decision, inline: a record into the current slot, nothing purged
+        local i = 8 + s[2]
+        if kind == K_SUM then s[i] = s[i] + val elseif kind == K_COUNT then s[i] = s[i] + 1.0 else s[i] = 1.0 end
+        s[6] = tt
+        if n == 1 then s[4] = tt end
+        bits = 2; s.r = true
+        sum = 0.0
+        for k = 8, 7 + n do sum = sum + s[k] end
+        ws = window_size(tt - s[5], samples, window)
+        value = sum / (ws / 1000.0)
+        if with_bound and not (value <= bound) then
+          violated = true; throttle = (value - bound) / bound * ws
+        end
+      elseif not raw_stat and l_ok(s, samples, window, tt, records) then
+        -- fast path: nothing purged, nothing opened
+        if op == OP_RECORD or op == OP_NOCHECK then
+          l_record(s, kind, val, tt)
+          bits = 2; s.r = true
+          if op == OP_RECORD then
+            value, ws, sum = l_measure(s, samples, window, tt)
+            if with_bound and not (value <= bound) then
+              violated = true; throttle = (value - bound) / bound * ws
+            end
+          end
+        else
+          value, ws, sum = l_measure(s, samples, window, tt)
+          if with_bound and op ~= OP_MEASURE and not (value <= bound) then
+            violated = true; throttle = (value - bound) / bound * ws
+          end
+          if op == OP_STRICT and not violated then
+            l_record(s, kind, val, tt)
+            bits = 2; s.r = true
+            value, ws, sum = l_measure(s, samples, window, tt)
+          end
+        end
       else
-        value, ws, sum = s_measure(s, samples, window, tt)
+        s_full(s)
+        if with_bound and (op == OP_STRICT or op == OP_CHECK) then
+          local rate
+          rate, ws = f_measure(s, samples, window, tt)
+          if not (rate <= bound) then violated = true; throttle = (rate - bound) / bound * ws end
+        end
+        if op == OP_RECORD or op == OP_NOCHECK or (op == OP_STRICT and not violated) then
+          if f_record(s, kind, samples, window, val, tt) then s.x = sampled_px end
+          bits = 2; s.r = true
+          if op == OP_RECORD and with_bound then
+            local rate
+            rate, ws = f_measure(s, samples, window, tt)
+            if not (rate <= bound) then violated = true; throttle = (rate - bound) / bound * ws end
+          end
+        end
+        if op ~= OP_NOCHECK then
+          if raw_stat then
+            sum = f_purge_sum(s, samples, window, tt); value = sum
+          else
+            value, ws, sum = f_measure(s, samples, window, tt)
+          end
+        end
       end
+      if s.f and not s.x then s.x = sampled_px end
     end
-    if violated and band(flags, F_TRACK) ~= 0 then
-      local max_ms = 0
-      if band(flags, F_AUX) ~= 0 then max_ms = aux end
-      track_throttle(key, throttle, max_ms, t, window, px)
+
+    if violated then
+      bits = bits + 1
+      if track then track_throttle(KEYS[ki], throttle, max_ms, t, window, expiry + window) end
     end
+    obits[j], ows[j], oval[j], osum[j], othr[j] = bits, ws, value, sum, throttle
   end
-
-  nout = nout + 1
-  out[nout] = spack('<Biddd', bits, ws, value, sum, throttle)
+  -- answers as columns: bits, [window sizes], values, [sums], raw throttles
+  chunks[#chunks + 1] = spack(F_BITS[count], unpack(obits, 1, count))
+  if full_out then chunks[#chunks + 1] = spack(F_INTS[count], unpack(ows, 1, count)) end
+  chunks[#chunks + 1] = spack(F_DOUBLES[count], unpack(oval, 1, count))
+  if full_out then chunks[#chunks + 1] = spack(F_DOUBLES[count], unpack(osum, 1, count)) end
+  chunks[#chunks + 1] = spack(F_DOUBLES[count], unpack(othr, 1, count))
 end
 
+local skip = false
 for ki, s in pairs(states) do
-  local kind, t = kinds[ki], last_t[ki]
-  local set_ttl = false
+  local kind = s.k
+  local raw, px = nil, nil
   if kind == K_TB then
-    if fresh[ki] or (recorded[ki] and t - s[4] >= refresh) then s[4] = t; set_ttl = true end
-  elseif kind ~= K_CUM then
-    local tt = t - s[1]
-    if fresh[ki] or (recorded[ki] and tt - s[5] >= refresh) then s[5] = tt; set_ttl = true end
-  end
-  local raw
-  if kind == K_TB then
+    if s.f or (s.r and s.t - s[4] >= tb_refresh) then s[4] = s.t; px = expiry + tb_refresh end
     raw = spack('<dldl', s[1], s[2], s[3], s[4])
   elseif kind == K_CUM then
     raw = spack('<d', s[1])
   else
-    raw = spack(sampled_fmt(s[4]), unpack(s, 1, 5 + 3 * s[4]))
+    local tt = s.t - s[1]
+    if s.raw and (tt > DRIFT or tt < -DRIFT) then s_full(s) end
+    px = s.x
+    if s.raw and not px and not s.p and not s.f then
+      -- lean: the times block is unchanged; overwrite the header and values in place
+      rcall('SETRANGE', KEYS[ki], 0, spack(F_HEAD_VALUES[s[3]], unpack(s, 1, 7 + s[3])))
+      skip = true
+    else
+      raw = s_encode(s, tt)
+    end
   end
-  if persistent[ki] or kind == K_CUM then
+  if skip then
+    skip = false
+  elseif s.p or kind == K_CUM then
     rcall('SET', KEYS[ki], raw)
-  elseif set_ttl then
+  elseif px then
     rcall('SET', KEYS[ki], raw, 'PX', px)
   else
     rcall('SET', KEYS[ki], raw, 'KEEPTTL')
   end
 end
 
-if server_now then out[nout + 1] = spack('<d', server_now) end
-return table.concat(out)
+if server_now then chunks[#chunks + 1] = spack('<d', server_now) end
+return table.concat(chunks)
