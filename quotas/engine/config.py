@@ -212,6 +212,10 @@ class QuotaEngine:
     def manager(self, quota_type: QuotaType | str) -> ClientQuotaManager:
         return self.managers[QuotaType(quota_type)]
 
+    def sweep(self, now_ms: int) -> int:
+        """Give back the memory of this namespace's sensors idle for a whole expiry (see RedisBackend.sweep)."""
+        return self.backend.sweep(f"qe:{{{self.namespace}|*", now_ms)
+
     def listen(self) -> redis.client.PubSub:
         """A subscription to this namespace's config changes; call refresh() on each message."""
         pubsub = self.client.pubsub(ignore_subscribe_messages=True)

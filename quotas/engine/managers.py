@@ -8,12 +8,16 @@ way the matching Kafka manager does.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import NamedTuple, Protocol
 
 from .decisions import NO_EXPIRY, TRACK_THROTTLE, Decision, Kind, Op, Outcome
 from .entities import ClientEntity, QuotaOverrides, QuotaType, Resolution
 from .errors import EngineUnavailable, QuotaValidationError, ThrottlingQuotaExceeded
 from .javamath import DOUBLE_MAX, LONG_MAX_AS_DOUBLE, java_round, to_int
+
+_KEY, _BOUND = itemgetter(0), itemgetter(1)  # of a cached resolution
+_VALUE, _T = itemgetter(2), itemgetter(3)  # of a UsageRecord
 
 FAIL_OPEN = "open"
 FAIL_CLOSED = "closed"
@@ -179,18 +183,19 @@ class ClientQuotaManager:
             bits, values, throttles = self.backend.record_columns(
                 op, self.kind, TRACK_THROTTLE, self.samples, self.window_ms,
                 float(self.window_ms) if self.bounded else None,
-                [h[0] for h in hits], [u[3] for u in usages], [u[2] for u in usages], [h[1] for h in hits],
+                list(map(_KEY, hits)), list(map(_T, usages)), list(map(_VALUE, usages)), list(map(_BOUND, hits)),
             )
         except EngineUnavailable:
             return [self._fail(h[2]) for h in hits]
-        make = RecordResult._make
+        new = tuple.__new__
         results = []
         for i, h in enumerate(hits):
             if bits[i] & 1:
                 long_ms = self.throttle_time_long(throttles[i])
-                results.append(make((to_int(long_ms), h[3], values[i], True, long_ms, values[i], True, False)))
+                v = values[i]
+                results.append(new(RecordResult, (to_int(long_ms), h[3], v, True, long_ms, v, True, False)))
             else:
-                results.append(make((0, h[3], values[i], False, 0, None, True, False)))
+                results.append(new(RecordResult, (0, h[3], values[i], False, 0, None, True, False)))
         return results
 
     def unrecord(self, user: str, client_id: str, value: float, t: int) -> None:

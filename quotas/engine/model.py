@@ -29,15 +29,15 @@ def _stat_for(kind: Kind) -> Rate | TokenBucket | CumulativeSum:
 class _Entry:
     kind: Kind
     sensor: Sensor
-    last_bound: float | None = None
+    persistent: bool = False
     throttle: ThrottleStats = field(default_factory=ThrottleStats)
 
 
 class ModelBackend:
-    """Sensors held in process memory. ``expire`` applies Kafka's one-hour idle expiry on the op's clock."""
+    """Sensors held in process memory, expired as Kafka does: a whole ``expiry_ms`` without a record."""
 
-    def __init__(self, expire: bool = False) -> None:
-        self.expire = expire
+    def __init__(self, expiry_ms: int | None = SENSOR_EXPIRY_MS) -> None:
+        self.expiry_ms = expiry_ms
         self.entries: dict[str, _Entry] = {}
 
     def execute(self, decisions: Sequence[Decision]) -> list[Outcome]:
@@ -59,17 +59,21 @@ class ModelBackend:
 
     def _entry(self, d: Decision) -> _Entry:
         entry = self.entries.get(d.key)
-        if entry is not None and self.expire and not d.flags & NO_EXPIRY:
-            if d.t - entry.sensor.last_record_ms > SENSOR_EXPIRY_MS and entry.sensor.last_record_ms:
-                entry = None
+        if entry is not None and d.flags & NO_EXPIRY:
+            entry.persistent = True
+        elif (
+            entry is not None and not entry.persistent and self.expiry_ms is not None
+            and d.t - entry.sensor.last_record_ms > self.expiry_ms
+        ):
+            entry = None  # Sensor.hasExpired: the next decision starts a fresh sensor
         if entry is None or entry.kind != d.kind:
-            sensor = Sensor(d.key)
+            sensor = Sensor(d.key, last_record_ms=d.t)
             if d.kind == Kind.CUMULATIVE_SUM:
                 sensor.add("upper", CumulativeSum(), MetricConfig(quota=None))
                 sensor.add("lower", CumulativeSum(), MetricConfig(quota=None))
             else:
                 sensor.add(d.key, _stat_for(d.kind), MetricConfig(d.samples, d.window_ms))
-            entry = _Entry(d.kind, sensor)
+            entry = _Entry(d.kind, sensor, persistent=bool(d.flags & NO_EXPIRY) or d.kind == Kind.CUMULATIVE_SUM)
             self.entries[d.key] = entry
         # the bound travels with each decision: re-setting it never touches usage (updateQuotaMetricConfigs)
         if d.kind == Kind.CUMULATIVE_SUM:
@@ -79,7 +83,6 @@ class ModelBackend:
         else:
             m = entry.sensor.metrics[0]
             m.config = MetricConfig(d.samples, d.window_ms, None if d.bound is None else Quota(d.bound))
-        entry.last_bound = d.bound
         return entry
 
     def execute_one(self, d: Decision) -> Outcome:

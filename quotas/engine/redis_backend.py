@@ -20,10 +20,11 @@ from .stats import MetricConfig, Quota, Rate, Sample, SampleCount, TokenBucket, 
 from .throttle_stats import ThrottleStats
 
 DECIDE_LUA = (Path(__file__).parent / "lua" / "decide.lua").read_text()
+SWEEP_LUA = (Path(__file__).parent / "lua" / "sweep.lua").read_text()
 
 _SEGMENT = struct.Struct("<BBHidH")
 _CLOCK = struct.Struct("<d")
-_SAMPLED_HEADER = struct.Struct("<qBBiiif")
+_SAMPLED_HEADER = struct.Struct("<qBBiiii")
 _TOKEN_BUCKET = struct.Struct("<dqdq")
 _THROTTLE = struct.Struct("<qddddddd")
 F_FULL = 64  # decide.lua: answer window_ms and sum too
@@ -147,6 +148,29 @@ class RedisBackend:
         self.client = client
         self.expiry_ms = expiry_ms
         self.script = client.register_script(DECIDE_LUA)
+        self._sweep = client.register_script(SWEEP_LUA)
+
+    def sweep(self, pattern: str, now_ms: int, chunk: int = 500) -> int:
+        """Delete the sensors matching ``pattern`` that went a whole expiry without a record.
+
+        Decisions already ignore such sensors; this gives their memory back. Run it
+        periodically (Kafka's broker does every 30 s); it scans, so it never blocks Redis long.
+        """
+        deleted = 0
+        batch: list[bytes] = []
+        try:
+            for key in self.client.scan_iter(match=pattern, count=chunk):
+                if key.endswith(b":t"):
+                    continue
+                batch.append(key)
+                if len(batch) >= chunk:
+                    deleted += int(self._sweep(keys=batch, args=[now_ms, self.expiry_ms]))
+                    batch = []
+            if batch:
+                deleted += int(self._sweep(keys=batch, args=[now_ms, self.expiry_ms]))
+        except UNAVAILABLE as e:
+            raise EngineUnavailable(f"Redis is unreachable for the sensor sweep: {e}") from e
+        return deleted
 
     def execute(self, decisions: Sequence[Decision], full: bool = True) -> list[Outcome]:
         """Any mix of decisions, in order, in one script call. ``full=False`` skips window and sum."""
@@ -160,13 +184,10 @@ class RedisBackend:
         keys: Sequence[str | bytes], ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
     ) -> tuple[bytes, Sequence[float], Sequence[float]]:
         """The hot path: one op on many sensors, as columns; answers the bits, values and raw throttles."""
-        index: dict[str | bytes, int] = {}
-        kis = []
-        for k in keys:
-            ki = index.get(k)
-            if ki is None:
-                ki = index[k] = len(index) + 1
-            kis.append(ki)
+        index: dict[str | bytes, int] = dict.fromkeys(keys)  # each sensor once, in first-seen order
+        for i, k in enumerate(index, 1):
+            index[k] = i
+        kis = [index[k] for k in keys]
         if aux is not None:
             flags |= HAS_AUX
         flags |= HAS_BOUND
@@ -199,7 +220,7 @@ class RedisBackend:
             raw, thr = self.client.get(key), self.client.get(key + ":t")
         except UNAVAILABLE as e:
             raise EngineUnavailable(f"Redis is unreachable: {e}") from e
-        view: dict[str, float | None] = {"value": None, "bound": None}
+        view: dict[str, float | None] = {"value": None}
         if raw:
             view.update(decode_state(kind, raw, samples, window_ms, t))
         stats = decode_throttle(thr) if thr else ThrottleStats()
@@ -221,7 +242,8 @@ def decode_state(kind: Kind, raw: bytes, samples: int, window_ms: int, t: int) -
         tb.tokens, tb.last_update_ms = tokens, last
         value = tb.measure(MetricConfig(samples, window_ms, Quota(bound)), t)
         return {"value": value, "tokens": value, "bound": bound}
-    base, cur, n, _min_last, _min_start, cur_last, bound = _SAMPLED_HEADER.unpack_from(raw)
+    base, cur, n, _min_last, _min_start, cur_last, _last_record = _SAMPLED_HEADER.unpack_from(raw)
+    n &= 0x7F  # the high bit marks a sensor that never expires
     stat = {Kind.RATE: WindowedSum, Kind.RATE_COUNT: WindowedCount}.get(kind, SampleCount)()
     stat.current = cur
     values = struct.unpack_from(f"<{n}d", raw, _SAMPLED_HEADER.size)
@@ -233,7 +255,7 @@ def decode_state(kind: Kind, raw: bytes, samples: int, window_ms: int, t: int) -
     rate = Rate(stat)
     config = MetricConfig(samples, window_ms)
     value = rate.measure(config, t)
-    return {"value": value, "rate": value, "bound": bound, "window_ms": rate.window_size(config, t)}
+    return {"value": value, "rate": value, "window_ms": rate.window_size(config, t)}
 
 
 def decode_throttle(raw: bytes) -> ThrottleStats:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .decisions import Decision, Kind, Op, Outcome
+from .decisions import NO_EXPIRY, Decision, Kind, Op, Outcome
 from .entities import QuotaType
 from .errors import JavaIllegalArgument, QuotaEngineError, ThrottlingQuotaExceeded
 from .javamath import LONG_MAX, java_round
@@ -85,7 +85,10 @@ class SensorRun:
         self.max_throttle_ms = int(config.get("max_throttle_ms", LONG_MAX))
 
     def run(self, op: Op, value: float, t: int, flags: int = 0) -> Outcome:
-        d = Decision(self.key, self.kind, op, value, t, self.bound, self.samples, self.window_ms, flags=flags)
+        # a bare Sensor never expires (only the quota managers' sensors do)
+        d = Decision(
+            self.key, self.kind, op, value, t, self.bound, self.samples, self.window_ms, flags=flags | NO_EXPIRY
+        )
         return self.backend.execute([d])[0]
 
     def throttle(self, o: Outcome) -> int:

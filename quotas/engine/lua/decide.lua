@@ -14,21 +14,21 @@
 -- bit for bit (Lua numbers are IEEE doubles; times are exact integers).
 --
 -- Stored layouts (little endian):
---   sampled rate  '<lBBiiif' base ms, current slot, slot count, smallest last-event
---                 offset, smallest start offset, current slot's last-event offset, last
---                 bound (a float: for charts only); then the slot values 'd' x n; then per
---                 slot '<ii' start and last-event offsets from base (the current slot's
---                 last is the header's)
---   token bucket  '<dldl'   tokens, last update ms, last bound, TTL-refresh ms
+--   sampled rate  '<lBBiiii' base ms, current slot, slot count (+128 when the sensor never
+--                 expires), smallest last-event offset, smallest start offset, current
+--                 slot's last-event offset, last-record offset; then the slot values 'd' x n;
+--                 then per slot '<ii' start and last-event offsets from base (the current
+--                 slot's last is the header's)
+--   token bucket  '<dldl'   tokens, last update ms, last bound, last record ms
 --   cumulative    '<d'      total
 -- With the smallest start and last event kept in the header, a decision that neither
 -- opens a slot nor purges one (nearly all of them) reads the header, the values and the
--- current slot's start, and writes back the header and the values: the fast path below.
+-- current slot's start: the fast path below. All sensors of the batch are read with one
+-- MGET and written with one MSET.
 --
--- Expiry: a sampled sensor's TTL is set to expiry + window whenever a record opens a slot;
--- every later record lands within one window of that, so the sensor expires between
--- expiry and expiry + window after its last record. A token bucket refreshes its TTL
--- (expiry + expiry/60) on a record that comes expiry/60 after the previous refresh.
+-- Expiry is Kafka's: a sensor whose last record is more than `expiry` ms before a decision's
+-- clock is dropped and the decision starts a fresh one (the exempt sensor never expires).
+-- Keys carry no TTL; sweep.lua deletes expired sensors to give the memory back.
 
 local OP_RECORD, OP_NOCHECK, OP_STRICT, OP_CHECK, OP_MEASURE = 1, 2, 3, 4, 5
 local K_SUM, K_COUNT, K_TB, K_CUM = 0, 1, 3, 4
@@ -50,7 +50,7 @@ local function fmt_cache(prefix, unit)
     return f
   end })
 end
-local F_HEAD_VALUES = fmt_cache('<lBBiiif', 'd')
+local F_HEAD_VALUES = fmt_cache('<lBBiiii', 'd')
 local F_TIMES = fmt_cache('<', 'ii')
 local F_KEYS = fmt_cache('<', 'H')
 local F_DOUBLES = fmt_cache('<', 'd')
@@ -93,13 +93,27 @@ local HEAD_LEN = 26
 -- x TTL to set) is named in the constructor so the table is sized once
 local function s_decode(raw, t, kind)
   if not raw then
-    return { k = kind, f = true, r = false, p = false, t = t, x = false, raw = '', tpos = 1, t, 0, 0, 0, 0, 0, 0.0 }
+    return { k = kind, f = true, r = false, p = false, t = t, raw = '', tpos = 1, t, 0, 0, 0, 0, 0, 0 }
   end
   local n = (#raw - HEAD_LEN) / 16
-  local s = { k = kind, f = false, r = false, p = false, t = t, x = false, raw = raw, tpos = HEAD_LEN + 1 + 8 * n,
+  local s = { k = kind, f = false, r = false, p = false, t = t, raw = raw, tpos = HEAD_LEN + 1 + 8 * n,
               sunpack(F_HEAD_VALUES[n], raw) }
   s[8 + n] = nil  -- unpack's next position
+  if s[3] >= 128 then s[3] = s[3] - 128; s.p = true end
   return s
+end
+
+local function fresh_state(kind, t)
+  if kind == K_TB then return { k = kind, f = true, r = false, p = false, t = t, 0.0, 0, 0.0, t } end
+  if kind == K_CUM then return { k = kind, f = true, r = false, p = false, t = t, 0.0 } end
+  return s_decode(false, t, kind)
+end
+
+-- has the sensor gone a whole expiry without a record? (Kafka's Sensor.hasExpired)
+local function expired(s, kind, t, expiry)
+  if s.p or kind == K_CUM then return false end
+  if kind == K_TB then return t - s[4] > expiry end
+  return t - (s[1] + s[7]) > expiry
 end
 
 local function s_full(s)
@@ -140,11 +154,15 @@ local function s_encode(s, now)
     s[4] = ml or 0
     s[5] = ms or 0
     s[6] = tv[2 * s[2] + 2] or 0
+    s[7] = clamp(s[7] - shift)
     times = spack(F_TIMES[n], unpack(tv, 1, 2 * n))
   else
     times = ssub(s.raw, s.tpos)
   end
-  return spack(F_HEAD_VALUES[n], unpack(s, 1, 7 + n)) .. times
+  if s.p then s[3] = n + 128 end
+  local raw = spack(F_HEAD_VALUES[n], unpack(s, 1, 7 + n)) .. times
+  s[3] = n
+  return raw
 end
 
 -- Full form: Kafka's SampledStat step by step. Returns true when a slot was opened.
@@ -228,7 +246,7 @@ local function l_record(s, kind, val, tt)
   else
     s[i] = 1.0
   end
-  s[6] = tt
+  s[6] = tt; s[7] = tt
   if s[3] == 1 then s[4] = tt end
 end
 
@@ -256,10 +274,10 @@ end
 
 local buf = ARGV[1]
 local expiry = tonumber(ARGV[2])
-local tb_refresh = floor(expiry / 60)
 local pos, len = 1, #buf
-local states = {}  -- key index -> state; state.k kind, .f fresh, .r recorded, .p persistent,
-                   -- .t last clock, .x TTL to set (ms) or nil
+local raws = rcall('MGET', unpack(KEYS))
+local states = {}  -- key index -> state; state.k kind, .f fresh, .r recorded, .p never expires,
+                   -- .t last clock
 local chunks = {}
 local server_now = nil
 
@@ -286,28 +304,29 @@ while pos <= len do
   pos = pos + 24 * count
   local obits, ows, oval, osum, othr = {}, {}, {}, {}, {}
   local records = op == OP_RECORD or op == OP_NOCHECK or op == OP_STRICT
-  local sampled_px = expiry + window
 
   for j = 1, count do
     local ki, t, val, bound = kis[j], d[j], d[count + j], d[2 * count + j]
     if use_server_time then t = server_now end
     local s = states[ki]
     if not s or s.k ~= kind then
-      local raw = rcall('GET', KEYS[ki])
-      if kind == K_TB then
-        if raw then
-          s = { k = kind, f = false, r = false, p = false, t = t, sunpack('<dldl', raw) }
-        else
-          s = { k = kind, f = true, r = false, p = false, t = t, 0.0, 0, 0.0, 0 }
-        end
+      local raw = raws[ki]
+      if not raw then
+        s = fresh_state(kind, t)
+      elseif kind == K_TB then
+        s = { k = kind, f = false, r = false, p = false, t = t, sunpack('<dldl', raw) }
       elseif kind == K_CUM then
-        s = { k = kind, f = not raw, r = false, p = false, t = t, raw and (sunpack('<d', raw)) or 0.0 }
+        s = { k = kind, f = false, r = false, p = false, t = t, (sunpack('<d', raw)) }
       else
         s = s_decode(raw, t, kind)
       end
       states[ki] = s
     end
-    if no_expiry then s.p = true end
+    if no_expiry then
+      s.p = true
+    elseif expired(s, kind, t, expiry) then
+      s = fresh_state(kind, t); states[ki] = s
+    end
     s.t = t
     local bits, value, ws, sum, throttle = 0, 0.0, 0, 0.0, 0.0
     local violated = false
@@ -353,6 +372,7 @@ while pos <= len do
         end
       end
       s[1], s[2] = tokens, last
+      if bits == 2 then s[4] = t end
 
     elseif kind == K_CUM then
       if op == OP_RECORD or op == OP_NOCHECK then
@@ -369,14 +389,13 @@ while pos <= len do
 
     else
       local tt = t - s[1]
-      if with_bound then s[7] = bound end
       local n = s[3]
       if op == OP_RECORD and n > 0 and s.raw and tt - s[4] < samples * window
           and tt - sunpack('<i', s.raw, s.tpos + 8 * s[2]) < window and (s[6] > s[4] or n == 1) then
         -- the most common decision, inline: a record into the current slot, nothing purged
         local i = 8 + s[2]
         if kind == K_SUM then s[i] = s[i] + val elseif kind == K_COUNT then s[i] = s[i] + 1.0 else s[i] = 1.0 end
-        s[6] = tt
+        s[6] = tt; s[7] = tt
         if n == 1 then s[4] = tt end
         bits = 2; s.r = true
         sum = 0.0
@@ -416,7 +435,8 @@ while pos <= len do
           if not (rate <= bound) then violated = true; throttle = (rate - bound) / bound * ws end
         end
         if op == OP_RECORD or op == OP_NOCHECK or (op == OP_STRICT and not violated) then
-          if f_record(s, kind, samples, window, val, tt) then s.x = sampled_px end
+          f_record(s, kind, samples, window, val, tt)
+          s[7] = tt
           bits = 2; s.r = true
           if op == OP_RECORD and with_bound then
             local rate
@@ -432,12 +452,11 @@ while pos <= len do
           end
         end
       end
-      if s.f and not s.x then s.x = sampled_px end
     end
 
     if violated then
       bits = bits + 1
-      if track then track_throttle(KEYS[ki], throttle, max_ms, t, window, expiry + window) end
+      if track then track_throttle(KEYS[ki], throttle, max_ms, t, window, expiry) end
     end
     obits[j], ows[j], oval[j], osum[j], othr[j] = bits, ws, value, sum, throttle
   end
@@ -449,37 +468,23 @@ while pos <= len do
   chunks[#chunks + 1] = spack(F_DOUBLES[count], unpack(othr, 1, count))
 end
 
-local skip = false
+local mset, nm = {}, 0
 for ki, s in pairs(states) do
   local kind = s.k
-  local raw, px = nil, nil
+  local raw
   if kind == K_TB then
-    if s.f or (s.r and s.t - s[4] >= tb_refresh) then s[4] = s.t; px = expiry + tb_refresh end
     raw = spack('<dldl', s[1], s[2], s[3], s[4])
   elseif kind == K_CUM then
     raw = spack('<d', s[1])
   else
     local tt = s.t - s[1]
     if s.raw and (tt > DRIFT or tt < -DRIFT) then s_full(s) end
-    px = s.x
-    if s.raw and not px and not s.p and not s.f then
-      -- lean: the times block is unchanged; overwrite the header and values in place
-      rcall('SETRANGE', KEYS[ki], 0, spack(F_HEAD_VALUES[s[3]], unpack(s, 1, 7 + s[3])))
-      skip = true
-    else
-      raw = s_encode(s, tt)
-    end
+    raw = s_encode(s, tt)
   end
-  if skip then
-    skip = false
-  elseif s.p or kind == K_CUM then
-    rcall('SET', KEYS[ki], raw)
-  elseif px then
-    rcall('SET', KEYS[ki], raw, 'PX', px)
-  else
-    rcall('SET', KEYS[ki], raw, 'KEEPTTL')
-  end
+  mset[nm + 1] = KEYS[ki]; mset[nm + 2] = raw
+  nm = nm + 2
 end
+if nm > 0 then rcall('MSET', unpack(mset, 1, nm)) end
 
 if server_now then chunks[#chunks + 1] = spack('<d', server_now) end
 return table.concat(chunks)
