@@ -247,7 +247,13 @@ def _throughput_worker(
         size = 1 << 16
         mask = size - 1
         clients = [f"client-{i}" for i in range(entities)]
-        picks = [clients[rng.randrange(entities)] for _ in range(size)]
+        # walk shuffled passes over the pool, so a batch holds distinct entities: no decision gets a
+        # cheaper ride on another's read and write of the same sensor
+        picks: list[str] = []
+        while len(picks) < size:
+            rng.shuffle(clients)
+            picks += clients
+        picks = picks[:size]
         values = usage_values(kind, rng, size)
         record_many = m.record_many
         t = now_ms()
@@ -500,9 +506,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--redis-url", help="benchmark this Redis instead of starting one (its stats get reset)")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per throughput phase (default 5)")
-    parser.add_argument("--batch", type=int, default=100, help="usage records per record_many call (default 100)")
+    parser.add_argument("--batch", type=int, default=256, help="usage records per record_many call (default 256)")
     parser.add_argument(
-        "--entities", type=int, default=None, help="distinct client-ids in the throughput pool (default 10000)"
+        "--entities", type=int, default=None, help="distinct client-ids in the throughput pool (default 1000)"
+    )
+    parser.add_argument(
+        "--scale-entities", type=int, default=None,
+        help="also run the rate phase over this many entities and report it (default 10 x --entities; 0 = skip)",
     )
     parser.add_argument(
         "--memory-entities", type=int, default=None, help="rate entities for the memory figure (default 20000)"
@@ -530,7 +540,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.seconds is None:
         args.seconds = 1.0 if quick else 5.0
     if args.entities is None:
-        args.entities = 2000 if quick else 10_000
+        args.entities = 1000
+    if args.scale_entities is None:
+        args.scale_entities = 10 * args.entities
     if args.memory_entities is None:
         args.memory_entities = 2000 if quick else 20_000
     if args.latency_n is None:
@@ -597,6 +609,19 @@ def run(args: argparse.Namespace, url: str, own_server: bool) -> dict[str, Any]:
         if r["degraded"]:
             print(f"WARNING: {r['degraded']} {label} decisions were answered by the fail policy (Redis timed out)")
 
+    scale: dict[str, Any] | None = None
+    if args.scale_entities and not args.quick:
+        # the same rate phase over a 10x larger pool: more sensors open a slot each second (the slow path)
+        scale = measure_throughput(
+            "rate", url, client, args.batch, args.scale_entities, args.seconds, False, not args.cold
+        )
+        print(
+            f"rate @{args.scale_entities // 1000}k   {scale['decisions_per_s']:,.0f} decisions/s "
+            f"= {scale['decisions_per_s'] / ceiling_ops:.3f} x ceiling with {args.scale_entities:,} entities; "
+            f"server {scale['server_us']:.2f} us/decision (reported, not a target of its own)",
+            flush=True,
+        )
+
     lat = measure_latency(url, ceiling["sha"], args.latency_n, args.entities, not args.cold)
     p50_ratio = lat["decision_p50_us"] / lat["noop_p50_us"]
     p99_ratio = lat["decision_p99_us"] / lat["noop_p99_us"]
@@ -636,6 +661,12 @@ def run(args: argparse.Namespace, url: str, own_server: bool) -> dict[str, Any]:
     }
     targets = {name: check(name, value) for name, value in figures.items()}
     summary: dict[str, Any] = {k: round(v, 4) for k, v in figures.items()}
+    if scale is not None:
+        summary.update(
+            scale_entities=args.scale_entities,
+            rate_ratio_at_scale=round(scale["decisions_per_s"] / ceiling_ops, 4),
+            rate_server_us_at_scale=round(scale["server_us"], 4),
+        )
     summary.update(
         p50_latency_ratio=round(p50_ratio, 4),
         ceiling_ops=round(ceiling_ops),

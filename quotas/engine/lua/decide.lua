@@ -89,14 +89,14 @@ end
 -- current slot's last there is stale, [6] holds it) or s.st / s.la (decoded, full form).
 local HEAD_LEN = 26
 
--- the per-sensor bookkeeping (k kind, f fresh, r recorded, p persistent, t last clock,
--- x TTL to set) is named in the constructor so the table is sized once
+-- the per-sensor bookkeeping (k kind, p never expires, t last clock, raw and tpos: the
+-- stored times) is named in the constructor so the table is sized once
 local function s_decode(raw, t, kind)
   if not raw then
-    return { k = kind, f = true, r = false, p = false, t = t, raw = '', tpos = 1, t, 0, 0, 0, 0, 0, 0 }
+    return { k = kind, p = false, t = t, raw = '', tpos = 1, t, 0, 0, 0, 0, 0, 0 }
   end
   local n = (#raw - HEAD_LEN) / 16
-  local s = { k = kind, f = false, r = false, p = false, t = t, raw = raw, tpos = HEAD_LEN + 1 + 8 * n,
+  local s = { k = kind, p = false, t = t, raw = raw, tpos = HEAD_LEN + 1 + 8 * n,
               sunpack(F_HEAD_VALUES[n], raw) }
   s[8 + n] = nil  -- unpack's next position
   if s[3] >= 128 then s[3] = s[3] - 128; s.p = true end
@@ -104,8 +104,8 @@ local function s_decode(raw, t, kind)
 end
 
 local function fresh_state(kind, t)
-  if kind == K_TB then return { k = kind, f = true, r = false, p = false, t = t, 0.0, 0, 0.0, t } end
-  if kind == K_CUM then return { k = kind, f = true, r = false, p = false, t = t, 0.0 } end
+  if kind == K_TB then return { k = kind, p = false, t = t, 0.0, 0, 0.0, t } end
+  if kind == K_CUM then return { k = kind, p = false, t = t, 0.0 } end
   return s_decode(false, t, kind)
 end
 
@@ -276,8 +276,7 @@ local buf = ARGV[1]
 local expiry = tonumber(ARGV[2])
 local pos, len = 1, #buf
 local raws = rcall('MGET', unpack(KEYS))
-local states = {}  -- key index -> state; state.k kind, .f fresh, .r recorded, .p never expires,
-                   -- .t last clock
+local states = {}  -- key index -> state; state.k kind, .p never expires, .t last clock
 local chunks = {}
 local server_now = nil
 
@@ -314,9 +313,9 @@ while pos <= len do
       if not raw then
         s = fresh_state(kind, t)
       elseif kind == K_TB then
-        s = { k = kind, f = false, r = false, p = false, t = t, sunpack('<dldl', raw) }
+        s = { k = kind, p = false, t = t, sunpack('<dldl', raw) }
       elseif kind == K_CUM then
-        s = { k = kind, f = false, r = false, p = false, t = t, (sunpack('<d', raw)) }
+        s = { k = kind, p = false, t = t, (sunpack('<d', raw)) }
       else
         s = s_decode(raw, t, kind)
       end
@@ -359,7 +358,7 @@ while pos <= len do
             if tokens < 0 then violated = true; throttle = -tokens / bound * 1000 end
           end
         end
-        bits = 2; s.r = true
+        bits = 2
       end
       if op ~= OP_NOCHECK then
         if with_bound then
@@ -376,7 +375,7 @@ while pos <= len do
 
     elseif kind == K_CUM then
       if op == OP_RECORD or op == OP_NOCHECK then
-        s[1] = s[1] + val; bits = 2; s.r = true
+        s[1] = s[1] + val; bits = 2
       end
       if op == OP_RECORD or op == OP_CHECK then
         if with_bound and not (s[1] <= bound) then
@@ -397,7 +396,7 @@ while pos <= len do
         if kind == K_SUM then s[i] = s[i] + val elseif kind == K_COUNT then s[i] = s[i] + 1.0 else s[i] = 1.0 end
         s[6] = tt; s[7] = tt
         if n == 1 then s[4] = tt end
-        bits = 2; s.r = true
+        bits = 2
         sum = 0.0
         for k = 8, 7 + n do sum = sum + s[k] end
         ws = window_size(tt - s[5], samples, window)
@@ -409,7 +408,7 @@ while pos <= len do
         -- fast path: nothing purged, nothing opened
         if op == OP_RECORD or op == OP_NOCHECK then
           l_record(s, kind, val, tt)
-          bits = 2; s.r = true
+          bits = 2
           if op == OP_RECORD then
             value, ws, sum = l_measure(s, samples, window, tt)
             if with_bound and not (value <= bound) then
@@ -423,7 +422,7 @@ while pos <= len do
           end
           if op == OP_STRICT and not violated then
             l_record(s, kind, val, tt)
-            bits = 2; s.r = true
+            bits = 2
             value, ws, sum = l_measure(s, samples, window, tt)
           end
         end
@@ -434,17 +433,19 @@ while pos <= len do
           rate, ws = f_measure(s, samples, window, tt)
           if not (rate <= bound) then violated = true; throttle = (rate - bound) / bound * ws end
         end
+        local measured = false
         if op == OP_RECORD or op == OP_NOCHECK or (op == OP_STRICT and not violated) then
           f_record(s, kind, samples, window, val, tt)
           s[7] = tt
-          bits = 2; s.r = true
-          if op == OP_RECORD and with_bound then
-            local rate
-            rate, ws = f_measure(s, samples, window, tt)
-            if not (rate <= bound) then violated = true; throttle = (rate - bound) / bound * ws end
+          bits = 2
+          if op == OP_RECORD then
+            -- Sensor.record's check measures once; measuring again at the same t changes nothing
+            value, ws, sum = f_measure(s, samples, window, tt)
+            measured = true
+            if with_bound and not (value <= bound) then violated = true; throttle = (value - bound) / bound * ws end
           end
         end
-        if op ~= OP_NOCHECK then
+        if op ~= OP_NOCHECK and not measured then
           if raw_stat then
             sum = f_purge_sum(s, samples, window, tt); value = sum
           else
