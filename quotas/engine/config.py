@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from .entities import DEFAULT, TYPE_OF_KEY, ClientEntity, QuotaType, validate_quota_key, validate_quota_value
+from .entities import DEFAULT, TYPE_OF_KEY, QuotaType, validate_quota_key, validate_quota_value
 from .errors import EngineUnavailable, QuotaValidationError
 from .managers import FAIL_OPEN, ClientQuotaManager, manager_for
 from .redis_backend import UNAVAILABLE, RedisBackend
@@ -233,7 +233,6 @@ class QuotaEngine:
 
 __all__ = [
     "AlterOp",
-    "ClientEntity",
     "EntityRef",
     "QuotaConfigStore",
     "QuotaEngine",

@@ -12,7 +12,6 @@ class Op(IntEnum):
     STRICT = 3  # checkQuotas(t), then record(v, t, false) only if that passed
     CHECK = 4  # checkQuotas(t) only
     MEASURE = 5  # measure only
-    PEEK = 6  # read what the sensor holds at t without changing it (live charts)
 
 
 class Kind(IntEnum):

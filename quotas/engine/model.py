@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -86,13 +85,6 @@ class ModelBackend:
         return entry
 
     def execute_one(self, d: Decision) -> Outcome:
-        if d.op == Op.PEEK:
-            entry = self.entries.get(d.key)
-            if entry is None:
-                return Outcome(now_ms=d.t)
-            snapshot = copy.deepcopy(entry)
-            out = self._report(snapshot, d, Outcome(now_ms=d.t))
-            return out
         entry = self._entry(d)
         sensor, t = entry.sensor, d.t
         out = Outcome(now_ms=t)
@@ -134,7 +126,3 @@ class ModelBackend:
         else:
             out.value = m.value(d.t)
         return out
-
-    def throttle_snapshot(self, key: str) -> ThrottleStats | None:
-        entry = self.entries.get(key)
-        return None if entry is None else entry.throttle

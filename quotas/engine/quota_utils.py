@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from .errors import JavaIllegalArgument
 from .javamath import java_div, java_round
-from .sensor import QuotaViolation
-from .stats import Rate
 
 
 def rate_throttle_raw(observed: float, bound: float, window_ms: int) -> float:
@@ -30,14 +27,3 @@ def token_bucket_throttle_raw(tokens: float, bound: float) -> float:
 def token_bucket_throttle_ms(tokens: float, bound: float) -> int:
     """KIP-599: the time to refill a negative balance, -K/Q seconds."""
     return java_round(token_bucket_throttle_raw(tokens, bound))
-
-
-def throttle_time(e: QuotaViolation, t: int) -> int:
-    """``QuotaUtils.throttleTime``: uses the rate's precise window at ``t``; non-Rate metrics are refused."""
-    if not isinstance(e.metric.stat, Rate):
-        raise JavaIllegalArgument(f"Metric {e.metric.name} is not a Rate metric, value {e.metric.stat!r}")
-    return throttle_time_ms(e.value, e.bound, e.metric.stat.window_size(e.metric.config, t))
-
-
-def bounded_throttle_time(e: QuotaViolation, max_throttle_ms: int, t: int) -> int:
-    return min(throttle_time(e, t), max_throttle_ms)

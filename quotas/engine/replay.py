@@ -161,8 +161,6 @@ def _sensor_case(kind: Kind) -> Callable[[Any, str, dict[str, Any]], Callable[[d
 
 
 def _sampled_stat_case(backend: Any, ns: str, config: dict[str, Any]) -> Callable[[dict[str, Any]], Out]:
-    from .decisions import HAS_AUX  # noqa: F401  (flags documented in decisions)
-
     kind = {"WindowedSum": Kind.RATE, "WindowedCount": Kind.RATE_COUNT, "SampleCount": Kind.SAMPLE_COUNT}.get(
         config.get("stat", "WindowedSum")
     )

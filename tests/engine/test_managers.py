@@ -227,3 +227,17 @@ def test_engine_facade_reads_config_from_redis(redis_client: redis.Redis, namesp
     assert eff["producer_byte_rate"] == {"value": 1024.0, "level": 3, "skipped": [], "tags": "alice:"}
     assert eff["consumer_byte_rate"]["value"] is None
     assert not engine.refresh()  # same version: nothing reloaded
+
+
+def test_a_cluster_namespace_can_run_on_the_engine_clock(redis_client, namespace) -> None:
+    """Brokers with skewed clocks share one time line: Redis's own TIME, the same for a whole batch."""
+    from quotas.engine.decisions import SERVER_TIME, Decision, Kind, Op
+
+    backend = RedisBackend(redis_client)
+    key = f"qe:{{{namespace}|clock}}"
+    before = int(time.time() * 1000)
+    outs = backend.execute([Decision(key, Kind.RATE, Op.RECORD, 10.0, 0, 5.0, flags=SERVER_TIME) for _ in range(3)])
+    after = int(time.time() * 1000)
+    assert len({o.now_ms for o in outs}) == 1
+    assert before - 5 <= outs[0].now_ms <= after + 5
+    assert [o.sum for o in outs] == [10.0, 20.0, 30.0]

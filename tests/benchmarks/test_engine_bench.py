@@ -1,0 +1,30 @@
+"""The engine benchmark runs end to end and reports every figure the issue asks for.
+
+Only the shape of its output is checked here: timings belong to the benchmark, not to tests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+REQUIRED = {
+    "rate_ratio", "token_bucket_ratio", "rate_server_us", "token_bucket_server_us",
+    "p99_latency_ratio", "bytes_per_rate_entity",
+}
+
+
+def test_quick_run_ends_with_one_json_line_of_figures(redis_url: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/engine_bench.py", "--quick", "--redis-url", redis_url,
+         "--seconds", "0.3", "--memory-entities", "200", "--latency-n", "50"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert REQUIRED <= summary.keys()
+    assert all(summary[k] > 0 for k in REQUIRED)
+    assert summary["degraded"] == 0
