@@ -32,12 +32,14 @@ def nanos_to_percentage(nanos: float) -> float:
 
 
 class Backend(Protocol):
+    """What a manager needs of an engine: the model (``ModelBackend``) or Redis (``RedisBackend``)."""
+
     def execute(self, decisions: Sequence[Decision]) -> list[Outcome]: ...
 
     def record_columns(
         self, op: Op, kind: Kind, flags: int, samples: int, window_ms: int, aux: float | None,
-        keys: Sequence[str], ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
-    ) -> list[tuple[int, float, float]]: ...
+        keys: Sequence[str | bytes], ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
+    ) -> tuple[bytes, Sequence[float], Sequence[float]]: ...
 
 
 class RecordResult(NamedTuple):

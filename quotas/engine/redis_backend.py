@@ -97,7 +97,9 @@ def pack_batch(decisions: Sequence[Decision], full: bool = True) -> tuple[list[s
     return list(index), b"".join(parts), sizes
 
 
-def unpack_columns(raw: bytes, sizes: Sequence[int], full: bool) -> tuple[bytes, list[int], list[float], ...]:
+def unpack_columns(
+    raw: bytes, sizes: Sequence[int], full: bool
+) -> tuple[bytes, list[int], list[float], list[float], list[float], bytes]:
     """The script's answer as columns: bits, window sizes (full only), values, sums (full only), throttles."""
     bits, windows, values, sums, throttles = bytearray(), [], [], [], []
     pos = 0
