@@ -20,9 +20,10 @@ class Kind(IntEnum):
     SAMPLE_COUNT = 2  # SampledStat counting samples that hold an event (Kafka's test helper)
     TOKEN_BUCKET = 3  # KIP-599 TokenBucket
     CUMULATIVE_SUM = 4  # CumulativeSum with an upper bound (``bound``) and a lower bound (``aux``)
+    SIMPLE_RATE = 5  # SimpleRate(WindowedSum): the window is max(elapsed, one window) (replication quotas)
 
 
-SAMPLED_KINDS = frozenset({Kind.RATE, Kind.RATE_COUNT, Kind.SAMPLE_COUNT})
+SAMPLED_KINDS = frozenset({Kind.RATE, Kind.RATE_COUNT, Kind.SAMPLE_COUNT, Kind.SIMPLE_RATE})
 
 # flags
 HAS_BOUND = 1

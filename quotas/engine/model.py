@@ -8,7 +8,17 @@ from dataclasses import dataclass, field
 from .decisions import NO_EXPIRY, SAMPLED_KINDS, SENSOR_EXPIRY_MS, TRACK_THROTTLE, Decision, Kind, Op, Outcome
 from .quota_utils import rate_throttle_raw, token_bucket_throttle_raw
 from .sensor import QuotaViolation, Sensor
-from .stats import CumulativeSum, MetricConfig, Quota, Rate, SampleCount, TokenBucket, WindowedCount, WindowedSum
+from .stats import (
+    CumulativeSum,
+    MetricConfig,
+    Quota,
+    Rate,
+    SampleCount,
+    SimpleRate,
+    TokenBucket,
+    WindowedCount,
+    WindowedSum,
+)
 from .throttle_stats import ThrottleStats
 
 
@@ -19,6 +29,8 @@ def _stat_for(kind: Kind) -> Rate | TokenBucket | CumulativeSum:
         return Rate(WindowedCount())
     if kind == Kind.SAMPLE_COUNT:
         return Rate(SampleCount())
+    if kind == Kind.SIMPLE_RATE:
+        return SimpleRate(WindowedSum())
     if kind == Kind.TOKEN_BUCKET:
         return TokenBucket()
     return CumulativeSum()

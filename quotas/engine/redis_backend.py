@@ -16,7 +16,7 @@ import redis
 
 from .decisions import HAS_AUX, HAS_BOUND, SAMPLED_KINDS, SENSOR_EXPIRY_MS, SERVER_TIME, Decision, Kind, Op, Outcome
 from .errors import EngineUnavailable, QuotaEngineError
-from .stats import MetricConfig, Quota, Rate, Sample, SampleCount, TokenBucket, WindowedCount, WindowedSum
+from .stats import MetricConfig, Quota, Rate, Sample, SampleCount, SimpleRate, TokenBucket, WindowedCount, WindowedSum
 from .throttle_stats import ThrottleStats
 
 DECIDE_LUA = (Path(__file__).parent / "lua" / "decide.lua").read_text()
@@ -246,7 +246,7 @@ def decode_state(kind: Kind, raw: bytes, samples: int, window_ms: int, t: int) -
         return {"value": value, "tokens": value, "bound": bound}
     base, cur, n, _min_last, _min_start, cur_last, _last_record = _SAMPLED_HEADER.unpack_from(raw)
     n &= 0x7F  # the high bit marks a sensor that never expires
-    stat = {Kind.RATE: WindowedSum, Kind.RATE_COUNT: WindowedCount}.get(kind, SampleCount)()
+    stat = {Kind.RATE_COUNT: WindowedCount, Kind.SAMPLE_COUNT: SampleCount}.get(kind, WindowedSum)()
     stat.current = cur
     values = struct.unpack_from(f"<{n}d", raw, _SAMPLED_HEADER.size)
     times = struct.unpack_from(f"<{2 * n}i", raw, _SAMPLED_HEADER.size + 8 * n)
@@ -254,7 +254,7 @@ def decode_state(kind: Kind, raw: bytes, samples: int, window_ms: int, t: int) -
         s = Sample(0.0, base + times[2 * i])
         s.last_event_ms, s.value = base + (cur_last if i == cur else times[2 * i + 1]), values[i]
         stat.samples.append(s)
-    rate = Rate(stat)
+    rate = SimpleRate(stat) if kind == Kind.SIMPLE_RATE else Rate(stat)
     config = MetricConfig(samples, window_ms)
     value = rate.measure(config, t)
     return {"value": value, "rate": value, "window_ms": rate.window_size(config, t)}

@@ -162,6 +162,14 @@ class Rate:
         return max(elapsed, 1)
 
 
+class SimpleRate(Rate):
+    """``SimpleRate``: no padding, the window is the elapsed time but at least one sample window."""
+
+    def window_size(self, config: MetricConfig, now: int) -> int:
+        self.stat.purge(config, now)
+        return max(now - self.stat.oldest(now).start_ms, config.window_ms)
+
+
 class TokenBucket:
     """KIP-599's bucket: refill ``min(B, K + Q*dt)``, spend ``min(B, K - v)``, B = samples*window*Q.
 

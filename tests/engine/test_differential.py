@@ -41,7 +41,7 @@ def as_text(outcomes: list) -> list[str]:
     return [json.dumps([o.violated, o.recorded, o.value, o.window_ms, o.sum, o.throttle_raw]) for o in outcomes]
 
 
-@pytest.mark.parametrize("kind", [Kind.RATE, Kind.RATE_COUNT, Kind.TOKEN_BUCKET])
+@pytest.mark.parametrize("kind", [Kind.RATE, Kind.RATE_COUNT, Kind.SIMPLE_RATE, Kind.TOKEN_BUCKET])
 @pytest.mark.parametrize("seed", range(40))
 def test_redis_equals_model_on_random_traces(kind: Kind, seed: int, redis_client: redis.Redis, namespace: str) -> None:
     rng = random.Random(seed * 7919 + kind)

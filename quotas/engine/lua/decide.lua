@@ -31,7 +31,7 @@
 -- Keys carry no TTL; sweep.lua deletes expired sensors to give the memory back.
 
 local OP_RECORD, OP_NOCHECK, OP_STRICT, OP_CHECK, OP_MEASURE = 1, 2, 3, 4, 5
-local K_SUM, K_COUNT, K_TB, K_CUM = 0, 1, 3, 4
+local K_SUM, K_COUNT, K_TB, K_CUM, K_SIMPLE = 0, 1, 3, 4, 5
 local F_BOUND, F_AUX, F_SERVER_TIME, F_TRACK, F_NO_EXPIRY, F_RAW, F_FULL = 1, 2, 4, 8, 16, 32, 64
 local LONG_MAX_D = 9223372036854775807
 local DRIFT = 1073741824
@@ -75,7 +75,13 @@ local function clamp(x)
   return x
 end
 
-local function window_size(elapsed, samples, window)
+-- Rate.windowSize (padded to samples - 1 whole windows, at least 1 ms); SimpleRate's (kind 5,
+-- the replication quotas) is max(elapsed, one window)
+local function window_size(elapsed, samples, window, kind)
+  if kind == K_SIMPLE then
+    if elapsed < window then return window end
+    return elapsed
+  end
   local full = elapsed / window
   if full >= 0 then full = floor(full) else full = ceil(full) end
   if full < samples - 1 then elapsed = elapsed + (samples - 1 - full) * window end
@@ -183,7 +189,7 @@ local function f_record(s, kind, samples, window, val, tt)
       opened = true
     end
   end
-  if kind == K_SUM then
+  if kind == K_SUM or kind == K_SIMPLE then
     s[7 + i] = s[7 + i] + val
   elseif kind == K_COUNT then
     s[7 + i] = s[7 + i] + 1.0
@@ -213,7 +219,7 @@ local function f_measure(s, samples, window, tt)
   if oldest == nil then
     s[3] = 1; s[2] = 0; s.st[1] = tt; s.la[1] = tt; s[8] = 0.0; oldest = tt
   end
-  local ws = window_size(tt - oldest, samples, window)
+  local ws = window_size(tt - oldest, samples, window, s.k)
   return sum / (ws / 1000.0), ws, sum
 end
 
@@ -221,7 +227,7 @@ end
 local function l_measure(s, samples, window, tt)
   local sum = 0.0
   for i = 8, 7 + s[3] do sum = sum + s[i] end
-  local ws = window_size(tt - s[5], samples, window)
+  local ws = window_size(tt - s[5], samples, window, s.k)
   return sum / (ws / 1000.0), ws, sum
 end
 
@@ -239,7 +245,7 @@ end
 
 local function l_record(s, kind, val, tt)
   local i = 8 + s[2]
-  if kind == K_SUM then
+  if kind == K_SUM or kind == K_SIMPLE then
     s[i] = s[i] + val
   elseif kind == K_COUNT then
     s[i] = s[i] + 1.0
@@ -393,13 +399,13 @@ while pos <= len do
           and tt - sunpack('<i', s.raw, s.tpos + 8 * s[2]) < window and (s[6] > s[4] or n == 1) then
         -- the most common decision, inline: a record into the current slot, nothing purged
         local i = 8 + s[2]
-        if kind == K_SUM then s[i] = s[i] + val elseif kind == K_COUNT then s[i] = s[i] + 1.0 else s[i] = 1.0 end
+        if kind == K_SUM or kind == K_SIMPLE then s[i] = s[i] + val elseif kind == K_COUNT then s[i] = s[i] + 1.0 else s[i] = 1.0 end
         s[6] = tt; s[7] = tt
         if n == 1 then s[4] = tt end
         bits = 2
         sum = 0.0
         for k = 8, 7 + n do sum = sum + s[k] end
-        ws = window_size(tt - s[5], samples, window)
+        ws = window_size(tt - s[5], samples, window, kind)
         value = sum / (ws / 1000.0)
         if with_bound and not (value <= bound) then
           violated = true; throttle = (value - bound) / bound * ws
