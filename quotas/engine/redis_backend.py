@@ -19,8 +19,16 @@ from .errors import EngineUnavailable, QuotaEngineError
 from .stats import MetricConfig, Quota, Rate, Sample, SampleCount, SimpleRate, TokenBucket, WindowedCount, WindowedSum
 from .throttle_stats import ThrottleStats
 
-DECIDE_LUA = (Path(__file__).parent / "lua" / "decide.lua").read_text()
-SWEEP_LUA = (Path(__file__).parent / "lua" / "sweep.lua").read_text()
+_LUA = Path(__file__).parent / "lua"
+
+
+def lua_script(name: str) -> str:
+    """A script of ``lua/``, with the shared sampled-Rate library (``sampled.lua``) in front."""
+    return (_LUA / "sampled.lua").read_text() + "\n" + (_LUA / name).read_text()
+
+
+DECIDE_LUA = lua_script("decide.lua")
+SWEEP_LUA = (_LUA / "sweep.lua").read_text()
 
 _SEGMENT = struct.Struct("<BBHidH")
 _CLOCK = struct.Struct("<d")
