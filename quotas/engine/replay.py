@@ -295,6 +295,76 @@ def _controller_mutation_case(backend: Any, ns: str, config: dict[str, Any]) -> 
     return step
 
 
+def _connection_quotas_case(backend: Any, ns: str, config: dict[str, Any]) -> Callable[[dict[str, Any]], Out]:
+    from .connections import ConnectionConfig, ModelConnectionQuotas, RedisConnectionQuotas
+
+    props: dict[str, object] = {
+        "listeners": config.get("listeners", "PLAINTEXT"),
+        "quota.window.num": config.get("samples", 11),
+        "quota.window.size.seconds": config.get("window_s", 1),
+    }
+    names = {
+        "inter_broker_listener": "inter.broker.listener.name",
+        "max_connections_per_ip": "max.connections.per.ip",
+        "max_connections_per_ip_overrides": "max.connections.per.ip.overrides",
+        "max_connections": "max.connections",
+        "max_connection_creation_rate": "max.connection.creation.rate",
+    }
+    for key, prop in names.items():
+        if config.get(key) is not None:
+            props[prop] = config[key]
+    for listener, value in (config.get("listener_max_connections") or {}).items():
+        props[f"listener.name.{listener}.max.connections"] = value
+    for listener, value in (config.get("listener_max_connection_creation_rate") or {}).items():
+        props[f"listener.name.{listener}.max.connection.creation.rate"] = value
+    cfg = ConnectionConfig.from_props(props)
+    if isinstance(backend, ModelBackend):
+        quotas: Any = ModelConnectionQuotas(cfg)
+    else:
+        quotas = RedisConnectionQuotas(backend.client, ns, cfg)
+
+    def admission(a: Any) -> Out:
+        out: Out = {"result": a.result}
+        if a.result in ("ip_throttled", "blocked"):
+            out["throttle_ms"] = a.throttle_ms
+        out.update(count=a.count, total=a.total)
+        return out
+
+    def step(s: dict[str, Any]) -> Out:
+        a, op, t = s.get("args") or {}, s["op"], int(s["t_ms"])
+        if op == "inc":
+            return admission(quotas.inc(a["listener"], a["ip"], t))
+        if op == "inc_after_wait":
+            return admission(quotas.inc_after_wait(a["listener"], a["ip"], t))
+        if op == "dec":
+            return admission(quotas.dec(a["listener"], a["ip"], t))
+        if op == "get":
+            return {"count": quotas.get(a["ip"])}
+        if op == "update_ip_rate":
+            quotas.ip_rates.update(a.get("ip"), a.get("rate"))
+            return {"ok": True}
+        if op == "ip_rate_quota":
+            rate = quotas.ip_rates.rate_for(quotas_ip(a["ip"]))
+            bound = quotas.ip_sensor_bound(a["ip"])
+            return {"rate_for_ip": rate, "rate": rate, "bound": bound, "metric_bound": bound, "quota_bound": bound}
+        if op in ("ip_rate_metric", "listener_rate_metric", "broker_rate_metric"):
+            which = op.split("_", 1)[0]
+            value = quotas.measure(which, a.get("ip") if which == "ip" else a.get("listener"), t)
+            return {"rate": value, "value": value, "measured": value}
+        if op == "max_connections_exceeded":
+            exceeded = quotas.max_connections_exceeded(a["listener"])
+            return {"exceeded": exceeded, "result": exceeded, "value": exceeded}
+        raise Unsupported(f"op {op!r}")
+
+    return step
+
+
+def quotas_ip(ip: str) -> str:
+    from .connections import normalize_ip
+
+    return normalize_ip(ip)
+
+
 CASE_KINDS: dict[str, Callable[[Any, str, dict[str, Any]], Callable[[dict[str, Any]], Out]]] = {
     "sensor_rate": _sensor_case(Kind.RATE),
     "sensor_token_bucket": _sensor_case(Kind.TOKEN_BUCKET),
@@ -303,6 +373,7 @@ CASE_KINDS: dict[str, Callable[[Any, str, dict[str, Any]], Callable[[dict[str, A
     "quota_utils": _quota_utils_case,
     "client_quota_manager": _manager_case,
     "controller_mutation_quota": _controller_mutation_case,
+    "connection_quotas": _connection_quotas_case,
 }
 
 EXCEPTION_NAMES = {JavaIllegalArgument: "IllegalArgumentException"}
