@@ -19,6 +19,7 @@ one script call for a batch of admissions, state under one hash tag per broker).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 import time
@@ -51,6 +52,7 @@ class Admission(NamedTuple):
         return {ACCEPTED: "admit", BLOCKED: "delay", OK: "ok"}.get(self.result, "reject")
 
 
+@functools.lru_cache(maxsize=65536)
 def normalize_ip(ip: str) -> str:
     """An IPv4 or IPv6 literal in canonical form; anything else is a typed error."""
     try:
@@ -358,10 +360,29 @@ class RedisConnectionQuotas:
         self.prefix = f"qe:{{{namespace}|conn}}"
         self.counts_key = f"{self.prefix}:counts"
         self._script = client.register_script(lua_script("connection.lua"))
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """What every call sends about the broker and its listeners, built once per config."""
+        c = self.config
+        self._lindex = {name: i + 1 for i, name in enumerate(c.listeners)}
+        self._static_keys = [self.counts_key, f"{self.prefix}:rate:broker"] + [
+            f"{self.prefix}:rate:l:{name}" for name in c.listeners
+        ]
+        self._config_blob = struct.pack(
+            "<HiidiH", c.samples, c.window_ms, c.window_ms, float(c.max_connection_creation_rate),
+            c.max_connections, len(c.listeners),
+        )
+        self._listener_blob = b"".join(
+            struct.pack("<diB", float(c.listener_max_connection_creation_rate.get(name, INT_MAX)),
+                        c.listener_max_connections.get(name, INT_MAX), 1 if c.protected(name) else 0)
+            for name in c.listeners
+        )
 
     def update_config(self, config: ConnectionConfig) -> None:
         """New limits apply to the next operation; waiting acceptors are told to re-check their slot."""
         self.config = config
+        self._prepare()
         self._publish()
 
     def update_ip_rate(self, ip: str | None, rate: int | None) -> None:
@@ -375,34 +396,30 @@ class RedisConnectionQuotas:
 
     def _run(self, ops: Sequence[tuple[str, str | None, str | None, int]]) -> list[tuple[int, int, int, int, float]]:
         c = self.config
-        listeners = list(c.listeners)
-        lindex = {name: i + 1 for i, name in enumerate(listeners)}
+        lindex = self._lindex
         ips: dict[str, int] = {}
-        packed = []
+        flat: list[float] = []
         for op, listener, ip, t in ops:
-            li = lindex[c.check_listener(listener)] if listener is not None else 1
+            if listener is None:
+                li = 1
+            else:
+                li = lindex.get(listener) or lindex[c.check_listener(listener)]
             ii = 0
             if ip is not None:
                 ip = normalize_ip(ip)
                 ii = ips.setdefault(ip, len(ips) + 1)
-            packed.append(struct.pack("<BHHd", _OP[op], li, ii, float(t)))
-        keys = [self.counts_key, f"{self.prefix}:rate:broker"]
-        keys += [f"{self.prefix}:rate:l:{name}" for name in listeners]
-        keys += [f"{self.prefix}:rate:ip:{ip}" for ip in ips]
+            flat += (_OP[op], li, ii, t)
+        rate_for, max_for = self.ip_rates.rate_for, c.max_for_ip
         args = [
-            b"".join(packed),
+            struct.pack("<" + "BHHd" * len(ops), *flat),
             self.expiry_ms,
-            struct.pack("<HiidiH", c.samples, c.window_ms, c.window_ms, float(c.max_connection_creation_rate),
-                        c.max_connections, len(listeners)),
-            b"".join(
-                struct.pack("<diB", float(c.listener_max_connection_creation_rate.get(name, INT_MAX)),
-                            c.listener_max_connections.get(name, INT_MAX), 1 if c.protected(name) else 0)
-                for name in listeners
-            ),
-            b"".join(struct.pack("<di", float(self.ip_rates.rate_for(ip)), c.max_for_ip(ip)) for ip in ips),
-            *listeners,
+            self._config_blob,
+            self._listener_blob,
+            struct.pack("<" + "di" * len(ips), *[x for ip in ips for x in (float(rate_for(ip)), max_for(ip))]),
+            *c.listeners,
             *ips,
         ]
+        keys = self._static_keys + [f"{self.prefix}:rate:ip:{ip}" for ip in ips]
         try:
             raw = self._script(keys=keys, args=args)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:

@@ -62,18 +62,26 @@ local function sensor(ki, t, persistent)
   if not persistent and expired(s, K_SUM, t, expiry) then
     s = fresh_state(K_SUM, t); states[ki] = s
   end
-  s_full(s)
   s.t = t
   return s
 end
 
--- Sensor.record(v, t, checkQuotas) on a rate sensor; returns the bounded throttle (0 within the rate)
+-- Sensor.record(v, t, checkQuotas) on a rate sensor; returns the bounded throttle (0 within the rate).
+-- The lean path of sampled.lua when the record neither opens nor purges a slot.
 local function record(s, v, t, bound)
   local tt = t - s[1]
-  f_record(s, K_SUM, samples, window, v, tt)
-  s[7] = tt
-  if not bound then return 0 end
-  local rate, ws = f_measure(s, samples, window, tt)
+  local rate, ws
+  if l_ok(s, samples, window, tt, true) then
+    l_record(s, K_SUM, v, tt)
+    if not bound then return 0 end
+    rate, ws = l_measure(s, samples, window, tt)
+  else
+    s_full(s)
+    f_record(s, K_SUM, samples, window, v, tt)
+    s[7] = tt
+    if not bound then return 0 end
+    rate, ws = f_measure(s, samples, window, tt)
+  end
   if rate <= bound then return 0 end
   local x = (rate - bound) / bound * ws
   if x ~= x then return 0 end
@@ -125,12 +133,14 @@ for j = 1, n do
   elseif op == 5 then
     if sensors_raw[ikey] or states[ikey] then
       local s = sensor(ikey, t, false)
+      s_full(s)
       value = f_measure(s, samples, window, t - s[1])
     else
       value = 0 / 0
     end
   elseif op == 6 or op == 7 then
     local s = sensor(op == 6 and lkey or 2, t, true)
+    s_full(s)
     value = f_measure(s, samples, window, t - s[1])
   elseif op == 8 then
     if total > broker_max and not l_prot[li] then value = 1 end
@@ -158,7 +168,7 @@ for j = 1, n do
   end
   local c = 0
   if ii > 0 then c = icount[ii] end
-  out[j] = spack('<Biiid', res, throttle, c, total, value)
+  out[5 * j - 4], out[5 * j - 3], out[5 * j - 2], out[5 * j - 1], out[5 * j] = res, throttle, c, total, value
 end
 
 -- write back
@@ -181,4 +191,4 @@ end
 rcall('HSET', KEYS[1], unpack(hset, 1, nh))
 if #gone > 0 then rcall('HDEL', KEYS[1], unpack(gone)) end
 if released then rcall('PUBLISH', KEYS[1], 'released') end
-return table.concat(out)
+return spack(srep('<Biiid', n), unpack(out, 1, 5 * n))

@@ -1,4 +1,4 @@
-"""The engine benchmark runs end to end and reports every figure the issue asks for.
+"""The benchmarks run end to end and report every figure their issues ask for.
 
 Only the shape of its output is checked here: timings belong to the benchmark, not to tests.
 """
@@ -28,3 +28,14 @@ def test_quick_run_ends_with_one_json_line_of_figures(redis_url: str) -> None:
     assert REQUIRED <= summary.keys()
     assert all(summary[k] > 0 for k in REQUIRED)
     assert summary["degraded"] == 0
+
+
+def test_connection_benchmark_quick_run_reports_its_ratio(redis_url: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/connection_bench.py", "--quick", "--redis-url", redis_url,
+         "--seconds", "0.3", "--scale-ips", "0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["admission_ratio"] > 0 and summary["admissions_per_s"] > 0
