@@ -21,6 +21,7 @@ from .managers import FAIL_OPEN, ClientQuotaManager, manager_for
 from .redis_backend import UNAVAILABLE, RedisBackend
 
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
+KEY_SEP = "\x1f"  # between an entity's field and a quota key in the config hash
 
 
 def namespace_for_broker(cluster: str, broker_id: int | str) -> str:
@@ -86,8 +87,9 @@ class AlterOp:
     value: float | int | None
 
 
-_ALTER_LUA = """
--- KEYS[1] config hash, KEYS[2] version; ARGV: channel, then field/json pairs ('' = delete the field)
+#: Sets/deletes hash fields with a new version and announces it; shared by the engine's config stores.
+ALTER_LUA = """
+-- KEYS[1] config hash, KEYS[2] version; ARGV: channel, then field/value pairs ('' = delete the field)
 local version = redis.call('INCR', KEYS[2])
 for i = 2, #ARGV, 2 do
   if ARGV[i + 1] == '' then
@@ -110,7 +112,7 @@ class QuotaConfigStore:
         self.hash_key = f"qe:{{{namespace}}}:config"
         self.version_key = f"qe:{{{namespace}}}:config-version"
         self.channel = f"qe:config:{namespace}"
-        self._alter = client.register_script(_ALTER_LUA)
+        self._alter = client.register_script(ALTER_LUA)
 
     def load(self) -> tuple[int, dict[EntityRef, dict[str, float]]]:
         """The version and every entity's quotas, read in one transaction."""
@@ -121,7 +123,10 @@ class QuotaConfigStore:
                 version, raw = p.execute()
         except UNAVAILABLE as e:
             raise EngineUnavailable(f"Redis is unreachable for quota config: {e}") from e
-        config = {EntityRef.from_field(f.decode()): json.loads(v) for f, v in raw.items()}
+        config: dict[EntityRef, dict[str, float]] = {}
+        for f, v in raw.items():
+            entity, _, key = f.decode().rpartition(KEY_SEP)
+            config.setdefault(EntityRef.from_field(entity), {})[key] = float(v)
         return int(version or 0), config
 
     def version(self) -> int:
@@ -144,17 +149,10 @@ class QuotaConfigStore:
                 validate_quota_key(op.key, op.entity.kind)
         if validate_only or not ops:
             return self.version()
-        _, current = self.load()
-        touched: dict[EntityRef, dict[str, float]] = {}
-        for op in ops:
-            values = touched.setdefault(op.entity, dict(current.get(op.entity, {})))
-            if op.value is None:
-                values.pop(op.key, None)
-            else:
-                values[op.key] = float(op.value)
+        # one field per (entity, key): a change never reads and rewrites a neighbour's value
         args: list[Any] = [self.channel]
-        for entity, values in touched.items():
-            args += [entity.field(), json.dumps(values, sort_keys=True) if values else ""]
+        for op in ops:
+            args += [op.entity.field() + KEY_SEP + op.key, "" if op.value is None else repr(float(op.value))]
         try:
             return int(self._alter(keys=[self.hash_key, self.version_key], args=args))
         except UNAVAILABLE as e:
