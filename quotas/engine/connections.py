@@ -29,7 +29,9 @@ from typing import NamedTuple
 
 import redis
 
+from .config import QuotaConfigStore
 from .decisions import SENSOR_EXPIRY_MS
+from .entities import DEFAULT
 from .errors import EngineUnavailable, JavaIllegalArgument, QuotaEngineError, QuotaValidationError
 from .javamath import INT_MAX, java_round, to_int
 from .quota_utils import rate_throttle_raw
@@ -200,6 +202,16 @@ class IpRates:
 
     def rate_for(self, ip: str) -> int:
         return self.overrides.get(ip, self.default)
+
+    @classmethod
+    def from_store(cls, store: QuotaConfigStore) -> IpRates:
+        """The ``connection_creation_rate`` of every ip entity in a namespace's quota config."""
+        rates = cls()
+        _, config = store.load()
+        for entity, values in config.items():
+            if entity.ip is not None and "connection_creation_rate" in values:
+                rates.update(None if entity.ip == DEFAULT else entity.ip, int(values["connection_creation_rate"]))
+        return rates
 
 
 # ---------------------------------------------------------------- the reference model

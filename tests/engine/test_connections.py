@@ -202,3 +202,16 @@ def test_redis_equals_model_on_random_acceptor_traffic(seed: int, redis_client, 
         assert getattr(real, op)(listener, ip, t) == getattr(model, op)(listener, ip, t)
     for which, name in [("broker", None), ("listener", "ADMIN"), ("ip", ips[0])]:
         assert real.measure(which, name, t) == model.measure(which, name, t)
+
+
+def test_ip_rates_come_from_the_namespace_quota_config(redis_client, namespace) -> None:
+    from quotas.engine.config import AlterOp, EntityRef, QuotaConfigStore
+    from quotas.engine.connections import IpRates
+
+    store = QuotaConfigStore(redis_client, namespace)
+    store.alter([AlterOp(EntityRef(ip="10.0.0.1"), "connection_creation_rate", 5),
+                 AlterOp(EntityRef.parse({"ip": None}), "connection_creation_rate", 2)])
+    q = make("redis", redis_client, namespace)
+    q.ip_rates = IpRates.from_store(store)
+    assert (q.ip_rates.rate_for("10.0.0.1"), q.ip_rates.rate_for("10.0.0.2")) == (5, 2)
+    assert [q.inc("EXTERNAL", "10.0.0.2", T0).result for _ in range(3)] == [ACCEPTED, ACCEPTED, IP_THROTTLED]
