@@ -23,6 +23,8 @@ from .errors import JavaIllegalArgument, QuotaEngineError, ThrottlingQuotaExceed
 from .javamath import LONG_MAX, java_round
 from .managers import ControllerMutationQuotaManager, manager_for
 from .model import ModelBackend
+from .pulsar_replay import KINDS as PULSAR_KINDS
+from .pulsar_replay import replay_pulsar_case
 from .quota_utils import bounded_throttle_time_ms, throttle_time_ms, token_bucket_throttle_ms
 
 Out = dict[str, Any]
@@ -380,6 +382,9 @@ EXCEPTION_NAMES = {JavaIllegalArgument: "IllegalArgumentException"}
 
 
 def replay_case(factory: EngineFactory, case: dict[str, Any]) -> list[Any] | Out:
+    if case.get("kind") in PULSAR_KINDS:
+        # the limiter lives in the broker's process: both engines run the same asyncio implementation
+        return replay_pulsar_case(case, full=True)
     make = CASE_KINDS.get(case.get("kind", ""))
     if make is None:
         return {"unsupported": f"kind {case.get('kind')!r} is not implemented by this engine yet"}
@@ -404,7 +409,12 @@ def _guarded(step_fn: Callable[[dict[str, Any]], Out], s: dict[str, Any]) -> Out
 
 
 def _restrict(out: Any, expected: Any) -> Any:
-    """Keep the keys the file's step lists (the contract: one OUT per step with those keys)."""
+    """Keep the keys the file's step lists (the contract: one OUT per step with those keys).
+
+    Pulsar's vectors state only ``expect``; its ``message_contains`` form is answered by ``message``.
+    """
+    if isinstance(expected, dict) and "message_contains" in expected:
+        expected = {**expected, "message": None}
     if isinstance(out, list) and isinstance(expected, list):
         return [_restrict(o, e) for o, e in zip(out, expected, strict=False)]
     if isinstance(out, dict) and isinstance(expected, dict) and "exception" not in out:
@@ -439,7 +449,8 @@ def replay(doc: dict[str, Any], engine: str = "model", redis_url: str | None = N
             cases.append({"id": case["id"], "steps": [], **result})
             continue
         steps = [
-            _restrict(o, s.get("oracle")) if "oracle" in s else o for o, s in zip(result, case["steps"], strict=True)
+            _restrict(o, s["oracle"]) if "oracle" in s else _restrict(o, s.get("expect", {}))
+            for o, s in zip(result, case["steps"], strict=True)
         ]
         cases.append({"id": case["id"], "steps": steps})
     return {"cases": cases}
