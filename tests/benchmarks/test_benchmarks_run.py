@@ -39,3 +39,13 @@ def test_connection_benchmark_quick_run_reports_its_ratio(redis_url: str) -> Non
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["admission_ratio"] > 0 and summary["admissions_per_s"] > 0
+
+
+def test_limiter_benchmark_quick_run_reports_its_overhead() -> None:
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/limiter_bench.py", "--quick"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["pairs_per_s"] > 0 and summary["baseline_pairs_per_s"] > 0 and summary["overhead_ratio"] > 0
