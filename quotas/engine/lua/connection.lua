@@ -71,8 +71,13 @@ end
 local function record(s, v, t, bound)
   local tt = t - s[1]
   local rate, ws
-  if l_ok(s, samples, window, tt, true) then
+  local lean = l_ok(s, samples, window, tt, true)
+  if lean then
     l_record(s, K_SUM, v, tt)
+  elseif s.raw and s[3] > 0 and tt - sunpack('<i', s.raw, s.tpos + 8 * s[2]) >= window then
+    lean = l_roll_record(s, K_SUM, samples, window, v, tt)
+  end
+  if lean then
     if not bound then return 0 end
     rate, ws = l_measure(s, samples, window, tt)
   else

@@ -153,13 +153,23 @@ while pos <= len do
     else
       local tt = t - s[1]
       local n = s[3]
-      if op == OP_RECORD and n > 0 and s.raw and tt - s[4] < samples * window
-          and tt - sunpack('<i', s.raw, s.tpos + 8 * s[2]) < window and (s[6] > s[4] or n == 1) then
-        -- the most common decision, inline: a record into the current slot, nothing purged
-        local i = 8 + s[2]
-        if kind == K_SUM or kind == K_SIMPLE then s[i] = s[i] + val elseif kind == K_COUNT then s[i] = s[i] + 1.0 else s[i] = 1.0 end
-        s[6] = tt; s[7] = tt
-        if n == 1 then s[4] = tt end
+      local lean_record = false
+      if op == OP_RECORD and n > 0 and s.raw then
+        if tt - sunpack('<i', s.raw, s.tpos + 8 * s[2]) < window then
+          if tt - s[4] < samples * window and (s[6] > s[4] or n == 1) then
+            -- the most common decision, inline: a record into the current slot, nothing purged
+            local i = 8 + s[2]
+            if kind == K_SUM or kind == K_SIMPLE then s[i] = s[i] + val elseif kind == K_COUNT then s[i] = s[i] + 1.0 else s[i] = 1.0 end
+            s[6] = tt; s[7] = tt
+            if n == 1 then s[4] = tt end
+            lean_record = true
+          end
+        else
+          lean_record = l_roll_record(s, kind, samples, window, val, tt)
+        end
+      end
+      if lean_record then
+        n = s[3]
         bits = 2
         sum = 0.0
         for k = 8, 7 + n do sum = sum + s[k] end
