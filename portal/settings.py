@@ -166,6 +166,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "portal.pagination.DefaultCursorPagination",
     "PAGE_SIZE": 50,
+    # Every error is {"code", "message", "details"} (quotas/api/errors.py).
+    "EXCEPTION_HANDLER": "quotas.api.errors.exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {

@@ -1,1 +1,65 @@
-"""Admin registrations for the quota models (none yet)."""
+"""Admin for the quota models: clusters with their brokers and listeners, and a read-mostly view of quotas.
+
+Quota values are changed through the API (AlterClientQuotas), which validates them with the
+engine and bumps the desired-state version; the admin therefore shows them read-only.
+"""
+
+from django.contrib import admin
+from django.db.models import Model
+from django.http import HttpRequest
+
+from quotas.models import Broker, Cluster, DesiredStateVersion, Listener, QuotaEntity, QuotaValue
+
+
+class BrokerInline(admin.TabularInline):
+    model = Broker
+    extra = 0
+
+
+class ListenerInline(admin.TabularInline):
+    model = Listener
+    extra = 0
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    list_display = ["name", "connector", "scope", "capacity_in_bytes_per_s", "capacity_out_bytes_per_s"]
+    list_filter = ["connector", "scope"]
+    search_fields = ["name", "description"]
+    inlines = [BrokerInline, ListenerInline]
+
+
+class QuotaValueInline(admin.TabularInline):
+    model = QuotaValue
+    extra = 0
+    readonly_fields = ["key", "value"]
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+
+@admin.register(QuotaEntity)
+class QuotaEntityAdmin(admin.ModelAdmin):
+    """Read-only: changes go through AlterClientQuotas so they are validated and versioned."""
+
+    list_display = ["__str__", "cluster", "user", "client_id", "ip"]
+    list_filter = ["cluster"]
+    search_fields = ["user", "client_id", "ip"]
+    readonly_fields = ["cluster", "user", "client_id", "ip"]
+    inlines = [QuotaValueInline]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+
+@admin.register(DesiredStateVersion)
+class DesiredStateVersionAdmin(admin.ModelAdmin):
+    list_display = ["cluster", "version", "updated"]
+    readonly_fields = ["cluster", "version", "updated"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

@@ -1,0 +1,1 @@
+"""The quota API: Kafka-shaped client-quota operations and the clusters they apply to."""

@@ -1,0 +1,97 @@
+"""One error shape for the whole API: ``{"code", "message", "details"}``.
+
+Codes follow Kafka's error names where Kafka has one (INVALID_REQUEST), so a client
+branches on ``code`` the way a Kafka admin client branches on the error code; the
+message says what to change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404
+from rest_framework import exceptions, serializers, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from quotas.engine.errors import EngineUnavailable, QuotaEngineError
+
+#: DRF exceptions -> the code a client sees. Unknown APIExceptions use their default_code, upper-cased.
+_CODES: dict[type[exceptions.APIException], str] = {
+    exceptions.ValidationError: "INVALID_REQUEST",
+    exceptions.ParseError: "INVALID_REQUEST",  # a body that is not JSON is an invalid request too
+    exceptions.NotAuthenticated: "NOT_AUTHENTICATED",
+    exceptions.AuthenticationFailed: "AUTHENTICATION_FAILED",
+    exceptions.PermissionDenied: "PERMISSION_DENIED",
+    exceptions.NotFound: "NOT_FOUND",
+    exceptions.MethodNotAllowed: "METHOD_NOT_ALLOWED",
+    exceptions.NotAcceptable: "NOT_ACCEPTABLE",
+    exceptions.UnsupportedMediaType: "UNSUPPORTED_MEDIA_TYPE",
+    exceptions.Throttled: "THROTTLED",
+}
+
+
+class ApiError(exceptions.APIException):
+    """An error with its code, message and details chosen by the view."""
+
+    def __init__(self, code: str, message: str, details: Any = None, status_code: int = 400) -> None:
+        super().__init__(detail=message, code=code)
+        self.code = code
+        self.message = message
+        self.details = details
+        self.status_code = status_code
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The body of every error response (for the schema)."""
+
+    code = serializers.CharField(help_text="INVALID_REQUEST, NOT_FOUND, PERMISSION_DENIED, NOT_AUTHENTICATED, ...")
+    message = serializers.CharField(help_text="What went wrong and what to change.")
+    details = serializers.JSONField(allow_null=True, help_text="Per-field or per-entry errors, when there are any.")
+
+
+def _first_error(detail: Any, path: str = "") -> str:
+    """The first leaf of a DRF error tree, prefixed with where it is (``entries.0.ops.1.key: ...``)."""
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            name = "" if key == "non_field_errors" else str(key)
+            return _first_error(value, f"{path}.{name}" if path and name else path or name)
+    if isinstance(detail, list):
+        for i, value in enumerate(detail):
+            if isinstance(value, dict | list):
+                return _first_error(value, f"{path}.{i}" if path else str(i))
+            return _first_error(value, path)
+    return f"{path}: {detail}" if path else str(detail)
+
+
+def _body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    return {"code": code, "message": message, "details": details}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's handler (status, WWW-Authenticate, Retry-After, rollback), re-shaped into the API's error body.
+
+    The engine's typed errors (QuotaValidationError & co.) keep their Kafka code: 400, or 503
+    when Redis is unreachable. Anything else unhandled stays a 500 from Django.
+    """
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound(*exc.args)
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied(*exc.args)
+    elif isinstance(exc, QuotaEngineError):
+        http = status.HTTP_503_SERVICE_UNAVAILABLE if isinstance(exc, EngineUnavailable) else 400
+        exc = ApiError(exc.code, exc.message, status_code=http)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, ApiError):
+        response.data = _body(exc.code, exc.message, exc.details)
+    elif isinstance(exc, exceptions.ValidationError):
+        response.data = _body("INVALID_REQUEST", _first_error(exc.detail), exc.detail)
+    elif isinstance(exc, exceptions.APIException):
+        code = next((c for cls, c in _CODES.items() if isinstance(exc, cls)), str(exc.default_code).upper())
+        detail = exc.detail
+        message = _first_error(detail) if isinstance(detail, dict | list) else str(detail)
+        response.data = _body(code, message, detail if isinstance(detail, dict | list) else None)
+    return response

@@ -1,0 +1,27 @@
+"""URLs of the quota API, included under /api/ (NetBox style: one router per app)."""
+
+from django.urls import path
+from rest_framework.routers import SimpleRouter
+
+from quotas.api import views
+
+app_name = "quotas-api"
+
+router = SimpleRouter()
+router.register("clusters", views.ClusterViewSet, basename="cluster")
+
+# Kafka's admin operations keep their verb names, as RPCs on a cluster.
+urlpatterns = [
+    path(
+        "clusters/<str:cluster>/client-quotas/describe",
+        views.DescribeClientQuotasView.as_view(),
+        name="client-quotas-describe",
+    ),
+    path(
+        "clusters/<str:cluster>/client-quotas/alter",
+        views.AlterClientQuotasView.as_view(),
+        name="client-quotas-alter",
+    ),
+    path("clusters/<str:cluster>/effective-quota", views.EffectiveQuotaView.as_view(), name="effective-quota"),
+    *router.urls,
+]

@@ -1,0 +1,44 @@
+"""Choice sets of the quota models and API, in one place (NetBox style).
+
+Entity types and quota keys come from the engine, so the portal and the brokers
+can never disagree about which names exist.
+"""
+
+from django.db import models
+
+from quotas.engine.config import CLIENT_ID, IP, USER
+from quotas.engine.entities import QUOTA_KEYS
+
+
+class ConnectorKind(models.TextChoices):
+    """How the portal applies a cluster's desired state."""
+
+    ENGINE = "engine", "Quota engine (Redis)"
+    KAFKA = "kafka", "Kafka Admin API"
+
+
+class QuotaScope(models.TextChoices):
+    """Kafka's quotas are per broker; the engine can also keep one budget for the whole cluster."""
+
+    PER_BROKER = "per_broker", "Per broker (as Kafka)"
+    CLUSTER_WIDE = "cluster_wide", "Cluster-wide (engine only)"
+
+
+class EntityType(models.TextChoices):
+    """The entity types of Kafka's client quotas, spelled as its protocol spells them."""
+
+    USER = USER, "User principal"
+    CLIENT_ID = CLIENT_ID, "Client id"
+    IP = IP, "IP address"
+
+
+class MatchType(models.TextChoices):
+    """DescribeClientQuotas filter matching: a name, the default entity, or any non-default name."""
+
+    EXACT = "exact", "Exact name"
+    DEFAULT = "default", "The default entity"
+    SPECIFIED = "specified", "Any specified (non-default) name"
+
+
+QuotaKey = models.TextChoices("QuotaKey", [(key, key) for key in QUOTA_KEYS])
+QuotaKey.__doc__ = "Kafka's five client-quota config keys (taken from the engine)."

@@ -1,0 +1,107 @@
+"""The clusters whose quotas the portal manages, and their brokers and listeners."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models, transaction
+
+from quotas.choices import ConnectorKind, QuotaScope
+
+#: Cluster names appear in URLs and in the engine's Redis namespaces (inside a {hash tag}), so keep them plain.
+cluster_name_validator = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9_-]*\Z",
+    "Use letters, digits, '-' and '_' only, starting with a letter or digit.",
+)
+
+
+class Cluster(models.Model):
+    """A Kafka-style cluster: where its desired quotas are pushed and how they are scoped."""
+
+    name = models.CharField(max_length=64, unique=True, validators=[cluster_name_validator])
+    description = models.CharField(max_length=200, blank=True)
+    connector = models.CharField(
+        max_length=16,
+        choices=ConnectorKind.choices,
+        default=ConnectorKind.ENGINE,
+        help_text="engine: the quota engine in Redis; kafka: the cluster's Admin API.",
+    )
+    scope = models.CharField(
+        max_length=16,
+        choices=QuotaScope.choices,
+        default=QuotaScope.PER_BROKER,
+        help_text="per_broker as Kafka does; cluster_wide (one shared budget) needs the engine.",
+    )
+    capacity_in_bytes_per_s = models.PositiveBigIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Ingress capacity; empty = unknown."
+    )
+    capacity_out_bytes_per_s = models.PositiveBigIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Egress capacity; empty = unknown."
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    last_updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            # Kafka's brokers cannot share one budget: only the engine keeps a cluster-wide namespace.
+            models.CheckConstraint(
+                condition=~models.Q(connector=ConnectorKind.KAFKA, scope=QuotaScope.CLUSTER_WIDE),
+                name="quotas_cluster_kafka_is_per_broker",
+                violation_error_message="A kafka cluster can only be scoped per_broker; cluster_wide needs the engine.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """A new cluster starts at desired-state version 0, so a quota change only ever bumps an existing row."""
+        from quotas.models.quotas import DesiredStateVersion
+
+        adding = self._state.adding
+        with transaction.atomic():
+            super().save(*args, **kwargs)
+            if adding:
+                DesiredStateVersion.objects.get_or_create(cluster=self)
+
+
+class Broker(models.Model):
+    """One broker of a cluster; per-broker quotas are pushed to each of them."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="brokers")
+    broker_id = models.PositiveIntegerField(help_text="Kafka's broker.id (node.id).")
+    host = models.CharField(max_length=255, help_text="host:port the connector reaches the broker at.")
+
+    class Meta:
+        ordering = ["cluster", "broker_id"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "broker_id"], name="quotas_broker_unique_id")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/broker-{self.broker_id}"
+
+
+class Listener(models.Model):
+    """A listener of a cluster's brokers (KIP-612 connection quotas are per listener)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="listeners")
+    name = models.CharField(max_length=64, help_text="The listener name, e.g. PLAINTEXT or INTERNAL.")
+    is_inter_broker = models.BooleanField(
+        default=False, help_text="The inter-broker listener bypasses the broker-wide connection limits."
+    )
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="quotas_listener_unique_name"),
+            models.UniqueConstraint(
+                fields=["cluster"],
+                condition=models.Q(is_inter_broker=True),
+                name="quotas_listener_one_inter_broker",
+                violation_error_message="A cluster has one inter-broker listener.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"

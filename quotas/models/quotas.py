@@ -1,0 +1,471 @@
+"""Desired client quotas: entities, their values, and the per-cluster desired-state version.
+
+The rules (which keys exist, which values Kafka accepts, how entity names are
+formed, the 8-level precedence) are the engine's (``quotas.engine``); this module
+only stores what passed them and answers Kafka's three questions over the rows:
+DescribeClientQuotas, AlterClientQuotas and "which quota applies to this client".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from django.db import models, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from quotas.choices import MatchType, QuotaKey
+from quotas.engine.config import CLIENT_ID, IP, USER, EntityRef
+from quotas.engine.connections import IpRates, normalize_ip
+from quotas.engine.entities import (
+    DEFAULT,
+    QUOTA_KEYS,
+    TYPE_OF_KEY,
+    ClientEntity,
+    QuotaOverrides,
+    QuotaType,
+    level_entity,
+    sanitize,
+    validate_quota_key,
+    validate_quota_value,
+)
+from quotas.engine.errors import QuotaEngineError, QuotaValidationError
+from quotas.models.clusters import Cluster
+
+#: Kafka's entity type -> the QuotaEntity column that holds its name.
+ENTITY_FIELDS = {USER: "user", CLIENT_ID: "client_id", IP: "ip"}
+IP_KEY = "connection_creation_rate"
+
+
+class QuotaEntity(models.Model):
+    """A Kafka client-quota entity of one cluster: user and/or client-id, or an ip.
+
+    A NULL column is an absent part and the string ``<default>`` is Kafka's default
+    entity, so ``(user=alice, client_id=NULL)`` is ``/config/users/alice`` and
+    ``(user=<default>, client_id=<default>)`` is level 5. User names are stored raw
+    (the engine sanitizes them when resolving); ips in canonical form.
+    An entity exists only while it holds at least one value.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="quota_entities")
+    user = models.CharField(max_length=255, null=True, blank=True)
+    client_id = models.CharField(max_length=255, null=True, blank=True)
+    ip = models.CharField(max_length=64, null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "quota entities"
+        ordering = ["cluster", "pk"]
+        # NULLs are distinct in SQL unique indexes (SQLite and PostgreSQL < 15), so "unique together"
+        # is one partial unique index per entity shape; each shape has no NULL in its columns.
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ip__isnull=True) | Q(user__isnull=True, client_id__isnull=True),
+                name="quotas_entity_ip_alone",
+                violation_error_message="An ip entity cannot be combined with user or client-id.",
+            ),
+            models.CheckConstraint(
+                condition=Q(user__isnull=False) | Q(client_id__isnull=False) | Q(ip__isnull=False),
+                name="quotas_entity_not_empty",
+                violation_error_message="An entity names at least one of user, client-id or ip.",
+            ),
+            models.CheckConstraint(
+                condition=~Q(user="") & ~Q(client_id="") & ~Q(ip=""),
+                name="quotas_entity_no_empty_name",
+                violation_error_message="Entity names are never empty; the default entity is '<default>'.",
+            ),
+            models.UniqueConstraint(
+                fields=["cluster", "user", "client_id"],
+                condition=Q(user__isnull=False, client_id__isnull=False),
+                name="quotas_entity_unique_user_client",
+            ),
+            models.UniqueConstraint(
+                fields=["cluster", "user"],
+                condition=Q(user__isnull=False, client_id__isnull=True),
+                name="quotas_entity_unique_user",
+            ),
+            models.UniqueConstraint(
+                fields=["cluster", "client_id"],
+                condition=Q(user__isnull=True, client_id__isnull=False),
+                name="quotas_entity_unique_client",
+            ),
+            models.UniqueConstraint(
+                fields=["cluster", "ip"], condition=Q(ip__isnull=False), name="quotas_entity_unique_ip"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}:{self.path}"
+
+    @property
+    def components(self) -> dict[str, str]:
+        """The entity as Kafka's APIs name it: entity type -> name, default as ``<default>``."""
+        return {t: getattr(self, f) for t, f in ENTITY_FIELDS.items() if getattr(self, f) is not None}
+
+    @property
+    def path(self) -> str:
+        """Kafka's config path, e.g. ``/config/users/alice/clients/<default>`` or ``/config/ips/<default>``."""
+        return entity_path(self.user, self.client_id, self.ip)
+
+
+class QuotaValue(models.Model):
+    """One configured quota: a key of the entity and its value as a double (as Kafka keeps them)."""
+
+    entity = models.ForeignKey(QuotaEntity, on_delete=models.CASCADE, related_name="quota_values")
+    key = models.CharField(max_length=32, choices=QuotaKey.choices)
+    value = models.FloatField()
+
+    class Meta:
+        ordering = ["entity", "key"]
+        constraints = [
+            models.UniqueConstraint(fields=["entity", "key"], name="quotas_value_unique_key"),
+            # The engine refuses <= 0 (a quota of 0 overflows Kafka's throttle); the database refuses it too.
+            models.CheckConstraint(condition=Q(value__gt=0), name="quotas_value_positive"),
+            models.CheckConstraint(condition=Q(key__in=list(QUOTA_KEYS)), name="quotas_value_known_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.entity} {self.key}={self.value!r}"
+
+
+class DesiredStateVersion(models.Model):
+    """The version of a cluster's desired quota state, bumped in the transaction of every change.
+
+    Pushes to brokers carry it, so a broker (or the reconcile job) can tell which state it holds.
+    """
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, primary_key=True, related_name="desired_state")
+    version = models.PositiveBigIntegerField(default=0)
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}@{self.version}"
+
+    @classmethod
+    def lock(cls, cluster: Cluster) -> DesiredStateVersion:
+        """The cluster's version row, locked until the surrounding transaction ends (serializes changes)."""
+        cls.objects.get_or_create(cluster=cluster)
+        return cls.objects.select_for_update().get(cluster=cluster)
+
+    def bump(self) -> int:
+        """One more version; call it inside the transaction that changed the quotas."""
+        type(self).objects.filter(pk=self.pk).update(version=F("version") + 1, updated=timezone.now())
+        self.refresh_from_db(fields=["version", "updated"])
+        return self.version
+
+
+def entity_path(user: str | None = None, client_id: str | None = None, ip: str | None = None) -> str:
+    """Kafka's config path of an entity (names shown raw, the default as ``<default>``)."""
+    if ip is not None:
+        return f"/config/ips/{ip}"
+    path = "/config"
+    if user is not None:
+        path += f"/users/{user}"
+    if client_id is not None:
+        path += f"/clients/{client_id}"
+    return path
+
+
+# ------------------------------------------------------------------ DescribeClientQuotas
+
+
+@dataclass(frozen=True)
+class FilterComponent:
+    """One DescribeClientQuotas filter component; ``match`` only for ``exact``."""
+
+    entity_type: str
+    match_type: str
+    match: str | None = None
+
+
+def describe_client_quotas(
+    cluster: Cluster, components: Sequence[FilterComponent], strict: bool
+) -> models.QuerySet[QuotaEntity]:
+    """Kafka's DescribeClientQuotas as a lazy queryset (the caller pages through it; memory stays bounded).
+
+    ``exact`` matches the name, ``default`` the default entity, ``specified`` any non-default name;
+    ``strict`` keeps only entities with exactly the filtered entity types, otherwise they may have more.
+    Invalid filters raise QuotaValidationError with Kafka's reasons.
+    """
+    seen: set[str] = set()
+    for c in components:
+        if c.entity_type not in ENTITY_FIELDS:
+            raise QuotaValidationError(f"Unknown entity type {c.entity_type!r}; use user, client-id or ip.")
+        if c.entity_type in seen:
+            raise QuotaValidationError(f"Duplicate {c.entity_type} filter component; give each entity type once.")
+        seen.add(c.entity_type)
+        if c.match_type == MatchType.EXACT and not c.match:
+            raise QuotaValidationError(f"The exact {c.entity_type} filter needs a non-empty match name.")
+        if c.match_type != MatchType.EXACT and c.match is not None:
+            raise QuotaValidationError(
+                f"The {c.match_type} {c.entity_type} filter takes no match name; use match_type exact for a name."
+            )
+    if IP in seen and len(seen) > 1:
+        raise QuotaValidationError("An ip filter component cannot be combined with user or client-id components.")
+
+    qs = QuotaEntity.objects.filter(cluster=cluster)
+    for c in components:
+        column = ENTITY_FIELDS[c.entity_type]
+        if c.match_type == MatchType.EXACT:
+            qs = qs.filter(**{column: _canonical_ip(c.match) if c.entity_type == IP else c.match})
+        elif c.match_type == MatchType.DEFAULT:
+            qs = qs.filter(**{column: DEFAULT})
+        else:
+            qs = qs.filter(**{f"{column}__isnull": False}).exclude(**{column: DEFAULT})
+    if strict:
+        for entity_type, column in ENTITY_FIELDS.items():
+            if entity_type not in seen:
+                qs = qs.filter(**{f"{column}__isnull": True})
+    return qs.prefetch_related("quota_values")
+
+
+def _canonical_ip(name: str | None) -> str | None:
+    """Ips are stored canonical, so any spelling of an address finds its entity; a non-address matches nothing."""
+    try:
+        return normalize_ip(name) if name not in (None, DEFAULT) else name
+    except QuotaValidationError:
+        return name
+
+
+# ------------------------------------------------------------------ AlterClientQuotas
+
+
+@dataclass(frozen=True)
+class QuotaOp:
+    """Set ``key`` to ``value``, or delete it when ``remove`` (the value is then ignored, as Kafka does)."""
+
+    key: str
+    value: object = None
+    remove: bool = False
+
+
+@dataclass(frozen=True)
+class Alteration:
+    """One AlterClientQuotas entry: the entity as (entity type, name) pairs (None = default) and its ops."""
+
+    entity: Sequence[tuple[str, str | None]]
+    ops: Sequence[QuotaOp]
+
+
+@dataclass(frozen=True)
+class EntryResult:
+    """Kafka's per-entry answer: the entity as given and the error (None = NONE)."""
+
+    entity: Sequence[tuple[str, str | None]]
+    error: QuotaEngineError | None = None
+
+    @property
+    def error_code(self) -> str:
+        return "NONE" if self.error is None else self.error.code
+
+    @property
+    def error_message(self) -> str | None:
+        return None if self.error is None else self.error.message
+
+
+@dataclass
+class AlterOutcome:
+    """What an accepted batch did: the cluster's desired-state version after it, and whether anything changed."""
+
+    version: int
+    changed: bool
+    results: list[EntryResult] = field(default_factory=list)
+
+
+class AlterationRejected(QuotaValidationError):
+    """At least one entry is invalid; nothing was applied. ``results`` holds the answer of every entry."""
+
+    def __init__(self, results: list[EntryResult]) -> None:
+        bad = [(i, r.error) for i, r in enumerate(results) if r.error is not None]
+        first, error = bad[0]
+        super().__init__(
+            f"{len(bad)} of {len(results)} entries invalid, nothing was changed (every entry's answer is in "
+            f"details.entries); entry {first}: {error.message}"
+        )
+        self.results = results
+
+
+_NAME_MAX = {t: QuotaEntity._meta.get_field(f).max_length for t, f in ENTITY_FIELDS.items()}
+
+
+def _parse_entity(components: Sequence[tuple[str, str | None]]) -> EntityRef:
+    """Kafka's entity rules (the engine's ``EntityRef.parse``), plus what a list form and the columns add."""
+    mapping: dict[str, str | None] = {}
+    for entity_type, name in components:
+        if entity_type in mapping:
+            raise QuotaValidationError(f"Duplicate entity type {entity_type!r} in one entity; give each type once.")
+        mapping[entity_type] = name
+    ref = EntityRef.parse(mapping)
+    for entity_type, name in mapping.items():
+        limit = _NAME_MAX[entity_type]
+        if name is not None and len(name) > limit:
+            raise QuotaValidationError(f"The {entity_type} name is {len(name)} characters long; at most {limit} fit.")
+    if ref.ip is not None and ref.ip != DEFAULT:
+        ref = EntityRef(ip=normalize_ip(ref.ip))  # one row per address, however it is spelled
+    return ref
+
+
+def _validate_entry(
+    entry: Alteration, seen: set[tuple[EntityRef, str]]
+) -> tuple[EntityRef, list[tuple[str, float | None]]]:
+    """The engine's key/value rules for each op; a key altered twice in the batch is refused as the engine does."""
+    ref = _parse_entity(entry.entity)
+    ops: list[tuple[str, float | None]] = []
+    for op in entry.ops:
+        if (ref, op.key) in seen:
+            raise QuotaValidationError(f"Key {op.key!r} is altered twice for the same entity {ref.field()}.")
+        seen.add((ref, op.key))
+        if op.remove:
+            validate_quota_key(op.key, ref.kind)
+            ops.append((op.key, None))
+        elif op.value is None:
+            validate_quota_key(op.key, ref.kind)
+            raise QuotaValidationError(f"{op.key} needs a value; to delete the quota send remove: true.")
+        else:
+            ops.append((op.key, validate_quota_value(op.key, op.value, ref.kind)))
+    return ref, ops
+
+
+def alter_client_quotas(cluster: Cluster, entries: Sequence[Alteration], validate_only: bool = False) -> AlterOutcome:
+    """Kafka's AlterClientQuotas on the desired state, whole or nothing.
+
+    Every entry is validated first (each gets Kafka's error code and message); if any is
+    invalid, AlterationRejected carries all answers and nothing is written. Otherwise the
+    batch is applied in one transaction that also bumps the cluster's desired-state version
+    (only when a row really changed). ``validate_only`` stops after validation.
+    """
+    seen: set[tuple[EntityRef, str]] = set()
+    results: list[EntryResult] = []
+    validated: list[tuple[EntityRef, list[tuple[str, float | None]]]] = []
+    for entry in entries:
+        try:
+            validated.append(_validate_entry(entry, seen))
+            results.append(EntryResult(entry.entity))
+        except QuotaEngineError as e:
+            results.append(EntryResult(entry.entity, e))
+    if any(r.error is not None for r in results):
+        raise AlterationRejected(results)
+    if validate_only:
+        state = DesiredStateVersion.objects.filter(cluster=cluster).first()
+        return AlterOutcome(state.version if state else 0, False, results)
+
+    with transaction.atomic():
+        state = DesiredStateVersion.lock(cluster)
+        changed = False
+        for ref, ops in validated:
+            changed |= _apply(cluster, ref, ops)
+        version = state.bump() if changed else state.version
+    return AlterOutcome(version, changed, results)
+
+
+def _apply(cluster: Cluster, ref: EntityRef, ops: Iterable[tuple[str, float | None]]) -> bool:
+    """Write one validated entry; True when a row changed. An entity left without values is deleted."""
+    sets = {key: value for key, value in ops if value is not None}
+    removes = [key for key, value in ops if value is None]
+    entity = QuotaEntity.objects.filter(cluster=cluster, user=ref.user, client_id=ref.client_id, ip=ref.ip).first()
+    if entity is None:
+        if not sets:
+            return False
+        entity = QuotaEntity.objects.create(cluster=cluster, user=ref.user, client_id=ref.client_id, ip=ref.ip)
+    changed = False
+    if removes:
+        deleted, _ = entity.quota_values.filter(key__in=removes).delete()
+        changed = deleted > 0
+    for key, value in sets.items():
+        row, created = QuotaValue.objects.get_or_create(entity=entity, key=key, defaults={"value": value})
+        if not created and row.value != value:
+            row.value = value
+            row.save(update_fields=["value"])
+            changed = True
+        changed |= created
+    if not entity.quota_values.exists():
+        entity.delete()
+    return changed
+
+
+# ------------------------------------------------------------------ the quota that applies
+
+
+@dataclass(frozen=True)
+class EffectiveQuota:
+    """The value of one key that applies to a client, where it comes from and what was passed over.
+
+    ``level`` is 1..8 for client quotas (Kafka's precedence) and 1 (the ip) or 2 (``<default>`` ip)
+    for connection_creation_rate; ``skipped`` are the more specific levels that hold no value.
+    """
+
+    key: str
+    value: float | None
+    level: int | None
+    entity: str | None
+    skipped: list[tuple[int, str]]
+    tags: str | None = None  # the sensor tags "user:client-id" the engine records into
+
+
+def effective_client_quotas(cluster: Cluster, user: str, client_id: str) -> list[EffectiveQuota]:
+    """For each client key, the engine's resolution (``QuotaOverrides.resolve``) over the cluster's rows.
+
+    Only the (at most 8) entities that can match are read, so the cost does not grow with the cluster.
+    """
+    users = Q(user__isnull=True) | Q(user__in=[user, DEFAULT])
+    clients = Q(client_id__isnull=True) | Q(client_id__in=[client_id, DEFAULT])
+    rows = QuotaEntity.objects.filter(users & clients, cluster=cluster, ip__isnull=True).prefetch_related(
+        "quota_values"
+    )
+    overrides = {qt: QuotaOverrides() for qt in QuotaType}
+    for row in rows:
+        for qv in row.quota_values.all():
+            qt = TYPE_OF_KEY.get(qv.key)
+            if qt is not None:
+                overrides[qt].update(ClientEntity(row.user, row.client_id), qv.value)
+
+    def path(level: int) -> str:
+        e = level_entity(level, user, client_id)
+        return entity_path(e.user, e.client_id)
+
+    su = sanitize(user)
+    answer = []
+    for qt in QuotaType:
+        r = overrides[qt].resolve(user, client_id)
+        # every more specific level that holds nothing (the engine's own `skipped` lists only the levels that
+        # Kafka's quotaLimit probed after choosing the sensor tags, which leaves out e.g. 1 and 2 for level 3)
+        stop = r.level if r.level is not None else 9
+        limits = overrides[qt].limits
+        skipped = [(lv, path(lv)) for lv in range(1, stop) if level_entity(lv, su, client_id) not in limits]
+        source = path(r.level) if r.level is not None else None
+        answer.append(EffectiveQuota(qt.config_key, r.bound, r.level, source, skipped, r.tags))
+    return answer
+
+
+def effective_ip_quota(cluster: Cluster, ip: str) -> EffectiveQuota:
+    """The ip's ``connection_creation_rate`` as the engine's ``IpRates`` picks it: its own, else the default ip's."""
+    ip = normalize_ip(ip)
+    rates = IpRates()
+    rows = QuotaValue.objects.filter(entity__cluster=cluster, entity__ip__in=[ip, DEFAULT], key=IP_KEY)
+    present = set()
+    for row in rows.select_related("entity"):
+        present.add(row.entity.ip)
+        rates.update(None if row.entity.ip == DEFAULT else row.entity.ip, int(row.value))
+    own, default = entity_path(ip=ip), entity_path(ip=DEFAULT)
+    if ip in present:
+        return EffectiveQuota(IP_KEY, float(rates.rate_for(ip)), 1, own, [])
+    if DEFAULT in present:
+        return EffectiveQuota(IP_KEY, float(rates.rate_for(ip)), 2, default, [(1, own)])
+    return EffectiveQuota(IP_KEY, None, None, None, [(1, own), (2, default)])
+
+__all__ = [
+    "Alteration",
+    "AlterationRejected",
+    "AlterOutcome",
+    "DesiredStateVersion",
+    "EffectiveQuota",
+    "EntryResult",
+    "FilterComponent",
+    "QuotaEntity",
+    "QuotaOp",
+    "QuotaValue",
+    "alter_client_quotas",
+    "describe_client_quotas",
+    "effective_client_quotas",
+    "effective_ip_quota",
+]
