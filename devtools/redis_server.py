@@ -49,6 +49,14 @@ class RedisServer:
         return self.dir / "redis.pid"
 
     def start(self, daemonize: bool = False) -> RedisServer:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", self.port))
+            except OSError:
+                raise RuntimeError(
+                    f"127.0.0.1:{self.port} is already in use: another Redis (or program) is there; "
+                    "choose another port (QUOTAS_REDIS_PORT / QUOTAS_TEST_REDIS_PORT) or stop it"
+                ) from None
         exe = shutil.which("redis-server")
         if exe is None:
             raise RuntimeError(

@@ -9,16 +9,27 @@ announced on a pub/sub channel, so every engine user reloads it.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
-from .entities import DEFAULT, TYPE_OF_KEY, QuotaType, validate_quota_key, validate_quota_value
+from .entities import (
+    DEFAULT,
+    TYPE_OF_KEY,
+    ClientEntity,
+    QuotaOverrides,
+    QuotaType,
+    validate_quota_key,
+    validate_quota_value,
+)
 from .errors import EngineUnavailable, QuotaValidationError
 from .managers import FAIL_OPEN, ClientQuotaManager, manager_for
 from .redis_backend import UNAVAILABLE, RedisBackend
+
+log = logging.getLogger(__name__)
 
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 KEY_SEP = "\x1f"  # between an entity's field and a quota key in the config hash
@@ -42,20 +53,33 @@ class EntityRef:
     client_id: str | None = None
     ip: str | None = None
 
+    def __post_init__(self) -> None:
+        """Kafka's entity rules hold for every EntityRef, however it was built; ip addresses are canonical."""
+        parts = {USER: self.user, CLIENT_ID: self.client_id, IP: self.ip}
+        named = {k: v for k, v in parts.items() if v is not None}
+        if not named:
+            raise QuotaValidationError("An entity names at least one of user, client-id or ip.")
+        if self.ip is not None and len(named) > 1:
+            raise QuotaValidationError("An ip entity cannot be combined with user or client-id.")
+        for kind, value in named.items():
+            if not isinstance(value, str):
+                raise QuotaValidationError(f"The {kind} name must be a string, got {value!r}.")
+            if value == "":
+                raise QuotaValidationError(f"The {kind} name must not be empty; use {DEFAULT!r} for the default.")
+        if self.ip is not None and self.ip != DEFAULT:
+            from .connections import normalize_ip
+
+            object.__setattr__(self, "ip", normalize_ip(self.ip))
+
     @classmethod
     def parse(cls, components: Mapping[str, str | None]) -> EntityRef:
         unknown = set(components) - {USER, CLIENT_ID, IP}
         if unknown:
             raise QuotaValidationError(f"Unknown entity type(s) {sorted(unknown)}; use user, client-id or ip.")
-        if not components:
-            raise QuotaValidationError("An entity names at least one of user, client-id or ip.")
-        if IP in components and len(components) > 1:
-            raise QuotaValidationError("An ip entity cannot be combined with user or client-id.")
-        for name, value in components.items():
+        for kind, value in components.items():
             if value is not None and not isinstance(value, str):
-                raise QuotaValidationError(f"The {name} name must be a string, got {value!r}.")
-            if value == "":
-                raise QuotaValidationError(f"The {name} name must not be empty; use {DEFAULT!r} for the default.")
+                raise QuotaValidationError(f"The {kind} name must be a string, got {value!r}.")
+
         def name(kind: str) -> str | None:
             if kind not in components:
                 return None
@@ -126,7 +150,12 @@ class QuotaConfigStore:
         config: dict[EntityRef, dict[str, float]] = {}
         for f, v in raw.items():
             entity, _, key = f.decode().rpartition(KEY_SEP)
-            config.setdefault(EntityRef.from_field(entity), {})[key] = float(v)
+            try:
+                ref = EntityRef.from_field(entity)
+            except (QuotaValidationError, ValueError):
+                log.warning("Skipping an invalid quota entity %r in %s", entity, self.hash_key)
+                continue
+            config.setdefault(ref, {})[key] = float(v)
         return int(version or 0), config
 
     def version(self) -> int:
@@ -156,7 +185,9 @@ class QuotaConfigStore:
         try:
             return int(self._alter(keys=[self.hash_key, self.version_key], args=args))
         except UNAVAILABLE as e:
-            raise EngineUnavailable(f"Redis is unreachable; no quota was changed: {e}") from e
+            raise EngineUnavailable(
+                f"Redis did not answer: the change may or may not have been applied; read the config back: {e}"
+            ) from e
 
 
 class QuotaEngine:
@@ -185,18 +216,28 @@ class QuotaEngine:
         self._build({})
 
     def _build(self, config: Mapping[EntityRef, Mapping[str, float]]) -> None:
-        managers = {
-            qt: manager_for(qt, self.backend, namespace=self.namespace, **self.settings)  # type: ignore[arg-type]
-            for qt in QuotaType
-        }
+        """Load a config into the managers in place: a manager a caller holds sees every reload.
+
+        Kafka's ``quotaTypesEnabled`` is only ever OR-ed in, so the new overrides keep every
+        level the old ones had enabled (removing the last quota keeps recording, as in Kafka).
+        """
+        if not self.managers:
+            self.managers = {
+                qt: manager_for(qt, self.backend, namespace=self.namespace, **self.settings)  # type: ignore[arg-type]
+                for qt in QuotaType
+            }
+        fresh = {qt: QuotaOverrides() for qt in QuotaType}
         for entity, values in config.items():
             if entity.kind != "client":
                 continue
             for key, value in values.items():
                 qt = TYPE_OF_KEY.get(key)
                 if qt is not None:
-                    managers[qt].update_quota(entity.user, entity.client_id, value)
-        self.managers = managers
+                    fresh[qt].update(ClientEntity(entity.user, entity.client_id), value)
+        for qt, manager in self.managers.items():
+            fresh[qt].types_enabled |= manager.overrides.types_enabled
+            manager.overrides = fresh[qt]
+            manager._resolved.clear()
 
     def refresh(self, force: bool = False) -> bool:
         """Reload the config if its version changed; True when it did. Usage is never reset by a reload."""

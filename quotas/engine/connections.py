@@ -32,9 +32,10 @@ import redis
 from .config import QuotaConfigStore
 from .decisions import SENSOR_EXPIRY_MS
 from .entities import DEFAULT
-from .errors import EngineUnavailable, JavaIllegalArgument, QuotaEngineError, QuotaValidationError
+from .errors import EngineUnavailable, JavaIllegalArgument, QuotaValidationError
 from .javamath import INT_MAX, java_round, to_int
 from .quota_utils import rate_throttle_raw
+from .redis_backend import UNAVAILABLE, redis_error
 from .sensor import QuotaViolation, Sensor
 from .stats import MetricConfig, Quota, Rate, WindowedSum
 
@@ -48,6 +49,7 @@ class Admission(NamedTuple):
     throttle_ms: int = 0
     count: int = 0  # connections of this IP
     total: int = 0  # connections of the broker
+    epoch: int = 0  # blocked: releases and limit changes seen so far (hand it to wait_for_slot)
 
     @property
     def decision(self) -> str:
@@ -227,6 +229,7 @@ class ModelConnectionQuotas:
         self.counts: dict[str, int] = {}
         self.listener_counts = {name: 0 for name in config.listeners}
         self.total = 0
+        self.epoch = 0
         self.sensors: dict[str, Sensor] = {}
         # the broker's and each listener's rate sensors exist from the start and never expire
         self._broker_sensor(0)
@@ -277,7 +280,7 @@ class ModelConnectionQuotas:
             broker = self._record(self._broker_sensor(t), t)
             throttle = max(broker, self._record(self._listener_sensor(listener, t), t))
         if throttle > 0 or not self._slot_available(listener):
-            return Admission(BLOCKED, throttle, self.counts.get(ip, 0), self.total)
+            return Admission(BLOCKED, throttle, self.counts.get(ip, 0), self.total, self.epoch)
         return self._admit_ip(listener, ip, t)
 
     def inc_after_wait(self, listener: str, ip: str, t: int) -> Admission:
@@ -285,7 +288,7 @@ class ModelConnectionQuotas:
         self.config.check_listener(listener)
         ip = normalize_ip(ip)
         if not self._slot_available(listener):
-            return Admission(BLOCKED, 0, self.counts.get(ip, 0), self.total)
+            return Admission(BLOCKED, 0, self.counts.get(ip, 0), self.total, self.epoch)
         return self._admit_ip(listener, ip, t)
 
     def _admit_ip(self, listener: str, ip: str, t: int) -> Admission:
@@ -318,6 +321,7 @@ class ModelConnectionQuotas:
         else:
             self.counts[ip] = count - 1
         self.total -= 1
+        self.epoch += 1
         if self.listener_counts[listener] > 0:
             self.listener_counts[listener] -= 1
         return Admission(OK, 0, count - 1, self.total)
@@ -362,8 +366,10 @@ class RedisConnectionQuotas:
     def __init__(
         self, client: redis.Redis, namespace: str, config: ConnectionConfig, expiry_ms: int = SENSOR_EXPIRY_MS
     ) -> None:
+        from .managers import check_namespace
         from .redis_backend import lua_script
 
+        check_namespace(namespace)
         self.client = client
         self.namespace = namespace
         self.config = config
@@ -402,11 +408,15 @@ class RedisConnectionQuotas:
 
     def _publish(self) -> None:
         try:
+            self.client.hincrby(self.counts_key, "epoch", 1)
             self.client.publish(self.counts_key, "limits")
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
+        except UNAVAILABLE as e:
             raise EngineUnavailable(f"Redis is unreachable for connection quotas: {e}") from e
 
     def _run(self, ops: Sequence[tuple[str, str | None, str | None, int]]) -> list[tuple[int, int, int, int, float]]:
+        """One script call per 1,000 operations, in order (Lua's stack bounds one call)."""
+        if len(ops) > 1000:
+            return [row for i in range(0, len(ops), 1000) for row in self._run(ops[i : i + 1000])]
         c = self.config
         lindex = self._lindex
         ips: dict[str, int] = {}
@@ -434,21 +444,21 @@ class RedisConnectionQuotas:
         keys = self._static_keys + [f"{self.prefix}:rate:ip:{ip}" for ip in ips]
         try:
             raw = self._script(keys=keys, args=args)
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
-            raise EngineUnavailable(f"Redis is unreachable for connection quotas: {e}") from e
+        except UNAVAILABLE as e:
+            raise EngineUnavailable(f"Redis did not answer a connection admission (outcome unknown): {e}") from e
         except redis.exceptions.ResponseError as e:
-            raise QuotaEngineError(f"The connection quota script failed: {e}") from e
+            raise redis_error(e, "The connection quota script failed") from e
         return list(_ROW.iter_unpack(raw))
 
     @staticmethod
     def _admission(row: tuple[int, int, int, int, float]) -> Admission:
-        code, throttle, count, total, _ = row
+        code, throttle, count, total, value = row
         if code == 7:
             raise JavaIllegalArgument("Attempted to decrease connection count for address with no connections")
-        return Admission(_RESULT[code], throttle, count, total)
+        return Admission(_RESULT[code], throttle, count, total, int(value) if code == 4 else 0)
 
     def admit_many(self, requests: Iterable[tuple[str, str, int]]) -> list[Admission]:
-        """Many accepted sockets (listener, ip, t) in one call, decided in order."""
+        """Many accepted sockets (listener, ip, t), decided in order (one script call per 1,000)."""
         return [self._admission(r) for r in self._run([("inc", lst, ip, t) for lst, ip, t in requests])]
 
     def inc(self, listener: str, ip: str, t: int) -> Admission:
@@ -477,11 +487,17 @@ class RedisConnectionQuotas:
         ip = normalize_ip(ip)
         return float(self.ip_rates.rate_for(ip)) if self.client.exists(f"{self.prefix}:rate:ip:{ip}") else None
 
-    def wait_for_slot(self, timeout_s: float) -> bool:
-        """Block until a connection closes or the limits change (Kafka's counts.notifyAll), or time out."""
+    def wait_for_slot(self, timeout_s: float, epoch: int) -> bool:
+        """Block until a connection closes or the limits change (Kafka's counts.notifyAll), or time out.
+
+        ``epoch`` is the blocked admission's: a release that came before this call subscribed
+        is seen through the epoch, so no wake-up is lost.
+        """
         pubsub = self.client.pubsub(ignore_subscribe_messages=True)
         try:
             pubsub.subscribe(self.counts_key)
+            if int(self.client.hget(self.counts_key, "epoch") or 0) != epoch:
+                return True
             deadline = time.monotonic() + timeout_s
             while (left := deadline - time.monotonic()) > 0:
                 if pubsub.get_message(timeout=left) is not None:

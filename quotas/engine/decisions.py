@@ -32,8 +32,27 @@ SERVER_TIME = 4  # use the engine's clock (Redis TIME) instead of ``t``: one clo
 TRACK_THROTTLE = 8  # keep throttle-time statistics for live charts when violated
 NO_EXPIRY = 16  # the sensor never expires (the exempt request sensor)
 
+RAW_STAT = 32  # SampledStat.measure (purge + combine) without the Rate's window (the sampled_stat replay kind)
+FULL_ANSWER = 64  # the Redis script answers window sizes and sums too
+
 #: Sensors expire after one hour without a record, as Kafka's INACTIVE_SENSOR_EXPIRATION_TIME_SECONDS.
 SENSOR_EXPIRY_MS = 3_600_000
+
+#: What the stored sample ring can hold: a slot count in 7 bits, int32 offsets within 2^30 ms.
+MAX_SAMPLES = 126
+MAX_WINDOW_MS = 2**31 - 1
+
+
+def check_sampling(samples: int, window_ms: int) -> None:
+    """Refuse sample counts and windows the engine cannot store exactly (a typed error, not a corrupt sensor)."""
+    from .errors import QuotaValidationError
+
+    if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= MAX_SAMPLES:
+        raise QuotaValidationError(f"samples must be an integer from 1 to {MAX_SAMPLES}, got {samples!r}.")
+    if isinstance(window_ms, bool) or not isinstance(window_ms, int) or not 1 <= window_ms <= MAX_WINDOW_MS:
+        raise QuotaValidationError(f"the sample window must be 1 to {MAX_WINDOW_MS} ms, got {window_ms!r}.")
+    if samples * window_ms > 2**30:
+        raise QuotaValidationError(f"samples x window ({samples} x {window_ms} ms) must stay within 2^30 ms (12 days).")
 
 
 @dataclass(slots=True)

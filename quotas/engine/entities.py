@@ -96,7 +96,7 @@ def validate_quota_value(key: str, value: object, entity_kind: str = "client") -
     if key_type in _TYPE_MAX:
         if v != math.floor(v):
             raise QuotaValidationError(f"{key} is a {key_type.value} and cannot be a fractional value ({value!r}).")
-        if v > _TYPE_MAX[key_type]:
+        if v > float(_TYPE_MAX[key_type]):  # compared as doubles: Long.MAX_VALUE itself is allowed
             raise QuotaValidationError(f"{key}={value!r} is too large for a {key_type.value}.")
     return v
 

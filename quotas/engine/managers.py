@@ -7,11 +7,13 @@ way the matching Kafka manager does.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from operator import itemgetter
 from typing import NamedTuple, Protocol
 
-from .decisions import NO_EXPIRY, TRACK_THROTTLE, Decision, Kind, Op, Outcome
+from .decisions import NO_EXPIRY, SERVER_TIME, TRACK_THROTTLE, Decision, Kind, Op, Outcome, check_sampling
 from .entities import ClientEntity, QuotaOverrides, QuotaType, Resolution
 from .errors import EngineUnavailable, QuotaValidationError, ThrottlingQuotaExceeded
 from .javamath import DOUBLE_MAX, LONG_MAX_AS_DOUBLE, java_round, to_int
@@ -24,6 +26,28 @@ FAIL_CLOSED = "closed"
 
 #: ``ClientRequestQuotaManager.NANOS_TO_PERCENTAGE_PER_SECOND``
 NANOS_TO_PERCENTAGE_PER_SECOND = 100 / 1e9
+
+
+_NAMESPACE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def check_namespace(namespace: str) -> str:
+    """Namespaces go inside key names and hash tags: letters, digits, '.', '-' and '_' only."""
+    if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
+        raise QuotaValidationError(
+            f"A namespace is 1 to 200 letters, digits, '.', '-' or '_' (it names Redis keys), got {namespace!r}."
+        )
+    return namespace
+
+
+def check_usages(usages: Sequence[UsageRecord]) -> None:
+    """Usage is an amount: finite and >= 0, recorded at an integer millisecond time."""
+    for u in usages:
+        v = u[2]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise QuotaValidationError(f"Usage must be a finite number >= 0, got {v!r} for {u[0]!r}/{u[1]!r}.")
+        if isinstance(u[3], bool) or not isinstance(u[3], int):
+            raise QuotaValidationError(f"The time of a usage record is integer milliseconds, got {u[3]!r}.")
 
 
 def nanos_to_percentage(nanos: float) -> float:
@@ -81,9 +105,12 @@ class ClientQuotaManager:
         namespace: str = "local",
         overrides: QuotaOverrides | None = None,
         fail_mode: str = FAIL_OPEN,
+        engine_clock: bool = False,
     ) -> None:
         if fail_mode not in (FAIL_OPEN, FAIL_CLOSED):
             raise QuotaValidationError(f"fail_mode must be {FAIL_OPEN!r} or {FAIL_CLOSED!r}, got {fail_mode!r}.")
+        check_namespace(namespace)
+        check_sampling(samples, window_s * 1000 if window_ms is None else window_ms)
         self.quota_type = quota_type
         self.backend = backend
         self.samples = samples
@@ -92,6 +119,8 @@ class ClientQuotaManager:
         self.namespace = namespace
         self.overrides = overrides if overrides is not None else QuotaOverrides()
         self.fail_mode = fail_mode
+        # a cluster-wide namespace shared by brokers with skewed clocks decides on Redis's clock instead
+        self.flags = TRACK_THROTTLE | (SERVER_TIME if engine_clock else 0)
         # (user, client-id) -> (sensor key, bound, resolution, tags); cleared on every quota change
         self._resolved: dict[tuple[str, str], tuple[bytes, float, Resolution, str]] = {}
 
@@ -171,8 +200,14 @@ class ClientQuotaManager:
         """``maybeRecordAndGetThrottleTimeMs``: record and check, or nothing at all when no quota exists."""
         return self.record_many([UsageRecord(user, client_id, value, t)])[0]
 
-    def record_many(self, usages: Sequence[UsageRecord]) -> list[RecordResult]:
-        """Many requests' usage in one engine call (one script call in Redis), answered in order."""
+    def record_many(self, usages: Sequence[UsageRecord], validate: bool = True) -> list[RecordResult]:
+        """Many requests' usage in one engine call (one script call in Redis), answered in order.
+
+        Usage must be a finite amount >= 0 at an integer time (``QuotaValidationError`` otherwise);
+        the replay passes ``validate=False`` because Kafka's managers take any double.
+        """
+        if validate:
+            check_usages(usages)
         return self._record_columns(Op.RECORD, usages)
 
     def _record_columns(self, op: Op, usages: Sequence[UsageRecord]) -> list[RecordResult]:
@@ -183,7 +218,7 @@ class ClientQuotaManager:
         hits = [cache.get((u[0], u[1])) or lookup(u[0], u[1]) for u in usages]
         try:
             bits, values, throttles = self.backend.record_columns(
-                op, self.kind, TRACK_THROTTLE, self.samples, self.window_ms,
+                op, self.kind, self.flags, self.samples, self.window_ms,
                 float(self.window_ms) if self.bounded else None,
                 list(map(_KEY, hits)), list(map(_T, usages)), list(map(_VALUE, usages)), list(map(_BOUND, hits)),
             )
@@ -200,13 +235,16 @@ class ClientQuotaManager:
                 results.append(new(RecordResult, (0, h[3], values[i], False, 0, None, True, False)))
         return results
 
-    def unrecord(self, user: str, client_id: str, value: float, t: int) -> None:
-        """Fetch's un-record: a throttled fetch returns nothing, so its bytes are taken back out."""
+    def unrecord(self, user: str, client_id: str, value: float, t: int, validate: bool = True) -> None:
+        """Fetch's un-record: a throttled fetch returns nothing, so its bytes are taken back out.
+
+        As Kafka's ``unrecordQuotaSensor`` it records even when no quota is configured.
+        """
+        if validate:
+            check_usages([UsageRecord(user, client_id, value, t)])
         self._nocheck(user, client_id, -value, t)
 
     def _nocheck(self, user: str, client_id: str, value: float, t: int, flags: int = 0) -> None:
-        if not self.quotas_enabled:
-            return
         r = self.resolve(user, client_id)
         d = self._decision(r, Op.RECORD_NOCHECK, value, t)
         d.flags |= flags
@@ -234,13 +272,22 @@ class ClientRequestQuotaManager(ClientQuotaManager):
         return self.record(user, client_id, nanos_to_percentage(thread_time_nanos), t)
 
     def record_no_throttle(self, user: str, client_id: str, network_time_nanos: int, t: int) -> None:
-        """The network thread's send time: counted toward the quota, never throttled on the spot."""
-        self._nocheck(user, client_id, nanos_to_percentage(network_time_nanos), t)
+        """The network thread's send time: counted toward the quota, never throttled on the spot.
+
+        Kafka installs this callback only while request quotas are enabled.
+        """
+        if self.quotas_enabled:
+            self._nocheck(user, client_id, nanos_to_percentage(network_time_nanos), t)
 
     def record_exempt(self, thread_time_nanos: int, t: int) -> None:
-        """Cluster-action traffic: visible in metrics, never counted against a client; never expires."""
+        """Cluster-action traffic: visible in metrics, never counted against a client; never expires.
+
+        Recorded only while request quotas are enabled, as Kafka's ``maybeRecordExempt``.
+        """
+        if not self.quotas_enabled:
+            return
         d = Decision(
-            key=f"qe:{{{self.namespace}|{self.EXEMPT_KEY_SUFFIX}}}",
+            key=self.exempt_key(),
             kind=Kind.RATE,
             op=Op.RECORD_NOCHECK,
             value=nanos_to_percentage(thread_time_nanos),
@@ -270,8 +317,10 @@ class ControllerMutationQuotaManager(ClientQuotaManager):
     def throttle_time_long(self, throttle_raw: float) -> int:
         return java_round(throttle_raw)  # -K / Q seconds, in ms
 
-    def record_many(self, usages: Sequence[UsageRecord]) -> list[RecordResult]:
+    def record_many(self, usages: Sequence[UsageRecord], validate: bool = True) -> list[RecordResult]:
         """Check, then record only when the bucket is not already negative (checkQuotas + record(v, false))."""
+        if validate:
+            check_usages(usages)
         return self._record_columns(Op.STRICT, usages)
 
     def new_quota_for(self, user: str, client_id: str, strict: bool) -> ControllerMutationQuota:

@@ -287,6 +287,15 @@ class SemaphoreConfig:
     max_queue_size: int
     timeout_ms: float
 
+    def __post_init__(self) -> None:
+        for name in ("max_permits", "max_queue_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise IllegalArgumentException(f"{name} must be an integer, got {value!r}")
+        t = self.timeout_ms
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or t != t or t in (float("inf"), float("-inf")):
+            raise IllegalArgumentException(f"timeout_ms must be a finite number of milliseconds, got {t!r}")
+
 
 @dataclass(frozen=True)
 class SemaphoreStats:
@@ -463,6 +472,8 @@ class AsyncSemaphore:
     # ------------------------------------------------------------ internals
 
     def _validate(self, permits: int) -> None:
+        if isinstance(permits, bool) or not isinstance(permits, int):
+            raise IllegalArgumentException(f"Permits must be an integer number of bytes, got {permits!r}")
         if permits < 0:
             raise IllegalArgumentException(f"Invalid negative permits value: {permits}")
         if self._bounded and permits > self._max:

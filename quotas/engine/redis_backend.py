@@ -14,7 +14,19 @@ from pathlib import Path
 
 import redis
 
-from .decisions import HAS_AUX, HAS_BOUND, SAMPLED_KINDS, SENSOR_EXPIRY_MS, SERVER_TIME, Decision, Kind, Op, Outcome
+from .decisions import (
+    FULL_ANSWER,
+    HAS_AUX,
+    HAS_BOUND,
+    SAMPLED_KINDS,
+    SENSOR_EXPIRY_MS,
+    SERVER_TIME,
+    Decision,
+    Kind,
+    Op,
+    Outcome,
+    check_sampling,
+)
 from .errors import EngineUnavailable, QuotaEngineError
 from .stats import MetricConfig, Quota, Rate, Sample, SampleCount, SimpleRate, TokenBucket, WindowedCount, WindowedSum
 from .throttle_stats import ThrottleStats
@@ -35,12 +47,29 @@ _CLOCK = struct.Struct("<d")
 _SAMPLED_HEADER = struct.Struct("<qBBiiii")
 _TOKEN_BUCKET = struct.Struct("<dqdq")
 _THROTTLE = struct.Struct("<qddddddd")
-F_FULL = 64  # decide.lua: answer window_ms and sum too
-MAX_SEGMENT = 1000  # decisions per segment: keeps Lua's unpack() far below its stack limit
+MAX_CALL = 1000  # decisions per script call: keeps Lua's unpack() (stack limit ~8000) far from its limit
 _BIG_ENDIAN = sys.byteorder != "little"  # the wire is little endian; arrays are native
 
 #: The exceptions that mean "Redis did not answer": mapped to EngineUnavailable, never a hang.
 UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+#: Redis answers these when it cannot serve writes right now (out of memory, a replica after a
+#: failover, a failed save, loading, a cluster without its slots): the engine is unavailable, so
+#: the managers' fail policy applies, as when Redis does not answer at all. redis-py turns some
+#: prefixes into classes; the others keep their prefix in the message.
+_SERVER_STATE_CLASSES = (
+    redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError, redis.exceptions.BusyLoadingError,
+    redis.exceptions.TryAgainError, redis.exceptions.MasterDownError, redis.exceptions.ClusterDownError,
+)
+_SERVER_STATE_PREFIXES = ("OOM", "READONLY", "MISCONF", "LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN")
+
+
+def redis_error(e: redis.exceptions.ResponseError, what: str) -> QuotaEngineError:
+    """A typed error for an error reply: EngineUnavailable for Redis's own state, else a script failure."""
+    text = str(e)
+    if isinstance(e, _SERVER_STATE_CLASSES) or text.split(" ", 1)[0].upper().lstrip("-") in _SERVER_STATE_PREFIXES:
+        return EngineUnavailable(f"Redis cannot serve quota decisions now: {text}")
+    return QuotaEngineError(f"{what}: {text}")
 
 
 def connect(url: str, timeout_s: float = 0.5) -> redis.Redis:
@@ -81,13 +110,13 @@ def pack_batch(decisions: Sequence[Decision], full: bool = True) -> tuple[list[s
     parts = []
     sizes = []
     i = 0
-    extra = F_FULL if full else 0
+    extra = FULL_ANSWER if full else 0
     while i < len(decisions):
         d = decisions[i]
         head = (d.op, d.kind, d.packed_flags() | extra, d.samples, d.window_ms, d.aux)
         j = i
         kis, ts, vs, bs = [], [], [], []
-        while j < len(decisions) and j - i < MAX_SEGMENT:
+        while j < len(decisions):
             e = decisions[j]
             if (e.op, e.kind, e.packed_flags() | extra, e.samples, e.window_ms, e.aux) != head:
                 break
@@ -180,44 +209,63 @@ class RedisBackend:
                 deleted += int(self._sweep(keys=batch, args=[now_ms, self.expiry_ms]))
         except UNAVAILABLE as e:
             raise EngineUnavailable(f"Redis is unreachable for the sensor sweep: {e}") from e
+        except redis.exceptions.ResponseError as e:
+            raise redis_error(e, "The sensor sweep failed") from e
         return deleted
 
     def execute(self, decisions: Sequence[Decision], full: bool = True) -> list[Outcome]:
-        """Any mix of decisions, in order, in one script call. ``full=False`` skips window and sum."""
-        if not decisions:
-            return []
-        keys, packed, sizes = pack_batch(decisions, full)
-        return unpack_outcomes(self._call(keys, packed), decisions, sizes, full)
+        """Any mix of decisions, in order: one script call per 1,000. ``full=False`` skips window and sum."""
+        outcomes: list[Outcome] = []
+        for i in range(0, len(decisions), MAX_CALL):
+            chunk = decisions[i : i + MAX_CALL]
+            for d in chunk:
+                check_sampling(d.samples, d.window_ms)
+            keys, packed, sizes = pack_batch(chunk, full)
+            outcomes += unpack_outcomes(self._call(keys, packed), chunk, sizes, full)
+        return outcomes
 
     def record_columns(
         self, op: Op, kind: Kind, flags: int, samples: int, window_ms: int, aux: float | None,
         keys: Sequence[str | bytes], ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
     ) -> tuple[bytes, Sequence[float], Sequence[float]]:
-        """The hot path: one op on many sensors, as columns; answers the bits, values and raw throttles."""
+        """The hot path: one op on many sensors, as columns; answers the bits, values and raw throttles.
+
+        One script call per 1,000 decisions, in order (a sensor's decisions stay in sequence).
+        """
+        check_sampling(samples, window_ms)
+        if aux is not None:
+            flags |= HAS_AUX
+        flags |= HAS_BOUND
+        if len(keys) <= MAX_CALL:
+            return self._record_call(op, kind, flags, samples, window_ms, aux, keys, ts, values, bounds)
+        bits, vals, throttles = bytearray(), [], []
+        for i in range(0, len(keys), MAX_CALL):
+            s = slice(i, i + MAX_CALL)
+            b, v, th = self._record_call(op, kind, flags, samples, window_ms, aux, keys[s], ts[s], values[s], bounds[s])
+            bits += b
+            vals += v
+            throttles += th
+        return bytes(bits), vals, throttles
+
+    def _record_call(
+        self, op: Op, kind: Kind, flags: int, samples: int, window_ms: int, aux: float | None,
+        keys: Sequence[str | bytes], ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
+    ) -> tuple[bytes, Sequence[float], Sequence[float]]:
         index: dict[str | bytes, int] = dict.fromkeys(keys)  # each sensor once, in first-seen order
         for i, k in enumerate(index, 1):
             index[k] = i
         kis = [index[k] for k in keys]
-        if aux is not None:
-            flags |= HAS_AUX
-        flags |= HAS_BOUND
-        step = MAX_SEGMENT
-        parts = [
-            pack_segment(op, kind, flags, samples, window_ms, aux or 0.0, kis[i : i + step],
-                         ts[i : i + step], values[i : i + step], bounds[i : i + step])
-            for i in range(0, len(kis), step)
-        ]
-        sizes = [min(step, len(kis) - i) for i in range(0, len(kis), step)]
-        bits, _, vals, _, throttles, _ = unpack_columns(self._call(list(index), b"".join(parts)), sizes, False)
+        segment = pack_segment(op, kind, flags, samples, window_ms, aux or 0.0, kis, ts, values, bounds)
+        bits, _, vals, _, throttles, _ = unpack_columns(self._call(list(index), segment), [len(kis)], False)
         return bits, vals, throttles
 
     def _call(self, keys: list, packed: bytes) -> bytes:
         try:
             return self.script(keys=keys, args=[packed, self.expiry_ms])
         except UNAVAILABLE as e:
-            raise EngineUnavailable(f"Redis is unreachable for quota decisions: {e}") from e
+            raise EngineUnavailable(f"Redis did not answer a quota decision (its outcome is unknown): {e}") from e
         except redis.exceptions.ResponseError as e:
-            raise QuotaEngineError(f"The quota script failed: {e}") from e
+            raise redis_error(e, "The quota script failed") from e
 
     def execute_one(self, d: Decision) -> Outcome:
         return self.execute([d])[0]

@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .decisions import NO_EXPIRY, Decision, Kind, Op, Outcome
+from .decisions import NO_EXPIRY, RAW_STAT, Decision, Kind, Op, Outcome
 from .entities import QuotaType
 from .errors import JavaIllegalArgument, QuotaEngineError, ThrottlingQuotaExceeded
 from .javamath import LONG_MAX, java_round
-from .managers import ControllerMutationQuotaManager, manager_for
+from .managers import ControllerMutationQuotaManager, UsageRecord, manager_for
 from .model import ModelBackend
 from .pulsar_replay import KINDS as PULSAR_KINDS
 from .pulsar_replay import replay_pulsar_case
@@ -182,7 +182,6 @@ def _sampled_stat_case(backend: Any, ns: str, config: dict[str, Any]) -> Callabl
     return step
 
 
-RAW_STAT = 32  # decide.lua F_RAW: SampledStat.measure (purge + combine) without the Rate's window
 
 
 def _cumulative_sum_case(backend: Any, ns: str, config: dict[str, Any]) -> Callable[[dict[str, Any]], Out]:
@@ -212,6 +211,8 @@ def _quota_utils_case(backend: Any, ns: str, config: dict[str, Any]) -> Callable
         a = s.get("args") or {}
         observed, bound = float(a["observed"]), float(a["bound"])
         if s["op"] == "token_bucket_throttle_time":
+            if a.get("measurable", "TokenBucket") != "TokenBucket":
+                raise JavaIllegalArgument("ControllerMutationQuotaManager.throttleTimeMs needs a TokenBucket metric")
             return {"throttle_ms": token_bucket_throttle_ms(observed, bound)}
         if s["op"] not in ("throttle_time", "bounded_throttle_time"):
             raise Unsupported(f"op {s['op']!r}")
@@ -245,7 +246,8 @@ def _manager_case(backend: Any, ns: str, config: dict[str, Any]) -> Callable[[di
         if op == "max_value_in_quota_window":
             return {"value": manager.max_value_in_quota_window(a["user"], a["client"])}
         if op == "record":
-            r = manager.record(a["user"], a["client"], float(a["v"]), t)
+            # Kafka's managers take any double: the replay skips the portal-facing usage validation
+            r = manager.record_many([UsageRecord(a["user"], a["client"], float(a["v"]), t)], validate=False)[0]
             if not r.quotas_enabled:
                 return {"throttle_ms": 0, "quotas_enabled": False}
             out: Out = {"throttle_ms": r.throttle_ms}
@@ -254,7 +256,7 @@ def _manager_case(backend: Any, ns: str, config: dict[str, Any]) -> Callable[[di
             out.update(tags=r.tags, measured=r.measured)
             return out
         if op == "unrecord":
-            manager.unrecord(a["user"], a["client"], float(a["v"]), t)
+            manager.unrecord(a["user"], a["client"], float(a["v"]), t, validate=False)
             return {"ok": True}
         if op == "new_quota":
             if not isinstance(manager, ControllerMutationQuotaManager):

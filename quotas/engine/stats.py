@@ -131,13 +131,6 @@ class SampleCount(SampledStat):
         sample.value = 1.0
 
 
-SAMPLED_STATS: dict[str, type[SampledStat]] = {
-    "WindowedSum": WindowedSum,
-    "WindowedCount": WindowedCount,
-    "SampleCount": SampleCount,
-}
-
-
 class Rate:
     """``Rate(SECONDS, stat)``: the windowed total over the padded elapsed time."""
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .javamath import java_round
+
 
 def applied_throttle_ms(raw: float, max_ms: float) -> float:
     """The delay a client actually waits: the rounded throttle, capped when the quota bounds it."""
     if math.isnan(raw) or raw <= 0:
         return 0.0
-    ms = math.floor(raw + 0.5)
+    ms = float(java_round(raw))
     return min(ms, max_ms) if max_ms > 0 else ms
 
 

@@ -20,7 +20,7 @@ REQUIRED = {
 def test_quick_run_ends_with_one_json_line_of_figures(redis_url: str) -> None:
     proc = subprocess.run(
         [sys.executable, "benchmarks/engine_bench.py", "--quick", "--redis-url", redis_url,
-         "--seconds", "0.3", "--memory-entities", "200", "--latency-n", "50"],
+         "--seconds", "0.3", "--memory-entities", "5000", "--latency-n", "50"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

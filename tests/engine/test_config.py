@@ -97,3 +97,61 @@ def test_a_change_is_announced_and_engines_reload_without_resetting_usage(
     # same sensor, new bound: the 15 000 bytes already recorded still count
     assert engine.manager("produce").record("alice", "c", 0.0, 1_700_000_000_000).throttle_ms == 20_000
     listener.close()
+
+
+@pytest.mark.parametrize(
+    "fields", [{}, {"user": ""}, {"user": "alice", "ip": "10.0.0.1"}, {"ip": "broker.example"}, {"client_id": 7}]
+)
+def test_entities_built_directly_follow_the_same_rules(fields: dict) -> None:
+    with pytest.raises(QuotaValidationError):
+        EntityRef(**fields)
+
+
+def test_ip_entities_are_stored_in_canonical_form(redis_client: redis.Redis, namespace: str) -> None:
+    store = QuotaConfigStore(redis_client, namespace)
+    store.alter([AlterOp(EntityRef(ip="2001:DB8:0::1"), "connection_creation_rate", 10)])
+    assert store.load()[1] == {EntityRef(ip="2001:db8::1"): {"connection_creation_rate": 10.0}}
+
+
+def test_long_max_value_is_a_valid_byte_rate(redis_client: redis.Redis, namespace: str) -> None:
+    store = QuotaConfigStore(redis_client, namespace)
+    store.alter([AlterOp(ALICE, "producer_byte_rate", 2**63 - 1)])  # Kafka's own default, as a number
+    assert store.load()[1][ALICE]["producer_byte_rate"] == 9.223372036854776e18
+
+
+def test_a_held_manager_sees_every_reload_and_keeps_kafkas_enabled_levels(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    engine = QuotaEngine(redis_client, namespace)
+    produce = engine.manager("produce")  # held once, as a broker would
+    engine.store.alter([AlterOp(ALICE, "producer_byte_rate", 1000)])
+    engine.refresh()
+    assert produce.quota("alice", "c") == (1000.0, "alice:")
+    engine.store.alter([AlterOp(ALICE, "producer_byte_rate", None)])
+    engine.refresh()
+    # Kafka only ever ORs quota types in: with no quota left, records still go to a Long.MAX sensor
+    assert produce.quotas_enabled
+    assert produce.record("alice", "c", 10.0, 1_700_000_000_000).tags == "alice:"
+
+
+def test_the_sweep_leaves_other_structures_of_the_namespace_alone(redis_client: redis.Redis, namespace: str) -> None:
+    from quotas.engine.connections import ConnectionConfig, RedisConnectionQuotas
+
+    engine = QuotaEngine(redis_client, namespace)
+    conns = RedisConnectionQuotas(redis_client, namespace, ConnectionConfig())
+    conns.inc("PLAINTEXT", "10.0.0.1", 1_700_000_000_000)  # a counts hash under the same tag
+    engine.store.alter([AlterOp(ALICE, "producer_byte_rate", 1000)])
+    engine.refresh()
+    engine.manager("produce").record("alice", "c", 10.0, 1_700_000_000_000)
+    assert engine.sweep(1_700_000_000_000 + 3_600_001) == 1
+    assert redis_client.exists(conns.counts_key)
+
+
+@pytest.mark.parametrize("ns", ["", "a|b", "x}y", "with space", "*"])
+def test_namespaces_that_would_break_key_names_are_refused(ns: str, redis_client: redis.Redis) -> None:
+    from quotas.engine.entities import QuotaType
+    from quotas.engine.managers import ClientQuotaManager
+    from quotas.engine.model import ModelBackend
+
+    with pytest.raises(QuotaValidationError):
+        ClientQuotaManager(QuotaType.PRODUCE, ModelBackend(), namespace=ns)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import pytest
 import redis
@@ -140,9 +141,10 @@ def test_bad_admissions_change_nothing(engine, redis_client, namespace) -> None:
 def test_a_close_wakes_an_acceptor_waiting_for_a_slot(redis_client, namespace) -> None:
     q = make("redis", redis_client, namespace, **{"max.connections": 1})
     q.inc("EXTERNAL", "10.0.0.1", T0)
-    assert q.inc("EXTERNAL", "10.0.0.2", T0).result == BLOCKED
+    blocked = q.inc("EXTERNAL", "10.0.0.2", T0)
+    assert blocked.result == BLOCKED
     woke: list[bool] = []
-    waiter = threading.Thread(target=lambda: woke.append(q.wait_for_slot(5.0)))
+    waiter = threading.Thread(target=lambda: woke.append(q.wait_for_slot(5.0, blocked.epoch)))
     waiter.start()
     other = RedisConnectionQuotas(redis_client, namespace, q.config)  # another acceptor process
     for _ in range(50):
@@ -158,9 +160,10 @@ def test_a_close_wakes_an_acceptor_waiting_for_a_slot(redis_client, namespace) -
 def test_raising_the_limit_wakes_waiters(redis_client, namespace) -> None:
     q = make("redis", redis_client, namespace, **{"max.connections": 1})
     q.inc("EXTERNAL", "10.0.0.1", T0)
-    assert q.inc("EXTERNAL", "10.0.0.2", T0).result == BLOCKED
+    blocked = q.inc("EXTERNAL", "10.0.0.2", T0)
+    assert blocked.result == BLOCKED
     woke: list[bool] = []
-    waiter = threading.Thread(target=lambda: woke.append(q.wait_for_slot(5.0)))
+    waiter = threading.Thread(target=lambda: woke.append(q.wait_for_slot(5.0, blocked.epoch)))
     waiter.start()
     for _ in range(50):
         threading.Event().wait(0.02)
@@ -215,3 +218,20 @@ def test_ip_rates_come_from_the_namespace_quota_config(redis_client, namespace) 
     q.ip_rates = IpRates.from_store(store)
     assert (q.ip_rates.rate_for("10.0.0.1"), q.ip_rates.rate_for("10.0.0.2")) == (5, 2)
     assert [q.inc("EXTERNAL", "10.0.0.2", T0).result for _ in range(3)] == [ACCEPTED, ACCEPTED, IP_THROTTLED]
+
+
+def test_a_release_before_the_wait_is_not_lost(redis_client, namespace) -> None:
+    q = make("redis", redis_client, namespace, **{"max.connections": 1})
+    q.inc("EXTERNAL", "10.0.0.1", T0)
+    blocked = q.inc("EXTERNAL", "10.0.0.2", T0)
+    q.dec("EXTERNAL", "10.0.0.1", T0)  # the close lands before the acceptor starts waiting
+    started = time.monotonic()
+    assert q.wait_for_slot(5.0, blocked.epoch) is True
+    assert time.monotonic() - started < 1.0
+
+
+def test_large_batches_are_split_and_answered_whole(redis_client, namespace) -> None:
+    q = make("redis", redis_client, namespace)
+    answers = q.admit_many([("EXTERNAL", f"10.1.{i // 250}.{i % 250}", T0) for i in range(2500)])
+    assert len(answers) == 2500 and answers[-1].total == 2500
+    assert all(a.result == ACCEPTED for a in answers)

@@ -99,3 +99,30 @@ def test_an_unknown_fail_mode_is_refused() -> None:
 
     with pytest.raises(QuotaValidationError):
         ClientQuotaManager(QuotaType.PRODUCE, ModelBackend(), fail_mode="maybe")
+
+
+@pytest.mark.parametrize("mode", ["open", "closed"])
+def test_redis_refusing_writes_is_unavailability_too(mode: str) -> None:
+    """Out of memory (or a read-only replica after a failover) gets the fail policy, not a produce outage."""
+    from devtools.redis_server import RedisServer
+
+    with RedisServer(name=f"oom-{mode}") as server:
+        client = connect(server.url, 2.0)
+        client.config_set("maxmemory", 1)
+        m = ClientQuotaManager(QuotaType.PRODUCE, RedisBackend(client), fail_mode=mode)
+        m.update_quota(None, DEFAULT, 1.0)
+        r = m.record("u", "c", 10.0, T0)
+        assert r.degraded
+        assert r.throttle_ms == (0 if mode == "open" else 11_000)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, "10", None])
+def test_usage_must_be_a_finite_amount(value: object, redis_client) -> None:
+    from quotas.engine.errors import QuotaValidationError
+    from quotas.engine.managers import UsageRecord
+
+    m = ClientQuotaManager(QuotaType.PRODUCE, RedisBackend(redis_client), namespace="usage-check")
+    m.update_quota(None, DEFAULT, 100.0)
+    with pytest.raises(QuotaValidationError):
+        m.record_many([UsageRecord("u", "c", 5.0, T0), UsageRecord("u", "c", value, T0)])  # type: ignore[arg-type]
+    assert not redis_client.exists(m.sensor_key(":c"))  # the valid record of the batch was not applied either

@@ -738,3 +738,17 @@ def test_benchmark_runs_and_reports_json(capsys: pytest.CaptureFixture[str]) -> 
     last = capsys.readouterr().out.strip().splitlines()[-1]
     figures = json.loads(last)
     assert figures["pairs_per_s"] > 0 and figures["baseline_pairs_per_s"] > 0 and figures["overhead_ratio"] > 0
+
+
+@pytest.mark.parametrize("permits", [float("nan"), 1.5, True, None, "10"])
+def test_permits_that_are_not_whole_bytes_are_refused(permits: object) -> None:
+    sem = AsyncSemaphore(max_permits=10, max_queue_size=10, timeout_ms=1000)
+    with pytest.raises(IllegalArgumentException):
+        sem.acquire(permits)  # type: ignore[arg-type]
+    assert sem.available_permits == 10
+
+
+@pytest.mark.parametrize("config", [dict(timeout_ms=float("nan")), dict(timeout_ms=None), dict(max_permits=2.5)])
+def test_pool_configs_are_checked(config: dict) -> None:
+    with pytest.raises(IllegalArgumentException):
+        SemaphoreConfig(**{"max_permits": 10, "max_queue_size": 10, "timeout_ms": 1000, **config})

@@ -12,7 +12,8 @@
 --          ARGV[5] per ip '<di' rate (2147483647 = no quota), max connections
 -- returns  per operation '<Biiid': result (1 accepted, 2 ip throttled, 3 too many connections,
 --          4 blocked, 5 ok, 6 a value, 7 no connections to release), throttle ms, the IP's
---          count, the broker's total, value (a rate, or 1/0; NaN when the sensor is absent)
+--          count, the broker's total, value (a rate, or 1/0; NaN when the sensor is absent; for a
+--          blocked admission the epoch to hand to wait_for_slot)
 -- A closing connection (dec) publishes on KEYS[1] so waiting acceptors re-check their slot.
 
 local sensors_raw = {}
@@ -39,15 +40,17 @@ do
   for i = 1, nip do ip_rate[i], ip_max[i], ip_name[i] = v[2 * i - 1], v[2 * i], ARGV[5 + nl + i] end
 end
 
--- counts: read the fields this batch can touch, write back the changed ones
-local cfields = { 'total' }
+-- counts: read the fields this batch can touch, write back the changed ones; epoch counts the
+-- releases and limit changes, so an acceptor that subscribes late still sees it missed one
+local cfields = { 'total', 'epoch' }
 for i = 1, nl do cfields[#cfields + 1] = 'l:' .. l_name[i] end
 for i = 1, nip do cfields[#cfields + 1] = 'i:' .. ip_name[i] end
 local cvals = rcall('HMGET', KEYS[1], unpack(cfields))
 local total = tonumber(cvals[1]) or 0
+local epoch = tonumber(cvals[2]) or 0
 local lcount, icount = {}, {}
-for i = 1, nl do lcount[i] = tonumber(cvals[1 + i]) or 0 end
-for i = 1, nip do icount[i] = tonumber(cvals[1 + nl + i]) or 0 end
+for i = 1, nl do lcount[i] = tonumber(cvals[2 + i]) or 0 end
+for i = 1, nip do icount[i] = tonumber(cvals[2 + nl + i]) or 0 end
 local released = false
 
 local states = {}
@@ -120,9 +123,9 @@ for j = 1, n do
       if lt > throttle then throttle = lt end
     end
     if throttle < 0 then throttle = 0 end
-    if throttle > 0 or not slot_available(li) then res = 4 else go = true end
+    if throttle > 0 or not slot_available(li) then res = 4; value = epoch else go = true end
   elseif op == 2 then
-    if slot_available(li) then go = true else res = 4 end
+    if slot_available(li) then go = true else res = 4; value = epoch end
   elseif op == 3 then
     if icount[ii] == 0 then
       res = 7
@@ -132,6 +135,7 @@ for j = 1, n do
       if lcount[li] > 0 then lcount[li] = lcount[li] - 1 end
       res = 5
       released = true
+      epoch = epoch + 1
     end
   elseif op == 4 then
     res = 6
@@ -183,7 +187,7 @@ for ki, s in pairs(states) do
   nm = nm + 2
 end
 if nm > 0 then rcall('MSET', unpack(mset, 1, nm)) end
-local hset, nh = { 'total', total }, 2
+local hset, nh = { 'total', total, 'epoch', epoch }, 4
 local gone = {}
 for i = 1, nl do hset[nh + 1] = 'l:' .. l_name[i]; hset[nh + 2] = lcount[i]; nh = nh + 2 end
 for i = 1, nip do

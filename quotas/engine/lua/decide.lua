@@ -18,7 +18,8 @@ local F_BOUND, F_AUX, F_SERVER_TIME, F_TRACK, F_NO_EXPIRY, F_RAW, F_FULL = 1, 2,
 
 local function track_throttle(key, raw, max_ms, t, window, px)
   if raw ~= raw or raw <= 0 then return end
-  local ms = floor(raw + 0.5)
+  local ms = floor(raw)
+  if raw - ms >= 0.5 then ms = ms + 1 end  -- Math.round, exactly
   if max_ms > 0 and ms > max_ms then ms = max_ms end
   local tkey = key .. ':t'
   local cur = rcall('GET', tkey)
@@ -161,7 +162,7 @@ while pos <= len do
             local i = 8 + s[2]
             if kind == K_SUM or kind == K_SIMPLE then s[i] = s[i] + val elseif kind == K_COUNT then s[i] = s[i] + 1.0 else s[i] = 1.0 end
             s[6] = tt; s[7] = tt
-            if n == 1 then s[4] = tt end
+            if n == 1 or tt < s[4] then s[4] = tt end  -- a clock that stepped back moves the smallest last event
             lean_record = true
           end
         else

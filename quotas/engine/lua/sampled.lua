@@ -277,6 +277,6 @@ local function l_record(s, kind, val, tt)
     s[i] = 1.0
   end
   s[6] = tt; s[7] = tt
-  if s[3] == 1 then s[4] = tt end
+  if s[3] == 1 or tt < s[4] then s[4] = tt end  -- a clock that stepped back moves the smallest last event
 end
 

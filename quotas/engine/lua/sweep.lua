@@ -13,8 +13,8 @@ local sunpack = struct.unpack
 local now, expiry = tonumber(ARGV[1]), tonumber(ARGV[2])
 local deleted = 0
 for _, key in ipairs(KEYS) do
-  local raw = redis.call('GET', key)
-  if raw then
+  local raw = redis.pcall('GET', key)  -- other structures of the namespace (a hash) are not sensors
+  if type(raw) == 'string' then
     local len = #raw
     local last = nil
     if len == 32 then
