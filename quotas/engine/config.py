@@ -205,12 +205,13 @@ class QuotaEngine:
         samples: int = 11,
         window_s: int = 1,
         fail_mode: str = FAIL_OPEN,
+        engine_clock: bool = False,
     ) -> None:
         self.client = client
         self.namespace = namespace
         self.store = QuotaConfigStore(client, namespace)
         self.backend = RedisBackend(client)
-        self.settings = {"samples": samples, "window_s": window_s, "fail_mode": fail_mode}
+        self.settings = {"samples": samples, "window_s": window_s, "fail_mode": fail_mode, "engine_clock": engine_clock}
         self.version = -1
         self.managers: dict[QuotaType, ClientQuotaManager] = {}
         self._build({})

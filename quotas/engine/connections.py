@@ -30,11 +30,11 @@ from typing import NamedTuple
 import redis
 
 from .config import QuotaConfigStore
-from .decisions import SENSOR_EXPIRY_MS
+from .decisions import SENSOR_EXPIRY_MS, check_sampling
 from .entities import DEFAULT
 from .errors import EngineUnavailable, JavaIllegalArgument, QuotaValidationError
-from .javamath import INT_MAX, java_round, to_int
-from .quota_utils import rate_throttle_raw
+from .javamath import INT_MAX, to_int
+from .quota_utils import bounded_throttle_time_ms
 from .redis_backend import UNAVAILABLE, redis_error
 from .sensor import QuotaViolation, Sensor
 from .stats import MetricConfig, Quota, Rate, WindowedSum
@@ -116,6 +116,7 @@ class ConnectionConfig:
                      *self.listener_max_connection_creation_rate):
             if name is not None and name not in self.listeners:
                 raise QuotaValidationError(f"Unknown listener {name!r}; listeners are {', '.join(self.listeners)}.")
+        check_sampling(self.samples, self.window_s * 1000)
         if self.max_connections_per_ip == 0 and not self.per_ip_overrides:
             raise QuotaValidationError(
                 "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides is set."
@@ -142,10 +143,11 @@ class ConnectionConfig:
         for key, value in props.items():
             if key == "inter.broker.listener.name":
                 kwargs["inter_broker_listener"] = str(value).strip().upper()
-            elif key == "quota.window.num":
-                kwargs["samples"] = _non_negative_int(key, value) or 1
-            elif key == "quota.window.size.seconds":
-                kwargs["window_s"] = _non_negative_int(key, value) or 1
+            elif key in ("quota.window.num", "quota.window.size.seconds"):
+                n = _non_negative_int(key, value)
+                if n < 1:
+                    raise QuotaValidationError(f"{key} must be at least 1, got {n}.")
+                kwargs["samples" if key == "quota.window.num" else "window_s"] = n
             elif key == "max.connections":
                 kwargs["max_connections"] = _non_negative_int(key, value)
             elif key == "max.connections.per.ip":
@@ -253,7 +255,7 @@ class ModelConnectionQuotas:
             return 0
         except QuotaViolation as e:
             ws = e.metric.stat.window_size(e.metric.config, t)  # type: ignore[union-attr]
-            return to_int(min(java_round(rate_throttle_raw(e.value, e.bound, ws)), self.config.window_ms))
+            return to_int(bounded_throttle_time_ms(e.value, e.bound, ws, self.config.window_ms))
 
     def _listener_sensor(self, listener: str, t: int) -> Sensor:
         rate = self.config.listener_max_connection_creation_rate.get(listener, INT_MAX)

@@ -8,6 +8,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from quotas.engine.decisions import Kind
 from quotas.engine.entities import DEFAULT, QuotaType
 from quotas.engine.errors import ThrottlingQuotaExceeded
 from quotas.engine.javamath import DOUBLE_MAX, LONG_MAX_AS_DOUBLE
@@ -241,3 +242,12 @@ def test_a_cluster_namespace_can_run_on_the_engine_clock(redis_client, namespace
     assert len({o.now_ms for o in outs}) == 1
     assert before - 5 <= outs[0].now_ms <= after + 5
     assert [o.sum for o in outs] == [10.0, 20.0, 30.0]
+
+
+def test_a_manager_on_the_engine_clock_ignores_the_brokers_clock(redis_client, namespace) -> None:
+    m = ClientQuotaManager(QuotaType.PRODUCE, RedisBackend(redis_client), namespace=namespace, engine_clock=True)
+    m.update_quota(None, DEFAULT, 100.0)
+    m.record("u", "c", 500.0, 0)  # a broker clock far in the past: Redis's TIME is used instead
+    m.record("u", "c", 500.0, T0 * 2)  # and far in the future
+    view = RedisBackend(redis_client).peek(m.sensor_key(":c"), Kind.RATE, 11, 1000, int(time.time() * 1000))
+    assert view["rate"] == 1000.0 / 10.0  # both records in one sensor on one time line
