@@ -102,6 +102,11 @@ DATABASES = {
     )
 }
 
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # BEGIN IMMEDIATE: a transaction takes SQLite's write lock up front, so concurrent writers wait (busy
+    # timeout) instead of failing with "database is locked" when a read lock would have to be upgraded.
+    DATABASES["default"].setdefault("OPTIONS", {})["transaction_mode"] = "IMMEDIATE"
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -147,6 +152,11 @@ CELERY_TIMEZONE = TIME_ZONE
 # Pushes to brokers must survive a worker crash: acknowledge only after the task ran.
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Run by the `beat` service (docker-compose.yml) or `celery -A portal beat`.
+CELERY_BEAT_SCHEDULE = {
+    # Time-boxed boosts end on time (within a minute) without anyone acting: the previous value comes back.
+    "expire-boosts": {"task": "quotas.tasks.expire_boosts", "schedule": 60.0},
+}
 
 CHANNEL_LAYERS = {
     "default": {

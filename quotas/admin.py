@@ -8,7 +8,18 @@ from django.contrib import admin
 from django.db.models import Model
 from django.http import HttpRequest
 
-from quotas.models import Broker, Cluster, DesiredStateVersion, Listener, QuotaEntity, QuotaValue
+from quotas.models import (
+    AuditEntry,
+    Broker,
+    Cluster,
+    DesiredStateVersion,
+    Listener,
+    OwnedName,
+    QuotaEntity,
+    QuotaRequest,
+    QuotaValue,
+    Tenant,
+)
 
 
 class BrokerInline(admin.TabularInline):
@@ -63,3 +74,41 @@ class DesiredStateVersionAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+
+class OwnedNameInline(admin.TabularInline):
+    model = OwnedName
+    extra = 0
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ["name", "description"]
+    search_fields = ["name", "owned_names__pattern"]
+    filter_horizontal = ["members"]
+    inlines = [OwnedNameInline]
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows changed only by the workflow (requests) or never (audit): the admin shows them."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+
+@admin.register(QuotaRequest)
+class QuotaRequestAdmin(ReadOnlyAdmin):
+    list_display = ["pk", "tenant", "cluster", "entity", "key", "value", "state", "expires_at", "requested_by"]
+    list_filter = ["state", "tenant", "cluster"]
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ["created", "actor_name", "action", "tenant", "cluster", "entity", "key", "before", "after"]
+    list_filter = ["action", "tenant", "cluster"]

@@ -66,7 +66,7 @@ if [ ! -f "$STATIC_STAMP" ] || [ requirements.txt -nt "$STATIC_STAMP" ] ||
     touch "$STATIC_STAMP"
 fi
 
-celery -A portal worker -l info --logfile "$RUN/celery-worker.log" >>"$RUN/celery-worker.log" 2>&1 &
+celery -A portal worker -B -s "$RUN/celerybeat-schedule" -l info --logfile "$RUN/celery-worker.log" >>"$RUN/celery-worker.log" 2>&1 &
 WORKER_PID=$!
 echo "run_portal: Celery worker pid $WORKER_PID, log in .run/celery-worker.log"
 

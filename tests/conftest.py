@@ -54,3 +54,18 @@ def redis_url() -> Iterator[str]:
             os.environ.pop("QUOTAS_REDIS_URL", None)
         if server is not None:
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """SQLite tests use a database file (in pytest's temp dir), not Django's shared-cache in-memory database.
+
+    Two connections to the shared-cache memory database fail at once with "database table is locked"
+    instead of waiting, so tests with concurrent connections (the approval race) could not run; a file
+    database waits on its busy timeout, as the portal's own SQLite does.
+    """
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        db.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from quotas.engine.errors import EngineUnavailable, QuotaEngineError
+from quotas.workflow import WorkflowError
 
 #: DRF exceptions -> the code a client sees. Unknown APIExceptions use their default_code, upper-cased.
 _CODES: dict[type[exceptions.APIException], str] = {
@@ -46,7 +47,9 @@ class ApiError(exceptions.APIException):
 class ErrorSerializer(serializers.Serializer):
     """The body of every error response (for the schema)."""
 
-    code = serializers.CharField(help_text="INVALID_REQUEST, NOT_FOUND, PERMISSION_DENIED, NOT_AUTHENTICATED, ...")
+    code = serializers.CharField(
+        help_text="INVALID_REQUEST, NOT_FOUND, PERMISSION_DENIED, NOT_AUTHENTICATED, CONFLICT, ..."
+    )
     message = serializers.CharField(help_text="What went wrong and what to change.")
     details = serializers.JSONField(allow_null=True, help_text="Per-field or per-entry errors, when there are any.")
 
@@ -73,7 +76,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """DRF's handler (status, WWW-Authenticate, Retry-After, rollback), re-shaped into the API's error body.
 
     The engine's typed errors (QuotaValidationError & co.) keep their Kafka code: 400, or 503
-    when Redis is unreachable. Anything else unhandled stays a 500 from Django.
+    when Redis is unreachable. The workflow's refusals keep theirs (INVALID_REQUEST 400,
+    PERMISSION_DENIED 403, CONFLICT 409). Anything else unhandled stays a 500 from Django.
     """
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(*exc.args)
@@ -82,6 +86,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     elif isinstance(exc, QuotaEngineError):
         http = status.HTTP_503_SERVICE_UNAVAILABLE if isinstance(exc, EngineUnavailable) else 400
         exc = ApiError(exc.code, exc.message, status_code=http)
+    elif isinstance(exc, WorkflowError):
+        exc = ApiError(exc.code, exc.message, status_code=exc.status)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

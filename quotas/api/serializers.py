@@ -1,4 +1,5 @@
-"""Serializers of the quota API: clusters, and Kafka's client-quota requests and answers.
+"""Serializers of the quota API: clusters, Kafka's client-quota requests and answers, tenants,
+self-service quota requests and the audit trail.
 
 Request serializers only shape the JSON; Kafka's rules (entity types, keys, values) are
 judged by the engine in ``quotas.models.quotas``, so a value such as ``"100"`` reaches the
@@ -9,20 +10,30 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from quotas.choices import ConnectorKind, EntityType, MatchType, QuotaScope
+from quotas.engine.config import CLIENT_ID, USER
+from quotas.engine.entities import DEFAULT
 from quotas.models import (
     AlterOutcome,
+    Approval,
+    AuditEntry,
     Broker,
     Cluster,
     EffectiveQuota,
     EntryResult,
     Listener,
+    OwnedName,
     QuotaEntity,
+    QuotaRequest,
+    Tenant,
 )
+from quotas.workflow import capacity_check
 
 #: One request alters at most this many entries: a batch is validated and applied in memory, whole.
 MAX_ALTER_ENTRIES = 1000
@@ -256,3 +267,216 @@ class EffectiveResponseSerializer(serializers.Serializer):
     client_id = serializers.CharField(allow_null=True)
     ip = serializers.CharField(allow_null=True, help_text="In canonical form.")
     quotas = serializers.DictField(child=EffectiveQuotaSerializer(), help_text="Quota key -> what applies.")
+
+
+# ------------------------------------------------------------------ tenants
+
+
+class TenantSerializer(serializers.ModelSerializer):
+    """A tenant, its members (usernames) and the principal and client-id patterns it owns (fnmatch-style)."""
+
+    members = serializers.SlugRelatedField(
+        many=True, slug_field="username", queryset=get_user_model().objects.all(), required=False
+    )
+    principals = serializers.ListField(
+        child=serializers.CharField(max_length=255),
+        required=False,
+        help_text="Owned principal patterns, fnmatch-style and case-sensitive: * any run, ? one character, [seq].",
+    )
+    client_ids = serializers.ListField(
+        child=serializers.CharField(max_length=255), required=False, help_text="Owned client-id patterns (as above)."
+    )
+
+    class Meta:
+        model = Tenant
+        fields = ["name", "description", "members", "principals", "client_ids", "created"]
+        read_only_fields = ["created"]
+
+    def to_representation(self, instance: Tenant) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        owned = list(instance.owned_names.all())
+        data["principals"] = [o.pattern for o in owned if o.entity_type == USER]
+        data["client_ids"] = [o.pattern for o in owned if o.entity_type == CLIENT_ID]
+        return data
+
+    def validate_name(self, value: str) -> str:
+        if self.instance is not None and value != self.instance.name:
+            raise serializers.ValidationError("A tenant cannot be renamed: requests and audit entries name it.")
+        return value
+
+    def _validate_patterns(self, entity_type: str, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if DEFAULT in pattern:
+                raise serializers.ValidationError(f"{pattern!r}: the default entity cannot be owned by a tenant.")
+        taken = OwnedName.objects.filter(entity_type=entity_type, pattern__in=patterns).select_related("tenant")
+        if self.instance is not None:
+            taken = taken.exclude(tenant=self.instance)
+        for other in taken:
+            raise serializers.ValidationError(f"{other.pattern!r} is already owned by tenant {other.tenant.name!r}.")
+        return sorted(set(patterns))
+
+    def validate_principals(self, value: list[str]) -> list[str]:
+        return self._validate_patterns(USER, value)
+
+    def validate_client_ids(self, value: list[str]) -> list[str]:
+        return self._validate_patterns(CLIENT_ID, value)
+
+    def _save_patterns(self, tenant: Tenant, entity_type: str, patterns: list[str] | None) -> None:
+        if patterns is None:
+            return
+        tenant.owned_names.filter(entity_type=entity_type).exclude(pattern__in=patterns).delete()
+        for pattern in patterns:
+            OwnedName.objects.get_or_create(tenant=tenant, entity_type=entity_type, pattern=pattern)
+
+    @transaction.atomic
+    def create(self, validated_data: dict[str, Any]) -> Tenant:
+        principals, client_ids = validated_data.pop("principals", []), validated_data.pop("client_ids", [])
+        tenant = super().create(validated_data)
+        self._save_patterns(tenant, USER, principals)
+        self._save_patterns(tenant, CLIENT_ID, client_ids)
+        return tenant
+
+    @transaction.atomic
+    def update(self, instance: Tenant, validated_data: dict[str, Any]) -> Tenant:
+        principals, client_ids = validated_data.pop("principals", None), validated_data.pop("client_ids", None)
+        tenant = super().update(instance, validated_data)
+        self._save_patterns(tenant, USER, principals)
+        self._save_patterns(tenant, CLIENT_ID, client_ids)
+        return tenant
+
+
+# ------------------------------------------------------------------ requests and approvals
+
+
+class ApprovalSerializer(serializers.ModelSerializer):
+    approver = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Approval
+        fields = ["approver", "decision", "comment", "decided_at"]
+
+
+class QuotaRequestSerializer(serializers.ModelSerializer):
+    """A quota request as anyone allowed to see it reads it; ``approval`` is null until decided."""
+
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    entity = serializers.CharField(read_only=True, help_text="Kafka's config path of the entity.")
+    approval = serializers.SerializerMethodField()
+
+    class Meta:
+        model = QuotaRequest
+        fields = [
+            "id",
+            "tenant",
+            "cluster",
+            "requested_by",
+            "user",
+            "client_id",
+            "entity",
+            "key",
+            "value",
+            "reason",
+            "expires_at",
+            "state",
+            "previous_value",
+            "applied_version",
+            "failure",
+            "approval",
+            "created",
+            "updated",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(ApprovalSerializer(allow_null=True))
+    def get_approval(self, obj: QuotaRequest) -> dict[str, Any] | None:
+        approval = getattr(obj, "approval", None)
+        return None if approval is None else ApprovalSerializer(approval).data
+
+
+class CapacitySerializer(serializers.Serializer):
+    """The cluster's granted total of a byte-rate key without and with the request, in bytes/s it carries."""
+
+    key = serializers.CharField()
+    scope = serializers.CharField(help_text="per_broker: values count once per broker; cluster_wide: once.")
+    brokers = serializers.IntegerField()
+    multiplier = serializers.IntegerField(help_text="Brokers (at least 1) for per_broker clusters, 1 otherwise.")
+    capacity = serializers.IntegerField(allow_null=True, help_text="The cluster's capacity; null = unknown.")
+    granted_without = serializers.FloatField()
+    granted_with = serializers.FloatField()
+    exceeds = serializers.BooleanField()
+    warning = serializers.CharField(allow_null=True)
+
+
+class QuotaRequestDetailSerializer(QuotaRequestSerializer):
+    """A request with the capacity check an approver decides on (null for keys that are not byte rates)."""
+
+    capacity = serializers.SerializerMethodField()
+
+    class Meta(QuotaRequestSerializer.Meta):
+        fields = [*QuotaRequestSerializer.Meta.fields, "capacity"]
+        read_only_fields = fields
+
+    @extend_schema_field(CapacitySerializer(allow_null=True))
+    def get_capacity(self, obj: QuotaRequest) -> dict[str, Any] | None:
+        check = capacity_check(obj)
+        return None if check is None else CapacitySerializer(check).data
+
+
+class QuotaRequestCreateSerializer(serializers.Serializer):
+    """Submit a request: one key of one user/client-id entity of a cluster, for a tenant you are a member of."""
+
+    tenant = serializers.SlugRelatedField(slug_field="name", queryset=Tenant.objects.all())
+    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+    user = serializers.CharField(
+        required=False, allow_null=True, default=None, help_text="A principal your tenant owns."
+    )
+    client_id = serializers.CharField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A client-id your tenant owns, or '<default>' under an owned user.",
+    )
+    key = serializers.CharField(help_text="producer_byte_rate, consumer_byte_rate, request_percentage, ...")
+    value = PassThroughNumberField(help_text="A finite number > 0; integral for byte rates.")
+    reason = serializers.CharField(required=False, allow_blank=True, default="")
+    expires_at = serializers.DateTimeField(
+        required=False, allow_null=True, default=None, help_text="Makes it a boost: the previous value returns then."
+    )
+
+
+class DecisionSerializer(serializers.Serializer):
+    comment = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text="Required to reject: what the tenant should change."
+    )
+
+
+# ------------------------------------------------------------------ audit
+
+
+class AuditEntrySerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor_name", read_only=True, help_text="The username, or 'system'.")
+    tenant = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    request = serializers.PrimaryKeyRelatedField(read_only=True)
+    before = serializers.JSONField(read_only=True, help_text="A value (quota_altered) or a state; null = none.")
+    after = serializers.JSONField(read_only=True, help_text="A value (quota_altered) or a state; null = none.")
+
+    class Meta:
+        model = AuditEntry
+        fields = [
+            "id",
+            "created",
+            "actor",
+            "action",
+            "tenant",
+            "cluster",
+            "request",
+            "entity",
+            "key",
+            "before",
+            "after",
+            "comment",
+        ]
+        read_only_fields = fields

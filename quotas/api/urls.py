@@ -9,6 +9,9 @@ app_name = "quotas-api"
 
 router = SimpleRouter()
 router.register("clusters", views.ClusterViewSet, basename="cluster")
+router.register("tenants", views.TenantViewSet, basename="tenant")
+router.register("requests", views.QuotaRequestViewSet, basename="request")
+router.register("audit", views.AuditEntryViewSet, basename="audit")
 
 # Kafka's admin operations keep their verb names, as RPCs on a cluster.
 urlpatterns = [

@@ -1,29 +1,35 @@
 """Views of the quota API.
 
-Reads are open to any authenticated caller. Writes (AlterClientQuotas, creating and
-updating clusters) need a staff account for now: tenants and their self-service
-requests come later and will narrow who may change what.
+Clusters and their quotas: reads are open to any authenticated caller; writes
+(AlterClientQuotas, creating and updating clusters) are for admins (staff or the
+quota-admins group; never an auditor). Tenants, quota requests and the audit trail are
+scoped: admins and auditors see everything, a tenant member sees its tenants' rows only
+(others' rows answer NOT_FOUND, so their existence does not leak).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import ProtectedError, QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
-from rest_framework import mixins, permissions, viewsets
+from rest_framework import mixins, permissions, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.pagination import DefaultCursorPagination
+from quotas import workflow
 from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.serializers import (
     AlterRequestSerializer,
     AlterResponseSerializer,
+    AuditEntrySerializer,
     ClusterSerializer,
+    DecisionSerializer,
     DescribeEntrySerializer,
     DescribePageSerializer,
     DescribeRequestSerializer,
@@ -31,18 +37,30 @@ from quotas.api.serializers import (
     EffectiveQuotaSerializer,
     EffectiveResponseSerializer,
     EntryResultSerializer,
+    QuotaRequestCreateSerializer,
+    QuotaRequestDetailSerializer,
+    QuotaRequestSerializer,
+    TenantSerializer,
 )
 from quotas.engine.connections import normalize_ip
 from quotas.models import (
     Alteration,
     AlterationRejected,
+    AuditEntry,
     Cluster,
     FilterComponent,
     QuotaOp,
+    QuotaRequest,
+    RequestState,
+    Tenant,
     alter_client_quotas,
+    audited_alter,
     describe_client_quotas,
     effective_client_quotas,
     effective_ip_quota,
+    is_admin,
+    sees_everything,
+    tenants_of,
 )
 
 ERRORS = {
@@ -51,20 +69,23 @@ ERRORS = {
     403: ErrorSerializer,
     404: ErrorSerializer,
 }
-STAFF_ONLY = "Only staff accounts can change quotas and clusters for now; ask a portal admin."
+STAFF_ONLY = (
+    "Only admins (staff or the quota-admins group) can change quotas, clusters and tenants; tenants ask for "
+    "quotas with POST /api/requests/."
+)
 
 
-class IsStaff(permissions.BasePermission):
-    """Staff only (until tenants can own entities)."""
+class IsAdmin(permissions.BasePermission):
+    """Admins only: staff or the quota-admins group, never an auditor."""
 
     message = STAFF_ONLY
 
     def has_permission(self, request: Request, view: APIView) -> bool:
-        return bool(request.user and request.user.is_staff)
+        return is_admin(request.user)
 
 
-class IsStaffOrReadOnly(IsStaff):
-    """Anyone authenticated reads; staff writes."""
+class IsAdminOrReadOnly(IsAdmin):
+    """Anyone authenticated reads; admins write."""
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         return request.method in permissions.SAFE_METHODS or super().has_permission(request, view)
@@ -94,10 +115,10 @@ class LenientJSONParser(JSONParser):
 @extend_schema_view(
     list=extend_schema(summary="List clusters"),
     retrieve=extend_schema(summary="A cluster", responses={200: ClusterSerializer, 404: ErrorSerializer}),
-    create=extend_schema(summary="Add a cluster (staff)", responses={201: ClusterSerializer, **ERRORS}),
-    update=extend_schema(summary="Change a cluster (staff)", responses={200: ClusterSerializer, **ERRORS}),
+    create=extend_schema(summary="Add a cluster (admins)", responses={201: ClusterSerializer, **ERRORS}),
+    update=extend_schema(summary="Change a cluster (admins)", responses={200: ClusterSerializer, **ERRORS}),
     partial_update=extend_schema(
-        summary="Change some fields of a cluster (staff)", responses={200: ClusterSerializer, **ERRORS}
+        summary="Change some fields of a cluster (admins)", responses={200: ClusterSerializer, **ERRORS}
     ),
 )
 class ClusterViewSet(
@@ -107,11 +128,11 @@ class ClusterViewSet(
     mixins.UpdateModelMixin,
     viewsets.GenericViewSet,
 ):
-    """Clusters, by name. Anyone authenticated reads; only staff creates or changes them (no deletes here:
+    """Clusters, by name. Anyone authenticated reads; only admins create or change them (no deletes here:
     a cluster's quotas and push history go with it, which deserves its own confirmation)."""
 
     serializer_class = ClusterSerializer
-    permission_classes = [permissions.IsAuthenticated, IsStaffOrReadOnly]
+    permission_classes = [permissions.IsAuthenticated, IsAdminOrReadOnly]
     lookup_field = "name"
     lookup_url_kwarg = "cluster"
     lookup_value_regex = r"[A-Za-z0-9][A-Za-z0-9_-]*"  # cluster_name_validator, unanchored
@@ -162,7 +183,7 @@ class DescribeClientQuotasView(APIView):
 
 
 class AlterClientQuotasView(APIView):
-    """Kafka's AlterClientQuotas on the desired state (staff only for now).
+    """Kafka's AlterClientQuotas on the desired state (admins only), audited per changed key.
 
     Whole or nothing: every entry is validated first with the engine's rules, and if any is
     invalid the request fails with 400 INVALID_REQUEST, ``details.entries`` holding Kafka's
@@ -170,15 +191,16 @@ class AlterClientQuotasView(APIView):
     valid entries of a batch; we do not, because the batch is one operator's (later: one
     approved request's) intended change, and a half-applied one would be pushed to every
     broker as a desired state nobody asked for. A valid batch is applied in one transaction
-    that bumps the cluster's desired-state version.
+    that bumps the cluster's desired-state version and adds an audit entry (before, after,
+    who) per changed key.
     """
 
-    permission_classes = [permissions.IsAuthenticated, IsStaff]
+    permission_classes = [permissions.IsAuthenticated, IsAdmin]
     parser_classes = [LenientJSONParser]
 
     @extend_schema(
         operation_id="alter_client_quotas",
-        summary="Alter client quotas (Kafka's AlterClientQuotas), whole or nothing (staff)",
+        summary="Alter client quotas (Kafka's AlterClientQuotas), whole or nothing (admins)",
         parameters=[CLUSTER_PARAM],
         request=AlterRequestSerializer,
         responses={200: AlterResponseSerializer, **ERRORS},
@@ -196,7 +218,10 @@ class AlterClientQuotasView(APIView):
         ]
         validate_only = body.validated_data["validate_only"]
         try:
-            outcome = alter_client_quotas(target, entries, validate_only=validate_only)
+            if validate_only:
+                outcome = alter_client_quotas(target, entries, validate_only=True)
+            else:
+                outcome = audited_alter(target, entries, request.user)
         except AlterationRejected as e:
             details = {"entries": EntryResultSerializer(e.results, many=True).data}
             raise ApiError("INVALID_REQUEST", e.message, details) from e
@@ -233,3 +258,171 @@ class EffectiveQuotaView(APIView):
             who = {"user": q["user"], "client_id": q["client_id"], "ip": None}
         quotas = {e.key: EffectiveQuotaSerializer(e).data for e in found}
         return Response({"cluster": target.name, **who, "quotas": quotas})
+
+
+# ------------------------------------------------------------------ tenants, requests, audit
+
+SCOPED_ERRORS = {**ERRORS, 409: ErrorSerializer}
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List tenants (members see their own)"),
+    retrieve=extend_schema(summary="A tenant", responses={200: TenantSerializer, 404: ErrorSerializer}),
+    create=extend_schema(summary="Add a tenant (admins)", responses={201: TenantSerializer, **ERRORS}),
+    update=extend_schema(summary="Change a tenant (admins)", responses={200: TenantSerializer, **ERRORS}),
+    partial_update=extend_schema(summary="Change some fields of a tenant (admins)", responses={200: TenantSerializer}),
+    destroy=extend_schema(summary="Delete a tenant without requests (admins)", responses={204: None, **SCOPED_ERRORS}),
+)
+class TenantViewSet(viewsets.ModelViewSet):
+    """Tenants by name. Admins and auditors read all, a member reads its own; only admins write."""
+
+    serializer_class = TenantSerializer
+    permission_classes = [permissions.IsAuthenticated, IsAdminOrReadOnly]
+    lookup_field = "name"
+    lookup_value_regex = r"[A-Za-z0-9][A-Za-z0-9_-]*"
+
+    def get_queryset(self) -> QuerySet[Tenant]:
+        user = self.request.user
+        tenants = Tenant.objects.all() if sees_everything(user) else tenants_of(user)
+        return tenants.prefetch_related("members", "owned_names")
+
+    def perform_destroy(self, instance: Tenant) -> None:
+        """Requests keep their tenant (the audit trail names it), so a tenant with requests stays."""
+        try:
+            instance.delete()
+        except ProtectedError:
+            message = f"Tenant {instance.name!r} has quota requests; they and their audit trail keep it."
+            raise ApiError("CONFLICT", message, status_code=409) from None
+
+
+REQUEST_FILTERS = [
+    OpenApiParameter("state", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=RequestState.values),
+    OpenApiParameter("tenant", OpenApiTypes.STR, OpenApiParameter.QUERY, description="A tenant's name."),
+    OpenApiParameter("cluster", OpenApiTypes.STR, OpenApiParameter.QUERY, description="A cluster's name."),
+]
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List quota requests you may see", parameters=REQUEST_FILTERS),
+    retrieve=extend_schema(
+        summary="A quota request, with the capacity check an approver decides on",
+        responses={200: QuotaRequestDetailSerializer, 404: ErrorSerializer},
+    ),
+)
+class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Self-service quota requests: submit (create), withdraw, approve, reject. The rules are ``quotas.workflow``'s."""
+
+    serializer_class = QuotaRequestSerializer
+    permission_classes = [permissions.IsAuthenticated]
+    lookup_value_regex = r"[0-9]+"
+
+    def get_queryset(self) -> QuerySet[QuotaRequest]:
+        user = self.request.user
+        requests = QuotaRequest.objects.select_related("tenant", "cluster", "requested_by", "approval__approver")
+        if not sees_everything(user):
+            requests = requests.filter(tenant__in=tenants_of(user))
+        params = self.request.query_params
+        for name, column in (("state", "state"), ("tenant", "tenant__name"), ("cluster", "cluster__name")):
+            if params.get(name):
+                requests = requests.filter(**{column: params[name]})
+        return requests
+
+    def get_serializer_class(self) -> type[QuotaRequestSerializer]:
+        return QuotaRequestDetailSerializer if self.action == "retrieve" else QuotaRequestSerializer
+
+    def _answer(self, request_id: int, code: int = status.HTTP_200_OK) -> Response:
+        fresh = (
+            self.get_queryset()
+            .model.objects.select_related("tenant", "cluster", "requested_by", "approval__approver")
+            .get(pk=request_id)
+        )
+        return Response(QuotaRequestSerializer(fresh).data, status=code)
+
+    @extend_schema(
+        summary="Submit a quota request (a member of the tenant)",
+        description=(
+            "The entity must be owned by the tenant (its principal and client-id patterns); the value is judged by "
+            "Kafka's rules now. `expires_at` makes it a boost: at expiry the previous value comes back on its own."
+        ),
+        request=QuotaRequestCreateSerializer,
+        responses={201: QuotaRequestSerializer, **ERRORS},
+    )
+    def create(self, request: Request) -> Response:
+        body = QuotaRequestCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        created = workflow.submit(
+            request.user,
+            data["tenant"],
+            data["cluster"],
+            user=data["user"],
+            client_id=data["client_id"],
+            key=data["key"],
+            value=data["value"],
+            reason=data["reason"],
+            expires_at=data["expires_at"],
+        )
+        return self._answer(created.pk, status.HTTP_201_CREATED)
+
+    def _decide(self, request: Request, transition: Any) -> Response:
+        target = self.get_object()  # 404 for a request the caller may not see
+        body = DecisionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        transition(request.user, target.pk, body.validated_data["comment"])
+        return self._answer(target.pk)
+
+    @extend_schema(
+        summary="Withdraw a request nobody decided yet (the requester or a member of its tenant)",
+        request=DecisionSerializer,
+        responses={200: QuotaRequestSerializer, **SCOPED_ERRORS},
+    )
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request: Request, pk: str) -> Response:
+        return self._decide(request, workflow.withdraw)
+
+    @extend_schema(
+        summary="Approve and apply to the desired state (admins; never one's own request)",
+        description="Exactly one decision counts: a request already decided answers 409 CONFLICT.",
+        request=DecisionSerializer,
+        responses={200: QuotaRequestSerializer, **SCOPED_ERRORS},
+    )
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str) -> Response:
+        return self._decide(request, workflow.approve)
+
+    @extend_schema(
+        summary="Reject, saying why in the comment (admins; never one's own request)",
+        request=DecisionSerializer,
+        responses={200: QuotaRequestSerializer, **SCOPED_ERRORS},
+    )
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str) -> Response:
+        return self._decide(request, workflow.reject)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="The audit trail, newest first (admins and auditors: all; members: their tenants')",
+        parameters=[
+            OpenApiParameter("request", OpenApiTypes.INT, OpenApiParameter.QUERY, description="A request's id."),
+            OpenApiParameter("tenant", OpenApiTypes.STR, OpenApiParameter.QUERY, description="A tenant's name."),
+        ],
+    )
+)
+class AuditEntryViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Every change, with before and after, who and when. Read-only for everyone."""
+
+    serializer_class = AuditEntrySerializer
+    permission_classes = [permissions.IsAuthenticated]
+
+    def get_queryset(self) -> QuerySet[AuditEntry]:
+        user = self.request.user
+        entries = AuditEntry.objects.select_related("tenant", "cluster")
+        if not sees_everything(user):
+            entries = entries.filter(tenant__in=tenants_of(user))
+        params = self.request.query_params
+        if params.get("request", "").isdigit():
+            entries = entries.filter(request_id=int(params["request"]))
+        if params.get("tenant"):
+            entries = entries.filter(tenant__name=params["tenant"])
+        return entries

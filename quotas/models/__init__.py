@@ -1,10 +1,12 @@
 """Models of the desired quota state: the source of truth for what should be applied.
 
-Split by concept (NetBox style): ``clusters`` (clusters, brokers, listeners) and
+Split by concept (NetBox style): ``clusters`` (clusters, brokers, listeners),
 ``quotas`` (quota entities, their values, the desired-state version, and Kafka's
-describe/alter/resolve operations over them).
+describe/alter/resolve operations over them), ``tenants`` (teams, what they own, roles),
+``requests`` (self-service requests and approvals) and ``audit`` (the audit trail).
 """
 
+from quotas.models.audit import AuditAction, AuditEntry, audited_alter, record
 from quotas.models.clusters import Broker, Cluster, Listener
 from quotas.models.quotas import (
     Alteration,
@@ -22,23 +24,55 @@ from quotas.models.quotas import (
     effective_client_quotas,
     effective_ip_quota,
 )
+from quotas.models.requests import TRANSITIONS, Approval, Decision, QuotaRequest, RequestState
+from quotas.models.tenants import (
+    ADMINS_GROUP,
+    AUDITORS_GROUP,
+    OwnedName,
+    Tenant,
+    entity_owned_by,
+    is_admin,
+    is_auditor,
+    owning_tenant,
+    sees_everything,
+    tenants_of,
+)
 
 __all__ = [
+    "ADMINS_GROUP",
+    "AUDITORS_GROUP",
+    "TRANSITIONS",
+    "AlterOutcome",
     "Alteration",
     "AlterationRejected",
-    "AlterOutcome",
+    "Approval",
+    "AuditAction",
+    "AuditEntry",
     "Broker",
     "Cluster",
+    "Decision",
     "DesiredStateVersion",
     "EffectiveQuota",
     "EntryResult",
     "FilterComponent",
     "Listener",
+    "OwnedName",
     "QuotaEntity",
     "QuotaOp",
+    "QuotaRequest",
     "QuotaValue",
+    "RequestState",
+    "Tenant",
     "alter_client_quotas",
+    "audited_alter",
     "describe_client_quotas",
     "effective_client_quotas",
     "effective_ip_quota",
+    "entity_owned_by",
+    "is_admin",
+    "is_auditor",
+    "owning_tenant",
+    "record",
+    "sees_everything",
+    "tenants_of",
 ]

@@ -1,0 +1,155 @@
+"""The audit trail: every change of a request or a quota, with before and after, who and when.
+
+Entries are only ever added. A quota change is recorded per (entity, key) with the value
+before and after (null = no value); a request's move is recorded with the state before and after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import models, transaction
+from django.utils import timezone
+
+from quotas.engine.config import EntityRef
+from quotas.engine.errors import QuotaEngineError
+from quotas.models.clusters import Cluster
+from quotas.models.quotas import (
+    Alteration,
+    AlterOutcome,
+    DesiredStateVersion,
+    QuotaValue,
+    alter_client_quotas,
+    entity_path,
+)
+from quotas.models.requests import QuotaRequest
+from quotas.models.tenants import Tenant, owning_tenant
+
+
+class AuditAction(models.TextChoices):
+    QUOTA_ALTERED = "quota_altered", "Quota value changed"
+    SUBMITTED = "submitted", "Request submitted"
+    WITHDRAWN = "withdrawn", "Request withdrawn"
+    APPROVED = "approved", "Request approved"
+    REJECTED = "rejected", "Request rejected"
+    APPLIED = "applied", "Request applied to the desired state"
+    FAILED = "failed", "Request failed to apply"
+    EXPIRED = "expired", "Boost expired"
+
+
+class AuditEntry(models.Model):
+    """One change. ``actor`` is null for the system (e.g. boost expiry); ``actor_name`` outlives the account."""
+
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    actor_name = models.CharField(max_length=150, help_text="The username, or 'system'.")
+    action = models.CharField(max_length=32, choices=AuditAction.choices)
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit")
+    cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit")
+    request = models.ForeignKey(QuotaRequest, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit")
+    entity = models.CharField(max_length=600, blank=True, help_text="Kafka's config path of the entity.")
+    key = models.CharField(max_length=32, blank=True)
+    before = models.JSONField(null=True, blank=True, help_text="The value or state before; null = none.")
+    after = models.JSONField(null=True, blank=True, help_text="The value or state after; null = none.")
+    comment = models.TextField(blank=True)
+
+    class Meta:
+        verbose_name_plural = "audit entries"
+        ordering = ["-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.created:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.entity} {self.key}"
+
+
+def record(
+    action: str,
+    actor: AbstractBaseUser | None,
+    *,
+    request: QuotaRequest | None = None,
+    before: Any = None,
+    after: Any = None,
+    comment: str = "",
+    **fields: Any,
+) -> AuditEntry:
+    """Add one entry; a request's tenant, cluster, entity and key are filled in from it."""
+    if request is not None:
+        fields = {
+            "tenant": request.tenant,
+            "cluster": request.cluster,
+            "entity": request.entity,
+            "key": request.key,
+            **fields,
+        }
+    return AuditEntry.objects.create(
+        action=action,
+        actor=actor,
+        actor_name=actor.get_username() if actor is not None else "system",
+        request=request,
+        before=before,
+        after=after,
+        comment=comment,
+        **fields,
+    )
+
+
+def _snapshot(cluster: Cluster, refs: Sequence[EntityRef]) -> dict[tuple[EntityRef, str], float]:
+    """The stored values of these entities, by (entity, key)."""
+    values: dict[tuple[EntityRef, str], float] = {}
+    for ref in set(refs):
+        rows = QuotaValue.objects.filter(
+            entity__cluster=cluster, entity__user=ref.user, entity__client_id=ref.client_id, entity__ip=ref.ip
+        )
+        for key, value in rows.values_list("key", "value"):
+            values[(ref, key)] = value
+    return values
+
+
+def _ref(entry: Alteration) -> EntityRef | None:
+    try:
+        return EntityRef.parse(dict(entry.entity))
+    except QuotaEngineError:
+        return None  # alter_client_quotas refuses the batch with the reason
+
+
+def audited_alter(
+    cluster: Cluster,
+    entries: Sequence[Alteration],
+    actor: AbstractBaseUser | None,
+    *,
+    request: QuotaRequest | None = None,
+    comment: str = "",
+) -> AlterOutcome:
+    """``alter_client_quotas`` plus one audit entry per changed (entity, key), in one transaction.
+
+    The cluster's version row is locked first, so the before-values read here are the ones the
+    alteration replaces. The tenant of an entry is the request's, else the one tenant owning the entity.
+    """
+    refs = [r for r in (_ref(e) for e in entries) if r is not None]
+    with transaction.atomic():
+        DesiredStateVersion.lock(cluster)
+        before = _snapshot(cluster, refs)
+        outcome = alter_client_quotas(cluster, entries)
+        if not outcome.changed:
+            return outcome
+        after = _snapshot(cluster, refs)
+        for ref, key in sorted(set(before) | set(after), key=lambda rk: (rk[0].field(), rk[1])):
+            old, new = before.get((ref, key)), after.get((ref, key))
+            if old == new:
+                continue
+            tenant = request.tenant if request is not None else owning_tenant(ref.user, ref.client_id)
+            record(
+                AuditAction.QUOTA_ALTERED,
+                actor,
+                request=request,
+                tenant=tenant,
+                cluster=cluster,
+                entity=entity_path(ref.user, ref.client_id, ref.ip),
+                key=key,
+                before=old,
+                after=new,
+                comment=comment or f"desired-state version {outcome.version}",
+            )
+    return outcome

@@ -1,0 +1,113 @@
+"""Self-service quota requests and the decisions on them.
+
+The state machine (transitions in ``quotas.workflow``)::
+
+    submitted ──approve──▶ approved ──▶ applied ──(boost expiry)──▶ expired
+        │                     │  └─────▶ applying ──▶ applied | failed   (the push to brokers, next issue)
+        ├──reject──▶ rejected └────────▶ failed (desired state refused the change)
+        └──withdraw──▶ withdrawn
+
+Approving writes the desired state in the approval's transaction and moves the request to
+``applied``; pushing that state to the brokers is the next issue's job, which will go through
+``applying`` and end in ``applied`` or ``failed``.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from quotas.choices import QuotaKey
+from quotas.models.clusters import Cluster
+from quotas.models.quotas import entity_path
+from quotas.models.tenants import Tenant
+
+
+class RequestState(models.TextChoices):
+    SUBMITTED = "submitted", "Submitted, waiting for an admin"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    WITHDRAWN = "withdrawn", "Withdrawn by the tenant"
+    APPLYING = "applying", "Being pushed to the brokers"
+    APPLIED = "applied", "Applied"
+    FAILED = "failed", "Failed to apply"
+    EXPIRED = "expired", "Boost expired, previous value restored"
+
+
+#: Allowed moves; anything else is a conflict (the request was decided or finished meanwhile).
+TRANSITIONS: dict[str, frozenset[str]] = {
+    RequestState.SUBMITTED: frozenset({RequestState.APPROVED, RequestState.REJECTED, RequestState.WITHDRAWN}),
+    RequestState.APPROVED: frozenset({RequestState.APPLYING, RequestState.APPLIED, RequestState.FAILED}),
+    RequestState.APPLYING: frozenset({RequestState.APPLIED, RequestState.FAILED}),
+    RequestState.APPLIED: frozenset({RequestState.EXPIRED}),
+    RequestState.REJECTED: frozenset(),
+    RequestState.WITHDRAWN: frozenset(),
+    RequestState.FAILED: frozenset(),
+    RequestState.EXPIRED: frozenset(),
+}
+
+
+class QuotaRequest(models.Model):
+    """A tenant's request to set one client quota key of one user/client-id entity on a cluster.
+
+    ``expires_at`` makes it a time-boxed boost: at expiry ``previous_value`` (captured when applied;
+    null = there was no value) comes back on its own.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="quota_requests")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="quota_requests")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="quota_requests")
+    user = models.CharField(max_length=255, null=True, blank=True, help_text="Principal; '<default>' never.")
+    client_id = models.CharField(max_length=255, null=True, blank=True)
+    key = models.CharField(max_length=32, choices=QuotaKey.choices)
+    value = models.FloatField()
+    reason = models.TextField(blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="A boost: the previous value returns then.")
+    state = models.CharField(max_length=16, choices=RequestState.choices, default=RequestState.SUBMITTED)
+    previous_value = models.FloatField(null=True, blank=True, help_text="The value before applying; null = none.")
+    applied_version = models.PositiveBigIntegerField(null=True, blank=True)
+    failure = models.TextField(blank=True, help_text="Why applying failed.")
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-pk"]
+        indexes = [models.Index(fields=["state", "expires_at"], name="quotas_request_due_boosts")]
+        constraints = [
+            models.CheckConstraint(condition=Q(value__gt=0), name="quotas_request_value_positive"),
+            models.CheckConstraint(
+                condition=Q(user__isnull=False) | Q(client_id__isnull=False), name="quotas_request_names_entity"
+            ),
+            models.CheckConstraint(condition=Q(state__in=RequestState.values), name="quotas_request_known_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.cluster.name}:{self.entity} {self.key}={self.value!r} ({self.state})"
+
+    @property
+    def entity(self) -> str:
+        """Kafka's config path of the entity, e.g. ``/config/users/alice/clients/app``."""
+        return entity_path(self.user, self.client_id)
+
+    @property
+    def is_boost(self) -> bool:
+        return self.expires_at is not None
+
+
+class Decision(models.TextChoices):
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+
+
+class Approval(models.Model):
+    """An admin's decision on a request. One per request (the database says so too): exactly one decision counts."""
+
+    request = models.OneToOneField(QuotaRequest, on_delete=models.CASCADE, related_name="approval")
+    approver = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="quota_approvals")
+    decision = models.CharField(max_length=16, choices=Decision.choices)
+    comment = models.TextField(blank=True)
+    decided_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"#{self.request_id} {self.decision} by {self.approver}"

@@ -1,0 +1,126 @@
+"""Tenants (teams), their members, the principals and client-ids they own, and the portal's roles.
+
+Ownership is by fnmatch-style pattern (``fnmatch.fnmatchcase``: ``*`` any run of characters, ``?`` one
+character, ``[seq]`` / ``[!seq]`` a set), matched case-sensitively because Kafka principals and client-ids
+are case-sensitive. A pattern is owned by one tenant at most; overlapping patterns of two tenants
+(``team-*`` and ``team-a-*``) are not prevented, and then both tenants own the names they share.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.validators import RegexValidator
+from django.db import models
+
+from quotas.choices import EntityType
+
+#: Group names of the two roles beyond membership (the migration creates both groups).
+ADMINS_GROUP = "quota-admins"
+AUDITORS_GROUP = "auditors"
+
+tenant_name_validator = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9_-]*\Z", "Use letters, digits, '-' and '_' only, starting with a letter or digit."
+)
+
+AnyUser = AbstractBaseUser | AnonymousUser
+
+
+class Tenant(models.Model):
+    """A team that owns principals and client-ids and asks for quotas for them."""
+
+    name = models.CharField(max_length=64, unique=True, validators=[tenant_name_validator])
+    description = models.CharField(max_length=200, blank=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="quota_tenants", blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def owns(self, entity_type: str, name: str) -> bool:
+        """Whether one of the tenant's patterns of that entity type matches ``name``."""
+        return any(fnmatchcase(name, p.pattern) for p in self.owned_names.all() if p.entity_type == entity_type)
+
+
+class OwnedName(models.Model):
+    """A principal or client-id pattern a tenant owns (fnmatch-style, case-sensitive)."""
+
+    OWNABLE = [(EntityType.USER.value, EntityType.USER.label), (EntityType.CLIENT_ID.value, EntityType.CLIENT_ID.label)]
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="owned_names")
+    entity_type = models.CharField(max_length=16, choices=OWNABLE)
+    pattern = models.CharField(max_length=255)
+
+    class Meta:
+        ordering = ["tenant", "entity_type", "pattern"]
+        constraints = [
+            models.UniqueConstraint(fields=["entity_type", "pattern"], name="quotas_owned_name_unique_pattern"),
+            models.CheckConstraint(
+                condition=models.Q(entity_type__in=[EntityType.USER, EntityType.CLIENT_ID]),
+                name="quotas_owned_name_user_or_client",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.name}: {self.entity_type} {self.pattern}"
+
+
+# ------------------------------------------------------------------ roles
+
+
+def _in_group(user: AnyUser, name: str) -> bool:
+    return bool(user.is_authenticated) and user.groups.filter(name=name).exists()
+
+
+def is_auditor(user: AnyUser) -> bool:
+    """Auditors read everything and change nothing (the group wins over staff, so an auditor account never writes)."""
+    return _in_group(user, AUDITORS_GROUP)
+
+
+def is_admin(user: AnyUser) -> bool:
+    """Admins (staff or the quota-admins group, never an auditor) approve requests and change quotas directly."""
+    if not user.is_authenticated or not user.is_active or is_auditor(user):
+        return False
+    return bool(user.is_staff) or _in_group(user, ADMINS_GROUP)
+
+
+def sees_everything(user: AnyUser) -> bool:
+    """Admins and auditors read every tenant's requests and audit entries."""
+    return is_admin(user) or is_auditor(user)
+
+
+def tenants_of(user: AnyUser) -> models.QuerySet[Tenant]:
+    """The tenants the user is a member of."""
+    if not user.is_authenticated:
+        return Tenant.objects.none()
+    return Tenant.objects.filter(members=user)
+
+
+def owning_tenant(user: str | None, client_id: str | None) -> Tenant | None:
+    """The single tenant owning every named part of an entity (None when none or several do); for the audit."""
+    owners = [t for t in Tenant.objects.prefetch_related("owned_names") if entity_owned_by(t, user, client_id) is None]
+    return owners[0] if len(owners) == 1 else None
+
+
+def entity_owned_by(tenant: Tenant, user: str | None, client_id: str | None) -> str | None:
+    """Why the tenant may not ask for this user/client-id entity, or None when it may.
+
+    Every named part must be owned. The default user (``<default>``) reaches every tenant's clients,
+    so only admins set it; a default client-id under an owned user reaches only that user's clients.
+    """
+    from quotas.engine.entities import DEFAULT
+
+    if user is None and client_id is None:
+        return "Name a user principal, a client-id, or both."
+    if user == DEFAULT or (user is None and client_id == DEFAULT):
+        return "Default entities apply to every tenant's clients; ask a portal admin to change them."
+    if user is not None and not tenant.owns(EntityType.USER, user):
+        return f"Tenant {tenant.name!r} does not own the principal {user!r}; ask an admin to add it to the tenant."
+    if client_id is not None and client_id != DEFAULT and not tenant.owns(EntityType.CLIENT_ID, client_id):
+        return f"Tenant {tenant.name!r} does not own the client-id {client_id!r}; ask an admin to add it to the tenant."
+    return None

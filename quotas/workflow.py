@@ -1,0 +1,364 @@
+"""The self-service workflow: submit, withdraw, approve, reject, apply and expire quota requests.
+
+Each transition is a plain function running in one transaction, and each moves the request with a
+conditional UPDATE (``... WHERE pk = ? AND state = <expected>``): when two admins approve the same
+request at the same moment, the database lets exactly one UPDATE match, the other sees 0 rows and
+gets CONFLICT. On PostgreSQL the second UPDATE waits for the first's row lock and re-checks the
+state; on SQLite the transactions are serialized (``transaction_mode = IMMEDIATE``, see settings).
+The one-to-one Approval row is a second guard: the database refuses a second decision.
+
+Refusals are WorkflowError with a code a client branches on: INVALID_REQUEST (the body is wrong),
+PERMISSION_DENIED (the caller may not), CONFLICT (the request is no longer in a state that allows it).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from quotas.choices import QuotaScope
+from quotas.engine.config import CLIENT_ID, USER, EntityRef
+from quotas.engine.entities import validate_quota_value
+from quotas.engine.errors import QuotaEngineError
+from quotas.models import (
+    TRANSITIONS,
+    Alteration,
+    AlterationRejected,
+    Approval,
+    AuditAction,
+    Cluster,
+    Decision,
+    QuotaOp,
+    QuotaRequest,
+    QuotaValue,
+    RequestState,
+    Tenant,
+    audited_alter,
+    entity_owned_by,
+    is_admin,
+    is_auditor,
+    record,
+)
+
+log = logging.getLogger(__name__)
+
+
+class WorkflowError(Exception):
+    """A refused transition; ``code`` and ``status`` become the API's error body and HTTP status."""
+
+    code = "INVALID_REQUEST"
+    status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(WorkflowError):
+    pass
+
+
+class PermissionDenied(WorkflowError):
+    code = "PERMISSION_DENIED"
+    status = 403
+
+
+class Conflict(WorkflowError):
+    code = "CONFLICT"
+    status = 409
+
+
+def _move(request: QuotaRequest, to: str, **fields: object) -> None:
+    """Move ``request`` from the state it was read in to ``to``, or CONFLICT when someone moved it first.
+
+    The conditional UPDATE is the race guard: it matches only while the row still holds the state we read.
+    """
+    if to not in TRANSITIONS[request.state]:
+        raise Conflict(f"Request #{request.pk} is {request.state}; it cannot become {to}.")
+    now = timezone.now()
+    moved = QuotaRequest.objects.filter(pk=request.pk, state=request.state).update(state=to, updated=now, **fields)
+    if moved != 1:
+        current = QuotaRequest.objects.filter(pk=request.pk).values_list("state", flat=True).first()
+        raise Conflict(f"Request #{request.pk} was {current} meanwhile (another change came first); reload it.")
+    request.state, request.updated = to, now
+    for name, value in fields.items():
+        setattr(request, name, value)
+
+
+def _refuse_auditor(actor: AbstractBaseUser) -> None:
+    if is_auditor(actor):
+        raise PermissionDenied("Auditors read everything and change nothing; use an admin or member account.")
+
+
+def _load(request_id: int) -> QuotaRequest:
+    try:
+        return QuotaRequest.objects.select_related("tenant", "cluster", "requested_by").get(pk=request_id)
+    except QuotaRequest.DoesNotExist:
+        raise InvalidRequest(f"No quota request #{request_id}.") from None
+
+
+# ------------------------------------------------------------------ submit and withdraw
+
+
+def submit(
+    actor: AbstractBaseUser,
+    tenant: Tenant,
+    cluster: Cluster,
+    *,
+    user: str | None,
+    client_id: str | None,
+    key: str,
+    value: object,
+    reason: str = "",
+    expires_at: datetime | None = None,
+    now: datetime | None = None,
+) -> QuotaRequest:
+    """A tenant member asks for ``key = value`` on a user/client-id entity its tenant owns.
+
+    The engine's rules judge the entity and the value now, so an admin only ever decides on a change
+    that can be applied. ``expires_at`` (in the future) makes the request a time-boxed boost.
+    """
+    _refuse_auditor(actor)
+    if not tenant.members.filter(pk=actor.pk).exists():
+        raise PermissionDenied(f"You are not a member of tenant {tenant.name!r}; ask one of its members or an admin.")
+    try:
+        ref = EntityRef.parse({k: v for k, v in ((USER, user), (CLIENT_ID, client_id)) if v is not None})
+        checked = validate_quota_value(key, value, ref.kind)
+    except QuotaEngineError as e:
+        raise InvalidRequest(e.message) from e
+    why_not = entity_owned_by(tenant, ref.user, ref.client_id)
+    if why_not is not None:
+        raise PermissionDenied(why_not)
+    if expires_at is not None and expires_at <= (now or timezone.now()):
+        raise InvalidRequest("expires_at is in the past; a boost must end in the future.")
+    with transaction.atomic():
+        request = QuotaRequest.objects.create(
+            tenant=tenant,
+            cluster=cluster,
+            requested_by=actor,
+            user=ref.user,
+            client_id=ref.client_id,
+            key=key,
+            value=checked,
+            reason=reason,
+            expires_at=expires_at,
+        )
+        record(AuditAction.SUBMITTED, actor, request=request, after=RequestState.SUBMITTED, comment=reason)
+    return request
+
+
+def withdraw(actor: AbstractBaseUser, request_id: int, comment: str = "") -> QuotaRequest:
+    """The requester, or another member of its tenant, takes back a request nobody has decided yet."""
+    _refuse_auditor(actor)
+    with transaction.atomic():
+        request = _load(request_id)
+        if request.requested_by_id != actor.pk and not request.tenant.members.filter(pk=actor.pk).exists():
+            raise PermissionDenied("Only the requester or a member of the request's tenant can withdraw it.")
+        _move(request, RequestState.WITHDRAWN)
+        record(AuditAction.WITHDRAWN, actor, request=request, before="submitted", after="withdrawn", comment=comment)
+    return request
+
+
+# ------------------------------------------------------------------ decisions
+
+
+def _check_decider(actor: AbstractBaseUser, request: QuotaRequest) -> None:
+    _refuse_auditor(actor)
+    if not is_admin(actor):
+        raise PermissionDenied("Only admins (staff or the quota-admins group) approve or reject requests.")
+    if request.requested_by_id == actor.pk:
+        raise PermissionDenied("Nobody approves or rejects their own request; ask another admin.")
+
+
+def approve(actor: AbstractBaseUser, request_id: int, comment: str = "", now: datetime | None = None) -> QuotaRequest:
+    """An admin (not the requester) approves; the change is applied to the desired state in the same transaction.
+
+    Exactly one decision counts: the conditional move from ``submitted`` lets one approver through and
+    answers CONFLICT to the others.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        request = _load(request_id)
+        _check_decider(actor, request)
+        if request.expires_at is not None and request.expires_at <= now and request.state == RequestState.SUBMITTED:
+            raise InvalidRequest(f"The boost's expiry ({request.expires_at:%Y-%m-%d %H:%M} UTC) has passed; reject it.")
+        _move(request, RequestState.APPROVED)
+        Approval.objects.create(
+            request=request, approver=actor, decision=Decision.APPROVED, comment=comment, decided_at=now
+        )
+        record(AuditAction.APPROVED, actor, request=request, before="submitted", after="approved", comment=comment)
+        apply(actor, request)
+    return request
+
+
+def reject(actor: AbstractBaseUser, request_id: int, comment: str, now: datetime | None = None) -> QuotaRequest:
+    """An admin (not the requester) rejects, saying why (the comment is what the tenant acts on)."""
+    if not comment.strip():
+        raise InvalidRequest("Say why in the comment: the tenant needs to know what to change.")
+    with transaction.atomic():
+        request = _load(request_id)
+        _check_decider(actor, request)
+        _move(request, RequestState.REJECTED)
+        Approval.objects.create(
+            request=request,
+            approver=actor,
+            decision=Decision.REJECTED,
+            comment=comment,
+            decided_at=now or timezone.now(),
+        )
+        record(AuditAction.REJECTED, actor, request=request, before="submitted", after="rejected", comment=comment)
+    return request
+
+
+# ------------------------------------------------------------------ applying and expiring
+
+
+def _current_value(request: QuotaRequest) -> float | None:
+    row = QuotaValue.objects.filter(
+        entity__cluster=request.cluster,
+        entity__user=request.user,
+        entity__client_id=request.client_id,
+        entity__ip__isnull=True,
+        key=request.key,
+    ).first()
+    return None if row is None else row.value
+
+
+def _alteration(request: QuotaRequest, value: float | None) -> Alteration:
+    parts = [(t, n) for t, n in ((USER, request.user), (CLIENT_ID, request.client_id)) if n is not None]
+    op = QuotaOp(request.key, remove=True) if value is None else QuotaOp(request.key, value)
+    return Alteration(parts, [op])
+
+
+def apply(actor: AbstractBaseUser | None, request: QuotaRequest) -> None:
+    """Write an approved request into the cluster's desired state (``alter_client_quotas``, version bumped).
+
+    The request then becomes ``applied``. Pushing the desired state to the brokers is the next issue's
+    job: it will move the request through ``applying`` to ``applied`` or ``failed`` instead.
+    If the desired state refuses the change (the rules changed since submission), the request is ``failed``.
+    """
+    with transaction.atomic():
+        previous = _current_value(request)
+        try:
+            with transaction.atomic():
+                outcome = audited_alter(request.cluster, [_alteration(request, request.value)], actor, request=request)
+        except AlterationRejected as e:
+            _move(request, RequestState.FAILED, failure=e.message)
+            record(AuditAction.FAILED, actor, request=request, before="approved", after="failed", comment=e.message)
+            return
+        _move(request, RequestState.APPLIED, previous_value=previous, applied_version=outcome.version)
+        record(
+            AuditAction.APPLIED,
+            actor,
+            request=request,
+            before="approved",
+            after="applied",
+            comment=f"desired-state version {outcome.version}",
+        )
+
+
+def expire_boosts(now: datetime | None = None) -> list[int]:
+    """Every applied boost whose expiry has come gets its previous value back (or its key removed); audited.
+
+    Only a value still equal to the boost's is restored: if someone changed it since, their change stands
+    and the entry says so. Each boost is expired in its own transaction, so one failure does not hold the rest.
+    """
+    now = now or timezone.now()
+    due = QuotaRequest.objects.filter(state=RequestState.APPLIED, expires_at__lte=now).values_list("pk", flat=True)
+    expired = []
+    for pk in list(due):
+        try:
+            with transaction.atomic():
+                request = _load(pk)
+                _move(request, RequestState.EXPIRED)  # CONFLICT when another worker expired it first
+                current = _current_value(request)
+                if current == request.value:
+                    restore = [_alteration(request, request.previous_value)]
+                    note = f"boost #{request.pk} expired; previous value restored"
+                    audited_alter(request.cluster, restore, None, request=request, comment=note)
+                    note = "previous value restored"
+                else:
+                    note = f"value changed since the boost (now {current!r}); left as it is"
+                record(AuditAction.EXPIRED, None, request=request, before="applied", after="expired", comment=note)
+        except Conflict:
+            continue
+        except Exception:  # rolled back: the boost stays applied and the next run tries again
+            log.exception("Could not expire boost #%s; retrying on the next run", pk)
+            continue
+        expired.append(pk)
+    return expired
+
+
+# ------------------------------------------------------------------ capacity
+
+
+#: Byte-rate keys and the cluster capacity they draw on.
+CAPACITY_FIELD = {"producer_byte_rate": "capacity_in_bytes_per_s", "consumer_byte_rate": "capacity_out_bytes_per_s"}
+
+
+@dataclass(frozen=True)
+class CapacityCheck:
+    """What a byte-rate request does to the cluster's granted total, in bytes/s the cluster really carries."""
+
+    key: str
+    scope: str
+    brokers: int
+    multiplier: int
+    capacity: int | None
+    granted_without: float
+    granted_with: float
+
+    @property
+    def exceeds(self) -> bool:
+        return self.capacity is not None and self.granted_with > self.capacity
+
+    @property
+    def warning(self) -> str | None:
+        if not self.exceeds:
+            return None
+        return (
+            f"With this request the cluster grants {self.granted_with:,.0f} B/s of {self.key}, above its capacity of "
+            f"{self.capacity:,} B/s (without it: {self.granted_without:,.0f} B/s)."
+        )
+
+
+def capacity_check(request: QuotaRequest) -> CapacityCheck | None:
+    """The cluster's granted total of the request's byte-rate key, without and with the request.
+
+    Kafka enforces byte rates per broker, so a per-broker value is worth value x brokers; a cluster-wide
+    value is worth itself. Entities naming ``<default>`` are left out of the total: how many clients they
+    cover is unknown. None for keys that are not byte rates (no capacity to compare with).
+    """
+    from quotas.engine.entities import DEFAULT
+
+    if request.key not in CAPACITY_FIELD:
+        return None
+    cluster = request.cluster
+    brokers = cluster.brokers.count()
+    multiplier = max(brokers, 1) if cluster.scope == QuotaScope.PER_BROKER else 1
+    rows = (
+        QuotaValue.objects.filter(entity__cluster=cluster, entity__ip__isnull=True, key=request.key)
+        .exclude(entity__user=DEFAULT)
+        .exclude(entity__client_id=DEFAULT)
+    )
+    total = sum(rows.values_list("value", flat=True))
+    current = _current_value(request) if DEFAULT not in (request.user, request.client_id) else None
+    if request.state in (RequestState.APPLIED,):
+        # already in the total: "without" takes it back out (the value it replaced is unknown to the sum)
+        without, with_ = total - request.value + (request.previous_value or 0), total
+    else:
+        without, with_ = total, total - (current or 0) + request.value
+    return CapacityCheck(
+        key=request.key,
+        scope=cluster.scope,
+        brokers=brokers,
+        multiplier=multiplier,
+        capacity=getattr(cluster, CAPACITY_FIELD[request.key]),
+        granted_without=without * multiplier,
+        granted_with=with_ * multiplier,
+    )

@@ -1,0 +1,550 @@
+"""Tenants, self-service quota requests, approvals, boosts, the capacity check and the audit trail.
+
+Two tenants (team-a owns svc-a-* and app-a-*, team-b owns svc-b-* and app-b-*), two admins
+(staff, and the quota-admins group) and an auditor. Every endpoint is checked for what each
+of them may see and do.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import connections
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from quotas import workflow
+from quotas.models import (
+    Alteration,
+    Approval,
+    AuditEntry,
+    Cluster,
+    DesiredStateVersion,
+    OwnedName,
+    QuotaOp,
+    QuotaRequest,
+    QuotaValue,
+    Tenant,
+    alter_client_quotas,
+)
+from quotas.tasks import expire_boosts
+
+pytestmark = pytest.mark.django_db
+
+PBR, CBR = "producer_byte_rate", "consumer_byte_rate"
+User = get_user_model()
+
+
+def make_user(username: str, *, staff: bool = False, groups: tuple[str, ...] = ()) -> Any:
+    user = User.objects.create_user(username, is_staff=staff)  # no password: tokens only, and no slow hashing
+    for name in groups:
+        user.groups.add(Group.objects.get(name=name))  # the migration created the role groups
+    return user
+
+
+def api(user: Any) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    return client
+
+
+@pytest.fixture
+def world() -> dict[str, Any]:
+    """Two tenants with a member each (plus a second member of team-a), two admins and an auditor."""
+    w: dict[str, Any] = {
+        "admin": make_user("root", staff=True),
+        "admin2": make_user("ops", groups=("quota-admins",)),
+        "auditor": make_user("audit", groups=("auditors",)),
+        "alice": make_user("alice"),
+        "alice2": make_user("alice2"),
+        "bob": make_user("bob"),
+    }
+    a = Tenant.objects.create(name="team-a")
+    a.members.add(w["alice"], w["alice2"])
+    OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
+    OwnedName.objects.create(tenant=a, entity_type="client-id", pattern="app-a-*")
+    b = Tenant.objects.create(name="team-b")
+    b.members.add(w["bob"])
+    OwnedName.objects.create(tenant=b, entity_type="user", pattern="svc-b-*")
+    OwnedName.objects.create(tenant=b, entity_type="client-id", pattern="app-b-?")
+    cluster = Cluster.objects.create(name="prod", capacity_in_bytes_per_s=10_000, capacity_out_bytes_per_s=50_000)
+    for i in range(3):
+        cluster.brokers.create(broker_id=i, host=f"b{i}:9092")
+    w.update(a=a, b=b, cluster=cluster)
+    return w
+
+
+def ask(who: Any, **body: Any) -> Any:
+    payload = {"tenant": "team-a", "cluster": "prod", "user": "svc-a-1", "key": PBR, "value": 1000, **body}
+    return api(who).post("/api/requests/", payload, format="json")
+
+
+def submitted(w: dict[str, Any], **fields: Any) -> QuotaRequest:
+    """A request of team-a's alice, through the workflow."""
+    args = {"user": "svc-a-1", "client_id": None, "key": PBR, "value": 1000, **fields}
+    return workflow.submit(w["alice"], w["a"], w["cluster"], **args)
+
+
+def stored(cluster: Cluster, user: str | None = "svc-a-1", client_id: str | None = None, key: str = PBR):
+    row = QuotaValue.objects.filter(entity__cluster=cluster, entity__user=user, entity__client_id=client_id, key=key)
+    return row.values_list("value", flat=True).first()
+
+
+def version(cluster: Cluster) -> int:
+    return DesiredStateVersion.objects.get(cluster=cluster).version
+
+
+def assert_error(response: Any, status: int, code: str, fragment: str = "") -> None:
+    assert response.status_code == status, response.json()
+    body = response.json()
+    assert body["code"] == code and fragment in body["message"], body
+    assert set(body) == {"code", "message", "details"}
+
+
+# ------------------------------------------------------------------ submit
+
+
+def test_member_submits_for_an_owned_entity(world: dict[str, Any]) -> None:
+    response = ask(world["alice"], client_id="app-a-web", reason="launch")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["state"] == "submitted" and body["tenant"] == "team-a" and body["requested_by"] == "alice"
+    assert body["entity"] == "/config/users/svc-a-1/clients/app-a-web" and body["approval"] is None
+    assert body["value"] == 1000.0 and version(world["cluster"]) == 0  # nothing applied yet
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.actor_name, entry.after, entry.tenant) == (
+        "submitted",
+        "alice",
+        "submitted",
+        world["a"],
+    )
+
+
+def test_a_default_client_under_an_owned_user_is_allowed(world: dict[str, Any]) -> None:
+    assert ask(world["alice"], client_id="<default>").status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("who", "body", "status", "code", "fragment"),
+    [
+        ("bob", {}, 403, "PERMISSION_DENIED", "not a member of tenant 'team-a'"),
+        ("auditor", {}, 403, "PERMISSION_DENIED", "Auditors read everything"),
+        ("alice", {"user": "svc-b-1"}, 403, "PERMISSION_DENIED", "does not own the principal 'svc-b-1'"),
+        ("alice", {"client_id": "app-b-1"}, 403, "PERMISSION_DENIED", "does not own the client-id 'app-b-1'"),
+        ("alice", {"user": "SVC-A-1"}, 403, "PERMISSION_DENIED", "does not own"),  # case-sensitive, as Kafka
+        ("alice", {"user": "<default>"}, 403, "PERMISSION_DENIED", "ask a portal admin"),
+        ("alice", {"user": None, "client_id": "<default>"}, 403, "PERMISSION_DENIED", "Default entities"),
+        ("alice", {"user": None}, 400, "INVALID_REQUEST", "at least one of user, client-id or ip"),
+        ("alice", {"value": 10.5}, 400, "INVALID_REQUEST", "cannot be a fractional value"),
+        ("alice", {"value": "100"}, 400, "INVALID_REQUEST", "must be a number"),
+        ("alice", {"value": -1}, 400, "INVALID_REQUEST", "greater than 0"),
+        ("alice", {"key": "connection_creation_rate"}, 400, "INVALID_REQUEST", "applies to ip entities"),
+        ("alice", {"key": "producer_rate"}, 400, "INVALID_REQUEST", "Invalid configuration key"),
+        ("alice", {"expires_at": "2000-01-01T00:00:00Z"}, 400, "INVALID_REQUEST", "expires_at is in the past"),
+        ("alice", {"tenant": "nope"}, 400, "INVALID_REQUEST", "tenant"),
+        ("alice", {"cluster": "nope"}, 400, "INVALID_REQUEST", "cluster"),
+    ],
+)
+def test_submit_refusals(world: dict[str, Any], who: str, body: dict, status: int, code: str, fragment: str) -> None:
+    assert_error(ask(world[who], **body), status, code, fragment)
+    assert not QuotaRequest.objects.exists() and not AuditEntry.objects.exists()
+
+
+# ------------------------------------------------------------------ approve, reject, withdraw
+
+
+def test_approve_applies_to_the_desired_state_and_audits(world: dict[str, Any]) -> None:
+    seed = Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 500)])
+    alter_client_quotas(world["cluster"], [seed])
+    request = submitted(world)
+    response = api(world["admin2"]).post(f"/api/requests/{request.pk}/approve/", {"comment": "ok"}, format="json")
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["state"] == "applied" and body["previous_value"] == 500.0 and body["applied_version"] == 2
+    assert body["approval"]["approver"] == "ops" and body["approval"]["decision"] == "approved"
+    assert body["approval"]["comment"] == "ok"
+    assert stored(world["cluster"]) == 1000.0 and version(world["cluster"]) == 2
+    trail = list(AuditEntry.objects.filter(request=request).order_by("pk").values_list("action", "before", "after"))
+    assert trail == [
+        ("submitted", None, "submitted"),
+        ("approved", "submitted", "approved"),
+        ("quota_altered", 500.0, 1000.0),
+        ("applied", "approved", "applied"),
+    ]
+    altered = AuditEntry.objects.get(action="quota_altered")
+    assert altered.actor_name == "ops" and altered.entity == "/config/users/svc-a-1" and altered.key == PBR
+
+
+def test_reject_needs_a_comment_and_changes_no_quota(world: dict[str, Any]) -> None:
+    request = submitted(world)
+    admin = api(world["admin"])
+    assert_error(admin.post(f"/api/requests/{request.pk}/reject/", {}, format="json"), 400, "INVALID_REQUEST", "why")
+    response = admin.post(f"/api/requests/{request.pk}/reject/", {"comment": "too big, try 500"}, format="json")
+    assert response.status_code == 200 and response.json()["state"] == "rejected"
+    assert response.json()["approval"]["comment"] == "too big, try 500"
+    assert stored(world["cluster"]) is None and version(world["cluster"]) == 0
+    assert AuditEntry.objects.filter(request=request, action="rejected", comment="too big, try 500").exists()
+
+
+def test_withdraw_by_the_requester_or_a_tenant_mate(world: dict[str, Any]) -> None:
+    first, second = submitted(world), submitted(world, value=2000)
+    response = api(world["alice"]).post(f"/api/requests/{first.pk}/withdraw/", {"comment": "oops"}, format="json")
+    assert response.status_code == 200 and response.json()["state"] == "withdrawn"
+    response = api(world["alice2"]).post(f"/api/requests/{second.pk}/withdraw/", {}, format="json")
+    assert response.status_code == 200 and response.json()["state"] == "withdrawn"
+    assert AuditEntry.objects.filter(action="withdrawn").count() == 2
+
+
+@pytest.mark.parametrize(
+    ("first", "then"), [("approve", "approve"), ("approve", "reject"), ("reject", "approve"), ("approve", "withdraw")]
+)
+def test_a_decided_request_is_a_conflict(world: dict[str, Any], first: str, then: str) -> None:
+    request = submitted(world)
+    body = {"comment": "because"}
+    assert api(world["admin"]).post(f"/api/requests/{request.pk}/{first}/", body, format="json").status_code == 200
+    actor = world["alice"] if then == "withdraw" else world["admin2"]
+    response = api(actor).post(f"/api/requests/{request.pk}/{then}/", body, format="json")
+    assert_error(response, 409, "CONFLICT", f"Request #{request.pk} is ")
+    assert Approval.objects.filter(request=request).count() == 1
+
+
+def test_withdrawn_request_cannot_be_approved(world: dict[str, Any]) -> None:
+    request = submitted(world)
+    workflow.withdraw(world["alice"], request.pk)
+    response = api(world["admin"]).post(f"/api/requests/{request.pk}/approve/", {}, format="json")
+    assert_error(response, 409, "CONFLICT", "withdrawn")
+    assert stored(world["cluster"]) is None
+
+
+def test_nobody_approves_their_own_request(world: dict[str, Any]) -> None:
+    world["a"].members.add(world["admin"])  # an admin who is also a member of team-a asks for a quota
+    response = ask(world["admin"])
+    assert response.status_code == 201
+    pk = response.json()["id"]
+    for verb in ("approve", "reject"):
+        response = api(world["admin"]).post(f"/api/requests/{pk}/{verb}/", {"comment": "mine"}, format="json")
+        assert_error(response, 403, "PERMISSION_DENIED", "Nobody approves or rejects their own request")
+    assert api(world["admin2"]).post(f"/api/requests/{pk}/approve/", {}, format="json").status_code == 200
+
+
+@pytest.mark.parametrize("who", ["alice", "alice2", "auditor"])
+def test_only_admins_decide(world: dict[str, Any], who: str) -> None:
+    request = submitted(world)
+    for verb in ("approve", "reject"):
+        response = api(world[who]).post(f"/api/requests/{request.pk}/{verb}/", {"comment": "x"}, format="json")
+        assert_error(response, 403, "PERMISSION_DENIED")
+    assert QuotaRequest.objects.get().state == "submitted"
+
+
+def test_an_auditor_cannot_withdraw_even_as_a_member(world: dict[str, Any]) -> None:
+    world["a"].members.add(world["auditor"])
+    request = submitted(world)
+    response = api(world["auditor"]).post(f"/api/requests/{request.pk}/withdraw/", {}, format="json")
+    assert_error(response, 403, "PERMISSION_DENIED", "Auditors")
+
+
+def test_an_expired_boost_cannot_be_approved(world: dict[str, Any]) -> None:
+    now = timezone.now()
+    request = submitted(world, expires_at=now + timedelta(hours=1), now=now)
+    with pytest.raises(workflow.InvalidRequest, match="has passed"):
+        workflow.approve(world["admin"], request.pk, now=now + timedelta(hours=2))
+
+
+def test_a_change_refused_by_the_desired_state_fails_the_request(world: dict[str, Any]) -> None:
+    request = submitted(world)
+    QuotaRequest.objects.filter(pk=request.pk).update(value=10.5)  # rules "changed" after submission
+    workflow.approve(world["admin"], request.pk)
+    request.refresh_from_db()
+    assert request.state == "failed" and "fractional" in request.failure
+    assert stored(world["cluster"]) is None and version(world["cluster"]) == 0
+
+
+# ------------------------------------------------------------------ the race
+
+
+def test_the_conditional_update_refuses_a_stale_state(world: dict[str, Any]) -> None:
+    """The guard itself: a request read as submitted, decided by someone else before our UPDATE, is a conflict."""
+    request = submitted(world)
+    stale = QuotaRequest.objects.get(pk=request.pk)
+    workflow.approve(world["admin"], request.pk)
+    with pytest.raises(workflow.Conflict, match="was applied meanwhile"):
+        workflow._move(stale, "rejected")
+    assert QuotaRequest.objects.get(pk=request.pk).state == "applied"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_admins_approving_at_once_exactly_one_counts(world: dict[str, Any]) -> None:
+    """Two threads, two database connections, released together: one approval, one CONFLICT, one apply.
+
+    SQLite (test database in a file, ``transaction_mode=IMMEDIATE``) serializes the two transactions, so the
+    second reads the decided state; PostgreSQL would block the second UPDATE on the row lock and match 0 rows.
+    Either way exactly one decision counts.
+    """
+    request = submitted(world)
+    barrier, outcomes = threading.Barrier(2), {}
+
+    def decide(name: str, verb: str) -> None:
+        try:
+            barrier.wait()
+            getattr(workflow, verb)(world[name], request.pk, "at once")
+            outcomes[name] = "ok"
+        except workflow.Conflict as e:
+            outcomes[name] = e.code
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=decide, args=a) for a in (("admin", "approve"), ("admin2", "approve"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(outcomes.values()) == ["CONFLICT", "ok"], outcomes
+    assert Approval.objects.filter(request=request).count() == 1
+    assert AuditEntry.objects.filter(request=request, action="approved").count() == 1
+    assert AuditEntry.objects.filter(request=request, action="quota_altered").count() == 1
+    assert version(world["cluster"]) == 1 and stored(world["cluster"]) == 1000.0
+
+
+# ------------------------------------------------------------------ boosts
+
+
+def test_boost_expiry_restores_the_previous_value(world: dict[str, Any]) -> None:
+    t0 = timezone.now()
+    alter_client_quotas(world["cluster"], [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 500)])])
+    boost = submitted(world, value=5000, expires_at=t0 + timedelta(hours=1), now=t0)
+    workflow.approve(world["admin"], boost.pk, now=t0)
+    assert stored(world["cluster"]) == 5000.0
+
+    assert expire_boosts(now=t0 + timedelta(minutes=59)) == []  # the Celery task, called directly
+    assert stored(world["cluster"]) == 5000.0
+    assert expire_boosts(now=t0 + timedelta(hours=1)) == [boost.pk]
+    assert stored(world["cluster"]) == 500.0 and version(world["cluster"]) == 3
+    boost.refresh_from_db()
+    assert boost.state == "expired"
+    restored = AuditEntry.objects.get(request=boost, action="quota_altered", before=5000.0)
+    assert restored.after == 500.0 and restored.actor_name == "system" and restored.actor is None
+    assert AuditEntry.objects.filter(request=boost, action="expired", comment="previous value restored").exists()
+    assert expire_boosts(now=t0 + timedelta(hours=2)) == []  # once only
+
+
+def test_boost_without_a_previous_value_removes_the_key(world: dict[str, Any]) -> None:
+    t0 = timezone.now()
+    boost = submitted(world, expires_at=t0 + timedelta(minutes=5), now=t0)
+    workflow.approve(world["admin"], boost.pk, now=t0)
+    expire_boosts(now=t0 + timedelta(minutes=5))
+    assert stored(world["cluster"]) is None
+    assert AuditEntry.objects.filter(request=boost, action="quota_altered", before=1000.0, after__isnull=True).exists()
+
+
+def test_boost_expiry_leaves_a_value_changed_since(world: dict[str, Any]) -> None:
+    t0 = timezone.now()
+    boost = submitted(world, expires_at=t0 + timedelta(minutes=5), now=t0)
+    workflow.approve(world["admin"], boost.pk, now=t0)
+    alter_client_quotas(world["cluster"], [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 7000)])])
+    expire_boosts(now=t0 + timedelta(minutes=5))
+    assert stored(world["cluster"]) == 7000.0
+    assert AuditEntry.objects.get(request=boost, action="expired").comment.startswith("value changed since")
+
+
+def test_expiry_runs_every_minute_in_celery_beat() -> None:
+    schedule = settings.CELERY_BEAT_SCHEDULE["expire-boosts"]
+    assert schedule == {"task": "quotas.tasks.expire_boosts", "schedule": 60.0}
+    assert expire_boosts.name == "quotas.tasks.expire_boosts"
+
+
+# ------------------------------------------------------------------ capacity
+
+
+def test_capacity_check_warns_above_the_cluster_capacity(world: dict[str, Any]) -> None:
+    cluster = world["cluster"]  # per broker, 3 brokers, 10,000 B/s in
+    entries = [
+        Alteration([("user", "svc-b-1")], [QuotaOp(PBR, 1000)]),
+        Alteration([("user", "<default>")], [QuotaOp(PBR, 99999)]),  # covers unknown clients: not counted
+    ]
+    alter_client_quotas(cluster, entries)
+    small, big = submitted(world, value=2000), submitted(world, value=3000)
+    admin = api(world["admin"])
+
+    check = admin.get(f"/api/requests/{small.pk}/").json()["capacity"]
+    assert check["brokers"] == 3 and check["multiplier"] == 3 and check["capacity"] == 10_000
+    assert (check["granted_without"], check["granted_with"]) == (3000.0, 9000.0)
+    assert check["exceeds"] is False and check["warning"] is None
+
+    check = admin.get(f"/api/requests/{big.pk}/").json()["capacity"]
+    assert (check["granted_without"], check["granted_with"]) == (3000.0, 12000.0)
+    assert check["exceeds"] is True and "above its capacity of 10,000 B/s" in check["warning"]
+
+    cluster.scope = "cluster_wide"  # one shared budget: the value counts once
+    cluster.save()
+    check = admin.get(f"/api/requests/{big.pk}/").json()["capacity"]
+    assert (check["multiplier"], check["granted_with"], check["exceeds"]) == (1, 4000.0, False)
+
+
+def test_capacity_check_replaces_the_current_value_and_uses_egress_for_consumers(world: dict[str, Any]) -> None:
+    alter_client_quotas(world["cluster"], [Alteration([("user", "svc-a-1")], [QuotaOp(CBR, 10_000)])])
+    request = submitted(world, key=CBR, value=20_000)
+    check = workflow.capacity_check(request)
+    assert check is not None and check.capacity == 50_000
+    assert (check.granted_without, check.granted_with, check.exceeds) == (30_000, 60_000, True)
+    assert workflow.capacity_check(submitted(world, key="request_percentage", value=50)) is None
+
+
+# ------------------------------------------------------------------ audit of direct alters
+
+
+def test_direct_alter_is_audited_for_the_owning_tenant(world: dict[str, Any]) -> None:
+    body = {"entries": [{"entity": [{"entity_type": "user", "name": "svc-a-9"}], "ops": [{"key": PBR, "value": 64}]}]}
+    admin = api(world["admin"])
+    assert admin.post("/api/clusters/prod/client-quotas/alter", body, format="json").status_code == 200
+    body["entries"][0]["ops"] = [{"key": PBR, "remove": True}]
+    assert admin.post("/api/clusters/prod/client-quotas/alter", body, format="json").status_code == 200
+    body["validate_only"] = True
+    assert admin.post("/api/clusters/prod/client-quotas/alter", body, format="json").status_code == 200
+    trail = list(AuditEntry.objects.order_by("pk").values_list("actor_name", "entity", "before", "after", "tenant"))
+    assert trail == [
+        ("root", "/config/users/svc-a-9", None, 64.0, world["a"].pk),
+        ("root", "/config/users/svc-a-9", 64.0, None, world["a"].pk),
+    ]  # validate_only changed nothing and audited nothing
+    assert [e["after"] for e in api(world["alice"]).get("/api/audit/").json()["results"]] == [None, 64.0]
+    assert api(world["bob"]).get("/api/audit/").json()["results"] == []
+
+
+def test_auditor_cannot_alter_even_as_staff(world: dict[str, Any]) -> None:
+    world["auditor"].is_staff = True
+    world["auditor"].save()
+    body = {"entries": [{"entity": [{"entity_type": "user", "name": "x"}], "ops": [{"key": PBR, "value": 64}]}]}
+    response = api(world["auditor"]).post("/api/clusters/prod/client-quotas/alter", body, format="json")
+    assert_error(response, 403, "PERMISSION_DENIED", "Only admins")
+    assert api(world["admin2"]).post("/api/clusters/prod/client-quotas/alter", body, format="json").status_code == 200
+
+
+# ------------------------------------------------------------------ RBAC: two tenants and the auditor
+
+
+def names(response: Any, field: str = "name") -> list[Any]:
+    assert response.status_code == 200, response.json()
+    return sorted(r[field] for r in response.json()["results"])
+
+
+def test_tenants_endpoint_access(world: dict[str, Any]) -> None:
+    assert names(api(world["alice"]).get("/api/tenants/")) == ["team-a"]
+    assert names(api(world["bob"]).get("/api/tenants/")) == ["team-b"]
+    assert names(api(world["auditor"]).get("/api/tenants/")) == ["team-a", "team-b"]
+    assert names(api(world["admin2"]).get("/api/tenants/")) == ["team-a", "team-b"]
+    got = api(world["alice"]).get("/api/tenants/team-a/").json()
+    assert (
+        got["members"] == ["alice", "alice2"] and got["principals"] == ["svc-a-*"] and got["client_ids"] == ["app-a-*"]
+    )
+    assert_error(api(world["bob"]).get("/api/tenants/team-a/"), 404, "NOT_FOUND")
+
+    body = {"name": "team-c", "members": ["bob"], "principals": ["svc-c-*"]}
+    for who in ("alice", "bob", "auditor"):
+        assert_error(api(world[who]).post("/api/tenants/", body, format="json"), 403, "PERMISSION_DENIED")
+        response = api(world[who]).patch("/api/tenants/team-a/", {"description": "x"}, format="json")
+        assert response.status_code in (403, 404) and response.json()["code"] in ("PERMISSION_DENIED", "NOT_FOUND")
+        assert api(world[who]).delete("/api/tenants/team-b/").status_code in (403, 404)
+    assert not Tenant.objects.filter(name="team-c").exists() and Tenant.objects.get(name="team-a").description == ""
+
+    admin = api(world["admin2"])
+    assert admin.post("/api/tenants/", body, format="json").status_code == 201
+    response = admin.patch("/api/tenants/team-c/", {"client_ids": ["app-c-*"]}, format="json")
+    assert response.json()["client_ids"] == ["app-c-*"] and response.json()["principals"] == ["svc-c-*"]
+    assert names(api(world["bob"]).get("/api/tenants/")) == ["team-b", "team-c"]
+    assert admin.delete("/api/tenants/team-c/").status_code == 204
+
+
+def test_tenant_patterns_belong_to_one_tenant(world: dict[str, Any]) -> None:
+    body = {"name": "team-c", "principals": ["svc-a-*"]}
+    assert_error(api(world["admin"]).post("/api/tenants/", body, format="json"), 400, "INVALID_REQUEST", "team-a")
+    body = {"name": "team-c", "principals": ["<default>"]}
+    assert_error(api(world["admin"]).post("/api/tenants/", body, format="json"), 400, "INVALID_REQUEST", "default")
+
+
+def test_a_tenant_with_requests_is_not_deleted(world: dict[str, Any]) -> None:
+    submitted(world)
+    assert_error(api(world["admin"]).delete("/api/tenants/team-a/"), 409, "CONFLICT", "has quota requests")
+
+
+def test_requests_endpoint_access(world: dict[str, Any]) -> None:
+    mine = submitted(world)
+    theirs = workflow.submit(
+        world["bob"], world["b"], world["cluster"], user="svc-b-1", client_id=None, key=PBR, value=10
+    )
+    assert names(api(world["alice"]).get("/api/requests/"), "id") == [mine.pk]
+    assert names(api(world["alice2"]).get("/api/requests/"), "id") == [mine.pk]
+    assert names(api(world["bob"]).get("/api/requests/"), "id") == [theirs.pk]
+    assert names(api(world["auditor"]).get("/api/requests/"), "id") == [mine.pk, theirs.pk]
+    assert names(api(world["admin"]).get("/api/requests/", {"tenant": "team-b"}), "id") == [theirs.pk]
+    assert names(api(world["admin"]).get("/api/requests/", {"state": "applied"}), "id") == []
+
+    bob = api(world["bob"])
+    assert_error(bob.get(f"/api/requests/{mine.pk}/"), 404, "NOT_FOUND")
+    for verb in ("withdraw", "approve", "reject"):
+        assert_error(bob.post(f"/api/requests/{mine.pk}/{verb}/", {"comment": "x"}, format="json"), 404, "NOT_FOUND")
+    assert api(world["auditor"]).get(f"/api/requests/{mine.pk}/").status_code == 200
+    assert api(world["alice"]).get(f"/api/requests/{mine.pk}/").json()["capacity"]["brokers"] == 3
+    assert QuotaRequest.objects.get(pk=mine.pk).state == "submitted"
+
+
+def test_audit_endpoint_access(world: dict[str, Any]) -> None:
+    mine = submitted(world)
+    workflow.approve(world["admin"], mine.pk)
+    workflow.submit(world["bob"], world["b"], world["cluster"], user="svc-b-1", client_id=None, key=PBR, value=10)
+    alice = {e["tenant"] for e in api(world["alice"]).get("/api/audit/").json()["results"]}
+    bob = [e["action"] for e in api(world["bob"]).get("/api/audit/").json()["results"]]
+    assert alice == {"team-a"} and bob == ["submitted"]
+    everything = api(world["auditor"]).get("/api/audit/").json()["results"]
+    assert len(everything) == AuditEntry.objects.count() == 5
+    assert names(api(world["auditor"]).get("/api/audit/", {"request": mine.pk}), "action") == [
+        "applied",
+        "approved",
+        "quota_altered",
+        "submitted",
+    ]
+    for who in ("alice", "auditor", "admin"):  # read-only for everyone
+        assert_error(api(world[who]).post("/api/audit/", {}, format="json"), 405, "METHOD_NOT_ALLOWED")
+
+
+def test_lists_are_cursor_paginated(world: dict[str, Any]) -> None:
+    for value in (1000, 2000, 3000):
+        submitted(world, value=value)
+    Tenant.objects.create(name="team-c")
+    client = api(world["auditor"])
+    for url in ("/api/requests/", "/api/audit/", "/api/tenants/"):
+        page = client.get(url, {"page_size": 2}).json()
+        assert len(page["results"]) == 2 and "cursor=" in page["next"] and page["previous"] is None
+        assert client.get(page["next"]).json()["results"]
+
+
+def test_new_endpoints_need_authentication(world: dict[str, Any]) -> None:
+    anonymous = APIClient()
+    for response in (
+        anonymous.get("/api/tenants/"),
+        anonymous.get("/api/requests/"),
+        anonymous.post("/api/requests/", {}, format="json"),
+        anonymous.post("/api/requests/1/approve/", {}, format="json"),
+        anonymous.get("/api/audit/"),
+    ):
+        assert_error(response, 401, "NOT_AUTHENTICATED")
+
+
+def test_session_writes_need_the_csrf_token(world: dict[str, Any]) -> None:
+    """Pages use the session: a cross-site form post without the CSRF token is refused."""
+    client = APIClient(enforce_csrf_checks=True)
+    client.force_login(world["alice"])
+    assert client.get("/api/requests/").status_code == 200
+    response = client.post("/api/requests/", {"tenant": "team-a"}, format="json")
+    assert_error(response, 403, "PERMISSION_DENIED", "CSRF")
+
+
+def test_requests_order_newest_first(world: dict[str, Any]) -> None:
+    first, second = submitted(world), submitted(world)
+    got = [r["id"] for r in api(world["alice"]).get("/api/requests/").json()["results"]]
+    assert got == [second.pk, first.pk]
