@@ -1,10 +1,388 @@
-"""Views of the HTML pages."""
+"""Views of the HTML pages.
+
+Every page follows the API's access rules, through the same functions (``quotas.models``' roles and
+``quotas.workflow``'s transitions): tenant members see their tenants' entities, requests and audit entries
+(anything else answers 404, so its existence does not leak), admins and auditors see everything, only
+admins decide, and auditors change nothing. A refusal of the workflow is shown to the person with its
+message and the HTTP status the API would answer; the workflow runs in one transaction, so nothing is
+half-applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.paginator import Page, Paginator
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from frontend.forms import AuditFilterForm, DecisionForm, EntitySearchForm, QuotaRequestForm, RequestFilterForm
+from quotas import workflow
+from quotas.engine.entities import DEFAULT
+from quotas.engine.errors import QuotaEngineError
+from quotas.models import (
+    AuditAction,
+    AuditEntry,
+    Cluster,
+    QuotaEntity,
+    QuotaRequest,
+    RequestState,
+    Tenant,
+    effective_client_quotas,
+    effective_ip_quota,
+    entity_owned_by,
+    is_admin,
+    is_auditor,
+    sees_everything,
+    tenants_of,
+)
+
+PAGE_SIZE = 50
+LOGIN_PAGE = "/login/"
+
+View = Callable[..., HttpResponse]
 
 
+class Refused(Exception):
+    """A page the person may not see or an object that is not theirs: rendered as an error page."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def not_found(what: str) -> Refused:
+    return Refused(404, f"{what} does not exist, or it is not one you may see.")
+
+
+def page(request: HttpRequest, template: str, context: dict[str, Any] | None = None, status: int = 200) -> HttpResponse:
+    """Render a page with the person's roles, which the navigation and the forms depend on."""
+    user = request.user
+    base = {
+        "portal_name": settings.PORTAL_NAME,
+        "is_admin": is_admin(user),
+        "is_auditor": is_auditor(user),
+        "sees_everything": sees_everything(user),
+    }
+    return render(request, template, {**base, **(context or {})}, status=status)
+
+
+def portal_page(view: View) -> View:
+    """Login required (to the portal's own login page, whatever LOGIN_URL says); Refused becomes an error page."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path(), LOGIN_PAGE)
+        try:
+            return view(request, *args, **kwargs)
+        except Refused as e:
+            return page(request, "frontend/error.html", {"status": e.status, "message": e.message}, status=e.status)
+
+    return wrapper
+
+
+def paginate(request: HttpRequest, rows: QuerySet[Any] | list[Any]) -> Page:
+    """One page of rows; a page number out of range shows the last page rather than an error."""
+    return Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+
+
+def _safe_next(request: HttpRequest, fallback: str) -> str:
+    """Where a form posted from a list goes back to: ``next`` when it is on this site, else ``fallback``."""
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
+        return target
+    return fallback
+
+
+# ------------------------------------------------------------------ scoping (the API's rules)
+
+
+def visible_requests(request: HttpRequest) -> QuerySet[QuotaRequest]:
+    """The API's scope: admins and auditors see every request, a member its tenants' requests."""
+    rows = QuotaRequest.objects.select_related("tenant", "cluster", "requested_by", "approval__approver")
+    if not sees_everything(request.user):
+        rows = rows.filter(tenant__in=tenants_of(request.user))
+    return rows
+
+
+def visible_audit(request: HttpRequest) -> QuerySet[AuditEntry]:
+    """The API's scope: admins and auditors read every entry, a member its tenants' entries."""
+    rows = AuditEntry.objects.select_related("tenant", "cluster", "request")
+    if not sees_everything(request.user):
+        rows = rows.filter(tenant__in=tenants_of(request.user))
+    return rows
+
+
+def entity_visible(entity: QuotaEntity, tenants: list[Tenant]) -> bool:
+    """A member sees an entity one of its tenants owns (``entity_owned_by``: the rule for asking for it)."""
+    if entity.ip is not None:
+        return False
+    return any(entity_owned_by(t, entity.user, entity.client_id) is None for t in tenants)
+
+
+def _member_tenants(request: HttpRequest) -> list[Tenant]:
+    return list(tenants_of(request.user).prefetch_related("owned_names"))
+
+
+def get_request(request: HttpRequest, pk: int) -> QuotaRequest:
+    """The quota request, or 404 when it does not exist or is another tenant's."""
+    found = visible_requests(request).filter(pk=pk).first()
+    if found is None:
+        raise not_found(f"Quota request #{pk}")
+    return found
+
+
+# ------------------------------------------------------------------ home
+
+
+@require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    """The landing page: what this portal is and where its API and health check are."""
-    return render(request, "frontend/home.html", {"portal_name": settings.PORTAL_NAME})
+    """The landing page: what this portal is, where its pages, API and health check are."""
+    return page(request, "frontend/home.html")
+
+
+# ------------------------------------------------------------------ entities
+
+
+@require_GET
+@portal_page
+def entity_list(request: HttpRequest) -> HttpResponse:
+    """Quota entities with their values, searchable; a member sees the entities its tenants own."""
+    form = EntitySearchForm(request.GET)
+    rows = QuotaEntity.objects.select_related("cluster").prefetch_related("quota_values").order_by("cluster", "pk")
+    if form.is_valid():
+        q, cluster = form.cleaned_data["q"], form.cleaned_data["cluster"]
+        if q:
+            rows = rows.filter(
+                Q(user__icontains=q) | Q(client_id__icontains=q) | Q(ip__icontains=q) | Q(cluster__name__icontains=q)
+            )
+        if cluster:
+            rows = rows.filter(cluster__name=cluster)
+    else:
+        rows = rows.none()
+    if not sees_everything(request.user):
+        # ownership is by fnmatch pattern, which SQL cannot match portably: filter the (searched) rows here
+        tenants = _member_tenants(request)
+        rows = [e for e in rows if entity_visible(e, tenants)] if tenants else []
+    return page(request, "frontend/entity_list.html", {"form": form, "page_obj": paginate(request, rows)})
+
+
+def _probe(entity: QuotaEntity, request: HttpRequest) -> tuple[str, str, list[str]]:
+    """Which connection the effective quota is shown for: the entity's own names; default or absent parts
+    stand for any name, so the person may type one (``as_user``, ``as_client_id``)."""
+    editable = []
+    user = entity.user if entity.user not in (None, DEFAULT) else None
+    client_id = entity.client_id if entity.client_id not in (None, DEFAULT) else None
+    if user is None:
+        editable.append("as_user")
+        user = request.GET.get("as_user", "")[:255]
+    if client_id is None:
+        editable.append("as_client_id")
+        client_id = request.GET.get("as_client_id", "")[:255]
+    return user, client_id, editable
+
+
+@require_GET
+@portal_page
+def entity_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One entity: its stored values, the quota that applies per key with the level that supplied it, its history."""
+    entity = QuotaEntity.objects.select_related("cluster").prefetch_related("quota_values").filter(pk=pk).first()
+    if entity is None or (not sees_everything(request.user) and not entity_visible(entity, _member_tenants(request))):
+        raise not_found(f"Quota entity #{pk}")
+    context: dict[str, Any] = {"entity": entity, "values": list(entity.quota_values.all())}
+    if entity.ip is not None:
+        if entity.ip != DEFAULT:
+            context["effective"] = [effective_ip_quota(entity.cluster, entity.ip)]
+            context["probe"] = {"ip": entity.ip}
+    else:
+        user, client_id, editable = _probe(entity, request)
+        try:
+            context["effective"] = effective_client_quotas(entity.cluster, user, client_id)
+        except QuotaEngineError as e:
+            context["probe_error"] = e.message
+        context["probe"] = {"user": user, "client_id": client_id, "editable": editable}
+    context["history"] = visible_audit(request).filter(cluster=entity.cluster, entity=entity.path)[:200]
+    context["requests"] = visible_requests(request).filter(
+        cluster=entity.cluster, user=entity.user, client_id=entity.client_id
+    )[:50]
+    return page(request, "frontend/entity_detail.html", context)
+
+
+# ------------------------------------------------------------------ requests
+
+
+@require_http_methods(["GET", "POST"])
+@portal_page
+def request_new(request: HttpRequest) -> HttpResponse:
+    """Ask for a quota: the API's serializer shapes the body and ``workflow.submit`` judges it, as the API does."""
+    if is_auditor(request.user) and request.method == "GET":
+        raise Refused(403, "Auditors read everything and change nothing; use an admin or member account.")
+    initial = {k: request.GET[k] for k in ("cluster", "user", "client_id", "key") if k in request.GET}
+    data = request.POST if request.method == "POST" else None
+    form = QuotaRequestForm(data, actor=request.user, initial=initial)
+    status = 200
+    if request.method == "POST":
+        status = 400
+        if form.is_valid() and form.validated is not None:
+            body = form.validated
+            try:
+                created = workflow.submit(
+                    request.user,
+                    body["tenant"],
+                    body["cluster"],
+                    user=body["user"],
+                    client_id=body["client_id"],
+                    key=body["key"],
+                    value=body["value"],
+                    reason=body["reason"],
+                    expires_at=body["expires_at"],
+                )
+            except workflow.WorkflowError as e:
+                form.add_error(None, e.message)
+                status = e.status
+            else:
+                messages.success(request, f"Request #{created.pk} submitted; an admin decides on it.")
+                return redirect("request-detail", pk=created.pk)
+    return page(request, "frontend/request_form.html", {"form": form}, status=status)
+
+
+@require_GET
+@portal_page
+def request_list(request: HttpRequest) -> HttpResponse:
+    """The requests the person may see, newest first, by state."""
+    form = RequestFilterForm(request.GET)
+    rows = visible_requests(request)
+    if form.is_valid() and form.cleaned_data["state"]:
+        rows = rows.filter(state=form.cleaned_data["state"])
+    return page(request, "frontend/request_list.html", {"form": form, "page_obj": paginate(request, rows)})
+
+
+def _request_context(request: HttpRequest, target: QuotaRequest) -> dict[str, Any]:
+    user = request.user
+    audit = visible_audit(request).filter(request=target).order_by("pk")
+    submitted = target.state == RequestState.SUBMITTED
+    return {
+        "req": target,
+        "approval": getattr(target, "approval", None),
+        "transitions": [e for e in audit if e.action != AuditAction.QUOTA_ALTERED],
+        "audit": audit,
+        "capacity": workflow.capacity_check(target),
+        "own": target.requested_by_id == user.pk,
+        "can_decide": submitted and is_admin(user) and target.requested_by_id != user.pk,
+        "can_withdraw": submitted
+        and not is_auditor(user)
+        and (target.requested_by_id == user.pk or target.tenant.members.filter(pk=user.pk).exists()),
+    }
+
+
+@require_GET
+@portal_page
+def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """A request's whole life: what was asked, the capacity check, every transition and every audit entry."""
+    target = get_request(request, pk)
+    return page(request, "frontend/request_detail.html", {**_request_context(request, target), "form": DecisionForm()})
+
+
+def _transition(name: str, done: str) -> View:
+    """A POST view running ``workflow.<name>`` on a visible request, as the API's ``/requests/<id>/<name>/``."""
+    transition = getattr(workflow, name)
+
+    @require_POST
+    @portal_page
+    def view(request: HttpRequest, pk: int) -> HttpResponse:
+        target = get_request(request, pk)  # 404 for a request the person may not see, as the API
+        form = DecisionForm(request.POST)
+        comment = form.cleaned_data["comment"] if form.is_valid() else ""
+        try:
+            transition(request.user, target.pk, comment)
+        except workflow.WorkflowError as e:
+            target = get_request(request, pk)  # as it is now (the transition rolled back whole)
+            context = {**_request_context(request, target), "form": form, "refusal": e.message}
+            return page(request, "frontend/request_detail.html", context, status=e.status)
+        messages.success(request, f"Request #{target.pk} {done}.")
+        return HttpResponseRedirect(_safe_next(request, reverse("request-detail", args=[target.pk])))
+
+    view.__name__ = view.__qualname__ = f"request_{name}"
+    view.__doc__ = f"POST: {name} the request through quotas.workflow.{name}; a refusal is shown with its message."
+    return view
+
+
+request_approve = _transition("approve", "approved")
+request_reject = _transition("reject", "rejected")
+request_withdraw = _transition("withdraw", "withdrawn")
+
+
+@require_GET
+@portal_page
+def approval_queue(request: HttpRequest) -> HttpResponse:
+    """Requests waiting for a decision, oldest first, each with its capacity check (admins decide, auditors read)."""
+    if not sees_everything(request.user):
+        raise Refused(403, "The approval queue is for admins (who decide) and auditors (who read).")
+    pending = visible_requests(request).filter(state=RequestState.SUBMITTED).order_by("pk")
+    rows = [
+        {
+            "req": r,
+            "capacity": workflow.capacity_check(r),
+            "can_decide": is_admin(request.user) and r.requested_by_id != request.user.pk,
+        }
+        for r in pending[:200]
+    ]
+    return page(request, "frontend/approval_queue.html", {"rows": rows, "more": pending.count() > len(rows)})
+
+
+# ------------------------------------------------------------------ audit, clusters, tenants
+
+
+@require_GET
+@portal_page
+def audit_log(request: HttpRequest) -> HttpResponse:
+    """Every change the person may see, newest first, filtered as the API filters (request, tenant) plus cluster."""
+    form = AuditFilterForm(request.GET)
+    rows = visible_audit(request).select_related("actor")
+    if form.is_valid():
+        data = form.cleaned_data
+        if data["request"]:
+            rows = rows.filter(request_id=data["request"])
+        if data["tenant"]:
+            rows = rows.filter(tenant__name=data["tenant"])
+        if data["cluster"]:
+            rows = rows.filter(cluster__name=data["cluster"])
+    return page(request, "frontend/audit_log.html", {"form": form, "page_obj": paginate(request, rows)})
+
+
+@require_GET
+@portal_page
+def cluster_list(request: HttpRequest) -> HttpResponse:
+    """Clusters (anyone signed in reads them, as the API); admins change them in the admin site."""
+    clusters = Cluster.objects.select_related("desired_state").prefetch_related("brokers")
+    return page(request, "frontend/cluster_list.html", {"clusters": clusters})
+
+
+@require_GET
+@portal_page
+def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """One cluster: connector, scope, capacity, desired-state version, brokers and listeners."""
+    cluster = Cluster.objects.select_related("desired_state").filter(name=name).first()
+    if cluster is None:
+        raise not_found(f"Cluster {name!r}")
+    context = {"cluster": cluster, "brokers": cluster.brokers.all(), "listeners": cluster.listeners.all()}
+    return page(request, "frontend/cluster_detail.html", context)
+
+
+@require_GET
+@portal_page
+def tenant_list(request: HttpRequest) -> HttpResponse:
+    """Tenants with their members and owned patterns; a member sees its own tenants (as the API)."""
+    tenants = Tenant.objects.all() if sees_everything(request.user) else tenants_of(request.user)
+    return page(request, "frontend/tenant_list.html", {"tenants": tenants.prefetch_related("members", "owned_names")})

@@ -137,7 +137,7 @@ warnings.filterwarnings(
     module="django.core.handlers.asgi",
 )
 
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/login/"
 
 # --- Redis: one URL for Celery, Channels and the quota engine -------------------------------
 QUOTAS_REDIS_URL = os.environ.get("QUOTAS_REDIS_URL", "redis://127.0.0.1:6390/0")

@@ -1,19 +1,27 @@
-"""Top-level URLs: the pages, the API and its schema, health and admin."""
+"""Top-level URLs: the pages (with their login and logout), the API and its schema, health and admin."""
 
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from frontend import views as frontend_views
 from portal import views
 from portal.api import CurrentUserView
 
 urlpatterns = [
-    path("", frontend_views.home, name="home"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(
+            template_name="frontend/login.html", redirect_authenticated_user=True, next_page="home"
+        ),
+        name="login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),
     path("healthz", views.healthz, name="healthz"),
     path("api/me/", CurrentUserView.as_view(), name="api-me"),
     path("api/", include("quotas.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/schema/swagger-ui/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("admin/", admin.site.urls),
+    path("", include("frontend.urls")),
 ]

@@ -1,0 +1,149 @@
+"""Forms of the HTML pages.
+
+The request form only shapes what a browser sends (every value arrives as text) into the body the API
+receives; the API's own serializer and then ``quotas.workflow.submit`` judge it, so a page and an API call
+are refused for the same reasons with the same messages. No rule is restated here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib.auth.models import AbstractBaseUser
+
+from quotas.api.serializers import QuotaRequestCreateSerializer
+from quotas.engine.entities import QuotaType
+from quotas.models import Cluster, RequestState, tenants_of
+
+#: The keys a user/client-id request can name (connection_creation_rate is for ip entities, set by admins).
+CLIENT_KEYS = [qt.config_key for qt in QuotaType]
+
+
+class EntitySearchForm(forms.Form):
+    """The entity list's filters: free text over the names and an optional cluster."""
+
+    q = forms.CharField(
+        label="Search",
+        required=False,
+        max_length=255,
+        help_text="Part of a principal, client-id, ip or cluster name.",
+        widget=forms.TextInput(attrs={"type": "search", "autocomplete": "off"}),
+    )
+    cluster = forms.ChoiceField(label="Cluster", required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = Cluster.objects.values_list("name", flat=True)
+        self.fields["cluster"].choices = [("", "All clusters"), *((n, n) for n in names)]
+
+
+class RequestFilterForm(forms.Form):
+    """The request list's filter by state."""
+
+    state = forms.ChoiceField(label="State", required=False, choices=[("", "Any state"), *RequestState.choices])
+
+
+class AuditFilterForm(forms.Form):
+    """The audit log's filters, the same the API offers (request id, tenant name) plus cluster."""
+
+    tenant = forms.CharField(label="Tenant", required=False, max_length=64)
+    cluster = forms.CharField(label="Cluster", required=False, max_length=64)
+    request = forms.IntegerField(label="Request #", required=False, min_value=1)
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _number_or_text(text: str) -> Any:
+    """What the API would receive had the person typed ``text`` as the JSON value: a number, else the text.
+
+    The API never coerces ``"100"`` (the engine refuses a string), but a browser only sends strings, so a
+    string that is a JSON number becomes that number; anything else reaches the engine as text and is
+    refused there with the API's message. NaN and Infinity are not JSON numbers (the API's parser refuses
+    them), so they stay text too.
+    """
+    try:
+        parsed = json.loads(text, parse_constant=_not_a_number)
+    except ValueError:
+        return text
+    return parsed if isinstance(parsed, int | float) and not isinstance(parsed, bool) else text
+
+
+class QuotaRequestForm(forms.Form):
+    """Ask for one quota key on a user/client-id entity; validated by the API's serializer and the workflow."""
+
+    tenant = forms.CharField(label="Tenant", required=False, widget=forms.Select(attrs={"required": True}))
+    cluster = forms.CharField(label="Cluster", required=False, widget=forms.Select(attrs={"required": True}))
+    user = forms.CharField(
+        label="Principal (user)",
+        required=False,
+        help_text="A principal your tenant owns; leave empty for a client-id alone.",
+    )
+    client_id = forms.CharField(
+        label="Client-id",
+        required=False,
+        help_text="A client-id your tenant owns, or &lt;default&gt; under an owned principal; may be empty.",
+    )
+    key = forms.CharField(
+        label="Quota key",
+        required=False,
+        widget=forms.Select(choices=[(k, k) for k in CLIENT_KEYS], attrs={"required": True}),
+    )
+    value = forms.CharField(
+        label="Value",
+        required=False,
+        help_text="A number > 0: bytes/s for byte rates (whole numbers), percent for request_percentage.",
+        widget=forms.TextInput(attrs={"inputmode": "decimal", "required": True, "autocomplete": "off"}),
+    )
+    reason = forms.CharField(
+        label="Reason", required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="What the admin reads."
+    )
+    expires_at = forms.CharField(
+        label="Boost until (UTC, optional)",
+        required=False,
+        help_text="Makes it a time-boxed boost: the previous value returns then.",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+
+    def __init__(self, *args: Any, actor: AbstractBaseUser, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        tenants = list(tenants_of(actor).values_list("name", flat=True))
+        self.fields["tenant"].widget.choices = [(t, t) for t in tenants]
+        if len(tenants) != 1:
+            self.fields["tenant"].widget.choices.insert(0, ("", "Choose a tenant"))
+        clusters = list(Cluster.objects.values_list("name", flat=True))
+        self.fields["cluster"].widget.choices = [("", "Choose a cluster"), *((c, c) for c in clusters)]
+        self.validated: dict[str, Any] | None = None
+
+    def api_body(self) -> dict[str, Any]:
+        """The JSON body the API would get: empty optional fields absent, the value as a number when it is one."""
+        data = self.cleaned_data
+        body: dict[str, Any] = {"reason": data.get("reason", "")}
+        for name in ("tenant", "cluster", "user", "client_id", "key", "expires_at"):
+            if data.get(name):
+                body[name] = data[name]
+        if data.get("value", "").strip():
+            body["value"] = _number_or_text(data["value"].strip())
+        return body
+
+    def clean(self) -> dict[str, Any]:
+        """Run the API's serializer on the body; its field errors become this form's, word for word."""
+        cleaned = super().clean()
+        serializer = QuotaRequestCreateSerializer(data=self.api_body())
+        if serializer.is_valid():
+            self.validated = dict(serializer.validated_data)
+        else:
+            for name, errors in serializer.errors.items():
+                field = name if name in self.fields else None
+                for error in errors if isinstance(errors, list) else [errors]:
+                    self.add_error(field, str(error))
+        return cleaned
+
+
+class DecisionForm(forms.Form):
+    """A comment on a decision or withdrawal; whether it is required is the workflow's call (reject needs one)."""
+
+    comment = forms.CharField(label="Comment", required=False, widget=forms.Textarea(attrs={"rows": 2}))

@@ -1,0 +1,22 @@
+"""URLs of the HTML pages, included at the site root by ``portal.urls``."""
+
+from django.urls import path
+
+from frontend import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("entities/", views.entity_list, name="entity-list"),
+    path("entities/<int:pk>/", views.entity_detail, name="entity-detail"),
+    path("requests/", views.request_list, name="request-list"),
+    path("requests/new/", views.request_new, name="request-new"),
+    path("requests/<int:pk>/", views.request_detail, name="request-detail"),
+    path("requests/<int:pk>/approve/", views.request_approve, name="request-approve"),
+    path("requests/<int:pk>/reject/", views.request_reject, name="request-reject"),
+    path("requests/<int:pk>/withdraw/", views.request_withdraw, name="request-withdraw"),
+    path("approvals/", views.approval_queue, name="approval-queue"),
+    path("audit/", views.audit_log, name="audit-log"),
+    path("clusters/", views.cluster_list, name="cluster-list"),
+    path("clusters/<str:name>/", views.cluster_detail, name="cluster-detail"),
+    path("tenants/", views.tenant_list, name="tenant-list"),
+]
