@@ -49,3 +49,13 @@ def test_limiter_benchmark_quick_run_reports_its_overhead() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["pairs_per_s"] > 0 and summary["baseline_pairs_per_s"] > 0 and summary["overhead_ratio"] > 0
+
+
+def test_api_benchmark_quick_run_reports_its_ratios() -> None:
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/api_bench.py", "--quick", "--seconds", "0.5", "--entities", "500"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["describe_ratio"] > 0 and summary["effective_ratio"] > 0 and summary["baseline_rps"] > 0
