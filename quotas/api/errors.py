@@ -44,11 +44,25 @@ class ApiError(exceptions.APIException):
         self.status_code = status_code
 
 
+class ResourceExhausted(ApiError):
+    """503 RESOURCE_EXHAUSTED: the server is short of a bounded resource (list memory) right now.
+
+    ``retry_after`` (seconds) becomes the ``Retry-After`` header through DRF's ``wait`` hook; it is
+    left out when retrying the same request cannot help (e.g. a page larger than the whole pool).
+    """
+
+    def __init__(self, message: str, details: Any = None, retry_after: int | None = None) -> None:
+        details = {**(details or {}), "retriable": retry_after is not None}
+        super().__init__("RESOURCE_EXHAUSTED", message, details, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
+        self.wait = retry_after
+
+
 class ErrorSerializer(serializers.Serializer):
     """The body of every error response (for the schema)."""
 
     code = serializers.CharField(
-        help_text="INVALID_REQUEST, NOT_FOUND, PERMISSION_DENIED, NOT_AUTHENTICATED, CONFLICT, ..."
+        help_text="INVALID_REQUEST, INVALID_CONFIG, NOT_FOUND, PERMISSION_DENIED, NOT_AUTHENTICATED, CONFLICT, "
+        "RESOURCE_EXHAUSTED (503, retry after Retry-After seconds), ..."
     )
     message = serializers.CharField(help_text="What went wrong and what to change.")
     details = serializers.JSONField(allow_null=True, help_text="Per-field or per-entry errors, when there are any.")

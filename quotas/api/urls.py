@@ -25,6 +25,8 @@ urlpatterns = [
         views.AlterClientQuotasView.as_view(),
         name="client-quotas-alter",
     ),
+    path("clusters/<str:cluster>/broker-configs", views.BrokerConfigsView.as_view(), name="broker-configs"),
+    path("metrics/memory", views.MemoryMetricsView.as_view(), name="memory-metrics"),
     path("clusters/<str:cluster>/effective-quota", views.EffectiveQuotaView.as_view(), name="effective-quota"),
     *router.urls,
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import ProtectedError, QuerySet
+from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, status, viewsets
@@ -24,11 +25,16 @@ from rest_framework.views import APIView
 from portal.pagination import DefaultCursorPagination
 from quotas import workflow
 from quotas.api.errors import ApiError, ErrorSerializer
+from quotas.api.memory import memory_permits, metrics_text, page_bytes
 from quotas.api.serializers import (
+    AlterConfigsRequestSerializer,
+    AlterConfigsResponseSerializer,
     AlterRequestSerializer,
     AlterResponseSerializer,
     AuditEntrySerializer,
     ClusterSerializer,
+    ConfigEntrySerializer,
+    ConfigPageSerializer,
     DecisionSerializer,
     DescribeEntrySerializer,
     DescribePageSerializer,
@@ -47,13 +53,19 @@ from quotas.models import (
     Alteration,
     AlterationRejected,
     AuditEntry,
+    BrokerConfig,
     Cluster,
+    ConfigOp,
+    ConfigResource,
     FilterComponent,
+    InvalidConfig,
     QuotaOp,
     QuotaRequest,
     RequestState,
     Tenant,
+    TopicConfig,
     alter_client_quotas,
+    alter_configs,
     audited_alter,
     describe_client_quotas,
     effective_client_quotas,
@@ -69,6 +81,33 @@ ERRORS = {
     403: ErrorSerializer,
     404: ErrorSerializer,
 }
+#: List endpoints also answer 503 RESOURCE_EXHAUSTED when the list memory pool is busy (quotas/api/memory.py).
+LIST_ERRORS = {**ERRORS, 503: ErrorSerializer}
+
+# Per-row memory estimates of a page being built: model instances, prefetched/related rows and the serialized
+# dicts, measured with tracemalloc on SQLite (describe: ~5.7 KB an entity with 3 values; audit: ~2.3 KB an entry)
+# and rounded up about 2x for more values and longer names, comments and JSON. A page holds (page_size + 1)
+# rows, the extra one telling cursor pagination whether there is a next page; at the default 50 rows a describe
+# page takes ~600 KiB, so the default 64 MiB pool lets ~100 such pages be built at once.
+DESCRIBE_ROW_BYTES = 12 << 10  # an entity and up to 5 quota values
+AUDIT_ROW_BYTES = 6 << 10  # an entry, its tenant and cluster, JSON before/after and a comment
+REQUEST_ROW_BYTES = 12 << 10  # a request, its tenant, cluster, requester and approval (not measured: as describe)
+CONFIG_ROW_BYTES = 4 << 10  # a broker or topic config and its broker
+
+
+def page_estimate(paginator: Any, request: Request, row_bytes: int) -> int:
+    """The bytes a page of this request may take: (page_size + 1) rows x the per-row estimate."""
+    return page_bytes(paginator.get_page_size(request) + 1, row_bytes)
+
+
+class MemoryBoundedListMixin:
+    """``list`` holds its page's estimated bytes from the process-wide list pool while it builds the page."""
+
+    row_bytes: int
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        with memory_permits(page_estimate(self.paginator, request, self.row_bytes)):  # type: ignore[attr-defined]
+            return super().list(request, *args, **kwargs)  # type: ignore[misc]
 STAFF_ONLY = (
     "Only admins (staff or the quota-admins group) can change quotas, clusters and tenants; tenants ask for "
     "quotas with POST /api/requests/."
@@ -89,6 +128,15 @@ class IsAdminOrReadOnly(IsAdmin):
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         return request.method in permissions.SAFE_METHODS or super().has_permission(request, view)
+
+
+class IsAdminOrAuditor(permissions.BasePermission):
+    """Operational views (metrics) are for the people who run the portal: admins and auditors."""
+
+    message = "Only admins and auditors read the portal's metrics."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return sees_everything(request.user)
 
 
 def get_cluster(name: str) -> Cluster:
@@ -169,7 +217,7 @@ class DescribeClientQuotasView(APIView):
             OpenApiParameter("page_size", OpenApiTypes.INT, OpenApiParameter.QUERY, description="At most 500."),
         ],
         request=DescribeRequestSerializer,
-        responses={200: DescribePageSerializer, **ERRORS},
+        responses={200: DescribePageSerializer, **LIST_ERRORS},
     )
     def post(self, request: Request, cluster: str) -> Response:
         target = get_cluster(cluster)
@@ -178,8 +226,9 @@ class DescribeClientQuotasView(APIView):
         components = [FilterComponent(**c) for c in query.validated_data["components"]]
         entities = describe_client_quotas(target, components, query.validated_data["strict"])
         paginator = EntityCursorPagination()
-        page = paginator.paginate_queryset(entities, request, view=self)
-        return paginator.get_paginated_response(DescribeEntrySerializer(page, many=True).data)
+        with memory_permits(page_estimate(paginator, request, DESCRIBE_ROW_BYTES)):
+            page = paginator.paginate_queryset(entities, request, view=self)
+            return paginator.get_paginated_response(DescribeEntrySerializer(page, many=True).data)
 
 
 class AlterClientQuotasView(APIView):
@@ -260,6 +309,107 @@ class EffectiveQuotaView(APIView):
         return Response({"cluster": target.name, **who, "quotas": quotas})
 
 
+# ------------------------------------------------------------------ broker and topic configs
+
+
+class ConfigCursorPagination(DefaultCursorPagination):
+    """Oldest config first, as they were added."""
+
+    ordering = "pk"
+
+
+class BrokerConfigsView(APIView):
+    """A cluster's dynamic broker configs (connection limits, replication rates) and topic replica lists.
+
+    POST is Kafka's IncrementalAlterConfigs for one resource, whole or nothing (admins): every op is judged
+    by the engine, connection configs on the combined state after the change (default broker overlaid by
+    each broker's own) against the cluster's listeners; a bad name or value answers 400 INVALID_CONFIG (as
+    Kafka does), a malformed request 400 INVALID_REQUEST, and nothing is written. An accepted batch that
+    changes something bumps the cluster's desired-state version once and is audited per changed key.
+    """
+
+    permission_classes = [permissions.IsAuthenticated, IsAdminOrReadOnly]
+    parser_classes = [LenientJSONParser]
+
+    @extend_schema(
+        operation_id="list_broker_configs",
+        summary="List stored broker configs (resource_type=broker) or topic configs (resource_type=topic)",
+        parameters=[
+            CLUSTER_PARAM,
+            OpenApiParameter(
+                "resource_type", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=["broker", "topic"], default="broker"
+            ),
+            OpenApiParameter(
+                "broker", OpenApiTypes.STR, OpenApiParameter.QUERY, description="A broker id, or 'default'."
+            ),
+            OpenApiParameter("topic", OpenApiTypes.STR, OpenApiParameter.QUERY, description="A topic name."),
+            OpenApiParameter("cursor", OpenApiTypes.STR, OpenApiParameter.QUERY, description="From `next`."),
+            OpenApiParameter("page_size", OpenApiTypes.INT, OpenApiParameter.QUERY, description="At most 500."),
+        ],
+        responses={200: ConfigPageSerializer, **LIST_ERRORS},
+    )
+    def get(self, request: Request, cluster: str) -> Response:
+        target = get_cluster(cluster)
+        params = request.query_params
+        kind = params.get("resource_type", "broker")
+        rows: QuerySet[Any]
+        if kind == "topic":
+            rows = TopicConfig.objects.filter(cluster=target)
+            if params.get("topic"):
+                rows = rows.filter(topic=params["topic"])
+        elif kind == "broker":
+            rows = BrokerConfig.objects.filter(cluster=target).select_related("broker")
+            broker = params.get("broker")
+            if broker == "default":
+                rows = rows.filter(broker__isnull=True)
+            elif broker:
+                if not broker.isdigit():
+                    raise ApiError("INVALID_REQUEST", f"broker must be a broker id or 'default', got {broker!r}.")
+                rows = rows.filter(broker__broker_id=int(broker))
+        else:
+            raise ApiError("INVALID_REQUEST", f"resource_type must be broker or topic, got {kind!r}.")
+        paginator = ConfigCursorPagination()
+        with memory_permits(page_estimate(paginator, request, CONFIG_ROW_BYTES)):
+            page = paginator.paginate_queryset(rows, request, view=self)
+            return paginator.get_paginated_response(ConfigEntrySerializer(page, many=True).data)
+
+    @extend_schema(
+        operation_id="alter_broker_configs",
+        summary="Alter broker or topic configs (Kafka's IncrementalAlterConfigs), whole or nothing (admins)",
+        parameters=[CLUSTER_PARAM],
+        request=AlterConfigsRequestSerializer,
+        responses={200: AlterConfigsResponseSerializer, **ERRORS},
+    )
+    def post(self, request: Request, cluster: str) -> Response:
+        target = get_cluster(cluster)
+        body = AlterConfigsRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        resource = ConfigResource(broker_id=data["resource"].get("broker"), topic=data["resource"].get("topic"))
+        ops = [ConfigOp(o["key"], o["value"], o["op"]) for o in data["ops"]]
+        try:
+            outcome = alter_configs(target, resource, ops, request.user, validate_only=data["validate_only"])
+        except InvalidConfig as e:
+            raise ApiError(e.code, e.message, {"resource": e.resource, "key": e.key}) from e
+        return Response(AlterConfigsResponseSerializer((resource, outcome, data["validate_only"])).data)
+
+
+class MemoryMetricsView(APIView):
+    """The list memory limiter's PIP-442 metrics for Prometheus (admins and auditors)."""
+
+    permission_classes = [permissions.IsAuthenticated, IsAdminOrAuditor]
+
+    @extend_schema(
+        operation_id="memory_metrics",
+        summary="List memory limiter metrics (Prometheus text format 0.0.4)",
+        description="Both pools (heap, direct): bytes used and limit, queue size and limit, wait-time summary, "
+        "timeouts, queue-full rejections and cancellations, named quotas_api_list_<pool>_...",
+        responses={(200, "text/plain"): OpenApiTypes.STR, 401: ErrorSerializer, 403: ErrorSerializer},
+    )
+    def get(self, request: Request) -> HttpResponse:
+        return HttpResponse(metrics_text(), content_type="text/plain; version=0.0.4")
+
+
 # ------------------------------------------------------------------ tenants, requests, audit
 
 SCOPED_ERRORS = {**ERRORS, 409: ErrorSerializer}
@@ -303,14 +453,22 @@ REQUEST_FILTERS = [
 
 
 @extend_schema_view(
-    list=extend_schema(summary="List quota requests you may see", parameters=REQUEST_FILTERS),
+    list=extend_schema(
+        summary="List quota requests you may see",
+        parameters=REQUEST_FILTERS,
+        responses={200: QuotaRequestSerializer(many=True), 503: ErrorSerializer},
+    ),
     retrieve=extend_schema(
         summary="A quota request, with the capacity check an approver decides on",
         responses={200: QuotaRequestDetailSerializer, 404: ErrorSerializer},
     ),
 )
-class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class QuotaRequestViewSet(
+    MemoryBoundedListMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
     """Self-service quota requests: submit (create), withdraw, approve, reject. The rules are ``quotas.workflow``'s."""
+
+    row_bytes = REQUEST_ROW_BYTES
 
     serializer_class = QuotaRequestSerializer
     permission_classes = [permissions.IsAuthenticated]
@@ -407,10 +565,13 @@ class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
             OpenApiParameter("request", OpenApiTypes.INT, OpenApiParameter.QUERY, description="A request's id."),
             OpenApiParameter("tenant", OpenApiTypes.STR, OpenApiParameter.QUERY, description="A tenant's name."),
         ],
+        responses={200: AuditEntrySerializer(many=True), 503: ErrorSerializer},
     )
 )
-class AuditEntryViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+class AuditEntryViewSet(MemoryBoundedListMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
     """Every change, with before and after, who and when. Read-only for everyone."""
+
+    row_bytes = AUDIT_ROW_BYTES
 
     serializer_class = AuditEntrySerializer
     permission_classes = [permissions.IsAuthenticated]

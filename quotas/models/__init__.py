@@ -3,10 +3,20 @@
 Split by concept (NetBox style): ``clusters`` (clusters, brokers, listeners),
 ``quotas`` (quota entities, their values, the desired-state version, and Kafka's
 describe/alter/resolve operations over them), ``tenants`` (teams, what they own, roles),
-``requests`` (self-service requests and approvals) and ``audit`` (the audit trail).
+``requests`` (self-service requests and approvals), ``audit`` (the audit trail) and
+``broker_configs`` (dynamic broker and topic configs: connection limits, replication throttles).
 """
 
 from quotas.models.audit import AuditAction, AuditEntry, audited_alter, record
+from quotas.models.broker_configs import (
+    BrokerConfig,
+    ConfigOp,
+    ConfigOutcome,
+    ConfigResource,
+    InvalidConfig,
+    TopicConfig,
+    alter_configs,
+)
 from quotas.models.clusters import Broker, Cluster, Listener
 from quotas.models.quotas import (
     Alteration,
@@ -49,12 +59,17 @@ __all__ = [
     "AuditAction",
     "AuditEntry",
     "Broker",
+    "BrokerConfig",
     "Cluster",
+    "ConfigOp",
+    "ConfigOutcome",
+    "ConfigResource",
     "Decision",
     "DesiredStateVersion",
     "EffectiveQuota",
     "EntryResult",
     "FilterComponent",
+    "InvalidConfig",
     "Listener",
     "OwnedName",
     "QuotaEntity",
@@ -63,7 +78,9 @@ __all__ = [
     "QuotaValue",
     "RequestState",
     "Tenant",
+    "TopicConfig",
     "alter_client_quotas",
+    "alter_configs",
     "audited_alter",
     "describe_client_quotas",
     "effective_client_quotas",

@@ -38,6 +38,7 @@ class AuditAction(models.TextChoices):
     APPLIED = "applied", "Request applied to the desired state"
     FAILED = "failed", "Request failed to apply"
     EXPIRED = "expired", "Boost expired"
+    CONFIG_ALTERED = "config_altered", "Broker or topic config changed"
 
 
 class AuditEntry(models.Model):
@@ -51,7 +52,7 @@ class AuditEntry(models.Model):
     cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit")
     request = models.ForeignKey(QuotaRequest, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit")
     entity = models.CharField(max_length=600, blank=True, help_text="Kafka's config path of the entity.")
-    key = models.CharField(max_length=32, blank=True)
+    key = models.CharField(max_length=255, blank=True, help_text="A quota key, or a broker/topic config name.")
     before = models.JSONField(null=True, blank=True, help_text="The value or state before; null = none.")
     after = models.JSONField(null=True, blank=True, help_text="The value or state after; null = none.")
     comment = models.TextField(blank=True)
