@@ -142,6 +142,11 @@ LOGIN_URL = "/login/"
 # --- Redis: one URL for Celery, Channels and the quota engine -------------------------------
 QUOTAS_REDIS_URL = os.environ.get("QUOTAS_REDIS_URL", "redis://127.0.0.1:6390/0")
 
+# Large listings hold memory permits from the PIP-442 limiter (quotas/api/memory.py) while a page is built.
+QUOTAS_LIST_HEAP_BYTES = int(os.environ.get("QUOTAS_LIST_HEAP_BYTES", 64 * 1024 * 1024))
+QUOTAS_LIST_QUEUE_SIZE = int(os.environ.get("QUOTAS_LIST_QUEUE_SIZE", 1000))
+QUOTAS_LIST_TIMEOUT_MS = int(os.environ.get("QUOTAS_LIST_TIMEOUT_MS", 10_000))
+
 CELERY_BROKER_URL = QUOTAS_REDIS_URL
 CELERY_RESULT_BACKEND = QUOTAS_REDIS_URL
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

@@ -11,6 +11,7 @@ from django.http import HttpRequest
 from quotas.models import (
     AuditEntry,
     Broker,
+    BrokerConfig,
     Cluster,
     DesiredStateVersion,
     Listener,
@@ -19,6 +20,7 @@ from quotas.models import (
     QuotaRequest,
     QuotaValue,
     Tenant,
+    TopicConfig,
 )
 
 
@@ -74,6 +76,25 @@ class DesiredStateVersionAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+
+@admin.register(BrokerConfig)
+class BrokerConfigAdmin(admin.ModelAdmin):
+    """Read-only: changes go through the broker-configs API, which validates, versions and audits them."""
+
+    list_display = ["cluster", "broker", "key", "value", "updated"]
+    list_filter = ["cluster"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+
+@admin.register(TopicConfig)
+class TopicConfigAdmin(BrokerConfigAdmin):
+    list_display = ["cluster", "topic", "key", "value", "updated"]
 
 
 class OwnedNameInline(admin.TabularInline):
