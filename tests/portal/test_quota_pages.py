@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -31,17 +30,14 @@ from quotas.models import (
     audited_alter,
 )
 
+from .people import make_user, roles
+
 pytestmark = pytest.mark.django_db
 
 PBR, CBR = "producer_byte_rate", "consumer_byte_rate"
 User = get_user_model()
 
 
-def make_user(username: str, *, staff: bool = False, groups: tuple[str, ...] = ()) -> Any:
-    user = User.objects.create_user(username, is_staff=staff)
-    for name in groups:
-        user.groups.add(Group.objects.get(name=name))  # the migration created the role groups
-    return user
 
 
 def browser(user: Any, *, csrf: bool = False) -> Client:
@@ -54,14 +50,7 @@ def browser(user: Any, *, csrf: bool = False) -> Client:
 @pytest.fixture
 def w() -> dict[str, Any]:
     """The people, tenants and one cluster (3 brokers, per broker) with a few stored quotas and their audit."""
-    w: dict[str, Any] = {
-        "admin": make_user("root", staff=True),
-        "admin2": make_user("ops", groups=("quota-admins",)),
-        "auditor": make_user("audit", groups=("auditors",)),
-        "alice": make_user("alice"),
-        "alice2": make_user("alice2"),
-        "bob": make_user("bob"),
-    }
+    w: dict[str, Any] = roles()
     a = Tenant.objects.create(name="team-a", description="Team A")
     a.members.add(w["alice"], w["alice2"])
     OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")

@@ -14,10 +14,8 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.db import connections
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from quotas import workflow
@@ -36,36 +34,22 @@ from quotas.models import (
 )
 from quotas.tasks import expire_boosts
 
+from .people import api, roles
+
 pytestmark = pytest.mark.django_db
 
 PBR, CBR = "producer_byte_rate", "consumer_byte_rate"
 User = get_user_model()
 
 
-def make_user(username: str, *, staff: bool = False, groups: tuple[str, ...] = ()) -> Any:
-    user = User.objects.create_user(username, is_staff=staff)  # no password: tokens only, and no slow hashing
-    for name in groups:
-        user.groups.add(Group.objects.get(name=name))  # the migration created the role groups
-    return user
 
 
-def api(user: Any) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
-    return client
 
 
 @pytest.fixture
 def world() -> dict[str, Any]:
     """Two tenants with a member each (plus a second member of team-a), two admins and an auditor."""
-    w: dict[str, Any] = {
-        "admin": make_user("root", staff=True),
-        "admin2": make_user("ops", groups=("quota-admins",)),
-        "auditor": make_user("audit", groups=("auditors",)),
-        "alice": make_user("alice"),
-        "alice2": make_user("alice2"),
-        "bob": make_user("bob"),
-    }
+    w: dict[str, Any] = roles()
     a = Tenant.objects.create(name="team-a")
     a.members.add(w["alice"], w["alice2"])
     OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
