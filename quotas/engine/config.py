@@ -143,16 +143,54 @@ return {1, desired}
 """
 
 
-class QuotaConfigStore:
+class VersionedHashStore:
+    """One Redis hash of validated settings with a version and a pub/sub channel: the engine's config stores.
+
+    Subclasses validate and encode; this class reads the hash and its version in one transaction
+    and writes a batch of fields (``''`` deletes one) in one script that bumps and announces the version.
+    """
+
+    def __init__(self, client: redis.Redis, namespace: str, name: str) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.name = name
+        self.hash_key = f"qe:{{{namespace}}}:{name}"
+        self.version_key = f"qe:{{{namespace}}}:{name}-version"
+        self.channel = f"qe:{name}:{namespace}"
+        self._alter = client.register_script(ALTER_LUA)
+
+    def _read(self) -> tuple[int, dict[bytes, bytes]]:
+        try:
+            with self.client.pipeline(transaction=True) as p:
+                p.get(self.version_key)
+                p.hgetall(self.hash_key)
+                version, raw = p.execute()
+        except UNAVAILABLE as e:
+            raise EngineUnavailable(f"Redis is unreachable for the {self.name} of {self.namespace}: {e}") from e
+        return int(version or 0), raw
+
+    def version(self) -> int:
+        try:
+            return int(self.client.get(self.version_key) or 0)
+        except UNAVAILABLE as e:
+            raise EngineUnavailable(f"Redis is unreachable for the {self.name} of {self.namespace}: {e}") from e
+
+    def _write(self, fields: list[Any]) -> int:
+        """Set the field/value pairs (``''`` deletes) in one script; returns the new version."""
+        try:
+            return int(self._alter(keys=[self.hash_key, self.version_key], args=[self.channel, *fields]))
+        except UNAVAILABLE as e:
+            raise EngineUnavailable(
+                f"Redis did not answer: the change to the {self.name} may or may not have been applied; "
+                f"read it back: {e}"
+            ) from e
+
+
+class QuotaConfigStore(VersionedHashStore):
     """The configured quotas of one namespace, in Redis."""
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:
-        self.client = client
-        self.namespace = namespace
-        self.hash_key = f"qe:{{{namespace}}}:config"
-        self.version_key = f"qe:{{{namespace}}}:config-version"
-        self.channel = f"qe:config:{namespace}"
-        self._alter = client.register_script(ALTER_LUA)
+        super().__init__(client, namespace, "config")
         self.desired_key = f"qe:{{{namespace}}}:desired-version"
         self._apply_desired = client.register_script(APPLY_DESIRED_LUA)
 
@@ -189,13 +227,7 @@ class QuotaConfigStore:
 
     def load(self) -> tuple[int, dict[EntityRef, dict[str, float]]]:
         """The version and every entity's quotas, read in one transaction."""
-        try:
-            with self.client.pipeline(transaction=True) as p:
-                p.get(self.version_key)
-                p.hgetall(self.hash_key)
-                version, raw = p.execute()
-        except UNAVAILABLE as e:
-            raise EngineUnavailable(f"Redis is unreachable for quota config: {e}") from e
+        version, raw = self._read()
         config: dict[EntityRef, dict[str, float]] = {}
         for f, v in raw.items():
             entity, _, key = f.decode().rpartition(KEY_SEP)
@@ -205,13 +237,7 @@ class QuotaConfigStore:
                 log.warning("Skipping an invalid quota entity %r in %s", entity, self.hash_key)
                 continue
             config.setdefault(ref, {})[key] = float(v)
-        return int(version or 0), config
-
-    def version(self) -> int:
-        try:
-            return int(self.client.get(self.version_key) or 0)
-        except UNAVAILABLE as e:
-            raise EngineUnavailable(f"Redis is unreachable for quota config: {e}") from e
+        return version, config
 
     def alter(self, ops: Iterable[AlterOp], validate_only: bool = False) -> int:
         """Validate every op first, then apply all of them in one atomic script: a batch is whole or nothing."""
@@ -228,15 +254,10 @@ class QuotaConfigStore:
         if validate_only or not ops:
             return self.version()
         # one field per (entity, key): a change never reads and rewrites a neighbour's value
-        args: list[Any] = [self.channel]
+        fields: list[Any] = []
         for op in ops:
-            args += [op.entity.field() + KEY_SEP + op.key, "" if op.value is None else repr(float(op.value))]
-        try:
-            return int(self._alter(keys=[self.hash_key, self.version_key], args=args))
-        except UNAVAILABLE as e:
-            raise EngineUnavailable(
-                f"Redis did not answer: the change may or may not have been applied; read the config back: {e}"
-            ) from e
+            fields += [op.entity.field() + KEY_SEP + op.key, "" if op.value is None else repr(float(op.value))]
+        return self._write(fields)
 
 
 class QuotaEngine:

@@ -21,12 +21,12 @@ from typing import Any, Final, Literal
 
 import redis
 
-from .config import ALTER_LUA
+from .config import VersionedHashStore
 from .decisions import Decision, Kind, Op, Outcome
 from .errors import EngineUnavailable, QuotaValidationError, UnknownQuotaKey
 from .javamath import INT_MAX, LONG_MAX, LONG_MIN, java_round
 from .managers import FAIL_CLOSED, FAIL_OPEN, Backend
-from .redis_backend import UNAVAILABLE, RedisBackend
+from .redis_backend import RedisBackend
 
 # ---- config keys (QuotaConfig, LogConfig) ----
 
@@ -458,7 +458,7 @@ def _replicas_key(side: ReplicationType | str) -> str:
     return key
 
 
-class ReplicationThrottleStore:
+class ReplicationThrottleStore(VersionedHashStore):
     """A namespace's broker rates and topic replica lists in one Redis hash, versioned, announced on pub/sub.
 
     A change is validated whole, then applied by the same script as ``QuotaConfigStore``
@@ -466,12 +466,7 @@ class ReplicationThrottleStore:
     """
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:
-        self.client = client
-        self.namespace = namespace
-        self.hash_key = f"qe:{{{namespace}}}:replication-throttles"
-        self.version_key = f"qe:{{{namespace}}}:replication-throttles-version"
-        self.channel = f"qe:replication-throttles:{namespace}"
-        self._alter = client.register_script(ALTER_LUA)
+        super().__init__(client, namespace, "replication-throttles")
 
     @staticmethod
     def validate(op: ThrottleOp) -> str:
@@ -492,13 +487,7 @@ class ReplicationThrottleStore:
 
     def load(self) -> ThrottleConfig:
         """The version and every stored key, read in one transaction."""
-        try:
-            with self.client.pipeline(transaction=True) as p:
-                p.get(self.version_key)
-                p.hgetall(self.hash_key)
-                version, raw = p.execute()
-        except UNAVAILABLE as e:
-            raise EngineUnavailable(f"Redis is unreachable for replication throttles: {e}") from e
+        version, raw = self._read()
         rates: dict[str, int] = {}
         topics: dict[str, dict[str, ThrottledReplicas]] = {}
         for f, v in raw.items():
@@ -507,18 +496,12 @@ class ReplicationThrottleStore:
                 rates[parts[1]] = validate_throttle_rate(parts[1], value)
             else:
                 topics.setdefault(parts[1], {})[parts[2]] = validate_throttled_replicas(parts[2], value)
-        return ThrottleConfig(int(version or 0), rates, topics)
-
-    def version(self) -> int:
-        try:
-            return int(self.client.get(self.version_key) or 0)
-        except UNAVAILABLE as e:
-            raise EngineUnavailable(f"Redis is unreachable for replication throttles: {e}") from e
+        return ThrottleConfig(version, rates, topics)
 
     def alter(self, ops: Iterable[ThrottleOp], validate_only: bool = False) -> int:
         """Validate every op, then apply all of them in one script with a new version; returns the version."""
         ops = list(ops)
-        args: list[Any] = [self.channel]
+        fields: list[Any] = []
         seen: set[str] = set()
         for op in ops:
             stored = self.validate(op)
@@ -527,13 +510,10 @@ class ReplicationThrottleStore:
                 where = "the broker" if op.topic is None else f"topic {op.topic!r}"
                 raise QuotaValidationError(f"{op.key} is altered twice for {where} in one request.")
             seen.add(f)
-            args += [f, stored]
+            fields += [f, stored]
         if validate_only or not ops:
             return self.version()
-        try:
-            return int(self._alter(keys=[self.hash_key, self.version_key], args=args))
-        except UNAVAILABLE as e:
-            raise EngineUnavailable(f"Redis is unreachable; no replication throttle was changed: {e}") from e
+        return self._write(fields)
 
 
 class ReplicationThrottles:
