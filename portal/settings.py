@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Everything the running portal writes (SQLite, Redis data, static files, logs) lives here.
@@ -157,10 +158,28 @@ CELERY_TIMEZONE = TIME_ZONE
 # Pushes to brokers must survive a worker crash: acknowledge only after the task ran.
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# With Redis as the broker, a message a killed worker held comes back after this many seconds.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(os.environ.get("QUOTAS_VISIBILITY_TIMEOUT_S", 300))}
+
+# --- Pushes to brokers and drift --------------------------------------------------------------
+# A failed push to a broker that is down is retried after base * 2**n seconds (jittered), at most this cap.
+QUOTAS_PUSH_RETRY_BASE_S = float(os.environ.get("QUOTAS_PUSH_RETRY_BASE_S", 1.0))
+QUOTAS_PUSH_RETRY_MAX_S = float(os.environ.get("QUOTAS_PUSH_RETRY_MAX_S", 60.0))
+# Kafka cannot check our versions: one push per broker at a time, under a Redis lock held at most this long.
+QUOTAS_PUSH_LOCK_S = float(os.environ.get("QUOTAS_PUSH_LOCK_S", 60.0))
+# Reconcile compares every broker with desired state this often; "report" records drift, "heal" re-applies.
+QUOTAS_RECONCILE_SECONDS = float(os.environ.get("QUOTAS_RECONCILE_SECONDS", 60.0))
+QUOTAS_DRIFT_MODE = os.environ.get("QUOTAS_DRIFT_MODE", "report")
+if QUOTAS_DRIFT_MODE not in ("report", "heal"):
+    raise ImproperlyConfigured(f"QUOTAS_DRIFT_MODE is 'report' or 'heal', not {QUOTAS_DRIFT_MODE!r}.")
+
 # Run by the `beat` service (docker-compose.yml) or `celery -A portal beat`.
 CELERY_BEAT_SCHEDULE = {
     # Time-boxed boosts end on time (within a minute) without anyone acting: the previous value comes back.
     "expire-boosts": {"task": "quotas.tasks.expire_boosts", "schedule": 60.0},
+    # Brokers behind desired state catch up; brokers changed behind the portal's back show up as drift.
+    "reconcile": {"task": "quotas.tasks.reconcile", "schedule": QUOTAS_RECONCILE_SECONDS},
 }
 
 CHANNEL_LAYERS = {
@@ -194,6 +213,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Two models have a "state": name their enums after them.
+    "ENUM_NAME_OVERRIDES": {
+        "RequestStateEnum": "quotas.models.requests.RequestState",
+        "PushStateEnum": "quotas.models.pushes.PushState",
+    },
 }
 
 LOGGING = {

@@ -1,12 +1,23 @@
-"""Celery tasks of the quota domain (found by ``app.autodiscover_tasks()``)."""
+"""Celery tasks of the quota domain (found by ``app.autodiscover_tasks()``).
+
+Pushes are acknowledged late (settings: ``CELERY_TASK_ACKS_LATE``), so a worker killed mid-push
+leaves its message to be delivered again; the push is version-checked, so running it twice applies
+nothing twice.
+"""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
+from typing import Any
 
 from celery import shared_task
 
-from quotas import workflow
+from quotas import push, workflow
+from quotas.connectors.base import PushError
+from quotas.models import Broker, Cluster
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(name="quotas.tasks.expire_boosts")
@@ -17,3 +28,41 @@ def expire_boosts(now: datetime | None = None) -> list[int]:
     Returns the ids of the requests that expired.
     """
     return workflow.expire_boosts(now)
+
+
+@shared_task(bind=True, name="quotas.tasks.push_target", acks_late=True, reject_on_worker_lost=True, max_retries=None)
+def push_target(self: Any, cluster_id: int, broker_pk: int | None) -> dict[str, Any]:
+    """Bring one broker (or cluster-wide namespace) to its cluster's current desired-state version.
+
+    A target that is down is retried with exponential backoff and jitter, for as long as it takes;
+    a refused push is recorded as failed and not retried (reconcile tries again later).
+    """
+    try:
+        return push.push_target(cluster_id, broker_pk).as_dict()
+    except (Cluster.DoesNotExist, Broker.DoesNotExist):
+        return {"skipped": "the cluster or broker no longer exists"}
+    except PushError as e:
+        if not e.retriable:
+            return {"failed": e.code, "message": e.message}
+        if not push.claim_retry(cluster_id, broker_pk):
+            return {"retry": "another push to this target is already pending"}
+        countdown = push.backoff_s(self.request.retries)
+        log.info("Push to cluster %s target %s failed (%s); retrying in %.1fs", cluster_id, broker_pk, e, countdown)
+        raise self.retry(exc=e, countdown=countdown) from e
+
+
+@shared_task(name="quotas.tasks.reconcile")
+def reconcile() -> list[dict[str, Any]]:
+    """Beat: catch up targets that are behind, and record (or heal, per QUOTAS_DRIFT_MODE) drift."""
+    return [o.__dict__ for o in push.reconcile_all()]
+
+
+@shared_task(name="quotas.tasks.heal", acks_late=True)
+def heal(cluster_id: int, broker_pk: int | None, actor_id: int | None = None) -> dict[str, Any]:
+    """Re-apply the whole desired state to one target (the drift page's action)."""
+    from django.contrib.auth import get_user_model
+
+    cluster = Cluster.objects.get(pk=cluster_id)
+    broker = Broker.objects.get(pk=broker_pk) if broker_pk is not None else None
+    actor = get_user_model().objects.filter(pk=actor_id).first() if actor_id is not None else None
+    return push.heal(cluster, broker, actor).as_dict()

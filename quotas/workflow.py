@@ -33,6 +33,8 @@ from quotas.models import (
     AuditAction,
     Cluster,
     Decision,
+    Push,
+    PushState,
     QuotaOp,
     QuotaRequest,
     QuotaValue,
@@ -238,9 +240,9 @@ def _alteration(request: QuotaRequest, value: float | None) -> Alteration:
 def apply(actor: AbstractBaseUser | None, request: QuotaRequest) -> None:
     """Write an approved request into the cluster's desired state (``alter_client_quotas``, version bumped).
 
-    The request then becomes ``applied``. Pushing the desired state to the brokers is the next issue's
-    job: it will move the request through ``applying`` to ``applied`` or ``failed`` instead.
-    If the desired state refuses the change (the rules changed since submission), the request is ``failed``.
+    The request becomes ``applying`` until every broker holds its version (``settle_pushed``), then
+    ``applied``; a cluster without brokers has nothing to wait for. If the desired state refuses the change
+    (the rules changed since submission), the request is ``failed``.
     """
     with transaction.atomic():
         previous = _current_value(request)
@@ -251,15 +253,39 @@ def apply(actor: AbstractBaseUser | None, request: QuotaRequest) -> None:
             _move(request, RequestState.FAILED, failure=e.message)
             record(AuditAction.FAILED, actor, request=request, before="approved", after="failed", comment=e.message)
             return
-        _move(request, RequestState.APPLIED, previous_value=previous, applied_version=outcome.version)
-        record(
-            AuditAction.APPLIED,
-            actor,
-            request=request,
-            before="approved",
-            after="applied",
-            comment=f"desired-state version {outcome.version}",
-        )
+        _move(request, RequestState.APPLYING, previous_value=previous, applied_version=outcome.version)
+        _settle(request)
+
+
+def _settle(request: QuotaRequest) -> None:
+    """An ``applying`` request whose version is on every target becomes ``applied``; a refused push fails it."""
+    rows = Push.objects.filter(cluster_id=request.cluster_id, version=request.applied_version)
+    failed = rows.filter(state=PushState.FAILED).select_related("broker").first()
+    if failed is not None:
+        where = f"broker {failed.broker.broker_id}" if failed.broker else "the cluster-wide namespace"
+        why = f"{where} refused the push: {failed.error_code}: {failed.error}"
+        _move(request, RequestState.FAILED, failure=why)
+        record(AuditAction.FAILED, None, request=request, before="applying", after="failed", comment=why)
+    elif not rows.exclude(state=PushState.APPLIED).exists():
+        _move(request, RequestState.APPLIED)
+        comment = f"desired-state version {request.applied_version} is on every broker"
+        record(AuditAction.APPLIED, None, request=request, before="applying", after="applied", comment=comment)
+
+
+def settle_pushed(cluster: Cluster) -> list[int]:
+    """After a push: settle every ``applying`` request of the cluster; returns the ids that moved."""
+    moved = []
+    for pk in QuotaRequest.objects.filter(cluster=cluster, state=RequestState.APPLYING).values_list("pk", flat=True):
+        try:
+            with transaction.atomic():
+                request = _load(pk)
+                if request.state == RequestState.APPLYING:
+                    _settle(request)
+                    if request.state != RequestState.APPLYING:
+                        moved.append(pk)
+        except Conflict:
+            continue
+    return moved
 
 
 def expire_boosts(now: datetime | None = None) -> list[int]:

@@ -32,6 +32,7 @@ from quotas.models import (
     EntryResult,
     Listener,
     OwnedName,
+    Push,
     QuotaEntity,
     QuotaRequest,
     Tenant,
@@ -537,14 +538,41 @@ class CapacitySerializer(serializers.Serializer):
     warning = serializers.CharField(allow_null=True)
 
 
+class PushSerializer(serializers.ModelSerializer):
+    """The status of one desired-state version on one broker (``broker`` null: the cluster-wide namespace)."""
+
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    broker = serializers.SerializerMethodField(help_text="Kafka's broker id; null for the cluster-wide namespace.")
+
+    class Meta:
+        model = Push
+        fields = ["cluster", "version", "broker", "state", "attempts", "error_code", "error", "applied_at", "updated"]
+        read_only_fields = fields
+
+    def get_broker(self, obj: Push) -> int | None:
+        return obj.broker.broker_id if obj.broker is not None else None
+
+
 class QuotaRequestDetailSerializer(QuotaRequestSerializer):
-    """A request with the capacity check an approver decides on (null for keys that are not byte rates)."""
+    """A request with the capacity check an approver decides on (null for keys that are not byte rates),
+    and the push of its desired-state version to each broker."""
 
     capacity = serializers.SerializerMethodField()
+    pushes = serializers.SerializerMethodField()
 
     class Meta(QuotaRequestSerializer.Meta):
-        fields = [*QuotaRequestSerializer.Meta.fields, "capacity"]
+        fields = [*QuotaRequestSerializer.Meta.fields, "capacity", "pushes"]
         read_only_fields = fields
+
+    @extend_schema_field(PushSerializer(many=True))
+    def get_pushes(self, obj: QuotaRequest) -> list[dict[str, Any]]:
+        if obj.applied_version is None:
+            return []
+        rows = Push.objects.filter(cluster_id=obj.cluster_id, version=obj.applied_version).select_related(
+            "cluster", "broker"
+        )
+        ordered = sorted(rows, key=lambda p: -1 if p.broker is None else p.broker.broker_id)
+        return PushSerializer(ordered, many=True).data
 
     @extend_schema_field(CapacitySerializer(allow_null=True))
     def get_capacity(self, obj: QuotaRequest) -> dict[str, Any] | None:

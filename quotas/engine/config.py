@@ -127,22 +127,6 @@ return version
 """
 
 
-#: Replaces a namespace's whole config with a desired state, once per desired-state version.
-APPLY_DESIRED_LUA = """
--- KEYS[1] config hash, KEYS[2] version, KEYS[3] applied desired-state version
--- ARGV: channel, desired version, then the complete config as field/value pairs
-local desired = tonumber(ARGV[2])
-local applied = tonumber(redis.call('GET', KEYS[3]) or '-1')
-if desired <= applied then return {0, applied} end
-redis.call('DEL', KEYS[1])
-for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-redis.call('SET', KEYS[3], desired)
-local version = redis.call('INCR', KEYS[2])
-redis.call('PUBLISH', ARGV[1], version)
-return {1, desired}
-"""
-
-
 class VersionedHashStore:
     """One Redis hash of validated settings with a version and a pub/sub channel: the engine's config stores.
 
@@ -191,39 +175,6 @@ class QuotaConfigStore(VersionedHashStore):
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         super().__init__(client, namespace, "config")
-        self.desired_key = f"qe:{{{namespace}}}:desired-version"
-        self._apply_desired = client.register_script(APPLY_DESIRED_LUA)
-
-    def apply_desired(self, version: int, config: Mapping[EntityRef, Mapping[str, float]]) -> bool:
-        """Make the namespace hold exactly ``config``, the portal's desired state at ``version``.
-
-        Idempotent and ordered: a version at or below the one already applied changes nothing
-        (a retried or late push of an older version is a no-op) and answers False. The whole
-        config is validated before anything is written, and written in one script.
-        """
-        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-            raise QuotaValidationError(f"A desired-state version is an integer >= 0, got {version!r}.")
-        args: list[Any] = [self.channel, version]
-        for entity, values in config.items():
-            if not isinstance(entity, EntityRef):
-                raise QuotaValidationError(f"Desired-state entities are EntityRef, got {entity!r}.")
-            for key, value in values.items():
-                v = validate_quota_value(key, value, entity.kind)
-                args += [entity.field() + KEY_SEP + key, repr(v)]
-        try:
-            applied, _ = self._apply_desired(keys=[self.hash_key, self.version_key, self.desired_key], args=args)
-        except UNAVAILABLE as e:
-            raise EngineUnavailable(
-                f"Redis did not answer: the desired state may or may not have been applied; retry it: {e}"
-            ) from e
-        return bool(applied)
-
-    def desired_version(self) -> int:
-        """The desired-state version this namespace holds (-1 before the first push)."""
-        try:
-            return int(self.client.get(self.desired_key) or -1)
-        except UNAVAILABLE as e:
-            raise EngineUnavailable(f"Redis is unreachable for quota config: {e}") from e
 
     def load(self) -> tuple[int, dict[EntityRef, dict[str, float]]]:
         """The version and every entity's quotas, read in one transaction."""

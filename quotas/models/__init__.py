@@ -4,7 +4,8 @@ Split by concept (NetBox style): ``clusters`` (clusters, brokers, listeners),
 ``quotas`` (quota entities, their values, the desired-state version, and Kafka's
 describe/alter/resolve operations over them), ``tenants`` (teams, what they own, roles),
 ``requests`` (self-service requests and approvals), ``audit`` (the audit trail) and
-``broker_configs`` (dynamic broker and topic configs: connection limits, replication throttles).
+``broker_configs`` (dynamic broker and topic configs: connection limits, replication throttles) and
+``pushes`` (the change log by version, the push status per broker, and drift found on brokers).
 """
 
 from quotas.models.audit import AuditAction, AuditEntry, audited_alter, record
@@ -18,6 +19,7 @@ from quotas.models.broker_configs import (
     alter_configs,
 )
 from quotas.models.clusters import Broker, Cluster, Listener
+from quotas.models.pushes import DesiredChange, Drift, DriftResolution, DriftStatus, Push, PushState, push_targets
 from quotas.models.quotas import (
     Alteration,
     AlterationRejected,
@@ -65,13 +67,19 @@ __all__ = [
     "ConfigOutcome",
     "ConfigResource",
     "Decision",
+    "DesiredChange",
     "DesiredStateVersion",
+    "Drift",
+    "DriftResolution",
+    "DriftStatus",
     "EffectiveQuota",
     "EntryResult",
     "FilterComponent",
     "InvalidConfig",
     "Listener",
     "OwnedName",
+    "Push",
+    "PushState",
     "QuotaEntity",
     "QuotaOp",
     "QuotaRequest",
@@ -89,6 +97,7 @@ __all__ = [
     "is_admin",
     "is_auditor",
     "owning_tenant",
+    "push_targets",
     "record",
     "sees_everything",
     "tenants_of",

@@ -39,6 +39,9 @@ class AuditAction(models.TextChoices):
     FAILED = "failed", "Request failed to apply"
     EXPIRED = "expired", "Boost expired"
     CONFIG_ALTERED = "config_altered", "Broker or topic config changed"
+    PUSH_FAILED = "push_failed", "A push to a broker failed"
+    DRIFT_DETECTED = "drift_detected", "A broker differs from desired state"
+    DRIFT_HEALED = "drift_healed", "Desired state re-applied to a broker"
 
 
 class AuditEntry(models.Model):

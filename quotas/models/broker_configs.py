@@ -20,6 +20,8 @@ from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from quotas.choices import QuotaScope
+from quotas.connectors.base import BROKER, TOPIC, Item
 from quotas.engine.connections import ConnectionConfig
 from quotas.engine.errors import QuotaEngineError, QuotaValidationError
 from quotas.engine.replication import (
@@ -148,6 +150,11 @@ def _check_request(cluster: Cluster, resource: ConfigResource, ops: Sequence[Con
         validate_topic_name(resource.topic)
     elif resource.broker_id is not None:
         validate_broker_id(resource.broker_id)
+        if cluster.scope == QuotaScope.CLUSTER_WIDE:
+            raise QuotaValidationError(
+                f"Cluster {cluster.name!r} is cluster_wide: its brokers share one namespace, so set broker configs "
+                "on the default broker (broker_id null)."
+            )
         broker = Broker.objects.filter(cluster=cluster, broker_id=resource.broker_id).first()
         if broker is None:
             raise QuotaValidationError(
@@ -283,7 +290,11 @@ def alter_configs(
         if not changes:
             return ConfigOutcome(state.version, False, after, changes)
         _write(cluster, resource, broker, changes)
-        version = state.bump()
+        if resource.is_topic:
+            kind, name = TOPIC, resource.topic or ""
+        else:
+            kind, name = BROKER, "" if resource.broker_id is None else str(resource.broker_id)
+        version = state.bump({Item(kind, name, key): new for key, _old, new in changes})
         for key, old, new in changes:
             record(
                 AuditAction.CONFIG_ALTERED,

@@ -73,6 +73,12 @@ class Broker(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="brokers")
     broker_id = models.PositiveIntegerField(help_text="Kafka's broker.id (node.id).")
     host = models.CharField(max_length=255, help_text="host:port the connector reaches the broker at.")
+    engine_url = models.CharField(
+        max_length=255,
+        blank=True,
+        validators=[RegexValidator(r"^(rediss?|unix)://", "Use a redis://, rediss:// or unix:// URL.")],
+        help_text="Engine clusters: Redis URL of this broker's engine; empty = the portal's own Redis.",
+    )
 
     class Meta:
         ordering = ["cluster", "broker_id"]

@@ -8,7 +8,7 @@ DescribeClientQuotas, AlterClientQuotas and "which quota applies to this client"
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from django.db import models, transaction
@@ -16,6 +16,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from quotas.choices import MatchType, QuotaKey
+from quotas.connectors.base import QUOTA, Item
 from quotas.engine.config import CLIENT_ID, IP, USER, EntityRef
 from quotas.engine.connections import IpRates, normalize_ip
 from quotas.engine.entities import (
@@ -147,10 +148,16 @@ class DesiredStateVersion(models.Model):
         cls.objects.get_or_create(cluster=cluster)
         return cls.objects.select_for_update().get(cluster=cluster)
 
-    def bump(self) -> int:
-        """One more version; call it inside the transaction that changed the quotas."""
+    def bump(self, changes: Mapping[Item, str | None]) -> int:
+        """One more version for ``changes`` (item -> new text, None = removed); call it inside their transaction.
+
+        The items are logged under the new version and a push to every broker follows the commit.
+        """
+        from quotas.models.pushes import log_version
+
         type(self).objects.filter(pk=self.pk).update(version=F("version") + 1, updated=timezone.now())
         self.refresh_from_db(fields=["version", "updated"])
+        log_version(self.cluster, self.version, changes)
         return self.version
 
 
@@ -353,36 +360,39 @@ def alter_client_quotas(cluster: Cluster, entries: Sequence[Alteration], validat
 
     with transaction.atomic():
         state = DesiredStateVersion.lock(cluster)
-        changed = False
+        changes: dict[Item, str | None] = {}
         for ref, ops in validated:
-            changed |= _apply(cluster, ref, ops)
-        version = state.bump() if changed else state.version
-    return AlterOutcome(version, changed, results)
+            changes.update(_apply(cluster, ref, ops))
+        version = state.bump(changes) if changes else state.version
+    return AlterOutcome(version, bool(changes), results)
 
 
-def _apply(cluster: Cluster, ref: EntityRef, ops: Iterable[tuple[str, float | None]]) -> bool:
-    """Write one validated entry; True when a row changed. An entity left without values is deleted."""
+def _apply(cluster: Cluster, ref: EntityRef, ops: Iterable[tuple[str, float | None]]) -> dict[Item, str | None]:
+    """Write one validated entry; returns the items that changed (None = removed). An empty entity is deleted."""
     sets = {key: value for key, value in ops if value is not None}
     removes = [key for key, value in ops if value is None]
     entity = QuotaEntity.objects.filter(cluster=cluster, user=ref.user, client_id=ref.client_id, ip=ref.ip).first()
     if entity is None:
         if not sets:
-            return False
+            return {}
         entity = QuotaEntity.objects.create(cluster=cluster, user=ref.user, client_id=ref.client_id, ip=ref.ip)
-    changed = False
+    changes: dict[Item, str | None] = {}
+    resource = ref.field()
     if removes:
-        deleted, _ = entity.quota_values.filter(key__in=removes).delete()
-        changed = deleted > 0
+        present = list(entity.quota_values.filter(key__in=removes).values_list("key", flat=True))
+        entity.quota_values.filter(key__in=present).delete()
+        changes.update({Item(QUOTA, resource, key): None for key in present})
     for key, value in sets.items():
         row, created = QuotaValue.objects.get_or_create(entity=entity, key=key, defaults={"value": value})
         if not created and row.value != value:
             row.value = value
             row.save(update_fields=["value"])
-            changed = True
-        changed |= created
+        elif not created:
+            continue
+        changes[Item(QUOTA, resource, key)] = repr(float(value))
     if not entity.quota_values.exists():
         entity.delete()
-    return changed
+    return changes
 
 
 # ------------------------------------------------------------------ the quota that applies

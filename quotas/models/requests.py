@@ -2,14 +2,14 @@
 
 The state machine (transitions in ``quotas.workflow``)::
 
-    submitted ──approve──▶ approved ──▶ applied ──(boost expiry)──▶ expired
-        │                     │  └─────▶ applying ──▶ applied | failed   (the push to brokers, next issue)
-        ├──reject──▶ rejected └────────▶ failed (desired state refused the change)
+    submitted ──approve──▶ approved ──▶ applying ──▶ applied ──(boost expiry)──▶ expired
+        │                     │            └──────▶ failed   (a broker refused the push)
+        ├──reject──▶ rejected └──────────────────▶ failed   (desired state refused the change)
         └──withdraw──▶ withdrawn
 
 Approving writes the desired state in the approval's transaction and moves the request to
-``applied``; pushing that state to the brokers is the next issue's job, which will go through
-``applying`` and end in ``applied`` or ``failed``.
+``applying``; it becomes ``applied`` once every broker holds the desired-state version of the
+change (``quotas.push`` records that per broker).
 """
 
 from __future__ import annotations

@@ -155,29 +155,3 @@ def test_namespaces_that_would_break_key_names_are_refused(ns: str, redis_client
 
     with pytest.raises(QuotaValidationError):
         ClientQuotaManager(QuotaType.PRODUCE, ModelBackend(), namespace=ns)
-
-
-def test_desired_state_is_applied_whole_once_per_version(redis_client: redis.Redis, namespace: str) -> None:
-    """A push carries the portal's version: older or repeated versions change nothing (retries are safe)."""
-    store = QuotaConfigStore(redis_client, namespace)
-    bob = EntityRef(user="bob")
-    store.alter([AlterOp(EntityRef(user="stale"), "producer_byte_rate", 1)])  # replaced by the desired state
-    assert store.apply_desired(2, {ALICE: {"producer_byte_rate": 1000}, bob: {"consumer_byte_rate": 500}})
-    expected = {ALICE: {"producer_byte_rate": 1000.0}, bob: {"consumer_byte_rate": 500.0}}
-    assert store.load()[1] == expected
-    assert not store.apply_desired(1, {ALICE: {"producer_byte_rate": 1}})  # a late, older push
-    assert not store.apply_desired(2, {})  # the same version again
-    assert store.load()[1] == expected and store.desired_version() == 2
-    with pytest.raises(QuotaValidationError):
-        store.apply_desired(3, {ALICE: {"producer_byte_rate": -5}})
-    assert store.load()[1] == expected and store.desired_version() == 2
-
-
-def test_engines_follow_an_applied_desired_state(redis_client: redis.Redis, namespace: str) -> None:
-    engine = QuotaEngine(redis_client, namespace)
-    produce = engine.manager("produce")
-    listener = engine.listen()
-    engine.store.apply_desired(7, {ALICE: {"producer_byte_rate": 2048}})
-    assert any(listener.get_message(timeout=0.1) for _ in range(30))
-    assert engine.refresh() and produce.quota("alice", "x") == (2048.0, "alice:")
-    listener.close()

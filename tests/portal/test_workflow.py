@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections
@@ -34,6 +35,7 @@ from quotas.models import (
 )
 from quotas.tasks import expire_boosts
 
+from .brokers import push_everywhere
 from .people import api, roles
 
 pytestmark = pytest.mark.django_db
@@ -47,7 +49,7 @@ User = get_user_model()
 
 
 @pytest.fixture
-def world() -> dict[str, Any]:
+def world(engine_redis: redis.Redis) -> dict[str, Any]:
     """Two tenants with a member each (plus a second member of team-a), two admins and an auditor."""
     w: dict[str, Any] = roles()
     a = Tenant.objects.create(name="team-a")
@@ -151,16 +153,22 @@ def test_approve_applies_to_the_desired_state_and_audits(world: dict[str, Any]) 
     response = api(world["admin2"]).post(f"/api/requests/{request.pk}/approve/", {"comment": "ok"}, format="json")
     assert response.status_code == 200, response.json()
     body = response.json()
-    assert body["state"] == "applied" and body["previous_value"] == 500.0 and body["applied_version"] == 2
+    assert body["state"] == "applying" and body["previous_value"] == 500.0 and body["applied_version"] == 2
     assert body["approval"]["approver"] == "ops" and body["approval"]["decision"] == "approved"
     assert body["approval"]["comment"] == "ok"
     assert stored(world["cluster"]) == 1000.0 and version(world["cluster"]) == 2
+    body = api(world["alice"]).get(f"/api/requests/{request.pk}/").json()
+    assert [(p["broker"], p["state"]) for p in body["pushes"]] == [(i, "pending") for i in range(3)]  # one per broker
+    push_everywhere(world["cluster"])  # what the Celery task does after the commit
+    body = api(world["alice"]).get(f"/api/requests/{request.pk}/").json()
+    assert body["state"] == "applied"
+    assert [(p["broker"], p["state"], p["attempts"]) for p in body["pushes"]] == [(i, "applied", 1) for i in range(3)]
     trail = list(AuditEntry.objects.filter(request=request).order_by("pk").values_list("action", "before", "after"))
     assert trail == [
         ("submitted", None, "submitted"),
         ("approved", "submitted", "approved"),
         ("quota_altered", 500.0, 1000.0),
-        ("applied", "approved", "applied"),
+        ("applied", "applying", "applied"),
     ]
     altered = AuditEntry.objects.get(action="quota_altered")
     assert altered.actor_name == "ops" and altered.entity == "/config/users/svc-a-1" and altered.key == PBR
@@ -258,9 +266,9 @@ def test_the_conditional_update_refuses_a_stale_state(world: dict[str, Any]) -> 
     request = submitted(world)
     stale = QuotaRequest.objects.get(pk=request.pk)
     workflow.approve(world["admin"], request.pk)
-    with pytest.raises(workflow.Conflict, match="was applied meanwhile"):
+    with pytest.raises(workflow.Conflict, match="was applying meanwhile"):
         workflow._move(stale, "rejected")
-    assert QuotaRequest.objects.get(pk=request.pk).state == "applied"
+    assert QuotaRequest.objects.get(pk=request.pk).state == "applying"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -305,6 +313,8 @@ def test_boost_expiry_restores_the_previous_value(world: dict[str, Any]) -> None
     boost = submitted(world, value=5000, expires_at=t0 + timedelta(hours=1), now=t0)
     workflow.approve(world["admin"], boost.pk, now=t0)
     assert stored(world["cluster"]) == 5000.0
+    assert expire_boosts(now=t0 + timedelta(hours=2)) == []  # not on the brokers yet: nothing to expire
+    push_everywhere(world["cluster"])
 
     assert expire_boosts(now=t0 + timedelta(minutes=59)) == []  # the Celery task, called directly
     assert stored(world["cluster"]) == 5000.0
@@ -322,6 +332,7 @@ def test_boost_without_a_previous_value_removes_the_key(world: dict[str, Any]) -
     t0 = timezone.now()
     boost = submitted(world, expires_at=t0 + timedelta(minutes=5), now=t0)
     workflow.approve(world["admin"], boost.pk, now=t0)
+    push_everywhere(world["cluster"])
     expire_boosts(now=t0 + timedelta(minutes=5))
     assert stored(world["cluster"]) is None
     assert AuditEntry.objects.filter(request=boost, action="quota_altered", before=1000.0, after__isnull=True).exists()
@@ -331,6 +342,7 @@ def test_boost_expiry_leaves_a_value_changed_since(world: dict[str, Any]) -> Non
     t0 = timezone.now()
     boost = submitted(world, expires_at=t0 + timedelta(minutes=5), now=t0)
     workflow.approve(world["admin"], boost.pk, now=t0)
+    push_everywhere(world["cluster"])
     alter_client_quotas(world["cluster"], [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 7000)])])
     expire_boosts(now=t0 + timedelta(minutes=5))
     assert stored(world["cluster"]) == 7000.0
@@ -480,6 +492,7 @@ def test_requests_endpoint_access(world: dict[str, Any]) -> None:
 def test_audit_endpoint_access(world: dict[str, Any]) -> None:
     mine = submitted(world)
     workflow.approve(world["admin"], mine.pk)
+    push_everywhere(world["cluster"])
     workflow.submit(world["bob"], world["b"], world["cluster"], user="svc-b-1", client_id=None, key=PBR, value=10)
     alice = {e["tenant"] for e in api(world["alice"]).get("/api/audit/").json()["results"]}
     bob = [e["action"] for e in api(world["bob"]).get("/api/audit/").json()["results"]]

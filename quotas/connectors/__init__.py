@@ -1,0 +1,35 @@
+"""Connectors: how desired state reaches a cluster's brokers (the engine in Redis, or Kafka's Admin API)."""
+
+from __future__ import annotations
+
+from quotas.connectors.base import Connector
+
+_connectors: dict[str, Connector] = {}
+
+
+def connector_for(kind: str) -> Connector:
+    """The process's connector of a kind (``engine`` or ``kafka``), made once and kept (it pools connections)."""
+    found = _connectors.get(kind)
+    if found is not None:
+        return found
+    from django.conf import settings
+
+    if kind == "engine":
+        from quotas.connectors.engine import EngineConnector
+
+        made: Connector = EngineConnector(settings.QUOTAS_REDIS_URL)
+    elif kind == "kafka":
+        from quotas.connectors.kafka import KafkaConnector
+
+        made = KafkaConnector()
+    else:
+        raise ValueError(f"Unknown connector {kind!r}; use engine or kafka.")
+    _connectors[kind] = made
+    return made
+
+
+def reset_connectors() -> None:
+    """Close and forget every connector (settings changed, e.g. in tests, or after a fork)."""
+    for connector in _connectors.values():
+        connector.close()
+    _connectors.clear()

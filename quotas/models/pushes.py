@@ -1,0 +1,145 @@
+"""What was changed at each desired-state version, where each version has landed, and what drifted.
+
+``DesiredChange`` is the cluster's change log: every committed change writes its items here under the
+version it bumped to, so a push can send a broker only what changed since the version it holds.
+``Push`` is the status of one version on one broker (or the cluster-wide namespace): pending, applied
+or failed, with the attempts and the last error. ``Drift`` is what the reconcile job found on a broker
+that desired state does not say (missing, extra or different), until it converges or is healed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from django.db import models, transaction
+from django.db.models import Q
+
+from quotas.choices import QuotaScope
+from quotas.connectors.base import KINDS, Item
+from quotas.models.clusters import Broker, Cluster
+
+KIND_CHOICES = [(k, k) for k in KINDS]
+
+
+class DesiredChange(models.Model):
+    """One item changed at one version: its new value, or NULL when it was removed."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="desired_changes")
+    version = models.PositiveBigIntegerField()
+    kind = models.CharField(max_length=16, choices=KIND_CHOICES)
+    resource = models.CharField(max_length=600, blank=True, help_text="Entity (JSON), broker id, topic or name.")
+    key = models.CharField(max_length=255)
+    value = models.TextField(null=True, blank=True, help_text="NULL: removed at this version.")
+
+    class Meta:
+        ordering = ["cluster", "version", "pk"]
+        indexes = [models.Index(fields=["cluster", "version"], name="quotas_change_by_version")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}@{self.version} {self.kind} {self.resource} {self.key}={self.value!r}"
+
+    @property
+    def item(self) -> Item:
+        return Item(self.kind, self.resource, self.key)
+
+
+class PushState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    APPLIED = "applied", "Applied"
+    FAILED = "failed", "Failed"
+
+
+class Push(models.Model):
+    """The status of one desired-state version on one target (``broker`` NULL: the cluster-wide namespace)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pushes")
+    broker = models.ForeignKey(Broker, null=True, blank=True, on_delete=models.CASCADE, related_name="pushes")
+    version = models.PositiveBigIntegerField()
+    state = models.CharField(max_length=16, choices=PushState.choices, default=PushState.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    error_code = models.CharField(max_length=64, blank=True, help_text="Kafka's error name of the last failure.")
+    error = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "-version", "broker"]
+        indexes = [models.Index(fields=["cluster", "broker", "state", "version"], name="quotas_push_by_target")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "version", "broker"], condition=Q(broker__isnull=False), name="quotas_push_unique"
+            ),
+            models.UniqueConstraint(
+                fields=["cluster", "version"], condition=Q(broker__isnull=True), name="quotas_push_unique_cluster"
+            ),
+            models.CheckConstraint(condition=Q(state__in=PushState.values), name="quotas_push_known_state"),
+        ]
+
+    def __str__(self) -> str:
+        where = f"broker-{self.broker.broker_id}" if self.broker else "cluster"
+        return f"{self.cluster.name}@{self.version} {where}: {self.state}"
+
+
+class DriftStatus(models.TextChoices):
+    MISSING = "missing", "Missing on the broker"
+    EXTRA = "extra", "On the broker, not desired"
+    DIFFERENT = "different", "Different value"
+
+
+class DriftResolution(models.TextChoices):
+    OPEN = "", "Open"
+    HEALED = "healed", "Healed by re-applying desired state"
+    CONVERGED = "converged", "Gone (the broker or desired state changed)"
+
+
+class Drift(models.Model):
+    """One difference between what a broker holds and desired state, while it lasts."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="drift")
+    broker = models.ForeignKey(Broker, null=True, blank=True, on_delete=models.CASCADE, related_name="drift")
+    kind = models.CharField(max_length=16, choices=KIND_CHOICES)
+    resource = models.CharField(max_length=600, blank=True)
+    key = models.CharField(max_length=255)
+    status = models.CharField(max_length=16, choices=DriftStatus.choices)
+    desired = models.TextField(null=True, blank=True)
+    actual = models.TextField(null=True, blank=True)
+    version = models.PositiveBigIntegerField(help_text="The desired-state version it was compared with.")
+    detected_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolution = models.CharField(max_length=16, choices=DriftResolution.choices, blank=True, default="")
+
+    class Meta:
+        ordering = ["-detected_at", "pk"]
+        indexes = [models.Index(fields=["cluster", "broker", "resolved_at"], name="quotas_drift_open")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name} {self.kind} {self.resource} {self.key}: {self.status}"
+
+    @property
+    def item(self) -> Item:
+        return Item(self.kind, self.resource, self.key)
+
+
+def push_targets(cluster: Cluster) -> list[Broker | None]:
+    """Where a cluster's versions land: each broker, or once the cluster-wide namespace (None)."""
+    if cluster.scope == QuotaScope.CLUSTER_WIDE:
+        return [None]
+    return list(Broker.objects.filter(cluster=cluster).order_by("broker_id"))
+
+
+def log_version(cluster: Cluster, version: int, changes: Mapping[Item, str | None]) -> None:
+    """Inside the change's transaction: log its items, add a pending push per target, push after commit."""
+    DesiredChange.objects.bulk_create(
+        DesiredChange(cluster=cluster, version=version, kind=i.kind, resource=i.resource, key=i.key, value=v)
+        for i, v in changes.items()
+    )
+    Push.objects.bulk_create(Push(cluster=cluster, broker=b, version=version) for b in push_targets(cluster))
+    cluster_id = cluster.pk
+
+    def after_commit() -> None:
+        from quotas.push import enqueue_pushes
+
+        enqueue_pushes(cluster_id)
+
+    transaction.on_commit(after_commit)

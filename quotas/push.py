@@ -1,0 +1,433 @@
+"""Pushing desired state to brokers, and finding (and healing) where brokers drifted from it.
+
+A push brings one target (a broker, or a cluster-wide namespace) to the cluster's current desired-state
+version: the items changed since the version the target holds (from the change log), or the whole state
+when it holds none. Pushes always carry the newest version, so one push covers every change committed
+before it, a retried or late push is a no-op, and "exactly once in effect" rests on the version check
+(the engine's script, or a per-target lock for Kafka, which cannot check versions itself).
+
+Commits enqueue at most one pending push per target (a Redis flag cleared when the push starts), so a
+burst of changes costs a few pushes, not one each. The reconcile job (Celery beat) catches up targets
+that are behind, and compares those that are current with desired state: the differences are drift.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import F, Max
+from django.utils import timezone
+
+from quotas.choices import ConnectorKind
+from quotas.connectors import connector_for
+from quotas.connectors.base import (
+    BROKER,
+    QUOTA,
+    TOPIC,
+    Applied,
+    Connector,
+    Delta,
+    Item,
+    PushError,
+    State,
+    Target,
+    portal_managed,
+)
+from quotas.engine.config import EntityRef
+from quotas.engine.redis_backend import connect
+from quotas.models import (
+    AuditAction,
+    Broker,
+    BrokerConfig,
+    Cluster,
+    DesiredChange,
+    DesiredStateVersion,
+    Drift,
+    DriftResolution,
+    DriftStatus,
+    Push,
+    PushState,
+    QuotaValue,
+    TopicConfig,
+    push_targets,
+    record,
+)
+
+log = logging.getLogger(__name__)
+
+PENDING_TTL_S = 600  # a pending flag outlives the longest backoff; reconcile re-enqueues if a flag is orphaned
+REPORT, HEAL = "report", "heal"
+_redis: dict[str, redis.Redis] = {}
+
+
+def _client() -> redis.Redis:
+    """The portal's Redis (pending flags, locks), one client per URL so tests may point settings elsewhere."""
+    url = settings.QUOTAS_REDIS_URL
+    if url not in _redis:
+        _redis[url] = connect(url, 5.0)
+    return _redis[url]
+
+
+# ------------------------------------------------------------------ desired state of a target
+
+
+def target_of(cluster: Cluster, broker: Broker | None) -> Target:
+    if broker is None:
+        return Target(cluster.name, None, "")
+    address = broker.engine_url if cluster.connector == ConnectorKind.ENGINE else broker.host
+    return Target(cluster.name, broker.broker_id, address)
+
+
+def _relevant(item: Item, broker_id: int | None) -> bool:
+    """A target takes every item but other brokers' own configs (the cluster-wide one only the default's)."""
+    if item.kind != BROKER or item.resource == "":
+        return True
+    return broker_id is not None and item.resource == str(broker_id)
+
+
+def desired_state(cluster: Cluster, broker: Broker | None) -> State:
+    """The whole desired state of one target, from the database."""
+    state: State = {}
+    rows = QuotaValue.objects.filter(entity__cluster=cluster).values_list(
+        "entity__user", "entity__client_id", "entity__ip", "key", "value"
+    )
+    for user, client_id, ip, key, value in rows.order_by():
+        state[Item(QUOTA, EntityRef(user, client_id, ip).field(), key)] = repr(float(value))
+    broker_id = broker.broker_id if broker is not None else None
+    for own_id, key, value in BrokerConfig.objects.filter(cluster=cluster).values_list(
+        "broker__broker_id", "key", "value"
+    ):
+        item = Item(BROKER, "" if own_id is None else str(own_id), key)
+        if _relevant(item, broker_id):
+            state[item] = value
+    for topic, key, value in TopicConfig.objects.filter(cluster=cluster).values_list("topic", "key", "value"):
+        state[Item(TOPIC, topic, key)] = value
+    return state
+
+
+def changes_since(cluster: Cluster, broker: Broker | None, base: int, version: int) -> dict[Item, str | None]:
+    """The items changed after ``base`` up to ``version``, each with its value at ``version`` (None = removed)."""
+    broker_id = broker.broker_id if broker is not None else None
+    changes: dict[Item, str | None] = {}
+    rows = DesiredChange.objects.filter(cluster=cluster, version__gt=base, version__lte=version)
+    for kind, resource, key, value in rows.order_by("version", "pk").values_list("kind", "resource", "key", "value"):
+        item = Item(kind, resource, key)
+        if _relevant(item, broker_id):
+            changes[item] = value
+    return changes
+
+
+def portal_applied_version(cluster: Cluster, broker: Broker | None) -> int:
+    """The newest version the portal saw land on a target (for connectors that cannot say: Kafka)."""
+    found = Push.objects.filter(cluster=cluster, broker=broker, state=PushState.APPLIED).aggregate(v=Max("version"))
+    return -1 if found["v"] is None else int(found["v"])
+
+
+# ------------------------------------------------------------------ enqueueing
+
+
+def _flag(cluster_id: int, broker_pk: int | None) -> str:
+    return f"portal:push-pending:{cluster_id}:{broker_pk if broker_pk is not None else 'cluster'}"
+
+
+def enqueue_pushes(cluster_id: int, broker_pks: list[int | None] | None = None, *, force: bool = False) -> int:
+    """Make sure a push is on its way to each target (all of the cluster's by default); returns how many were sent.
+
+    A target with a push already pending gets none (that push will read the newer state), unless ``force``.
+    A Redis failure here loses nothing: the change is in the database and reconcile pushes it.
+    """
+    from quotas.tasks import push_target
+
+    if broker_pks is None:
+        cluster = Cluster.objects.get(pk=cluster_id)
+        broker_pks = [b.pk if b is not None else None for b in push_targets(cluster)]
+    sent = 0
+    for pk in broker_pks:
+        try:
+            if _client().set(_flag(cluster_id, pk), 1, nx=True, ex=PENDING_TTL_S) or force:
+                push_target.apply_async((cluster_id, pk))
+                sent += 1
+        except (redis.exceptions.RedisError, OSError) as e:  # kombu raises OperationalError (an OSError)
+            log.warning("Could not enqueue a push to cluster %s target %s (reconcile will): %s", cluster_id, pk, e)
+    return sent
+
+
+def claim_retry(cluster_id: int, broker_pk: int | None) -> bool:
+    """Before scheduling a retry: True unless another push to the target is already pending."""
+    return bool(_client().set(_flag(cluster_id, broker_pk), 1, nx=True, ex=PENDING_TTL_S))
+
+
+def backoff_s(retries: int) -> float:
+    """Exponential backoff with full jitter: uniform in [base/2, min(cap, base * 2**retries)]."""
+    base, cap = settings.QUOTAS_PUSH_RETRY_BASE_S, settings.QUOTAS_PUSH_RETRY_MAX_S
+    high = min(cap, base * 2 ** min(retries, 30))
+    return random.uniform(min(base / 2, high), high)
+
+
+# ------------------------------------------------------------------ pushing
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    """One push: where, from which version to which, and whether the target changed."""
+
+    target: str
+    held: int
+    version: int
+    mode: str
+    changed: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "held": self.held, "version": self.version, "mode": self.mode,
+                "changed": self.changed}
+
+
+class _Unlocked:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _target_lock(connector: Connector, cluster: Cluster, broker: Broker | None) -> Any:
+    """Kafka cannot order writes: one push (or describe) per target at a time. The engine's script orders them."""
+    if not connector.needs_lock:
+        return _Unlocked()
+    name = f"portal:push-lock:{cluster.pk}:{broker.pk if broker is not None else 'cluster'}"
+    return _client().lock(name, timeout=settings.QUOTAS_PUSH_LOCK_S, blocking_timeout=settings.QUOTAS_PUSH_LOCK_S)
+
+
+def _held(connector: Connector, target: Target, cluster: Cluster, broker: Broker | None) -> int:
+    held = connector.applied_version(target)
+    return portal_applied_version(cluster, broker) if held is None else held
+
+
+def push_target(cluster_id: int, broker_pk: int | None, *, force: bool = False) -> PushOutcome:
+    """Bring one target to the cluster's current desired-state version; raises PushError when it cannot.
+
+    ``force`` writes the whole state even if the target claims the version (healing drift).
+    """
+    _client().delete(_flag(cluster_id, broker_pk))  # commits from now on enqueue a new push
+    cluster = Cluster.objects.get(pk=cluster_id)
+    broker = Broker.objects.get(pk=broker_pk) if broker_pk is not None else None
+    connector = connector_for(cluster.connector)
+    target = target_of(cluster, broker)
+    lock = _target_lock(connector, cluster, broker)
+    try:
+        with lock:
+            outcome = _push_locked(connector, target, cluster, broker, force)
+    except redis.exceptions.LockError as e:
+        raise PushError("CONCURRENT_TRANSACTIONS", f"{target.label}: another push holds it: {e}", retriable=True) from e
+    except PushError as e:
+        _failed(cluster, broker, e)
+        raise
+    _applied(cluster, broker, outcome.version)
+    return outcome
+
+
+def _push_locked(
+    connector: Connector, target: Target, cluster: Cluster, broker: Broker | None, force: bool
+) -> PushOutcome:
+    held = _held(connector, target, cluster, broker)
+    # the version first, then the items: every change logged at or below it is committed (versions are
+    # assigned under the cluster's lock), and a snapshot read after it is at least as new (re-sent later: same values)
+    version = DesiredStateVersion.objects.get(cluster=cluster).version
+    if held >= version and not force:
+        return PushOutcome(target.label, held, held, "none", False)
+    _attempt(cluster, broker, held, version)
+    if held < 0 or force:
+        return _send(connector, target, Delta(version, held, True, desired_state(cluster, broker), force))
+    try:
+        return _send(connector, target, Delta(version, held, False, changes_since(cluster, broker, held, version)))
+    except PushError as e:
+        if not e.needs_full:
+            raise
+        log.warning("%s lost its state (%s); pushing it whole", target.label, e.message)
+        return _send(connector, target, Delta(version, -1, True, desired_state(cluster, broker)))
+
+
+def _send(connector: Connector, target: Target, delta: Delta) -> PushOutcome:
+    answer: Applied = connector.apply(target, delta)
+    mode = "force" if delta.force else "full" if delta.full else "delta"
+    return PushOutcome(target.label, delta.base, answer.version, mode, answer.changed)
+
+
+def _rows(cluster: Cluster, broker: Broker | None, up_to: int) -> Any:
+    return Push.objects.filter(cluster=cluster, broker=broker, version__lte=up_to).exclude(state=PushState.APPLIED)
+
+
+def _attempt(cluster: Cluster, broker: Broker | None, held: int, version: int) -> None:
+    _rows(cluster, broker, version).filter(version__gt=held).update(attempts=F("attempts") + 1, updated=timezone.now())
+
+
+def _applied(cluster: Cluster, broker: Broker | None, version: int) -> None:
+    """Every version up to ``version`` is on the target; requests all of whose targets hold theirs are applied."""
+    from quotas import workflow
+
+    now = timezone.now()
+    if _rows(cluster, broker, version).update(
+        state=PushState.APPLIED, applied_at=now, updated=now, error="", error_code=""
+    ):
+        workflow.settle_pushed(cluster)
+
+
+def _failed(cluster: Cluster, broker: Broker | None, e: PushError) -> None:
+    """Record the error on every version not yet on the target; a refused (non-retriable) push fails them."""
+    from quotas import workflow
+
+    state = PushState.PENDING if e.retriable else PushState.FAILED
+    version = DesiredStateVersion.objects.get(cluster=cluster).version
+    n = _rows(cluster, broker, version).update(state=state, error_code=e.code, error=e.message, updated=timezone.now())
+    if n and not e.retriable:
+        where = f"broker {broker.broker_id}" if broker is not None else "the cluster-wide namespace"
+        record(AuditAction.PUSH_FAILED, None, cluster=cluster, entity=where, comment=f"{e.code}: {e.message}")
+        workflow.settle_pushed(cluster)
+
+
+# ------------------------------------------------------------------ drift
+
+
+@dataclass(frozen=True)
+class Difference:
+    item: Item
+    status: str
+    desired: str | None
+    actual: str | None
+
+
+def _managed(item: Item, desired: Mapping[Item, str]) -> bool:
+    """Every quota is the portal's; of configs, those it manages (a broker holds others that are not its business)."""
+    return item in desired or item.kind == QUOTA or portal_managed(item)
+
+
+def _same(item: Item, a: str, b: str) -> bool:
+    if item.kind == QUOTA:
+        try:
+            return float(a) == float(b)
+        except ValueError:
+            return False
+    return a.strip() == b.strip()
+
+
+def compare(desired: Mapping[Item, str], actual: Mapping[Item, str]) -> list[Difference]:
+    """What the target holds against desired state: missing, extra (of what the portal manages) or different."""
+    out = []
+    for item in sorted(set(desired) | {i for i in actual if _managed(i, desired)}):
+        d, a = desired.get(item), actual.get(item)
+        if a is None:
+            out.append(Difference(item, DriftStatus.MISSING, d, None))
+        elif d is None:
+            out.append(Difference(item, DriftStatus.EXTRA, None, a))
+        elif not _same(item, d, a):
+            out.append(Difference(item, DriftStatus.DIFFERENT, d, a))
+    return out
+
+
+@dataclass(frozen=True)
+class ReconcileOutcome:
+    target: str
+    status: str  # "in-sync", "drift", "healed", "behind", "changing", "unreachable"
+    version: int
+    differences: int = 0
+
+
+def _entity_of(d: Difference | Drift) -> str:
+    return f"{d.item.kind} {d.item.resource}".strip()
+
+
+def _record_drift(cluster: Cluster, broker: Broker | None, version: int, diffs: list[Difference]) -> None:
+    """Open a Drift row per new difference (audited), update the ones still there, close the ones gone."""
+    now = timezone.now()
+    current = {d.item: d for d in diffs}
+    open_rows = {row.item: row for row in Drift.objects.filter(cluster=cluster, broker=broker, resolved_at=None)}
+    with transaction.atomic():
+        for item, row in open_rows.items():
+            d = current.get(item)
+            if d is None:
+                row.resolved_at, row.resolution = now, DriftResolution.CONVERGED
+                row.save(update_fields=["resolved_at", "resolution"])
+            elif (row.status, row.desired, row.actual) != (d.status, d.desired, d.actual):
+                row.status, row.desired, row.actual, row.version = d.status, d.desired, d.actual, version
+                row.save(update_fields=["status", "desired", "actual", "version"])
+        where = f"broker {broker.broker_id}" if broker is not None else "cluster-wide namespace"
+        for item, d in current.items():
+            if item in open_rows:
+                continue
+            Drift.objects.create(
+                cluster=cluster, broker=broker, kind=item.kind, resource=item.resource, key=item.key,
+                status=d.status, desired=d.desired, actual=d.actual, version=version, detected_at=now,
+            )
+            record(
+                AuditAction.DRIFT_DETECTED, None, cluster=cluster, entity=_entity_of(d), key=item.key,
+                before=d.desired, after=d.actual, comment=f"{where}: {d.status} at desired-state version {version}",
+            )
+
+
+def reconcile_target(cluster: Cluster, broker: Broker | None, *, mode: str | None = None) -> ReconcileOutcome:
+    """Compare one target with desired state and record drift; ``heal`` mode re-applies when it drifted.
+
+    A target behind desired state is not drifting, it is waiting: it gets a push instead.
+    """
+    mode = mode or settings.QUOTAS_DRIFT_MODE
+    connector = connector_for(cluster.connector)
+    target = target_of(cluster, broker)
+    version = DesiredStateVersion.objects.get(cluster=cluster).version
+    desired = desired_state(cluster, broker)
+    try:
+        with _target_lock(connector, cluster, broker):
+            held, actual = connector.describe(target, desired)
+            if held is None:
+                held = portal_applied_version(cluster, broker)
+    except PushError as e:
+        log.warning("Reconcile could not describe %s: %s", target.label, e)
+        return ReconcileOutcome(target.label, "unreachable", version)
+    except redis.exceptions.LockError:
+        return ReconcileOutcome(target.label, "changing", version)
+    if DesiredStateVersion.objects.get(cluster=cluster).version != version:
+        return ReconcileOutcome(target.label, "changing", version)  # compared against a moving state: next round
+    if held < version:
+        enqueue_pushes(cluster.pk, [broker.pk if broker is not None else None], force=True)
+        return ReconcileOutcome(target.label, "behind", version)
+    diffs = compare(desired, actual)
+    _record_drift(cluster, broker, version, diffs)
+    if not diffs:
+        return ReconcileOutcome(target.label, "in-sync", version)
+    if mode == HEAL:
+        heal(cluster, broker, None)
+        return ReconcileOutcome(target.label, "healed", version, len(diffs))
+    return ReconcileOutcome(target.label, "drift", version, len(diffs))
+
+
+def heal(cluster: Cluster, broker: Broker | None, actor: AbstractBaseUser | None) -> PushOutcome:
+    """Re-apply the whole desired state to a target; its open drift is closed as healed, and audited."""
+    outcome = push_target(cluster.pk, broker.pk if broker is not None else None, force=True)
+    now = timezone.now()
+    where = f"broker {broker.broker_id}" if broker is not None else "cluster-wide namespace"
+    with transaction.atomic():
+        for row in Drift.objects.filter(cluster=cluster, broker=broker, resolved_at=None):
+            row.resolved_at, row.resolution = now, DriftResolution.HEALED
+            row.save(update_fields=["resolved_at", "resolution"])
+            record(
+                AuditAction.DRIFT_HEALED, actor, cluster=cluster, entity=_entity_of(row), key=row.key,
+                before=row.actual, after=row.desired, comment=f"{where}: re-applied desired-state version "
+                f"{outcome.version}",
+            )
+    return outcome
+
+
+def reconcile_all(mode: str | None = None) -> list[ReconcileOutcome]:
+    """Every target of every cluster (Celery beat runs it every QUOTAS_RECONCILE_SECONDS)."""
+    out = []
+    for cluster in Cluster.objects.all():
+        for broker in push_targets(cluster):
+            out.append(reconcile_target(cluster, broker, mode=mode))
+    return out
