@@ -50,6 +50,9 @@ class RedisServer:
 
     def start(self, daemonize: bool = False) -> RedisServer:
         with socket.socket() as probe:
+            # SO_REUSEADDR, as redis-server itself binds: connections in TIME_WAIT from a Redis that just stopped
+            # on this port do not count, a program listening on it still does.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(("127.0.0.1", self.port))
             except OSError:

@@ -159,13 +159,20 @@ CELERY_TIMEZONE = TIME_ZONE
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
-# With Redis as the broker, a message a killed worker held comes back after this many seconds.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(os.environ.get("QUOTAS_VISIBILITY_TIMEOUT_S", 300))}
+# With Redis as the broker, a message a killed worker held comes back after visibility_timeout seconds,
+# found by a sweep every unacked_restore_interval seconds (kombu's default sweeps only every 100 s).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": int(os.environ.get("QUOTAS_VISIBILITY_TIMEOUT_S", 300)),
+    "unacked_restore_interval": int(os.environ.get("QUOTAS_UNACKED_RESTORE_S", 10)),
+    "unacked_restore_throttle": 1,
+}
 
 # --- Pushes to brokers and drift --------------------------------------------------------------
 # A failed push to a broker that is down is retried after base * 2**n seconds (jittered), at most this cap.
 QUOTAS_PUSH_RETRY_BASE_S = float(os.environ.get("QUOTAS_PUSH_RETRY_BASE_S", 1.0))
 QUOTAS_PUSH_RETRY_MAX_S = float(os.environ.get("QUOTAS_PUSH_RETRY_MAX_S", 60.0))
+# A broker's engine (Redis) that does not answer within this many seconds counts as down for this attempt.
+QUOTAS_ENGINE_TIMEOUT_S = float(os.environ.get("QUOTAS_ENGINE_TIMEOUT_S", 2.0))
 # Kafka cannot check our versions: one push per broker at a time, under a Redis lock held at most this long.
 QUOTAS_PUSH_LOCK_S = float(os.environ.get("QUOTAS_PUSH_LOCK_S", 60.0))
 # Reconcile compares every broker with desired state this often; "report" records drift, "heal" re-applies.

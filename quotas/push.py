@@ -237,10 +237,14 @@ def push_target(cluster_id: int, broker_pk: int | None, *, force: bool = False) 
 def _push_locked(
     connector: Connector, target: Target, cluster: Cluster, broker: Broker | None, force: bool
 ) -> PushOutcome:
-    held = _held(connector, target, cluster, broker)
     # the version first, then the items: every change logged at or below it is committed (versions are
     # assigned under the cluster's lock), and a snapshot read after it is at least as new (re-sent later: same values)
     version = DesiredStateVersion.objects.get(cluster=cluster).version
+    try:
+        held = _held(connector, target, cluster, broker)
+    except PushError:
+        _attempt(cluster, broker, -1, version)  # an unreachable target is an attempt too
+        raise
     if held >= version and not force:
         return PushOutcome(target.label, held, held, "none", False)
     _attempt(cluster, broker, held, version)

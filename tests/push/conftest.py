@@ -1,0 +1,121 @@
+"""A real Celery worker process for the push tests, on the test Redis and the test database file.
+
+The worker is a separate process group started with the same settings module; the tests commit their
+data (``transaction=True``), so the worker reads it from the SQLite file. Retries and the redelivery of
+a killed worker's message are shortened by settings (environment) so the tests wait seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+CELERY = str(Path(sys.executable).with_name("celery"))
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
+    """Poll ``check`` until it returns something true; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"Timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Worker:
+    """A `celery worker` subprocess: start, stop (warm), kill (SIGKILL of its whole process group)."""
+
+    def __init__(self, redis_url: str, db_path: str, log: Path, **env: str) -> None:
+        self.redis_url = redis_url
+        self.log = log
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "portal.settings",
+            "QUOTAS_REDIS_URL": redis_url,
+            "DATABASE_URL": f"sqlite:///{db_path}",
+            "QUOTAS_VISIBILITY_TIMEOUT_S": "3",
+            "QUOTAS_UNACKED_RESTORE_S": "1",
+            "QUOTAS_PUSH_RETRY_BASE_S": "0.2",
+            "QUOTAS_PUSH_RETRY_MAX_S": "1",
+            **env,
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Worker:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [CELERY, "-A", "portal", "worker", "--pool", "prefork", "-c", "1", "-n", f"push-test-{os.getpid()}@%h",
+                 "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"],
+                cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        wait_for("the worker to be ready", lambda: b"ready." in self.log.read_bytes() or self._died(), 60)
+        assert self.proc.poll() is None, self.log.read_text()[-3000:]
+        return self
+
+    def _died(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool child at once: no warm shutdown, no acknowledgement."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self.proc = None
+
+
+@pytest.fixture
+def celery_queue_clean(redis_url: str) -> Iterator[None]:
+    """No Celery message left over from another test (nor left behind for the next one)."""
+    client = redis.Redis.from_url(redis_url)
+    patterns = ("celery", "unacked*", "_kombu.*", "celery-task-meta-*")
+    for p in patterns:
+        for k in list(client.scan_iter(match=p)):
+            client.delete(k)
+    yield
+    for p in patterns:
+        for k in list(client.scan_iter(match=p)):
+            client.delete(k)
+    client.close()
+
+
+@pytest.fixture
+def worker_factory(
+    redis_url: str, engine_redis: redis.Redis, celery_queue_clean: None, tmp_path: Path, transactional_db: None
+) -> Iterator[Callable[..., Worker]]:
+    """Start workers on the test Redis and the test database; every one is stopped at the end."""
+    db_path = connection.settings_dict["NAME"]
+    started: list[Worker] = []
+
+    def make(**env: str) -> Worker:
+        w = Worker(redis_url, str(db_path), tmp_path / "worker.log", **env)
+        started.append(w)
+        return w.start()
+
+    yield make
+    for w in started:
+        w.stop()
