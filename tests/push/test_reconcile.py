@@ -1,0 +1,118 @@
+"""Reconcile without a worker: heal mode, brokers that are behind, cluster-wide namespaces, pushes coalescing."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+import redis
+
+from quotas import push
+from quotas.choices import QuotaScope
+from quotas.connectors.base import QUOTA
+from quotas.engine.config import EntityRef, cluster_namespace, namespace_for_broker
+from quotas.engine.desired import NamespaceState
+from quotas.models import (
+    Alteration,
+    AuditEntry,
+    Broker,
+    Cluster,
+    Drift,
+    Push,
+    QuotaOp,
+    alter_client_quotas,
+)
+
+pytestmark = pytest.mark.django_db
+PBR = "producer_byte_rate"
+
+
+def set_quota(cluster: Cluster, user: str, value: float) -> int:
+    return alter_client_quotas(cluster, [Alteration([("user", user)], [QuotaOp(PBR, value)])]).version
+
+
+def item(user: str) -> tuple[str, str, str]:
+    return (QUOTA, EntityRef(user=user).field(), PBR)
+
+
+@pytest.fixture
+def cluster(engine_redis: redis.Redis) -> Cluster:
+    c = Cluster.objects.create(name="prod")
+    for i in (1, 2):
+        Broker.objects.create(cluster=c, broker_id=i, host=f"b{i}:9092")
+    return c
+
+
+def broker_state(client: redis.Redis, cluster: Cluster, broker_id: int) -> NamespaceState:
+    return NamespaceState(client, namespace_for_broker(cluster.name, broker_id), broker_id)
+
+
+def queued_pushes(client: redis.Redis) -> list[list[object]]:
+    """The arguments of every push task waiting in Celery's queue (the test Redis is the Celery broker)."""
+    out = []
+    for raw in client.lrange("celery", 0, -1):
+        message = json.loads(raw)
+        if message["headers"]["task"] == "quotas.tasks.push_target":
+            args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))  # Celery's message protocol 2
+            out.append(args)
+    return out
+
+
+def test_heal_mode_re_applies_a_drifted_broker_at_once(cluster: Cluster, engine_redis: redis.Redis) -> None:
+    v = set_quota(cluster, "alice", 1000)
+    for b in cluster.brokers.all():
+        push.push_target(cluster.pk, b.pk)
+    state = broker_state(engine_redis, cluster, 2)
+    state.apply(v, {item("alice"): "5"}, mode="force")
+    outcomes = {o.target: o.status for o in push.reconcile_all(mode="heal")}
+    assert outcomes == {"prod/broker-1": "in-sync", "prod/broker-2": "healed"}
+    assert state.read() == (v, {item("alice"): "1000.0"})
+    assert Drift.objects.get().resolution == "healed"
+    detected = AuditEntry.objects.get(action="drift_detected")
+    healed = AuditEntry.objects.get(action="drift_healed")
+    assert (detected.before, detected.after) == ("1000.0", "5.0") and (healed.before, healed.after) == ("5.0", "1000.0")
+    assert healed.actor_name == "system" and "broker 2" in healed.comment
+
+
+def test_a_broker_behind_desired_state_gets_a_push_not_a_drift_report(
+    cluster: Cluster, engine_redis: redis.Redis
+) -> None:
+    engine_redis.delete("celery")
+    set_quota(cluster, "alice", 1000)  # nobody pushed it (no worker, and tests do not run on-commit hooks)
+    outcomes = {o.status for o in push.reconcile_all(mode="report")}
+    assert outcomes == {"behind"} and not Drift.objects.exists()
+    b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
+    assert sorted(queued_pushes(engine_redis)) == [[cluster.pk, b1.pk], [cluster.pk, b2.pk]]
+    engine_redis.delete("celery")
+
+
+def test_commits_enqueue_one_pending_push_per_broker_however_many_they_are(
+    cluster: Cluster, engine_redis: redis.Redis, django_capture_on_commit_callbacks
+) -> None:
+    engine_redis.delete("celery")
+    for n in range(5):
+        with django_capture_on_commit_callbacks(execute=True):
+            set_quota(cluster, f"user-{n}", 1000 + n)
+    assert len(queued_pushes(engine_redis)) == 2  # the pending push reads the newest state when it runs
+    b1 = Broker.objects.get(cluster=cluster, broker_id=1)
+    outcome = push.push_target(cluster.pk, b1.pk)  # the push clears its flag: the next commit enqueues again
+    assert (outcome.held, outcome.version, outcome.mode) == (-1, 5, "full")
+    with django_capture_on_commit_callbacks(execute=True):
+        set_quota(cluster, "user-9", 9)
+    assert len(queued_pushes(engine_redis)) == 3
+    assert push.push_target(cluster.pk, b1.pk).mode == "delta"
+    assert Push.objects.filter(broker=b1).exclude(state="applied").count() == 0
+    engine_redis.delete("celery")
+
+
+def test_a_cluster_wide_cluster_is_one_namespace_and_one_push_per_version(engine_redis: redis.Redis) -> None:
+    shared = Cluster.objects.create(name="shared", scope=QuotaScope.CLUSTER_WIDE)
+    for i in (1, 2, 3):
+        Broker.objects.create(cluster=shared, broker_id=i, host=f"s{i}:9092")
+    v = set_quota(shared, "alice", 3000)
+    assert list(Push.objects.filter(cluster=shared).values_list("broker", "version")) == [(None, v)]
+    push.push_target(shared.pk, None)
+    assert NamespaceState(engine_redis, cluster_namespace("shared")).read() == (v, {item("alice"): "3000.0"})
+    assert Push.objects.get(cluster=shared).state == "applied"
+    assert not engine_redis.exists(f"qe:{{{namespace_for_broker('shared', 1)}}}:desired-version")
