@@ -147,3 +147,10 @@ class DecisionForm(forms.Form):
     """A comment on a decision or withdrawal; whether it is required is the workflow's call (reject needs one)."""
 
     comment = forms.CharField(label="Comment", required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class ReapplyForm(forms.Form):
+    """The drift page's re-apply button: a cluster and one of its brokers (empty: the cluster-wide namespace)."""
+
+    cluster = forms.CharField(max_length=64)
+    broker = forms.IntegerField(required=False, min_value=0)

@@ -19,4 +19,6 @@ urlpatterns = [
     path("clusters/", views.cluster_list, name="cluster-list"),
     path("clusters/<str:name>/", views.cluster_detail, name="cluster-detail"),
     path("tenants/", views.tenant_list, name="tenant-list"),
+    path("drift/", views.drift, name="drift"),
+    path("drift/reapply/", views.drift_reapply, name="drift-reapply"),
 ]

@@ -10,6 +10,7 @@ half-applied.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -25,14 +26,25 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from frontend.forms import AuditFilterForm, DecisionForm, EntitySearchForm, QuotaRequestForm, RequestFilterForm
+from frontend.forms import (
+    AuditFilterForm,
+    DecisionForm,
+    EntitySearchForm,
+    QuotaRequestForm,
+    ReapplyForm,
+    RequestFilterForm,
+)
 from quotas import workflow
+from quotas.api.errors import ApiError
+from quotas.api.serializers import push_summary, pushes_of_request
+from quotas.api.views import REAPPLY_ADMINS_ONLY, enqueue_heal, reapply_target
 from quotas.engine.entities import DEFAULT
 from quotas.engine.errors import QuotaEngineError
 from quotas.models import (
     AuditAction,
     AuditEntry,
     Cluster,
+    Drift,
     QuotaEntity,
     QuotaRequest,
     RequestState,
@@ -278,6 +290,7 @@ def _request_context(request: HttpRequest, target: QuotaRequest) -> dict[str, An
         "transitions": [e for e in audit if e.action != AuditAction.QUOTA_ALTERED],
         "audit": audit,
         "capacity": workflow.capacity_check(target),
+        "pushes": pushes_of_request(target),
         "own": target.requested_by_id == user.pk,
         "can_decide": submitted and is_admin(user) and target.requested_by_id != user.pk,
         "can_withdraw": submitted
@@ -386,3 +399,68 @@ def tenant_list(request: HttpRequest) -> HttpResponse:
     """Tenants with their members and owned patterns; a member sees its own tenants (as the API)."""
     tenants = Tenant.objects.all() if sees_everything(request.user) else tenants_of(request.user)
     return page(request, "frontend/tenant_list.html", {"tenants": tenants.prefetch_related("members", "owned_names")})
+
+
+# ------------------------------------------------------------------ pushes and drift
+
+#: The drift page lists at most this many open items (the API pages through all of them).
+DRIFT_ITEMS = 1000
+
+
+def _where(broker_id: int | None) -> str:
+    return f"broker {broker_id}" if broker_id is not None else "the cluster-wide namespace"
+
+
+@require_GET
+@portal_page
+def drift(request: HttpRequest) -> HttpResponse:
+    """Per cluster and target: the desired version against the newest applied one, pending and failed pushes,
+    the newest outstanding error and the open drift items; admins re-apply desired state from here."""
+    if not sees_everything(request.user):
+        raise Refused(403, "Push status and drift are for admins (who re-apply desired state) and auditors (who read).")
+    open_rows = Drift.objects.filter(resolved_at__isnull=True).select_related("broker")
+    open_rows = open_rows.order_by("cluster_id", "broker__broker_id", "kind", "resource", "key")
+    rows = list(open_rows[: DRIFT_ITEMS + 1])
+    items: dict[tuple[int, int | None], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows[:DRIFT_ITEMS]:
+        broker_id = row.broker.broker_id if row.broker is not None else None
+        items[(row.cluster_id, broker_id)].append({"row": row, "entity": row.path})
+    clusters = []
+    for cluster in Cluster.objects.select_related("desired_state").order_by("name"):
+        summary = push_summary(cluster)
+        targets = [
+            {**t, "label": _where(t["broker"]), "items": items.get((cluster.pk, t["broker"]), [])}
+            for t in summary["targets"]
+        ]
+        opened = sum(len(t["items"]) for t in targets)
+        clusters.append({"cluster": cluster, "summary": summary, "targets": targets, "open": opened})
+    context = {"clusters": clusters, "more": len(rows) > DRIFT_ITEMS, "limit": DRIFT_ITEMS}
+    return page(request, "frontend/drift.html", context)
+
+
+@require_POST
+@portal_page
+def drift_reapply(request: HttpRequest) -> HttpResponse:
+    """POST: queue ``quotas.tasks.heal`` for one target, as POST /api/clusters/<name>/reapply/ does (admins)."""
+    if not is_admin(request.user):
+        raise Refused(403, REAPPLY_ADMINS_ONLY)
+    form = ReapplyForm(request.POST)
+    if not form.is_valid():
+        field, errors = next(iter(form.errors.items()))
+        raise Refused(400, f"{field}: {errors[0]}")
+    name = form.cleaned_data["cluster"]
+    cluster = Cluster.objects.select_related("desired_state").filter(name=name).first()
+    if cluster is None:
+        raise not_found(f"Cluster {name!r}")
+    try:
+        broker = reapply_target(cluster, form.cleaned_data["broker"])
+        task_id = enqueue_heal(cluster, broker, request.user)
+    except ApiError as e:
+        raise Refused(e.status_code, e.message) from e
+    where = _where(broker.broker_id if broker is not None else None)
+    messages.success(
+        request,
+        f"Re-applying desired-state version {cluster.desired_state.version} to {where} of {cluster.name} "
+        f"(task {task_id}); its open drift closes as healed once it lands.",
+    )
+    return HttpResponseRedirect(_safe_next(request, reverse("drift") + f"#cluster-{cluster.name}"))

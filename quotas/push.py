@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import kombu.exceptions
 import redis
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -60,6 +61,7 @@ from quotas.models import (
     push_targets,
     record,
 )
+from quotas.models.pushes import item_path
 
 log = logging.getLogger(__name__)
 
@@ -155,9 +157,15 @@ def enqueue_pushes(cluster_id: int, broker_pks: list[int | None] | None = None, 
             if _client().set(_flag(cluster_id, pk), 1, nx=True, ex=PENDING_TTL_S) or force:
                 push_target.apply_async((cluster_id, pk))
                 sent += 1
-        except (redis.exceptions.RedisError, OSError) as e:  # kombu raises OperationalError (an OSError)
+        except (redis.exceptions.RedisError, OSError, kombu.exceptions.OperationalError) as e:
             log.warning("Could not enqueue a push to cluster %s target %s (reconcile will): %s", cluster_id, pk, e)
     return sent
+
+
+def _stale_flag(cluster_id: int, broker_pk: int | None) -> bool:
+    """A pending flag older than two reconcile rounds: its push was lost (not merely slow), so send another."""
+    ttl = _client().ttl(_flag(cluster_id, broker_pk))
+    return ttl >= 0 and PENDING_TTL_S - ttl > 2 * settings.QUOTAS_RECONCILE_SECONDS
 
 
 def claim_retry(cluster_id: int, broker_pk: int | None) -> bool:
@@ -278,9 +286,14 @@ def _applied(cluster: Cluster, broker: Broker | None, version: int) -> None:
     from quotas import workflow
 
     now = timezone.now()
-    if _rows(cluster, broker, version).update(
+    moved = _rows(cluster, broker, version).update(
         state=PushState.APPLIED, applied_at=now, updated=now, error="", error_code=""
-    ):
+    )
+    # a broker added after the version was committed has no row for it: record where it now is
+    Push.objects.get_or_create(
+        cluster=cluster, broker=broker, version=version, defaults={"state": PushState.APPLIED, "applied_at": now}
+    )
+    if moved:
         workflow.settle_pushed(cluster)
 
 
@@ -344,10 +357,6 @@ class ReconcileOutcome:
     differences: int = 0
 
 
-def _entity_of(d: Difference | Drift) -> str:
-    return f"{d.item.kind} {d.item.resource}".strip()
-
-
 def _record_drift(cluster: Cluster, broker: Broker | None, version: int, diffs: list[Difference]) -> None:
     """Open a Drift row per new difference (audited), update the ones still there, close the ones gone."""
     now = timezone.now()
@@ -371,7 +380,7 @@ def _record_drift(cluster: Cluster, broker: Broker | None, version: int, diffs: 
                 status=d.status, desired=d.desired, actual=d.actual, version=version, detected_at=now,
             )
             record(
-                AuditAction.DRIFT_DETECTED, None, cluster=cluster, entity=_entity_of(d), key=item.key,
+                AuditAction.DRIFT_DETECTED, None, cluster=cluster, entity=item_path(item), key=item.key,
                 before=d.desired, after=d.actual, comment=f"{where}: {d.status} at desired-state version {version}",
             )
 
@@ -399,7 +408,8 @@ def reconcile_target(cluster: Cluster, broker: Broker | None, *, mode: str | Non
     if DesiredStateVersion.objects.get(cluster=cluster).version != version:
         return ReconcileOutcome(target.label, "changing", version)  # compared against a moving state: next round
     if held < version:
-        enqueue_pushes(cluster.pk, [broker.pk if broker is not None else None], force=True)
+        pk = broker.pk if broker is not None else None
+        enqueue_pushes(cluster.pk, [pk], force=_stale_flag(cluster.pk, pk))
         return ReconcileOutcome(target.label, "behind", version)
     diffs = compare(desired, actual)
     _record_drift(cluster, broker, version, diffs)
@@ -413,17 +423,25 @@ def reconcile_target(cluster: Cluster, broker: Broker | None, *, mode: str | Non
 
 def heal(cluster: Cluster, broker: Broker | None, actor: AbstractBaseUser | None) -> PushOutcome:
     """Re-apply the whole desired state to a target; its open drift is closed as healed, and audited."""
-    outcome = push_target(cluster.pk, broker.pk if broker is not None else None, force=True)
-    now = timezone.now()
     where = f"broker {broker.broker_id}" if broker is not None else "cluster-wide namespace"
+    try:
+        outcome = push_target(cluster.pk, broker.pk if broker is not None else None, force=True)
+    except PushError as e:
+        why = f"re-apply: {e.code}: {e.message}"
+        record(AuditAction.PUSH_FAILED, actor, cluster=cluster, entity=where, comment=why)
+        raise
+    now = timezone.now()
+    comment = f"{where}: re-applied desired-state version {outcome.version}"
     with transaction.atomic():
-        for row in Drift.objects.filter(cluster=cluster, broker=broker, resolved_at=None):
+        rows = list(Drift.objects.filter(cluster=cluster, broker=broker, resolved_at=None))
+        if not rows:
+            record(AuditAction.DRIFT_HEALED, actor, cluster=cluster, entity=where, comment=comment + " (no open drift)")
+        for row in rows:
             row.resolved_at, row.resolution = now, DriftResolution.HEALED
             row.save(update_fields=["resolved_at", "resolution"])
             record(
-                AuditAction.DRIFT_HEALED, actor, cluster=cluster, entity=_entity_of(row), key=row.key,
-                before=row.actual, after=row.desired, comment=f"{where}: re-applied desired-state version "
-                f"{outcome.version}",
+                AuditAction.DRIFT_HEALED, actor, cluster=cluster, entity=row.path, key=row.key,
+                before=row.actual, after=row.desired, comment=comment,
             )
     return outcome
 

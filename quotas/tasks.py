@@ -30,7 +30,14 @@ def expire_boosts(now: datetime | None = None) -> list[int]:
     return workflow.expire_boosts(now)
 
 
-@shared_task(bind=True, name="quotas.tasks.push_target", acks_late=True, reject_on_worker_lost=True, max_retries=None)
+@shared_task(
+    bind=True,
+    name="quotas.tasks.push_target",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=None,
+    ignore_result=True,  # the outcome is in the Push rows; enqueueing never waits on the result backend
+)
 def push_target(self: Any, cluster_id: int, broker_pk: int | None) -> dict[str, Any]:
     """Bring one broker (or cluster-wide namespace) to its cluster's current desired-state version.
 
@@ -57,12 +64,18 @@ def reconcile() -> list[dict[str, Any]]:
     return [o.__dict__ for o in push.reconcile_all()]
 
 
-@shared_task(name="quotas.tasks.heal", acks_late=True)
-def heal(cluster_id: int, broker_pk: int | None, actor_id: int | None = None) -> dict[str, Any]:
-    """Re-apply the whole desired state to one target (the drift page's action)."""
+@shared_task(bind=True, name="quotas.tasks.heal", acks_late=True, max_retries=8)
+def heal(self: Any, cluster_id: int, broker_pk: int | None, actor_id: int | None = None) -> dict[str, Any]:
+    """Re-apply the whole desired state to one target (the drift page's action); a target that is down is
+    retried with backoff, and every failure is in the audit trail."""
     from django.contrib.auth import get_user_model
 
     cluster = Cluster.objects.get(pk=cluster_id)
     broker = Broker.objects.get(pk=broker_pk) if broker_pk is not None else None
     actor = get_user_model().objects.filter(pk=actor_id).first() if actor_id is not None else None
-    return push.heal(cluster, broker, actor).as_dict()
+    try:
+        return push.heal(cluster, broker, actor).as_dict()
+    except PushError as e:
+        if not e.retriable:
+            return {"failed": e.code, "message": e.message}
+        raise self.retry(exc=e, countdown=push.backoff_s(self.request.retries)) from e

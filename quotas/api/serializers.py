@@ -12,6 +12,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Count, Max, Min, Q
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -28,15 +29,19 @@ from quotas.models import (
     Cluster,
     ConfigOutcome,
     ConfigResource,
+    Drift,
+    DriftResolution,
     EffectiveQuota,
     EntryResult,
     Listener,
     OwnedName,
     Push,
+    PushState,
     QuotaEntity,
     QuotaRequest,
     Tenant,
     TopicConfig,
+    push_targets,
 )
 from quotas.workflow import capacity_check
 
@@ -553,6 +558,16 @@ class PushSerializer(serializers.ModelSerializer):
         return obj.broker.broker_id if obj.broker is not None else None
 
 
+def pushes_of_request(obj: QuotaRequest) -> list[Push]:
+    """The pushes of the desired-state version a request was applied at, one per target (cluster-wide first)."""
+    if obj.applied_version is None:
+        return []
+    rows = Push.objects.filter(cluster_id=obj.cluster_id, version=obj.applied_version).select_related(
+        "cluster", "broker"
+    )
+    return sorted(rows, key=lambda p: -1 if p.broker is None else p.broker.broker_id)
+
+
 class QuotaRequestDetailSerializer(QuotaRequestSerializer):
     """A request with the capacity check an approver decides on (null for keys that are not byte rates),
     and the push of its desired-state version to each broker."""
@@ -566,13 +581,7 @@ class QuotaRequestDetailSerializer(QuotaRequestSerializer):
 
     @extend_schema_field(PushSerializer(many=True))
     def get_pushes(self, obj: QuotaRequest) -> list[dict[str, Any]]:
-        if obj.applied_version is None:
-            return []
-        rows = Push.objects.filter(cluster_id=obj.cluster_id, version=obj.applied_version).select_related(
-            "cluster", "broker"
-        )
-        ordered = sorted(rows, key=lambda p: -1 if p.broker is None else p.broker.broker_id)
-        return PushSerializer(ordered, many=True).data
+        return PushSerializer(pushes_of_request(obj), many=True).data
 
     @extend_schema_field(CapacitySerializer(allow_null=True))
     def get_capacity(self, obj: QuotaRequest) -> dict[str, Any] | None:
@@ -636,3 +645,158 @@ class AuditEntrySerializer(serializers.ModelSerializer):
             "comment",
         ]
         read_only_fields = fields
+
+
+# ------------------------------------------------------------------ pushes, drift and re-applying desired state
+
+
+class DriftSerializer(serializers.ModelSerializer):
+    """One difference the reconcile job found between a broker and desired state (open until healed or gone)."""
+
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    broker = serializers.SerializerMethodField(help_text="Kafka's broker id; null for the cluster-wide namespace.")
+    entity = serializers.SerializerMethodField(
+        help_text="Kafka's config path of the resource: /config/users/alice, /config/brokers/<default>, "
+        "/config/brokers/1, /config/topics/<topic>, /config/client-metrics/<name>."
+    )
+    resource = serializers.CharField(
+        read_only=True,
+        help_text="As the connectors name it: the entity's JSON for quotas ({\"user\":\"alice\"}), a broker id "
+        "('' = the default broker), a topic or a subscription name.",
+    )
+    desired = serializers.CharField(read_only=True, allow_null=True, help_text="null: not in desired state (extra).")
+    actual = serializers.CharField(read_only=True, allow_null=True, help_text="null: not on the broker (missing).")
+    resolution = serializers.SerializerMethodField(
+        help_text="null while open; healed (desired state re-applied) or converged (the difference went away)."
+    )
+
+    class Meta:
+        model = Drift
+        fields = [
+            "id",
+            "cluster",
+            "broker",
+            "kind",
+            "resource",
+            "entity",
+            "key",
+            "status",
+            "desired",
+            "actual",
+            "version",
+            "detected_at",
+            "resolved_at",
+            "resolution",
+        ]
+        read_only_fields = fields
+
+    def get_broker(self, obj: Drift) -> int | None:
+        return obj.broker.broker_id if obj.broker is not None else None
+
+    def get_entity(self, obj: Drift) -> str:
+        return obj.path
+
+    @extend_schema_field(
+        {"type": "string", "enum": [DriftResolution.HEALED, DriftResolution.CONVERGED], "nullable": True}
+    )
+    def get_resolution(self, obj: Drift) -> str | None:
+        return obj.resolution or None
+
+
+class ReapplyRequestSerializer(serializers.Serializer):
+    """Which target of the cluster gets its whole desired state again."""
+
+    broker = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=0,
+        help_text="A broker id of a per_broker cluster; null (or absent) for a cluster_wide cluster's namespace.",
+    )
+
+
+class ReapplyResponseSerializer(serializers.Serializer):
+    cluster = serializers.CharField()
+    broker = serializers.IntegerField(allow_null=True, help_text="null: the cluster-wide namespace.")
+    task_id = serializers.CharField(help_text="The Celery task (quotas.tasks.heal) that re-applies it.")
+    status = serializers.ChoiceField(choices=["queued"], help_text="Queued: a worker re-applies it shortly.")
+
+
+class TargetPushSummarySerializer(serializers.Serializer):
+    """Where one target (a broker, or the cluster-wide namespace) stands against the cluster's desired state."""
+
+    broker = serializers.IntegerField(allow_null=True, help_text="Kafka's broker id; null: the cluster-wide namespace.")
+    applied_version = serializers.IntegerField(
+        allow_null=True, help_text="The newest version the portal saw land on it; null: none yet."
+    )
+    in_sync = serializers.BooleanField(help_text="It holds the desired version (or nothing was ever desired).")
+    pending = serializers.IntegerField(help_text="Versions waiting to land (being pushed or retried).")
+    failed = serializers.IntegerField(help_text="Versions the target refused (not retried until reconcile).")
+    oldest_pending_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the oldest pending version was committed."
+    )
+    last_error_code = serializers.CharField(help_text="Kafka's error name of the newest outstanding failure, or ''.")
+    last_error = serializers.CharField(help_text="Its message; '' when nothing outstanding failed.")
+    last_error_at = serializers.DateTimeField(allow_null=True)
+    open_drift = serializers.IntegerField(help_text="Differences from desired state found and not yet resolved.")
+
+
+class PushSummarySerializer(serializers.Serializer):
+    """A cluster's desired-state version and, per target, what landed, what waits and what failed."""
+
+    cluster = serializers.CharField()
+    scope = serializers.ChoiceField(choices=QuotaScope.choices)
+    desired_version = serializers.IntegerField(help_text="Bumped by every change of the cluster's desired state.")
+    targets = TargetPushSummarySerializer(many=True)
+
+
+def push_summary(cluster: Cluster) -> dict[str, Any]:
+    """The push summary of a cluster in a constant number of aggregate queries (whatever its history holds)."""
+    desired = cluster.desired_state.version
+    targets = push_targets(cluster)
+    pushes = Push.objects.filter(cluster=cluster).order_by()
+    outstanding = ~Q(state=PushState.APPLIED)
+    per_target = {
+        row["broker_id"]: row
+        for row in pushes.values("broker_id").annotate(
+            applied=Max("version", filter=Q(state=PushState.APPLIED)),
+            pending=Count("pk", filter=Q(state=PushState.PENDING)),
+            failed=Count("pk", filter=Q(state=PushState.FAILED)),
+            oldest_pending=Min("created", filter=Q(state=PushState.PENDING)),
+            error_version=Max("version", filter=outstanding & ~Q(error="")),
+        )
+    }
+    # the newest outstanding error of each target: one row each, (cluster, broker, version) being unique
+    wanted = Q(pk__in=[])
+    for broker_id, row in per_target.items():
+        if row["error_version"] is not None:
+            wanted |= Q(broker_id=broker_id, version=row["error_version"])
+    errors = {p.broker_id: p for p in pushes.filter(wanted).only("broker_id", "error_code", "error", "updated")}
+    drift = dict(
+        Drift.objects.filter(cluster=cluster, resolved_at=None)
+        .order_by()
+        .values("broker_id")
+        .annotate(n=Count("pk"))
+        .values_list("broker_id", "n")
+    )
+    out = []
+    for broker in targets:
+        pk = broker.pk if broker is not None else None
+        row = per_target.get(pk, {})
+        applied = row.get("applied")
+        error = errors.get(pk)
+        out.append(
+            {
+                "broker": broker.broker_id if broker is not None else None,
+                "applied_version": applied,
+                "in_sync": desired == 0 or (applied is not None and applied >= desired),
+                "pending": row.get("pending", 0),
+                "failed": row.get("failed", 0),
+                "oldest_pending_at": row.get("oldest_pending"),
+                "last_error_code": error.error_code if error else "",
+                "last_error": error.error if error else "",
+                "last_error_at": error.updated if error else None,
+                "open_drift": drift.get(pk, 0),
+            }
+        )
+    return {"cluster": cluster.name, "scope": cluster.scope, "desired_version": desired, "targets": out}

@@ -12,6 +12,8 @@ router.register("clusters", views.ClusterViewSet, basename="cluster")
 router.register("tenants", views.TenantViewSet, basename="tenant")
 router.register("requests", views.QuotaRequestViewSet, basename="request")
 router.register("audit", views.AuditEntryViewSet, basename="audit")
+router.register("pushes", views.PushViewSet, basename="push")
+router.register("drift", views.DriftViewSet, basename="drift")
 
 # Kafka's admin operations keep their verb names, as RPCs on a cluster.
 urlpatterns = [

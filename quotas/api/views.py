@@ -4,14 +4,20 @@ Clusters and their quotas: reads are open to any authenticated caller; writes
 (AlterClientQuotas, creating and updating clusters) are for admins (staff or the
 quota-admins group; never an auditor). Tenants, quota requests and the audit trail are
 scoped: admins and auditors see everything, a tenant member sees its tenants' rows only
-(others' rows answer NOT_FOUND, so their existence does not leak).
+(others' rows answer NOT_FOUND, so their existence does not leak). Push status and drift are operational:
+admins and auditors read them (a member sees its own request's pushes on the request), and only admins
+re-apply desired state to a broker.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from django.db.models import ProtectedError, QuerySet
+import kombu.exceptions
+import redis
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import ProtectedError, Q, QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
@@ -39,26 +45,38 @@ from quotas.api.serializers import (
     DescribeEntrySerializer,
     DescribePageSerializer,
     DescribeRequestSerializer,
+    DriftSerializer,
     EffectiveQuerySerializer,
     EffectiveQuotaSerializer,
     EffectiveResponseSerializer,
     EntryResultSerializer,
+    PushSerializer,
+    PushSummarySerializer,
     QuotaRequestCreateSerializer,
     QuotaRequestDetailSerializer,
     QuotaRequestSerializer,
+    ReapplyRequestSerializer,
+    ReapplyResponseSerializer,
     TenantSerializer,
+    push_summary,
 )
+from quotas.choices import QuotaScope
 from quotas.engine.connections import normalize_ip
 from quotas.models import (
     Alteration,
     AlterationRejected,
     AuditEntry,
+    Broker,
     BrokerConfig,
     Cluster,
     ConfigOp,
     ConfigResource,
+    Drift,
+    DriftStatus,
     FilterComponent,
     InvalidConfig,
+    Push,
+    PushState,
     QuotaOp,
     QuotaRequest,
     RequestState,
@@ -93,6 +111,8 @@ DESCRIBE_ROW_BYTES = 12 << 10  # an entity and up to 5 quota values
 AUDIT_ROW_BYTES = 6 << 10  # an entry, its tenant and cluster, JSON before/after and a comment
 REQUEST_ROW_BYTES = 12 << 10  # a request, its tenant, cluster, requester and approval (not measured: as describe)
 CONFIG_ROW_BYTES = 4 << 10  # a broker or topic config and its broker
+PUSH_ROW_BYTES = 4 << 10  # a push, its cluster and broker, and an error message (not measured: as configs)
+DRIFT_ROW_BYTES = 6 << 10  # a drift row, its cluster and broker, two values and an entity's JSON (as audit)
 
 
 def page_estimate(paginator: Any, request: Request, row_bytes: int) -> int:
@@ -137,6 +157,31 @@ class IsAdminOrAuditor(permissions.BasePermission):
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         return sees_everything(request.user)
+
+
+class SeesOperations(permissions.BasePermission):
+    """Push status and drift are for the people who run the portal: admins and auditors."""
+
+    message = "Only admins and auditors read push status and drift."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return sees_everything(request.user)
+
+
+class SeesEveryPush(SeesOperations):
+    message = (
+        "Only admins and auditors list every push; you see the pushes of your own requests on each request: "
+        "GET /api/requests/{id}/ (its `pushes`)."
+    )
+
+
+REAPPLY_ADMINS_ONLY = (
+    "Only admins (staff or the quota-admins group; never auditors) re-apply desired state to brokers."
+)
+
+
+class IsAdminToReapply(IsAdmin):
+    message = REAPPLY_ADMINS_ONLY
 
 
 def get_cluster(name: str) -> Cluster:
@@ -192,6 +237,95 @@ class ClusterViewSet(
         cluster = get_cluster(self.kwargs["cluster"])
         self.check_object_permissions(self.request, cluster)
         return cluster
+
+    @extend_schema(
+        operation_id="reapply_desired_state",
+        summary="Re-apply the whole desired state to one broker of the cluster (admins)",
+        description=(
+            "Queues the Celery task quotas.tasks.heal, which writes the cluster's whole desired state to the target "
+            "whatever version it claims, and closes the target's open drift as healed (audited, with you as the "
+            "actor). `broker` names a broker id of a per_broker cluster; a cluster_wide cluster has one namespace: "
+            "send null. Answers 202 once the task is queued; GET /api/drift/ and "
+            "GET /api/clusters/{cluster}/pushes/summary/ show the outcome."
+        ),
+        request=ReapplyRequestSerializer,
+        responses={202: ReapplyResponseSerializer, **ERRORS, 503: ErrorSerializer},
+    )
+    @action(detail=True, methods=["post"], permission_classes=[permissions.IsAuthenticated, IsAdminToReapply])
+    def reapply(self, request: Request, cluster: str) -> Response:
+        target = get_cluster(cluster)
+        body = ReapplyRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        broker = reapply_target(target, body.validated_data["broker"])
+        task_id = enqueue_heal(target, broker, request.user)
+        answer = {
+            "cluster": target.name,
+            "broker": broker.broker_id if broker is not None else None,
+            "task_id": task_id,
+            "status": "queued",
+        }
+        return Response(ReapplyResponseSerializer(answer).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        operation_id="cluster_push_summary",
+        summary="Where each broker stands against the cluster's desired state (admins and auditors)",
+        description=(
+            "The desired-state version and, per target (each broker, or the cluster-wide namespace), the newest "
+            "version the portal saw land, the pending and failed versions, the newest outstanding error and the "
+            "open drift. Built from aggregate queries over the push history, never by asking the brokers."
+        ),
+        responses={200: PushSummarySerializer, 401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer},
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="pushes/summary",
+        url_name="push-summary",
+        permission_classes=[permissions.IsAuthenticated, SeesOperations],
+    )
+    def pushes_summary(self, request: Request, cluster: str) -> Response:
+        return Response(PushSummarySerializer(push_summary(get_cluster(cluster))).data)
+
+
+def reapply_target(cluster: Cluster, broker_id: int | None) -> Broker | None:
+    """The target a re-apply names: a broker of a per_broker cluster, or None for a cluster_wide one's namespace.
+
+    INVALID_REQUEST (``details.broker``) says what to send instead.
+    """
+    if cluster.scope == QuotaScope.CLUSTER_WIDE:
+        if broker_id is not None:
+            message = (
+                f"Cluster {cluster.name!r} is cluster_wide: its brokers share one namespace, which is re-applied "
+                "whole; send broker null."
+            )
+            raise ApiError("INVALID_REQUEST", message, {"broker": [message]})
+        return None
+    ids = list(cluster.brokers.order_by("broker_id").values_list("broker_id", flat=True))
+    known = f"its brokers are {', '.join(map(str, ids))}" if ids else "it has no broker registered"
+    if broker_id is None:
+        message = (
+            f"Cluster {cluster.name!r} is per_broker: each broker holds its own copy, so name the broker to "
+            f"re-apply ({known})."
+        )
+        raise ApiError("INVALID_REQUEST", message, {"broker": [message]})
+    broker = cluster.brokers.filter(broker_id=broker_id).first()
+    if broker is None:
+        message = f"Cluster {cluster.name!r} has no broker {broker_id}; {known}."
+        raise ApiError("INVALID_REQUEST", message, {"broker": [message]})
+    return broker
+
+
+def enqueue_heal(cluster: Cluster, broker: Broker | None, actor: AbstractBaseUser) -> str:
+    """Queue ``quotas.tasks.heal`` for one target; returns the task id. 503 when the queue (Redis) is unreachable."""
+    from quotas.tasks import heal
+
+    try:
+        result = heal.delay(cluster.pk, broker.pk if broker is not None else None, actor.pk)
+    except (kombu.exceptions.KombuError, redis.exceptions.RedisError, OSError) as e:
+        where = f"broker {broker.broker_id}" if broker is not None else "the cluster-wide namespace"
+        message = f"The task queue is unreachable: nothing was queued for {where} of {cluster.name!r}; try again. ({e})"
+        raise ApiError("BROKER_NOT_AVAILABLE", message, {"retriable": True}, status_code=503) from e
+    return str(result.id)
 
 
 CLUSTER_PARAM = OpenApiParameter("cluster", OpenApiTypes.STR, OpenApiParameter.PATH, description="The cluster's name.")
@@ -408,6 +542,158 @@ class MemoryMetricsView(APIView):
     )
     def get(self, request: Request) -> HttpResponse:
         return HttpResponse(metrics_text(), content_type="text/plain; version=0.0.4")
+
+
+# ------------------------------------------------------------------ pushes and drift
+
+
+_NUMBER = re.compile(r"[0-9]{1,18}")
+
+
+def _number_param(params: Any, name: str) -> int | None:
+    raw = params.get(name, "")
+    if raw == "":
+        return None
+    if not _NUMBER.fullmatch(raw):
+        message = f"{name} must be a whole number >= 0, got {raw!r}."
+        raise ApiError("INVALID_REQUEST", message, {name: [message]})
+    return int(raw)
+
+
+def _choice_param(params: Any, name: str, choices: list[str]) -> str | None:
+    raw = params.get(name, "")
+    if raw == "":
+        return None
+    if raw not in choices:
+        message = f"{name} must be one of {', '.join(choices)}, got {raw!r}."
+        raise ApiError("INVALID_REQUEST", message, {name: [message]})
+    return raw
+
+
+def _broker_param(params: Any) -> Q | None:
+    """``broker``: a broker id, or ``null`` for the cluster-wide namespace."""
+    raw = params.get("broker", "")
+    if raw == "":
+        return None
+    if raw == "null":
+        return Q(broker__isnull=True)
+    if not _NUMBER.fullmatch(raw):
+        message = f"broker must be a broker id, or null for the cluster-wide namespace, got {raw!r}."
+        raise ApiError("INVALID_REQUEST", message, {"broker": [message]})
+    return Q(broker__broker_id=int(raw))
+
+
+def _bool_param(params: Any, name: str, default: bool) -> bool:
+    raw = params.get(name, "").lower()
+    if raw == "":
+        return default
+    if raw in ("true", "1", "yes"):
+        return True
+    if raw in ("false", "0", "no"):
+        return False
+    message = f"{name} must be true or false, got {params.get(name)!r}."
+    raise ApiError("INVALID_REQUEST", message, {name: [message]})
+
+
+BROKER_FILTER = OpenApiParameter(
+    "broker",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    description="A broker id, or null for the cluster-wide namespace.",
+)
+CLUSTER_FILTER = OpenApiParameter("cluster", OpenApiTypes.STR, OpenApiParameter.QUERY, description="A cluster's name.")
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Push status per desired-state version and broker, newest first (admins and auditors)",
+        description=(
+            "One row per (cluster, version, broker): pending (being pushed or retried), applied or failed (refused "
+            "by the broker), with the attempts and the last error. Tenant members see the pushes of their own "
+            "requests on GET /api/requests/{id}/ instead."
+        ),
+        parameters=[
+            CLUSTER_FILTER,
+            OpenApiParameter(
+                "version", OpenApiTypes.INT, OpenApiParameter.QUERY, description="A desired-state version."
+            ),
+            BROKER_FILTER,
+            OpenApiParameter("state", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=PushState.values),
+        ],
+        responses={200: PushSerializer(many=True), 400: ErrorSerializer, 403: ErrorSerializer, 503: ErrorSerializer},
+    )
+)
+class PushViewSet(MemoryBoundedListMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Where each desired-state version has landed. Read-only; the workers write it."""
+
+    row_bytes = PUSH_ROW_BYTES
+
+    serializer_class = PushSerializer
+    permission_classes = [permissions.IsAuthenticated, SeesEveryPush]
+
+    def get_queryset(self) -> QuerySet[Push]:
+        rows = Push.objects.select_related("cluster", "broker")
+        params = self.request.query_params
+        if params.get("cluster"):
+            rows = rows.filter(cluster__name=params["cluster"])
+        version = _number_param(params, "version")
+        if version is not None:
+            rows = rows.filter(version=version)
+        broker = _broker_param(params)
+        if broker is not None:
+            rows = rows.filter(broker)
+        state = _choice_param(params, "state", PushState.values)
+        if state is not None:
+            rows = rows.filter(state=state)
+        return rows
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Drift: where brokers differ from desired state, newest first (admins and auditors)",
+        description=(
+            "What the reconcile job found on a broker that desired state does not say: missing (desired, not on the "
+            "broker), extra (on the broker, not desired) or different. Open rows by default (`open=false` lists "
+            "resolved ones too: healed by re-applying desired state, or converged when the difference went away). "
+            "POST /api/clusters/{cluster}/reapply/ heals a broker."
+        ),
+        parameters=[
+            CLUSTER_FILTER,
+            BROKER_FILTER,
+            OpenApiParameter("status", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=DriftStatus.values),
+            OpenApiParameter(
+                "open",
+                OpenApiTypes.BOOL,
+                OpenApiParameter.QUERY,
+                default=True,
+                description="true: only unresolved drift; false: every row.",
+            ),
+        ],
+        responses={200: DriftSerializer(many=True), 400: ErrorSerializer, 403: ErrorSerializer, 503: ErrorSerializer},
+    )
+)
+class DriftViewSet(MemoryBoundedListMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Differences between brokers and desired state. Read-only: reconcile writes it, re-applying heals it."""
+
+    row_bytes = DRIFT_ROW_BYTES
+
+    serializer_class = DriftSerializer
+    permission_classes = [permissions.IsAuthenticated, SeesOperations]
+
+    def get_queryset(self) -> QuerySet[Drift]:
+        rows = Drift.objects.select_related("cluster", "broker")
+        params = self.request.query_params
+        if _bool_param(params, "open", True):
+            rows = rows.filter(resolved_at__isnull=True)
+        if params.get("cluster"):
+            rows = rows.filter(cluster__name=params["cluster"])
+        broker = _broker_param(params)
+        if broker is not None:
+            rows = rows.filter(broker)
+        drift_status = _choice_param(params, "status", DriftStatus.values)
+        if drift_status is not None:
+            rows = rows.filter(status=drift_status)
+        return rows
 
 
 # ------------------------------------------------------------------ tenants, requests, audit

@@ -87,6 +87,20 @@ class Broker(models.Model):
     def __str__(self) -> str:
         return f"{self.cluster.name}/broker-{self.broker_id}"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """A new broker gets the cluster's whole desired state pushed once it is committed."""
+        adding = self._state.adding
+        super().save(*args, **kwargs)
+        if adding and self.cluster.scope == QuotaScope.PER_BROKER:  # a cluster-wide one has a single namespace
+            cluster_id, pk = self.cluster_id, self.pk
+
+            def push_new_broker() -> None:
+                from quotas.push import enqueue_pushes
+
+                enqueue_pushes(cluster_id, [pk])
+
+            transaction.on_commit(push_new_broker)
+
 
 class Listener(models.Model):
     """A listener of a cluster's brokers (KIP-612 connection quotas are per listener)."""

@@ -15,8 +15,12 @@ from django.db import models, transaction
 from django.db.models import Q
 
 from quotas.choices import QuotaScope
-from quotas.connectors.base import KINDS, Item
+from quotas.connectors.base import BROKER, CLIENT_METRICS, KINDS, QUOTA, TOPIC, Item
+from quotas.engine.config import EntityRef
+from quotas.engine.entities import DEFAULT
+from quotas.engine.errors import QuotaEngineError
 from quotas.models.clusters import Broker, Cluster
+from quotas.models.quotas import entity_path
 
 KIND_CHOICES = [(k, k) for k in KINDS]
 
@@ -119,6 +123,28 @@ class Drift(models.Model):
     @property
     def item(self) -> Item:
         return Item(self.kind, self.resource, self.key)
+
+    @property
+    def path(self) -> str:
+        return item_path(self.item)
+
+
+def item_path(item: Item) -> str:
+    """Kafka's config path of what an item configures: ``/config/users/alice``, ``/config/brokers/<default>``,
+    ``/config/brokers/1``, ``/config/topics/t``, ``/config/client-metrics/name``."""
+    if item.kind == QUOTA:
+        try:
+            ref = EntityRef.from_field(item.resource)
+        except (QuotaEngineError, ValueError, TypeError, AttributeError):
+            return f"quota {item.resource}"  # not an entity the portal writes (something else put it on the broker)
+        return entity_path(ref.user, ref.client_id, ref.ip)
+    if item.kind == BROKER:
+        return f"/config/brokers/{item.resource or DEFAULT}"
+    if item.kind == TOPIC:
+        return f"/config/topics/{item.resource}"
+    if item.kind == CLIENT_METRICS:
+        return f"/config/client-metrics/{item.resource}"
+    return f"{item.kind} {item.resource}".strip()
 
 
 def push_targets(cluster: Cluster) -> list[Broker | None]:
