@@ -107,6 +107,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # BEGIN IMMEDIATE: a transaction takes SQLite's write lock up front, so concurrent writers wait (busy
     # timeout) instead of failing with "database is locked" when a read lock would have to be upgraded.
     DATABASES["default"].setdefault("OPTIONS", {})["transaction_mode"] = "IMMEDIATE"
+    # WAL: the push worker's reads do not wait for a writer (nor block one); commits stay durable (synchronous=FULL).
+    DATABASES["default"]["OPTIONS"].setdefault("init_command", "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -24,7 +24,7 @@ import redis
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import F, Max
+from django.db.models import Case, F, Max, PositiveIntegerField, When
 from django.utils import timezone
 
 from quotas.choices import ConnectorKind
@@ -151,15 +151,18 @@ def enqueue_pushes(cluster_id: int, broker_pks: list[int | None] | None = None, 
     if broker_pks is None:
         cluster = Cluster.objects.get(pk=cluster_id)
         broker_pks = [b.pk if b is not None else None for b in push_targets(cluster)]
-    sent = 0
-    for pk in broker_pks:
-        try:
-            if _client().set(_flag(cluster_id, pk), 1, nx=True, ex=PENDING_TTL_S) or force:
-                push_target.apply_async((cluster_id, pk))
-                sent += 1
-        except (redis.exceptions.RedisError, OSError, kombu.exceptions.OperationalError) as e:
-            log.warning("Could not enqueue a push to cluster %s target %s (reconcile will): %s", cluster_id, pk, e)
-    return sent
+    try:
+        with _client().pipeline(transaction=False) as p:
+            for pk in broker_pks:
+                p.set(_flag(cluster_id, pk), 1, nx=True, ex=PENDING_TTL_S)
+            claimed = p.execute()
+        due = [pk for pk, mine in zip(broker_pks, claimed, strict=True) if mine or force]
+        for pk in due:
+            push_target.apply_async((cluster_id, pk))
+    except (redis.exceptions.RedisError, OSError, kombu.exceptions.OperationalError) as e:
+        log.warning("Could not enqueue pushes to cluster %s (reconcile will): %s", cluster_id, e)
+        return 0
+    return len(due)
 
 
 def _stale_flag(cluster_id: int, broker_pk: int | None) -> bool:
@@ -238,7 +241,7 @@ def push_target(cluster_id: int, broker_pk: int | None, *, force: bool = False) 
     except PushError as e:
         _failed(cluster, broker, e)
         raise
-    _applied(cluster, broker, outcome.version)
+    _applied(cluster, broker, outcome)
     return outcome
 
 
@@ -248,14 +251,9 @@ def _push_locked(
     # the version first, then the items: every change logged at or below it is committed (versions are
     # assigned under the cluster's lock), and a snapshot read after it is at least as new (re-sent later: same values)
     version = DesiredStateVersion.objects.get(cluster=cluster).version
-    try:
-        held = _held(connector, target, cluster, broker)
-    except PushError:
-        _attempt(cluster, broker, -1, version)  # an unreachable target is an attempt too
-        raise
+    held = _held(connector, target, cluster, broker)
     if held >= version and not force:
         return PushOutcome(target.label, held, held, "none", False)
-    _attempt(cluster, broker, held, version)
     if held < 0 or force:
         return _send(connector, target, Delta(version, held, True, desired_state(cluster, broker), force))
     try:
@@ -277,33 +275,42 @@ def _rows(cluster: Cluster, broker: Broker | None, up_to: int) -> Any:
     return Push.objects.filter(cluster=cluster, broker=broker, version__lte=up_to).exclude(state=PushState.APPLIED)
 
 
-def _attempt(cluster: Cluster, broker: Broker | None, held: int, version: int) -> None:
-    _rows(cluster, broker, version).filter(version__gt=held).update(attempts=F("attempts") + 1, updated=timezone.now())
-
-
-def _applied(cluster: Cluster, broker: Broker | None, version: int) -> None:
-    """Every version up to ``version`` is on the target; requests all of whose targets hold theirs are applied."""
+def _applied(cluster: Cluster, broker: Broker | None, outcome: PushOutcome) -> None:
+    """Every version up to the outcome's is on the target (those it carried count one more attempt); requests
+    all of whose targets hold their version become applied. Written after the send: nothing before the send
+    waits for the database's write lock."""
     from quotas import workflow
 
     now = timezone.now()
-    moved = _rows(cluster, broker, version).update(
-        state=PushState.APPLIED, applied_at=now, updated=now, error="", error_code=""
-    )
-    # a broker added after the version was committed has no row for it: record where it now is
-    Push.objects.get_or_create(
-        cluster=cluster, broker=broker, version=version, defaults={"state": PushState.APPLIED, "applied_at": now}
+    attempts: Any = F("attempts")
+    if outcome.mode != "none":
+        attempts = Case(
+            When(version__gt=outcome.held, then=F("attempts") + 1),
+            default=F("attempts"),
+            output_field=PositiveIntegerField(),
+        )
+    moved = _rows(cluster, broker, outcome.version).update(
+        state=PushState.APPLIED, applied_at=now, updated=now, error="", error_code="", attempts=attempts
     )
     if moved:
         workflow.settle_pushed(cluster)
+    elif outcome.mode != "none":  # a broker added after the version was committed has no row for it yet
+        Push.objects.get_or_create(
+            cluster=cluster, broker=broker, version=outcome.version,
+            defaults={"state": PushState.APPLIED, "applied_at": now, "attempts": 1},
+        )
 
 
 def _failed(cluster: Cluster, broker: Broker | None, e: PushError) -> None:
-    """Record the error on every version not yet on the target; a refused (non-retriable) push fails them."""
+    """Record the attempt and its error on every version not yet on the target; a refused (non-retriable)
+    push fails them."""
     from quotas import workflow
 
     state = PushState.PENDING if e.retriable else PushState.FAILED
     version = DesiredStateVersion.objects.get(cluster=cluster).version
-    n = _rows(cluster, broker, version).update(state=state, error_code=e.code, error=e.message, updated=timezone.now())
+    n = _rows(cluster, broker, version).update(
+        state=state, error_code=e.code, error=e.message, updated=timezone.now(), attempts=F("attempts") + 1
+    )
     if n and not e.retriable:
         where = f"broker {broker.broker_id}" if broker is not None else "the cluster-wide namespace"
         record(AuditAction.PUSH_FAILED, None, cluster=cluster, entity=where, comment=f"{e.code}: {e.message}")

@@ -160,12 +160,13 @@ def log_version(cluster: Cluster, version: int, changes: Mapping[Item, str | Non
         DesiredChange(cluster=cluster, version=version, kind=i.kind, resource=i.resource, key=i.key, value=v)
         for i, v in changes.items()
     )
-    Push.objects.bulk_create(Push(cluster=cluster, broker=b, version=version) for b in push_targets(cluster))
-    cluster_id = cluster.pk
+    targets = push_targets(cluster)
+    Push.objects.bulk_create(Push(cluster=cluster, broker=b, version=version) for b in targets)
+    cluster_id, pks = cluster.pk, [b.pk if b is not None else None for b in targets]
 
     def after_commit() -> None:
         from quotas.push import enqueue_pushes
 
-        enqueue_pushes(cluster_id)
+        enqueue_pushes(cluster_id, pks)
 
     transaction.on_commit(after_commit)

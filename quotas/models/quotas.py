@@ -12,8 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from django.db import models, transaction
-from django.db.models import F, Q
-from django.utils import timezone
+from django.db.models import Q
 
 from quotas.choices import MatchType, QuotaKey
 from quotas.connectors.base import QUOTA, Item
@@ -145,18 +144,24 @@ class DesiredStateVersion(models.Model):
     @classmethod
     def lock(cls, cluster: Cluster) -> DesiredStateVersion:
         """The cluster's version row, locked until the surrounding transaction ends (serializes changes)."""
-        cls.objects.get_or_create(cluster=cluster)
-        return cls.objects.select_for_update().get(cluster=cluster)
+        try:
+            row = cls.objects.select_for_update().get(cluster=cluster)
+        except cls.DoesNotExist:  # clusters made before versions existed; Cluster.save makes the row
+            cls.objects.get_or_create(cluster=cluster)
+            row = cls.objects.select_for_update().get(cluster=cluster)
+        row.cluster = cluster  # known already: bump() needs it without another query
+        return row
 
     def bump(self, changes: Mapping[Item, str | None]) -> int:
-        """One more version for ``changes`` (item -> new text, None = removed); call it inside their transaction.
+        """One more version for ``changes`` (item -> new text, None = removed); call it on the row ``lock``
+        returned, inside the changes' transaction.
 
         The items are logged under the new version and a push to every broker follows the commit.
         """
         from quotas.models.pushes import log_version
 
-        type(self).objects.filter(pk=self.pk).update(version=F("version") + 1, updated=timezone.now())
-        self.refresh_from_db(fields=["version", "updated"])
+        self.version += 1  # the row is locked: nobody else moves it until we commit
+        self.save(update_fields=["version", "updated"])
         log_version(self.cluster, self.version, changes)
         return self.version
 

@@ -14,7 +14,7 @@ def make_user(username: str, *, staff: bool = False, groups: tuple[str, ...] = (
     """A user in the given role groups (``quota-admins``, ``auditors``); no password: no slow hashing."""
     user = get_user_model().objects.create_user(username, is_staff=staff)
     for name in groups:
-        user.groups.add(Group.objects.get(name=name))
+        user.groups.add(Group.objects.get_or_create(name=name)[0])  # a transactional test before may have flushed it
     return user
 
 

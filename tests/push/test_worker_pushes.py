@@ -100,6 +100,11 @@ def test_a_change_reaches_every_broker_and_its_request_status_says_so(
     ]
 
 
+def held_script(client: redis.Redis) -> bool:
+    """A client of this Redis waits with a script (EVALSHA) that the pause holds back."""
+    return any("b" in c["flags"] and c["cmd"].startswith("eval") for c in client.client_list())
+
+
 def test_a_worker_killed_mid_push_loses_nothing_and_applies_nothing_twice(
     worker_factory: Callable[..., Worker], cluster: Cluster, redis_url: str, lone_redis: RedisServer
 ) -> None:
@@ -111,8 +116,7 @@ def test_a_worker_killed_mid_push_loses_nothing_and_applies_nothing_twice(
     frozen.execute_command("CLIENT", "PAUSE", 30_000, "WRITE")  # broker 2 reads, but holds the push's script
     v2 = set_quota(cluster, "alice", 2000)
     v3 = set_quota(cluster, "bob", 500)
-    in_flight = {"version": v3, "broker__broker_id": 2, "attempts": 1, "state": "pending", "error_code": ""}
-    wait_for("the worker to be inside the push to broker 2", lambda: Push.objects.filter(**in_flight).exists())
+    wait_for("the worker to be inside the push to broker 2 (its script held by the pause)", lambda: held_script(frozen))
     w.kill()
     frozen.execute_command("CLIENT", "UNPAUSE")
     frozen.close()
