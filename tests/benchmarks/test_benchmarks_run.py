@@ -59,3 +59,16 @@ def test_api_benchmark_quick_run_reports_its_ratios() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["describe_ratio"] > 0 and summary["effective_ratio"] > 0 and summary["baseline_rps"] > 0
+
+
+def test_push_benchmark_quick_run_reports_its_ratio() -> None:
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/push_bench.py", "--quick", "--changes", "120", "--batch", "40"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["changes"] == 120 and summary["verified"] is True
+    assert summary["raw_changes_per_s"] > 0 and summary["push_changes_per_s"] > 0 and summary["push_ratio"] > 0
+    assert summary["latency_p99_ms"] >= summary["latency_p50_ms"]
+    assert summary["batch_ratio"] > 0 and summary["worker_concurrency"] >= 1
