@@ -52,6 +52,7 @@ from typing import Any  # noqa: E402
 from urllib.parse import urlencode, urlsplit  # noqa: E402
 
 from benchmarks.engine_bench import _collect, percentile  # noqa: E402
+from devtools.processes import stop_session  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer, free_port  # noqa: E402
 
 PROCESSES = 2
@@ -260,20 +261,7 @@ class Portal:
         """SIGTERM to uvicorn's session (the server and its workers), SIGKILL if it lingers."""
         if self.proc is None:
             return
-        for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(timeout=wait_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # workers that outlived their supervisor
-        except ProcessLookupError:
-            pass
+        stop_session(self.proc, 10.0)
         self.proc = None
 
 

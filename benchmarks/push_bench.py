@@ -66,6 +66,7 @@ import redis  # noqa: E402
 
 from benchmarks.api_bench import remove_database, tree_cpu_s  # noqa: E402
 from benchmarks.engine_bench import _collect, percentile, server_cpu_s  # noqa: E402
+from devtools.processes import stop_session  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer  # noqa: E402
 from quotas.engine.config import KEY_SEP, EntityRef, namespace_for_broker  # noqa: E402
 from quotas.engine.desired import NamespaceState, PushRecord  # noqa: E402
@@ -207,20 +208,7 @@ class Worker:
         """SIGTERM to the worker's session (warm shutdown of the main process and its pool), SIGKILL if it lingers."""
         if self.proc is None:
             return
-        for sig, wait_s in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(timeout=wait_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # pool processes that outlived their parent
-        except ProcessLookupError:
-            pass
+        stop_session(self.proc, 15.0)
         self.proc = None
 
 

@@ -23,20 +23,17 @@ from quotas.connectors.base import PushError
 from quotas.engine.config import KEY_SEP, EntityRef, namespace_for_broker
 from quotas.engine.desired import NamespaceState
 from quotas.models import (
-    Alteration,
     AuditEntry,
     Broker,
     Cluster,
     Drift,
     OwnedName,
-    QuotaOp,
     QuotaRequest,
     Tenant,
-    alter_client_quotas,
 )
 from quotas.tasks import heal
 
-from .brokers import push_everywhere
+from .brokers import push_everywhere, set_quota
 from .people import make_user, roles
 from .test_quota_pages import assert_accessible, browser, parse, text
 
@@ -61,14 +58,11 @@ def w(engine_redis: redis.Redis) -> dict[str, Any]:
     return w
 
 
-def set_quota(cluster: Cluster, user: str, key: str, value: float) -> int:
-    return alter_client_quotas(cluster, [Alteration([("user", user)], [QuotaOp(key, value)])]).version
-
 
 def drifted(w: dict[str, Any]) -> Broker:
     """Two quotas pushed to every broker of prod; then broker 1 changed behind the portal's back and reconciled."""
-    set_quota(w["prod"], "svc-a-1", PBR, 1000)
-    set_quota(w["prod"], "svc-a-2", CBR, 2000)
+    set_quota(w["prod"], "svc-a-1", 1000, PBR)
+    set_quota(w["prod"], "svc-a-2", 2000, CBR)
     push_everywhere(w["prod"])
     state = NamespaceState(w["redis"], namespace_for_broker("prod", 1), 1)
     config = state.stores[0].hash_key
@@ -151,13 +145,13 @@ def test_drift_page_is_for_admins_and_auditors(w: dict[str, Any]) -> None:
 
 def test_drift_page_shows_each_target_against_desired_state(w: dict[str, Any]) -> None:
     Broker.objects.filter(cluster=w["prod"], broker_id=2).update(engine_url=DEAD_REDIS)
-    set_quota(w["prod"], "svc-a-1", PBR, 1000)
+    set_quota(w["prod"], "svc-a-1", 1000, PBR)
     for broker in Broker.objects.filter(cluster=w["prod"]):
         try:
             push.push_target(w["prod"].pk, broker.pk)
         except PushError:
             pass
-    set_quota(w["prod"], "svc-a-1", PBR, 2000)  # version 2, pushed nowhere yet
+    set_quota(w["prod"], "svc-a-1", 2000, PBR)  # version 2, pushed nowhere yet
     response = browser(w["auditor"]).get("/drift/")
     page = text(response)
     assert "Desired-state version" in page
@@ -179,7 +173,7 @@ def test_drift_page_shows_each_target_against_desired_state(w: dict[str, Any]) -
 
 def test_a_cluster_wide_cluster_is_one_target(w: dict[str, Any]) -> None:
     shared = Cluster.objects.create(name="shared", scope=QuotaScope.CLUSTER_WIDE)
-    set_quota(shared, "svc-a-1", PBR, 10)
+    set_quota(shared, "svc-a-1", 10, PBR)
     push_everywhere(shared)
     response = browser(w["admin"]).get("/drift/")
     assert targets(response)["the cluster-wide namespace"][1:5] == ["1", "yes", "0", "0"]

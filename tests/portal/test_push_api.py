@@ -23,18 +23,15 @@ from quotas.connectors.base import PushError
 from quotas.engine.config import KEY_SEP, EntityRef, namespace_for_broker
 from quotas.engine.desired import NamespaceState
 from quotas.models import (
-    Alteration,
     AuditEntry,
     Broker,
     Cluster,
     OwnedName,
-    QuotaOp,
     QuotaRequest,
     Tenant,
-    alter_client_quotas,
 )
 
-from .brokers import push_everywhere
+from .brokers import push_everywhere, set_quota
 from .people import api, make_user, roles
 
 pytestmark = pytest.mark.django_db
@@ -58,9 +55,6 @@ def w(engine_redis: redis.Redis) -> dict[str, Any]:
     w.update(a=a, prod=prod, dev=dev, redis=engine_redis)
     return w
 
-
-def set_quota(cluster: Cluster, user: str, key: str, value: float) -> int:
-    return alter_client_quotas(cluster, [Alteration([("user", user)], [QuotaOp(key, value)])]).version
 
 
 def approved(w: dict[str, Any], value: float = 1000) -> QuotaRequest:
@@ -99,8 +93,8 @@ def quota_field(user: str, key: str) -> str:
 def test_pushes_are_listed_per_version_and_broker_with_filters(w: dict[str, Any]) -> None:
     request = approved(w)  # prod version 1: a pending push per broker
     push_everywhere(w["prod"])
-    set_quota(w["prod"], "svc-a-2", PBR, 2000)  # prod version 2, not pushed
-    set_quota(w["dev"], "svc-a-1", PBR, 10)  # dev version 1, not pushed
+    set_quota(w["prod"], "svc-a-2", 2000, PBR)  # prod version 2, not pushed
+    set_quota(w["dev"], "svc-a-1", 10, PBR)  # dev version 1, not pushed
     auditor = api(w["auditor"])
 
     everything = results(auditor.get("/api/pushes/"))
@@ -166,7 +160,7 @@ def test_members_see_their_pushes_on_the_request_not_in_the_list(w: dict[str, An
 def test_cluster_wide_pushes_have_no_broker(w: dict[str, Any]) -> None:
     shared = Cluster.objects.create(name="shared", scope=QuotaScope.CLUSTER_WIDE)
     shared.brokers.create(broker_id=0, host="s0:9092")
-    set_quota(shared, "svc-a-1", PBR, 10)
+    set_quota(shared, "svc-a-1", 10, PBR)
     push_everywhere(shared)
     rows = results(api(w["auditor"]).get("/api/pushes/", {"broker": "null"}))
     assert [(p["cluster"], p["version"], p["broker"], p["state"]) for p in rows] == [("shared", 1, None, "applied")]
@@ -193,7 +187,7 @@ def test_request_detail_lists_its_pushes_pending_then_applied(w: dict[str, Any])
     ]
     assert all(p["applied_at"] for p in body["pushes"])
     # a later version does not change which pushes are this request's
-    set_quota(w["prod"], "svc-a-2", PBR, 5)
+    set_quota(w["prod"], "svc-a-2", 5, PBR)
     assert [p["version"] for p in alice.get(f"/api/requests/{request.pk}/").json()["pushes"]] == [1, 1, 1]
 
 
@@ -231,8 +225,8 @@ def tamper(w: dict[str, Any], broker_id: int = 1) -> None:
 
 def drifted(w: dict[str, Any]) -> Broker:
     """prod with two quotas pushed everywhere, then broker 1 changed behind the portal's back and reconciled."""
-    set_quota(w["prod"], "svc-a-1", PBR, 1000)
-    set_quota(w["prod"], "svc-a-2", CBR, 2000)
+    set_quota(w["prod"], "svc-a-1", 1000, PBR)
+    set_quota(w["prod"], "svc-a-2", 2000, CBR)
     push_everywhere(w["prod"])
     tamper(w)
     broker = w["prod"].brokers.get(broker_id=1)
@@ -345,13 +339,13 @@ def test_drift_entity_labels(kind: str, resource: str, entity: str) -> None:
 
 def test_push_summary_per_target(w: dict[str, Any], django_assert_max_num_queries: Any) -> None:
     Broker.objects.filter(cluster=w["prod"], broker_id=2).update(engine_url=DEAD_REDIS)
-    set_quota(w["prod"], "svc-a-1", PBR, 1000)
+    set_quota(w["prod"], "svc-a-1", 1000, PBR)
     for broker in Broker.objects.filter(cluster=w["prod"]):
         try:
             push.push_target(w["prod"].pk, broker.pk)
         except PushError:
             pass
-    set_quota(w["prod"], "svc-a-1", PBR, 2000)  # version 2: pushed nowhere yet
+    set_quota(w["prod"], "svc-a-1", 2000, PBR)  # version 2: pushed nowhere yet
     auditor = api(w["auditor"])
     with django_assert_max_num_queries(12):  # auth, the cluster, and a fixed number of aggregates
         response = auditor.get("/api/clusters/prod/pushes/summary/")
@@ -385,7 +379,7 @@ def test_push_summary_counts_open_drift_and_covers_cluster_wide(w: dict[str, Any
     shared = Cluster.objects.create(name="shared", scope=QuotaScope.CLUSTER_WIDE)
     body = api(w["admin"]).get("/api/clusters/shared/pushes/summary/").json()
     assert body["desired_version"] == 0 and [(t["broker"], t["in_sync"]) for t in body["targets"]] == [(None, True)]
-    set_quota(shared, "svc-a-1", PBR, 10)
+    set_quota(shared, "svc-a-1", 10, PBR)
     body = api(w["admin"]).get("/api/clusters/shared/pushes/summary/").json()
     assert [(t["broker"], t["applied_version"], t["in_sync"], t["pending"]) for t in body["targets"]] == [
         (None, None, False, 1)

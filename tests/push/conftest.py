@@ -20,6 +20,8 @@ import pytest
 import redis
 from django.db import connection
 
+from devtools.processes import stop_session
+
 ROOT = Path(__file__).resolve().parents[2]
 CELERY = str(Path(sys.executable).with_name("celery"))
 
@@ -77,15 +79,9 @@ class Worker:
         self.proc = None
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        self.proc = None
+        if self.proc is not None:
+            stop_session(self.proc, 20.0)
+            self.proc = None
 
 
 @pytest.fixture

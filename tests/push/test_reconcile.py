@@ -14,22 +14,17 @@ from quotas.connectors.base import QUOTA
 from quotas.engine.config import EntityRef, cluster_namespace, namespace_for_broker
 from quotas.engine.desired import NamespaceState
 from quotas.models import (
-    Alteration,
     AuditEntry,
     Broker,
     Cluster,
     Drift,
     Push,
-    QuotaOp,
-    alter_client_quotas,
 )
+from tests.portal.brokers import set_quota
 
 pytestmark = pytest.mark.django_db
 PBR = "producer_byte_rate"
 
-
-def set_quota(cluster: Cluster, user: str, value: float) -> int:
-    return alter_client_quotas(cluster, [Alteration([("user", user)], [QuotaOp(PBR, value)])]).version
 
 
 def item(user: str) -> tuple[str, str, str]:

@@ -18,18 +18,16 @@ from quotas.connectors.engine import EngineConnector
 from quotas.engine.config import EntityRef, namespace_for_broker
 from quotas.engine.desired import NamespaceState
 from quotas.models import (
-    Alteration,
     AuditEntry,
     Broker,
     Cluster,
     DesiredStateVersion,
     Drift,
     Push,
-    QuotaOp,
-    alter_client_quotas,
 )
 from quotas.push import target_of
 from quotas.tasks import heal, reconcile
+from tests.portal.brokers import set_quota
 
 from .conftest import Worker, wait_for
 
@@ -52,9 +50,6 @@ def cluster(redis_url: str, lone_redis: RedisServer) -> Cluster:
         Broker.objects.create(cluster=c, broker_id=i, host=f"b{i}:9092", engine_url=lone_redis.url if i == 2 else "")
     return c
 
-
-def set_quota(cluster: Cluster, user: str, value: float) -> int:
-    return alter_client_quotas(cluster, [Alteration([("user", user)], [QuotaOp(PBR, value)])]).version
 
 
 def state_of(cluster: Cluster, broker_id: int, url: str) -> NamespaceState:
