@@ -1,0 +1,218 @@
+"""Live samples of what the engine's sensors hold, once a second, into bounded Redis streams.
+
+A broker (here: whoever records usage into a namespace, e.g. the load generator) owns a ``Sampler``.
+It is told which clients were active (``touch``) and, once a second, measures their sensors on
+copies (looking never changes a decision) and publishes one sample per quota type and sensor:
+
+``{"t": ms, "c": cluster, "b": broker, "q": quota type, "e": sensor tags, "rate", "bound", "util",
+"thr_avg", "thr_max", "thr_frac", "tokens"}``
+
+- ``e`` is Kafka's sensor identity ``"<sanitized user>:<client-id>"`` (the tags of the quota level that
+  applies; ``"alice:"`` is user alice's own quota). Connection samples use ``q`` ``"connection"`` and
+  ``e`` ``"ip:<address>"`` or ``"listener:<name>"`` with ``accept_rate`` and ``count``.
+- ``bound`` is null when no quota applies; ``util`` = rate / bound; ``tokens`` only for
+  ``controller_mutation`` (its token bucket; negative = throttled); ``thr_avg``/``thr_max`` are the
+  throttle times (ms) of the current throttle window; ``thr_frac`` the fraction of the last second the
+  sensor spent throttled.
+
+Keys (all of a cluster share one hash tag, so one Redis Cluster slot):
+
+- ``mon:{<cluster>}:all``: every tick of every broker, one entry ``{"d": JSON list of samples}``
+  (MAXLEN ~ ``FIREHOSE_LEN``), what the relay tails;
+- ``mon:{<cluster>}:e:<q>:<e>``: one entity's samples, one entry ``{"d": JSON sample}``, kept for
+  ``retention_s`` (5 minutes by default, MINID trimming): what a reconnecting chart gets back;
+- ``mon:{<cluster>}:m:<q>:<e>``: one entity's minute rollups (``rate_avg``, ``rate_max``, ``thr_avg``,
+  ``thr_max``, ``thr_frac``, ``tokens_min``, ``bound``), the last ``MINUTES_KEPT``: the 1-hour view;
+- ``mon:{<cluster>}:latest``: hash ``<b>|<q>|<e>`` -> the newest sample: the overview's "now".
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from .entities import QuotaType
+from .javamath import LONG_MAX_AS_DOUBLE
+from .managers import ClientQuotaManager
+from .redis_backend import decode_state, decode_throttle
+
+FIREHOSE_LEN = 20_000
+MINUTES_KEPT = 120
+ACTIVE_FOR_MS = 30_000  # an entity keeps being sampled this long after its last usage (its rate decays on the chart)
+CONNECTION = "connection"
+
+
+def firehose_key(cluster: str) -> str:
+    return f"mon:{{{cluster}}}:all"
+
+
+def entity_key(cluster: str, quota_type: str, tags: str) -> str:
+    return f"mon:{{{cluster}}}:e:{quota_type}:{tags}"
+
+
+def minutes_key(cluster: str, quota_type: str, tags: str) -> str:
+    return f"mon:{{{cluster}}}:m:{quota_type}:{tags}"
+
+
+def latest_key(cluster: str) -> str:
+    return f"mon:{{{cluster}}}:latest"
+
+
+def split_tags(tags: str) -> tuple[str, str]:
+    """(sanitized user, client-id) of sensor tags; the user part never holds ':' (sanitizing encodes it)."""
+    user, _, client_id = tags.partition(":")
+    return user, client_id
+
+
+@dataclass
+class _Minute:
+    start: int
+    n: int = 0
+    rate_sum: float = 0.0
+    rate_max: float = 0.0
+    thr_sum: float = 0.0
+    thr_max: float = 0.0
+    frac_sum: float = 0.0
+    tokens_min: float | None = None
+    bound: float | None = None
+
+    def add(self, s: Mapping[str, Any]) -> None:
+        self.n += 1
+        rate = s.get("rate") or 0.0
+        self.rate_sum += rate
+        self.rate_max = max(self.rate_max, rate)
+        self.thr_sum += s.get("thr_avg") or 0.0
+        self.thr_max = max(self.thr_max, s.get("thr_max") or 0.0)
+        self.frac_sum += s.get("thr_frac") or 0.0
+        if s.get("tokens") is not None:
+            self.tokens_min = s["tokens"] if self.tokens_min is None else min(self.tokens_min, s["tokens"])
+        self.bound = s.get("bound")
+
+    def row(self) -> dict[str, Any]:
+        n = max(self.n, 1)
+        return {
+            "t": self.start, "rate_avg": self.rate_sum / n, "rate_max": self.rate_max, "thr_avg": self.thr_sum / n,
+            "thr_max": self.thr_max, "thr_frac": self.frac_sum / n, "tokens_min": self.tokens_min,
+            "bound": self.bound, "n": self.n,
+        }
+
+
+@dataclass
+class Sampler:
+    """One broker's sampler: measures the sensors of the clients active lately and publishes them each tick."""
+
+    client: redis.Redis
+    cluster: str
+    broker_id: int
+    managers: Mapping[QuotaType, ClientQuotaManager]
+    retention_s: int = 300
+    _active: dict[tuple[str, str], int] = field(default_factory=dict)
+    _throttled_ms: dict[str, float] = field(default_factory=dict)
+    _last_tick: int | None = None
+    _minutes: dict[tuple[str, str], _Minute] = field(default_factory=dict)
+
+    def touch(self, user: str, client_id: str, t: int) -> None:
+        """A client of (user, client-id) was recorded at ``t``: sample its sensors for a while."""
+        self._active[(user, client_id)] = t
+
+    def collect(self, now_ms: int) -> list[dict[str, Any]]:
+        """Measure every sensor of the recently active clients (two MGETs per quota type)."""
+        for key, seen in list(self._active.items()):
+            if now_ms - seen > ACTIVE_FOR_MS:
+                del self._active[key]
+        elapsed = max(1, now_ms - self._last_tick) if self._last_tick is not None else 1000
+        self._last_tick = now_ms
+        samples: list[dict[str, Any]] = []
+        for qt, m in self.managers.items():
+            if not m.quotas_enabled:
+                continue
+            sensors: dict[str, float] = {}  # tags -> bound
+            for user, client_id in self._active:
+                bound, tags = m.quota(user, client_id)
+                sensors[tags] = bound
+            if not sensors:
+                continue
+            tags_list = list(sensors)
+            keys = [m.sensor_key(tags) for tags in tags_list]
+            with self.client.pipeline(transaction=False) as p:
+                p.mget(keys)
+                p.mget([k + ":t" for k in keys])
+                states, throttles = p.execute()
+            for tags, key, raw, thr in zip(tags_list, keys, states, throttles, strict=True):
+                if raw is None:
+                    continue
+                view = decode_state(m.kind, raw, m.samples, m.window_ms, now_ms)
+                bound = sensors[tags]
+                sample: dict[str, Any] = {"t": now_ms, "c": self.cluster, "b": self.broker_id, "q": str(qt), "e": tags}
+                has_bound = bound < LONG_MAX_AS_DOUBLE
+                sample["bound"] = bound if has_bound else None
+                if qt == QuotaType.CONTROLLER_MUTATION:
+                    sample["tokens"] = view.get("tokens")
+                    sample["rate"] = None
+                    sample["util"] = None
+                else:
+                    rate = view.get("rate") or 0.0
+                    sample["rate"] = rate
+                    sample["util"] = rate / bound if has_bound and bound > 0 else None
+                stats = decode_throttle(thr) if thr else None
+                sample["thr_avg"] = (stats.total / stats.count) if stats and stats.count else 0.0
+                sample["thr_max"] = stats.max if stats else 0.0
+                total = stats.throttled_ms if stats else 0.0
+                before = self._throttled_ms.get(key, total)
+                self._throttled_ms[key] = total
+                sample["thr_frac"] = min(1.0, max(0.0, (total - before) / elapsed))
+                samples.append(sample)
+        return samples
+
+    def publish(self, samples: Iterable[Mapping[str, Any]], now_ms: int) -> int:
+        """One firehose entry for the tick, each sample to its entity's stream, minute rollups, the latest hash."""
+        samples = list(samples)
+        minid = now_ms - self.retention_s * 1000
+        minute = now_ms - now_ms % 60_000
+        with self.client.pipeline(transaction=False) as p:
+            for k, acc in list(self._minutes.items()):  # minutes that ended, even for clients gone quiet
+                if acc.start != minute:
+                    row = {**acc.row(), "b": self.broker_id}
+                    p.xadd(minutes_key(self.cluster, *k), {"d": json.dumps(row)}, maxlen=MINUTES_KEPT * 4,
+                           approximate=True)
+                    del self._minutes[k]
+            if samples:
+                p.xadd(firehose_key(self.cluster), {"d": json.dumps(samples)}, maxlen=FIREHOSE_LEN, approximate=True)
+                latest: dict[str, str] = {}
+                for s in samples:
+                    text = json.dumps(s)
+                    p.xadd(entity_key(self.cluster, s["q"], s["e"]), {"d": text}, minid=minid, approximate=True)
+                    latest[f"{s['b']}|{s['q']}|{s['e']}"] = text
+                    k = (s["q"], s["e"])
+                    self._minutes.setdefault(k, _Minute(minute)).add(s)
+                p.hset(latest_key(self.cluster), mapping=latest)
+            p.execute()
+        return len(samples)
+
+    def tick(self, now_ms: int | None = None, extra: Iterable[Mapping[str, Any]] = ()) -> int:
+        """Collect and publish (plus ``extra`` samples, e.g. connection counts); returns how many were published."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        return self.publish([*self.collect(now_ms), *extra], now_ms)
+
+
+def recent(client: redis.Redis, cluster: str, quota_type: str, tags: str, since_ms: int) -> list[dict[str, Any]]:
+    """An entity's samples since ``since_ms`` (every broker), oldest first: the backfill of a chart."""
+    rows = client.xrange(entity_key(cluster, quota_type, tags), min=f"{since_ms}-0")
+    return [json.loads(fields[b"d"]) for _id, fields in rows]
+
+
+def minutes(client: redis.Redis, cluster: str, quota_type: str, tags: str, since_ms: int) -> list[dict[str, Any]]:
+    """An entity's minute rollups since ``since_ms`` (every broker), oldest first: the hour view."""
+    found = client.xrange(minutes_key(cluster, quota_type, tags), min=f"{since_ms}-0")
+    rows = [json.loads(f[b"d"]) for _id, f in found]
+    return [r for r in rows if r["t"] >= since_ms]
+
+
+def latest(client: redis.Redis, cluster: str) -> list[dict[str, Any]]:
+    """The newest sample of every (broker, quota type, entity) of a cluster: the overview's "now"."""
+    return [json.loads(v) for v in client.hvals(latest_key(cluster))]

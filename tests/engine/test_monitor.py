@@ -1,0 +1,65 @@
+"""The live samples of a broker's sensors: what the charts and the overview read."""
+
+from __future__ import annotations
+
+import redis
+
+from quotas.engine.config import AlterOp, EntityRef, QuotaEngine
+from quotas.engine.entities import QuotaType
+from quotas.engine.monitor import Sampler, firehose_key, latest, minutes, recent
+
+T0 = 1_700_000_000_000
+
+
+def engine_with_quotas(client: redis.Redis, namespace: str) -> QuotaEngine:
+    engine = QuotaEngine(client, namespace)
+    engine.store.alter(
+        [
+            AlterOp(EntityRef(user="alice"), "producer_byte_rate", 1000),
+            AlterOp(EntityRef(user="alice"), "controller_mutation_rate", 2),
+        ]
+    )
+    engine.refresh()
+    return engine
+
+
+def test_a_tick_publishes_rate_bound_throttle_and_tokens_of_active_clients(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    engine = engine_with_quotas(redis_client, namespace)
+    produce, mutations = engine.manager("produce"), engine.manager("controller_mutation")
+    cluster = namespace  # one namespace per test keeps the streams apart
+    sampler = Sampler(redis_client, cluster, 1, engine.managers)
+    for i in range(20):  # 40,000 bytes in 2 s; Kafka measures over 10 s at first: 4,000 bytes/s against 1,000
+        t = T0 + i * 100
+        produce.record("alice", "app", 2000, t)
+        sampler.touch("alice", "app", t)
+    mutations.record("alice", "app", 30, T0 + 1900)  # a burst of 30 topic creations against 2/s (22 tokens)
+    published = sampler.tick(T0 + 2000)
+    by_type = {s["q"]: s for s in latest(redis_client, cluster)}
+    assert published == 2 and set(by_type) == {"produce", "controller_mutation"}
+    p = by_type["produce"]
+    assert (p["e"], p["b"], p["bound"], p["t"]) == ("alice:", 1, 1000.0, T0 + 2000)
+    assert p["rate"] == produce.measure("alice", "app", T0 + 2000).value  # the same measurement the engine makes
+    assert p["util"] == p["rate"] / 1000.0 and p["util"] > 1
+    assert p["thr_max"] > 0 and p["thr_avg"] > 0
+    m = by_type["controller_mutation"]
+    assert m["tokens"] < 0 and m["rate"] is None and m["bound"] == 2.0
+    assert recent(redis_client, cluster, "produce", "alice:", T0) == [p]
+    assert redis_client.xlen(firehose_key(cluster)) == 1
+
+
+def test_quiet_clients_stop_being_sampled_and_minutes_roll_up(redis_client: redis.Redis, namespace: str) -> None:
+    engine = engine_with_quotas(redis_client, namespace)
+    produce = engine.manager("produce")
+    sampler = Sampler(redis_client, namespace, 1, {QuotaType.PRODUCE: produce})
+    minute = T0 - T0 % 60_000
+    for s in range(3):
+        t = minute + s * 1000
+        produce.record("alice", "app", 500, t)
+        sampler.touch("alice", "app", t)
+        sampler.tick(t + 500)
+    sampler.tick(minute + 60_500)  # the next minute closes the first one
+    (row,) = minutes(redis_client, namespace, "produce", "alice:", minute)
+    assert row["t"] == minute and row["n"] == 3 and row["bound"] == 1000.0 and row["rate_max"] >= row["rate_avg"] > 0
+    assert sampler.tick(minute + 200_000) == 0  # quiet for longer than ACTIVE_FOR_MS: nothing to publish
