@@ -160,8 +160,10 @@ class Sampler:
                     sample["rate"] = rate
                     sample["util"] = rate / bound if has_bound and bound > 0 else None
                 stats = decode_throttle(thr) if thr else None
-                sample["thr_avg"] = (stats.total / stats.count) if stats and stats.count else 0.0
-                sample["thr_max"] = stats.max if stats else 0.0
+                # the stats roll their window only on a throttle: one older than two windows saw none since
+                fresh = stats is not None and now_ms - stats.window_start < 2 * m.window_ms
+                sample["thr_avg"] = (stats.total / stats.count) if fresh and stats.count else 0.0
+                sample["thr_max"] = stats.max if fresh else 0.0
                 total = stats.throttled_ms if stats else 0.0
                 before = self._throttled_ms.get(key, total)
                 self._throttled_ms[key] = total

@@ -47,6 +47,9 @@ def test_a_tick_publishes_rate_bound_throttle_and_tokens_of_active_clients(
     assert m["tokens"] < 0 and m["rate"] is None and m["bound"] == 2.0
     assert recent(redis_client, cluster, "produce", "alice:", T0) == [p]
     assert redis_client.xlen(firehose_key(cluster)) == 1
+    sampler.tick(T0 + 5000)  # no throttle for more than two windows: the throttle time is back to zero
+    later = next(s for s in latest(redis_client, cluster) if s["q"] == "produce")
+    assert (later["thr_avg"], later["thr_max"], later["thr_frac"]) == (0.0, 0.0, 0.0)
 
 
 def test_quiet_clients_stop_being_sampled_and_minutes_roll_up(redis_client: redis.Redis, namespace: str) -> None:
