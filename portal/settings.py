@@ -125,6 +125,12 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
+# The default finders, plus one that serves vendor/plotly.min.js from the plotly package (frontend/finders.py).
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "frontend.finders.PlotlyFinder",
+]
 STATIC_ROOT = RUN_DIR / "staticfiles"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -194,7 +200,12 @@ CELERY_BEAT_SCHEDULE = {
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [QUOTAS_REDIS_URL]},
+        "CONFIG": {
+            # channels_redis waits for messages in 5 s blocking reads: its socket must wait longer than that
+            "hosts": [{"address": QUOTAS_REDIS_URL, "socket_timeout": 15}],
+            # one uvicorn process's consumers share a queue; a relay tick is a batch plus a message per watched entity
+            "capacity": 1000,
+        },
     }
 }
 

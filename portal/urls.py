@@ -19,6 +19,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),
     path("healthz", views.healthz, name="healthz"),
     path("api/me/", CurrentUserView.as_view(), name="api-me"),
+    path("api/monitor/", include("telemetry_ui.urls")),
     path("api/", include("quotas.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/schema/swagger-ui/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),

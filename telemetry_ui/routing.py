@@ -1,8 +1,13 @@
 """WebSocket routes, mounted by portal.asgi under Channels' auth middleware.
 
-Consumers for the live per-entity charts are added here.
+``/ws/monitor/``: live quota samples per entity and per cluster (``telemetry_ui/consumers.py``; the frames are
+in ``telemetry_ui/README.md``).
 """
 
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
 
-websocket_urlpatterns: list[URLPattern | URLResolver] = []
+from telemetry_ui.consumers import MonitorConsumer
+
+websocket_urlpatterns: list[URLPattern | URLResolver] = [
+    path("ws/monitor/", MonitorConsumer.as_asgi(), name="ws-monitor"),
+]

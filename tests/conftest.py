@@ -4,6 +4,7 @@ Tests talk to a real redis-server (never a fake): the one scripts/run_tests.sh
 started (QUOTAS_REDIS_URL), or else one this session starts on a free port.
 """
 
+import copy
 import os
 from collections.abc import Iterator
 
@@ -24,9 +25,9 @@ def _point_portal_at(url: str) -> dict[str, object]:
     settings.QUOTAS_REDIS_URL = url
     settings.CELERY_BROKER_URL = url
     settings.CELERY_RESULT_BACKEND = url
-    settings.CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [url]}}
-    }
+    layers = copy.deepcopy(settings.CHANNEL_LAYERS)
+    layers["default"]["CONFIG"]["hosts"] = [{**layers["default"]["CONFIG"]["hosts"][0], "address": url}]
+    settings.CHANNEL_LAYERS = layers
     app.conf.broker_url = url
     app.conf.result_backend = url
     return old

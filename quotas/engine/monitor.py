@@ -18,12 +18,16 @@ copies (looking never changes a decision) and publishes one sample per quota typ
 Keys (all of a cluster share one hash tag, so one Redis Cluster slot):
 
 - ``mon:{<cluster>}:all``: every tick of every broker, one entry ``{"d": JSON list of samples}``
-  (MAXLEN ~ ``FIREHOSE_LEN``), what the relay tails;
+  (MAXLEN ~ ``FIREHOSE_LEN`` ticks), what the relay tails;
 - ``mon:{<cluster>}:e:<q>:<e>``: one entity's samples, one entry ``{"d": JSON sample}``, kept for
-  ``retention_s`` (5 minutes by default, MINID trimming): what a reconnecting chart gets back;
+  ``retention_s`` (5 minutes by default; MAXLEN ~ ``retention_s`` x ``MAX_BROKERS`` entries, so trimming needs
+  no clock) and expiring with its client: what a reconnecting chart gets back;
 - ``mon:{<cluster>}:m:<q>:<e>``: one entity's minute rollups (``rate_avg``, ``rate_max``, ``thr_avg``,
   ``thr_max``, ``thr_frac``, ``tokens_min``, ``bound``), the last ``MINUTES_KEPT``: the 1-hour view;
-- ``mon:{<cluster>}:latest``: hash ``<b>|<q>|<e>`` -> the newest sample: the overview's "now".
+- ``mon:{<cluster>}:latest``: hash ``<b>|<q>|<e>`` -> the newest sample: the overview's "now" (a sensor no
+  longer sampled is removed from it).
+
+Streams are filtered by each sample's own ``t`` (the broker's clock), never by stream ids (Redis's clock).
 """
 
 from __future__ import annotations
@@ -41,8 +45,9 @@ from .javamath import LONG_MAX_AS_DOUBLE
 from .managers import ClientQuotaManager
 from .redis_backend import decode_state, decode_throttle
 
-FIREHOSE_LEN = 20_000
+FIREHOSE_LEN = 1_000  # broker ticks (each a whole tick's samples): minutes of ticks, all the relay ever needs
 MINUTES_KEPT = 120
+MAX_BROKERS = 8  # per-entity streams keep retention_s samples of up to this many brokers
 ACTIVE_FOR_MS = 30_000  # an entity keeps being sampled this long after its last usage (its rate decays on the chart)
 CONNECTION = "connection"
 
@@ -115,6 +120,7 @@ class Sampler:
     _throttled_ms: dict[str, float] = field(default_factory=dict)
     _last_tick: int | None = None
     _minutes: dict[tuple[str, str], _Minute] = field(default_factory=dict)
+    _published: set[str] = field(default_factory=set)  # the latest-hash fields this sampler wrote last tick
 
     def touch(self, user: str, client_id: str, t: int) -> None:
         """A client of (user, client-id) was recorded at ``t``: sample its sensors for a while."""
@@ -128,6 +134,7 @@ class Sampler:
         elapsed = max(1, now_ms - self._last_tick) if self._last_tick is not None else 1000
         self._last_tick = now_ms
         samples: list[dict[str, Any]] = []
+        seen_keys: set[str] = set()
         for qt, m in self.managers.items():
             if not m.quotas_enabled:
                 continue
@@ -167,32 +174,47 @@ class Sampler:
                 total = stats.throttled_ms if stats else 0.0
                 before = self._throttled_ms.get(key, total)
                 self._throttled_ms[key] = total
+                seen_keys.add(key)
                 sample["thr_frac"] = min(1.0, max(0.0, (total - before) / elapsed))
                 samples.append(sample)
+        for key in set(self._throttled_ms) - seen_keys:
+            del self._throttled_ms[key]
         return samples
 
     def publish(self, samples: Iterable[Mapping[str, Any]], now_ms: int) -> int:
         """One firehose entry for the tick, each sample to its entity's stream, minute rollups, the latest hash."""
         samples = list(samples)
-        minid = now_ms - self.retention_s * 1000
         minute = now_ms - now_ms % 60_000
+        per_entity = self.retention_s * MAX_BROKERS
         with self.client.pipeline(transaction=False) as p:
             for k, acc in list(self._minutes.items()):  # minutes that ended, even for clients gone quiet
                 if acc.start != minute:
                     row = {**acc.row(), "b": self.broker_id}
-                    p.xadd(minutes_key(self.cluster, *k), {"d": json.dumps(row)}, maxlen=MINUTES_KEPT * 4,
-                           approximate=True)
+                    key = minutes_key(self.cluster, *k)
+                    p.xadd(key, {"d": json.dumps(row)}, maxlen=MINUTES_KEPT * MAX_BROKERS, approximate=True)
+                    p.pexpire(key, MINUTES_KEPT * 60_000)
                     del self._minutes[k]
+            fields: set[str] = set()
             if samples:
                 p.xadd(firehose_key(self.cluster), {"d": json.dumps(samples)}, maxlen=FIREHOSE_LEN, approximate=True)
                 latest: dict[str, str] = {}
                 for s in samples:
                     text = json.dumps(s)
-                    p.xadd(entity_key(self.cluster, s["q"], s["e"]), {"d": text}, minid=minid, approximate=True)
-                    latest[f"{s['b']}|{s['q']}|{s['e']}"] = text
+                    key = entity_key(self.cluster, s["q"], s["e"])
+                    p.xadd(key, {"d": text}, maxlen=per_entity, approximate=True)
+                    field = f"{s['b']}|{s['q']}|{s['e']}"
+                    latest[field] = text
                     k = (s["q"], s["e"])
-                    self._minutes.setdefault(k, _Minute(minute)).add(s)
+                    if k not in self._minutes:  # once a minute per sensor: its streams outlive it by their span
+                        self._minutes[k] = _Minute(minute)
+                        p.pexpire(key, self.retention_s * 1000 + 60_000)
+                    self._minutes[k].add(s)
+                fields = set(latest)
                 p.hset(latest_key(self.cluster), mapping=latest)
+            gone = self._published - fields
+            if gone:
+                p.hdel(latest_key(self.cluster), *gone)
+            self._published = fields
             p.execute()
         return len(samples)
 
@@ -204,14 +226,13 @@ class Sampler:
 
 def recent(client: redis.Redis, cluster: str, quota_type: str, tags: str, since_ms: int) -> list[dict[str, Any]]:
     """An entity's samples since ``since_ms`` (every broker), oldest first: the backfill of a chart."""
-    rows = client.xrange(entity_key(cluster, quota_type, tags), min=f"{since_ms}-0")
-    return [json.loads(fields[b"d"]) for _id, fields in rows]
+    rows = [json.loads(f[b"d"]) for _id, f in client.xrange(entity_key(cluster, quota_type, tags))]
+    return [r for r in rows if r["t"] >= since_ms]
 
 
 def minutes(client: redis.Redis, cluster: str, quota_type: str, tags: str, since_ms: int) -> list[dict[str, Any]]:
     """An entity's minute rollups since ``since_ms`` (every broker), oldest first: the hour view."""
-    found = client.xrange(minutes_key(cluster, quota_type, tags), min=f"{since_ms}-0")
-    rows = [json.loads(f[b"d"]) for _id, f in found]
+    rows = [json.loads(f[b"d"]) for _id, f in client.xrange(minutes_key(cluster, quota_type, tags))]
     return [r for r in rows if r["t"] >= since_ms]
 
 

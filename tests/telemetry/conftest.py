@@ -1,0 +1,252 @@
+"""Live monitoring end to end: the relay and the portal under uvicorn as real processes, real WebSocket clients.
+
+One relay (``python manage.py relay``) and one uvicorn serve the whole module, on the test Redis and the test
+database file; the tests commit their users and clusters (``transaction=True``) so both processes see them.
+Every test names its own cluster, so nothing it publishes reaches another test (or another run on the same Redis).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from devtools.processes import stop_session
+from devtools.redis_server import free_port
+from quotas.engine.monitor import Sampler
+
+ROOT = Path(__file__).resolve().parents[2]
+RENEW_S = 0.4
+WATCH_TTL_S = 3.0
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"Timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def service_env(redis_url: str) -> dict[str, str]:
+    """The environment of the relay and uvicorn: the test database file and Redis, short watch renewals."""
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "QUOTAS_REDIS_URL": redis_url,
+        "QUOTAS_MONITOR_RENEW_S": str(RENEW_S),
+        "QUOTAS_MONITOR_WATCH_TTL_S": str(WATCH_TTL_S),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        env["DATABASE_URL"] = f"sqlite:///{db['NAME']}"
+    return env
+
+
+class Service:
+    """A subprocess in a session of its own (stopped with all of its children), logging to a file."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], log: Path) -> None:
+        self.cmd, self.env, self.log = cmd, env, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Service:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.cmd, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        return self
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace_s: float = 10.0) -> int | None:
+        if self.proc is None:
+            return None
+        stop_session(self.proc, grace_s)
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+
+def start_relay(env: dict[str, str], log: Path) -> Service:
+    relay = Service([sys.executable, "manage.py", "relay", "--clusters-every", "0.2", "--block-ms", "500"], env, log)
+    relay.start()
+    wait_for("the relay to start", lambda: "relay started" in relay.text() or not relay.alive(), 30)
+    assert relay.alive(), relay.text()[-3000:]
+    return relay
+
+
+@pytest.fixture(scope="module")
+def services(
+    redis_url: str, django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """The relay and uvicorn for the module; yields {"relay", "server", "port", "redis"}."""
+    logs = tmp_path_factory.mktemp("monitor")
+    env = service_env(redis_url)
+    relay = start_relay(env, logs / "relay.log")
+    port = free_port()
+    server = Service(
+        [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+         "--lifespan", "off", "--no-access-log", "--log-level", "warning"],
+        env, logs / "uvicorn.log",
+    ).start()
+    try:
+        import http.client
+
+        def answers() -> bool:
+            assert server.alive(), server.text()[-3000:]
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                c.request("GET", "/healthz")
+                c.getresponse().read()
+                c.close()
+                return True
+            except OSError:
+                return False
+
+        wait_for("uvicorn to answer", answers, 30)
+        client = redis.Redis.from_url(redis_url)
+        yield {"relay": relay, "server": server, "port": port, "redis": client}
+        client.close()
+    finally:
+        t0 = time.monotonic()
+        server.stop()
+        stop_s = time.monotonic() - t0
+        code = relay.stop()
+        assert code == 0, f"the relay did not stop cleanly ({code}):\n{relay.text()[-3000:]}"
+        assert "relay stopped" in relay.text()
+        assert stop_s < 5, f"uvicorn took {stop_s:.1f} s to stop: a consumer outlived its socket"
+
+
+@pytest.fixture
+def make_cluster(services: dict[str, Any], transactional_db: None) -> Callable[[], str]:
+    """Create a cluster with a name of its own and wait until the relay tails its firehose."""
+    from quotas.models import Cluster
+
+    def make() -> str:
+        name = f"mon-{uuid.uuid4().hex[:10]}"
+        Cluster.objects.create(name=name)
+        relay: Service = services["relay"]
+        wait_for(f"the relay to tail {name}", lambda: name in relay.text(), 10)
+        return name
+
+    return make
+
+
+def session_cookie(user: Any) -> str:
+    client = Client()
+    client.force_login(user)
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+
+class Socket:
+    """A WebSocket client of /ws/monitor/ sending and receiving JSON frames."""
+
+    def __init__(self, port: int, cookie: str | None) -> None:
+        headers = {"Cookie": cookie} if cookie else None
+        self.ws: ClientConnection = connect(
+            f"ws://127.0.0.1:{port}/ws/monitor/", origin=f"http://127.0.0.1:{port}", additional_headers=headers,
+            proxy=None, max_size=None, open_timeout=10, legacy=True,
+        )
+
+    def send(self, frame: Any) -> None:
+        self.ws.send(frame if isinstance(frame, str | bytes) else json.dumps(frame))
+
+    def recv(self, timeout: float = 5.0) -> dict[str, Any]:
+        return json.loads(self.ws.recv(timeout=timeout))
+
+    def expect(self, kind: str, timeout: float = 5.0, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The next frame, which must be of type ``kind`` (frames of the types in ``skip`` are passed over)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            frame = self.recv(max(0.01, deadline - time.monotonic()))
+            if frame.get("type") in skip:
+                continue
+            assert frame.get("type") == kind, frame
+            return frame
+
+    def frames(self, seconds: float) -> list[dict[str, Any]]:
+        """Every frame received within ``seconds``."""
+        out: list[dict[str, Any]] = []
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                out.append(self.recv(left))
+            except TimeoutError:
+                break
+        return out
+
+    def subscribe(self, cluster: str, entity: str, **extra: Any) -> list[dict[str, Any]]:
+        """Subscribe; returns the backfill's points."""
+        self.send({"action": "subscribe", "cluster": cluster, "entity": entity, **extra})
+        assert self.expect("subscribed") == {"type": "subscribed", "cluster": cluster, "entity": entity}
+        backfill = self.expect("backfill")
+        assert (backfill["cluster"], backfill["entity"]) == (cluster, entity)
+        return backfill["points"]
+
+    def close(self) -> None:
+        try:
+            self.ws.close()
+        except ConnectionClosed:
+            pass
+
+
+@pytest.fixture
+def sockets(services: dict[str, Any]) -> Iterator[Callable[[Any], Socket]]:
+    """Open sockets as a user (None = anonymous); all closed at the end."""
+    opened: list[Socket] = []
+
+    def open_as(user: Any) -> Socket:
+        s = Socket(services["port"], session_cookie(user) if user is not None else None)
+        opened.append(s)
+        return s
+
+    yield open_as
+    for s in opened:
+        s.close()
+
+
+def sample(cluster: str, broker: int, tags: str, t: int, q: str = "produce", rate: float = 100.0) -> dict[str, Any]:
+    """A sample as the engine's Sampler measures it."""
+    bound = 1000.0
+    s: dict[str, Any] = {"t": t, "c": cluster, "b": broker, "q": q, "e": tags, "rate": rate, "bound": bound,
+                         "util": rate / bound, "thr_avg": 0.0, "thr_max": 0.0, "thr_frac": 0.0}
+    if q == "connection":
+        s.update(bound=None, util=None, accept_rate=rate, count=3)
+    return s
+
+
+@pytest.fixture
+def publish(services: dict[str, Any]) -> Callable[..., list[dict[str, Any]]]:
+    """publish(cluster, broker, samples, t=None): one broker tick through the engine's Sampler.publish."""
+    samplers: dict[tuple[str, int], Sampler] = {}
+
+    def do(cluster: str, broker: int, samples: list[dict[str, Any]], t: int | None = None) -> list[dict[str, Any]]:
+        sampler = samplers.setdefault((cluster, broker), Sampler(services["redis"], cluster, broker, managers={}))
+        now = t if t is not None else int(time.time() * 1000)
+        sampler.publish(samples, now)
+        return samples
+
+    return do
