@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Run the portal locally: a project-local Redis (data in .run/redis-portal), the database
-# migrated, static files collected, a Celery worker in the background and uvicorn in the
-# foreground. Ctrl-C (or SIGTERM to this script) stops all of them.
+# migrated, static files collected, the demo data (python manage.py demo_data), a Celery worker
+# (with beat), the live-monitoring relay and the demo load generator in the background, and
+# uvicorn in the foreground. Ctrl-C (or SIGTERM to this script) stops all of them.
 #
 #   PORTAL_PORT (default 8000)   QUOTAS_REDIS_PORT (default 6390)
+#   DEMO=0: no demo data and no load generator (default 1)
+#   Logs: .run/celery-worker.log, .run/relay.log, .run/loadgen.log, .run/demo-data.log
 
 set -euo pipefail
 
@@ -14,10 +17,13 @@ source scripts/bootstrap.sh
 
 PORTAL_PORT="${PORTAL_PORT:-8000}"
 REDIS_PORT="${QUOTAS_REDIS_PORT:-6390}"
+DEMO="${DEMO:-1}"
 RUN="$ROOT/.run"
 mkdir -p "$RUN"
 
 WORKER_PID=""
+RELAY_PID=""
+LOADGEN_PID=""
 UVICORN_PID=""
 REDIS_STARTED=""
 
@@ -42,6 +48,8 @@ cleanup() {
     trap - EXIT INT TERM
     echo "run_portal: stopping" >&2
     stop_pid "$UVICORN_PID" 10
+    stop_pid "$LOADGEN_PID" 10  # before Redis: it releases the connections it holds
+    stop_pid "$RELAY_PID" 10
     stop_pid "$WORKER_PID" 30
     if [ -n "$REDIS_STARTED" ]; then
         stop_project_redis portal "$REDIS_PORT"
@@ -66,12 +74,45 @@ if [ ! -f "$STATIC_STAMP" ] || [ requirements.txt -nt "$STATIC_STAMP" ] ||
     touch "$STATIC_STAMP"
 fi
 
+# Demo data before the worker starts: the pushes it queues are the worker's first work.
+if [ "$DEMO" != "0" ]; then
+    python manage.py demo_data | tee "$RUN/demo-data.log"
+fi
+
 celery -A portal worker -B -s "$RUN/celerybeat-schedule" -l info --logfile "$RUN/celery-worker.log" >>"$RUN/celery-worker.log" 2>&1 &
 WORKER_PID=$!
 echo "run_portal: Celery worker pid $WORKER_PID, log in .run/celery-worker.log"
 
-echo "run_portal: portal at http://127.0.0.1:$PORTAL_PORT/ (Ctrl-C to stop)"
+# The relay tails the monitor streams into the Channels groups the live pages listen to.
+python manage.py relay >>"$RUN/relay.log" 2>&1 &
+RELAY_PID=$!
+echo "run_portal: relay pid $RELAY_PID, log in .run/relay.log"
+
+if [ "$DEMO" != "0" ]; then
+    python manage.py loadgen >>"$RUN/loadgen.log" 2>&1 &
+    LOADGEN_PID=$!
+    echo "run_portal: load generator pid $LOADGEN_PID, log in .run/loadgen.log"
+fi
+
 # In the background + wait, so that a signal to this script runs the trap at once.
 uvicorn portal.asgi:application --host 127.0.0.1 --port "$PORTAL_PORT" --lifespan off &
 UVICORN_PID=$!
+
+# Say where it is, once it answers (or once uvicorn gave up).
+for ((i = 0; i < 300; i++)); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$PORTAL_PORT") 2>/dev/null && break
+    kill -0 "$UVICORN_PID" 2>/dev/null || break
+    sleep 0.1
+done
+if ! kill -0 "$RELAY_PID" 2>/dev/null; then
+    echo "run_portal: WARNING: the relay exited; see .run/relay.log (live pages get no updates)" >&2
+fi
+if [ -n "$LOADGEN_PID" ] && ! kill -0 "$LOADGEN_PID" 2>/dev/null; then
+    echo "run_portal: WARNING: the load generator exited; see .run/loadgen.log" >&2
+fi
+echo
+echo "run_portal: portal at http://127.0.0.1:$PORTAL_PORT/ (Ctrl-C to stop)"
+if [ "$DEMO" != "0" ] && [ -f "$RUN/demo-data.log" ]; then
+    sed -n '/^Demo logins/,$p' "$RUN/demo-data.log"
+fi
 wait "$UVICORN_PID"
