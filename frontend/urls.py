@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from frontend import views
+from frontend import monitor_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -21,4 +21,6 @@ urlpatterns = [
     path("tenants/", views.tenant_list, name="tenant-list"),
     path("drift/", views.drift, name="drift"),
     path("drift/reapply/", views.drift_reapply, name="drift-reapply"),
+    path("monitor/", monitor_views.overview, name="monitor-overview"),
+    path("monitor/<str:cluster>/entity/", monitor_views.entity, name="monitor-entity"),
 ]

@@ -34,6 +34,7 @@ from frontend.forms import (
     ReapplyForm,
     RequestFilterForm,
 )
+from frontend.monitoring import AROUND_MINUTES, request_effect, tags_for
 from quotas import workflow
 from quotas.api.errors import ApiError
 from quotas.api.serializers import push_summary, pushes_of_request
@@ -224,6 +225,9 @@ def entity_detail(request: HttpRequest, pk: int) -> HttpResponse:
         except QuotaEngineError as e:
             context["probe_error"] = e.message
         context["probe"] = {"user": user, "client_id": client_id, "editable": editable}
+    if entity.ip is None and DEFAULT not in (entity.user, entity.client_id):
+        # a default part stands for many clients, each its own sensor: only named entities have one chart
+        context["monitor_url"] = _monitor_url(entity.cluster.name, tags_for(entity.user, entity.client_id))
     context["history"] = visible_audit(request).filter(cluster=entity.cluster, entity=entity.path)[:200]
     context["requests"] = visible_requests(request).filter(
         cluster=entity.cluster, user=entity.user, client_id=entity.client_id
@@ -284,19 +288,30 @@ def _request_context(request: HttpRequest, target: QuotaRequest) -> dict[str, An
     user = request.user
     audit = visible_audit(request).filter(request=target).order_by("pk")
     submitted = target.state == RequestState.SUBMITTED
+    pushes = pushes_of_request(target)
     return {
         "req": target,
         "approval": getattr(target, "approval", None),
         "transitions": [e for e in audit if e.action != AuditAction.QUOTA_ALTERED],
         "audit": audit,
         "capacity": workflow.capacity_check(target),
-        "pushes": pushes_of_request(target),
+        "pushes": pushes,
+        "effect": request_effect(target, pushes),
+        "effect_minutes": AROUND_MINUTES,
+        "monitor_url": _monitor_url(target.cluster.name, tags_for(target.user, target.client_id)),
         "own": target.requested_by_id == user.pk,
         "can_decide": submitted and is_admin(user) and target.requested_by_id != user.pk,
         "can_withdraw": submitted
         and not is_auditor(user)
         and (target.requested_by_id == user.pk or target.tenant.members.filter(pk=user.pk).exists()),
     }
+
+
+def _monitor_url(cluster: str, tags: str) -> str:
+    """The live monitor page of an entity's sensor tags."""
+    from frontend.monitor_views import entity_url
+
+    return entity_url(cluster, tags)
 
 
 @require_GET

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make this checkout runnable: a Python 3.11+ virtualenv in .venv with requirements.txt
-# installed, and redis-server on the PATH. Safe to run again; fast when nothing changed.
+# installed, and redis-server on the PATH (run_tests.sh also calls ensure_chromium for the
+# browser tests). Safe to run again; fast when nothing changed.
 #
 # Sourced by run_portal.sh and run_tests.sh (then .venv/bin is put first on their PATH),
 # or run on its own: bash scripts/bootstrap.sh
@@ -76,6 +77,20 @@ ensure_redis_server() {
     if ! command -v redis-server >/dev/null 2>&1; then
         apt_install redis-server
     fi
+}
+
+# For run_tests.sh: the browser tests (tests/browser/) drive the system's chromium through Playwright's driver
+# (the playwright pip package). Debian's chromium is installed with apt-get when none is on the PATH; no
+# browser is ever downloaded by Playwright ("playwright install" is never run). Not fatal: without a chromium
+# the browser tests are skipped and say why.
+ensure_chromium() {
+    if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+        return 0
+    fi
+    if [ -n "${QUOTAS_CHROMIUM:-}" ] && [ -x "$QUOTAS_CHROMIUM" ]; then
+        return 0
+    fi
+    apt_install chromium || echo "bootstrap: could not install chromium; the browser tests will be skipped" >&2
 }
 
 # For the run scripts: stop the project-local Redis NAME on PORT and wait until the port is closed,

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Lint and test: ruff over the whole tree, then pytest against a real project-local Redis
-# (127.0.0.1:${QUOTAS_TEST_REDIS_PORT:-6391}, no persistence), stopped on exit.
+# (127.0.0.1:${QUOTAS_TEST_REDIS_PORT:-6391}, no persistence), stopped on exit. The browser tests use the
+# system's chromium, installed with apt-get when missing (never "playwright install"); screenshots of the
+# pages they visit are left in test-artifacts/screenshots/.
 # Arguments go to pytest, e.g.  bash scripts/run_tests.sh -q tests/portal
 # Exits non-zero when ruff or pytest fails (pytest's own status when pytest fails).
 
@@ -10,6 +12,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 # shellcheck source=scripts/bootstrap.sh
 source scripts/bootstrap.sh
+ensure_chromium
 
 REDIS_PORT="${QUOTAS_TEST_REDIS_PORT:-6391}"
 REDIS_STARTED=""

@@ -1,0 +1,559 @@
+/*
+ * Live monitor pages (frontend/templates/frontend/monitor_*.html), drawn with plotly.js served by the portal.
+ *
+ * Entity page: the entity's samples (telemetry_ui/README.md) stream in through the WebSocket /ws/monitor/
+ * ("subscribe" → "backfill", then live "points"), appended with Plotly.extendTraces; a lost connection is
+ * re-opened with since_ms just before the newest point drawn, and points already drawn are skipped, so the
+ * charts have no gap and no double. "Last hour" draws the minute rollups of the history endpoint instead.
+ * Overview: one heatmap of utilization by entity and broker per cluster; a cell opens that entity's page.
+ *
+ * The server's data comes in <script type="application/json"> elements (json_script); no inline script.
+ */
+(function () {
+  "use strict";
+
+  var PALETTE = ["#1f5fc9", "#c2410c", "#15803d", "#7c3aed", "#b91c1c", "#0e7490", "#a16207", "#be185d"];
+  var FONT = { family: 'system-ui, -apple-system, "Segoe UI", Roboto, sans-serif', size: 12, color: "#1d2330" };
+  var CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+  var QUOTA_TYPES = ["produce", "fetch", "request", "controller_mutation"];
+  var SHORT = { produce: "produce", fetch: "fetch", request: "request", controller_mutation: "mutations" };
+  // the quota type of a throttle line, told by its dash (produce solid)
+  var TYPE_DASH = { produce: "solid", fetch: "longdash", request: "dashdot", controller_mutation: "dot" };
+  var CHART_ORDER = ["rate-produce", "rate-fetch", "rate-request", "rate-other", "tokens", "throttle", "frac"];
+
+  function readData(id) {
+    var el = document.getElementById(id);
+    return el ? JSON.parse(el.textContent) : null;
+  }
+
+  function brokerColor(b) {
+    var n = typeof b === "number" ? b : 0;
+    return PALETTE[((n % PALETTE.length) + PALETTE.length) % PALETTE.length];
+  }
+
+  function isNum(v) {
+    return typeof v === "number" && isFinite(v);
+  }
+
+  function utcTime(ms) {
+    return new Date(ms).toISOString().slice(11, 19);
+  }
+
+  // ------------------------------------------------------------------ one chart
+
+  function Chart(host, id, title, yTitle, options, hour) {
+    this.id = id;
+    this.hour = !!hour;
+    this.keys = new Map(); // trace key -> index in the plot
+    this.queue = Promise.resolve();
+    this.section = document.createElement("section");
+    this.section.className = "chart";
+    this.section.id = "chart-" + id;
+    var h = document.createElement("h2");
+    h.id = "chart-" + id + "-h";
+    h.textContent = title;
+    this.el = document.createElement("div");
+    this.el.className = "plot";
+    this.el.id = "plot-" + id;
+    this.el.setAttribute("role", "img");
+    this.el.setAttribute("aria-labelledby", h.id);
+    this.section.appendChild(h);
+    this.section.appendChild(this.el);
+    // keep the charts in a fixed order whatever order their first points come in
+    var rank = CHART_ORDER.indexOf(id);
+    var before = null;
+    host.querySelectorAll("section.chart").forEach(function (other) {
+      if (before === null && CHART_ORDER.indexOf(other.id.slice(6)) > rank) before = other;
+    });
+    host.insertBefore(this.section, before);
+    this.layout = {
+      font: FONT,
+      margin: { l: 56, r: 12, t: 8, b: 70 },
+      height: 300,
+      showlegend: true,
+      legend: { orientation: "h", y: -0.22, font: { size: 11 } },
+      xaxis: { type: "date", title: { text: "" }, tickformat: hour ? "%H:%M" : "%H:%M:%S" },
+      yaxis: Object.assign({ title: { text: yTitle }, rangemode: "tozero", automargin: true }, options.yaxis || {}),
+      shapes: options.shapes || [],
+      hovermode: "x unified",
+      uirevision: "keep",
+    };
+    this.plotted = Plotly.newPlot(this.el, [], this.layout, CONFIG);
+    this.queue = this.plotted;
+  }
+
+  /* items: [{key, spec, x, y}] in time order; range: [from, to] of the x axis or null (autorange). */
+  Chart.prototype.append = function (items, maxPoints, range) {
+    var self = this;
+    var fresh = [];
+    var groups = new Map();
+    items.forEach(function (it) {
+      var idx = self.keys.get(it.key);
+      if (idx === undefined) {
+        idx = self.keys.size;
+        self.keys.set(it.key, idx);
+        // markers: a lone point (a burst of mutations, an hour with one minute) is visible too
+        var base = { mode: "lines+markers", marker: { size: self.hour ? 5 : 3 } };
+        fresh.push(Object.assign({ x: [], y: [], type: "scatter" }, base, it.spec));
+      }
+      var g = groups.get(idx);
+      if (!g) groups.set(idx, (g = { x: [], y: [] }));
+      g.x.push(it.x);
+      g.y.push(it.y);
+    });
+    this.queue = this.queue.then(function () {
+      var steps = Promise.resolve();
+      if (fresh.length) steps = steps.then(function () { return Plotly.addTraces(self.el, fresh); });
+      return steps.then(function () {
+        var indices = [], xs = [], ys = [];
+        groups.forEach(function (g, idx) {
+          indices.push(idx);
+          xs.push(g.x);
+          ys.push(g.y);
+        });
+        if (!indices.length) return null;
+        return Plotly.extendTraces(self.el, { x: xs, y: ys }, indices, maxPoints);
+      }).then(function () {
+        var update = self.id.indexOf("rate-") === 0 ? self.fitRate() : {};
+        if (range) update["xaxis.range"] = range;
+        if (Object.keys(update).length) return Plotly.relayout(self.el, update);
+        return null;
+      });
+    }).catch(function (err) {
+      if (window.console) console.error("monitor chart", self.id, err);
+    });
+    return this.queue;
+  };
+
+  /* A bound far above the rate (a quota raised 100-fold) would flatten the rate against 0: then the y axis
+     follows the rate and a note says where the bound is. */
+  Chart.prototype.fitRate = function () {
+    var rateMax = 0, boundMax = 0;
+    (this.el.data || []).forEach(function (t) {
+      var bound = / bound$/.test(t.name || "");
+      (t.y || []).forEach(function (v) {
+        if (!isNum(v)) return;
+        if (bound) boundMax = Math.max(boundMax, v);
+        else rateMax = Math.max(rateMax, v);
+      });
+    });
+    if (rateMax > 0 && boundMax > 4 * rateMax) {
+      this.capped = true;
+      return {
+        "yaxis.autorange": false,
+        "yaxis.range": [0, rateMax * 1.3],
+        annotations: [{ xref: "paper", yref: "paper", x: 1, y: 1, xanchor: "right", yanchor: "bottom", showarrow: false,
+          text: "bound up to " + boundMax.toLocaleString("en-US") + ", above the chart",
+          font: { size: 11, color: "#4f5869" } }],
+      };
+    }
+    if (this.capped) {
+      this.capped = false;
+      return { "yaxis.autorange": true, annotations: [] };
+    }
+    return {};
+  };
+
+  Chart.prototype.remove = function () {
+    Plotly.purge(this.el);
+    this.section.remove();
+  };
+
+  // ------------------------------------------------------------------ points → traces
+
+  /* The traces one sample (live) or one minute rollup (hour view) adds to. */
+  function itemsOf(p, hour) {
+    var b = p.b, q = QUOTA_TYPES.indexOf(p.q) >= 0 ? p.q : "other";
+    var bl = "broker " + b, color = brokerColor(b), x = p.t, out = [];
+    var shortQ = SHORT[q] || String(p.q || "rate");
+    var dash = TYPE_DASH[q] || "solid";
+    var group = "b" + b;
+    if (q === "controller_mutation") {
+      var tokens = hour ? (isNum(p.tokens_min) ? p.tokens_min : p.tokens) : p.tokens;
+      if (isNum(tokens)) {
+        out.push({ chart: "tokens", key: "b" + b, x: x, y: tokens,
+          spec: { name: bl + (hour ? " (lowest)" : ""), line: { color: color } } });
+      }
+    } else {
+      // legend: one entry per broker; its bound (dashed) and peak (dotted) toggle with it
+      var rate = hour ? (isNum(p.rate_avg) ? p.rate_avg : p.rate) : p.rate;
+      out.push({ chart: "rate-" + q, key: "b" + b + ":rate", x: x, y: isNum(rate) ? rate : null,
+        spec: { name: bl, legendgroup: group, line: { color: color } } });
+      if (hour && isNum(p.rate_max)) {
+        out.push({ chart: "rate-" + q, key: "b" + b + ":peak", x: x, y: p.rate_max,
+          spec: { name: bl + " peak", legendgroup: group, showlegend: false,
+            line: { color: color, width: 1, dash: "dot" }, opacity: 0.6 } });
+      }
+      out.push({ chart: "rate-" + q, key: "b" + b + ":bound", x: x, y: isNum(p.bound) ? p.bound : null,
+        spec: { name: bl + " bound", legendgroup: group, showlegend: false,
+          line: { color: color, dash: "dash", shape: "hv", width: 1.5 } } });
+    }
+    var typed = shortQ + " ";
+    out.push({ chart: "throttle", key: q + ":b" + b + ":max", x: x, y: isNum(p.thr_max) ? p.thr_max : 0,
+      spec: { name: typed + bl, legendgroup: q + group, line: { color: color, width: 2, dash: dash } } });
+    out.push({ chart: "throttle", key: q + ":b" + b + ":avg", x: x, y: isNum(p.thr_avg) ? p.thr_avg : 0,
+      spec: { name: typed + bl + " avg", legendgroup: q + group, showlegend: false,
+        line: { color: color, width: 1, dash: dash }, opacity: 0.45 } });
+    out.push({ chart: "frac", key: q + ":b" + b, x: x, y: isNum(p.thr_frac) ? p.thr_frac * 100 : 0,
+      spec: { name: typed + bl, line: { color: color, dash: dash } } });
+    return out;
+  }
+
+  /* The rows of a history response, each with its quota type, oldest first, whatever the nesting:
+     a list of rows, {rows|minutes|points|samples|series|...: ...}, or {<quota type>: [rows]}. */
+  function historyRows(doc) {
+    var rows = [];
+    var CONTAINERS = ["rollups", "rows", "minutes", "points", "samples", "data", "results", "series", "by_type", "quota_types", "types"];
+    function walk(v, q) {
+      if (Array.isArray(v)) {
+        v.forEach(function (r) {
+          if (r && typeof r === "object" && isNum(r.t)) rows.push(r.q || !q ? r : Object.assign({ q: q }, r));
+        });
+        return;
+      }
+      if (!v || typeof v !== "object") return;
+      for (var i = 0; i < CONTAINERS.length; i++) {
+        var sub = v[CONTAINERS[i]];
+        if (sub && typeof sub === "object") {
+          walk(sub, q);
+          return;
+        }
+      }
+      Object.keys(v).forEach(function (k) {
+        if (QUOTA_TYPES.indexOf(k) >= 0) walk(v[k], k);
+      });
+    }
+    walk(doc, null);
+    rows.sort(function (a, b) { return a.t - b.t; });
+    return rows;
+  }
+
+  // ------------------------------------------------------------------ the entity page
+
+  function EntityPage(cfg) {
+    this.cfg = cfg;
+    this.host = document.getElementById("monitor-charts");
+    this.empty = document.getElementById("monitor-empty");
+    this.status = document.getElementById("monitor-status");
+    this.errors = document.getElementById("monitor-errors");
+    this.charts = new Map();
+    this.lastT = new Map(); // "<q>|<b>" -> newest t drawn (live)
+    this.newest = 0;
+    this.oldest = 0;
+    this.points = 0;
+    this.mode = "live";
+    this.ws = null;
+    this.retries = 0;
+    this.retryTimer = null;
+    this.hourTimer = null;
+    this.windowMs = (cfg.live_minutes || 5) * 60000;
+  }
+
+  EntityPage.prototype.setStatus = function (state, text) {
+    this.status.dataset.state = state;
+    this.status.textContent = text;
+  };
+
+  EntityPage.prototype.showError = function (text) {
+    var p = document.createElement("p");
+    p.textContent = text;
+    this.errors.appendChild(p);
+    while (this.errors.childElementCount > 5) this.errors.removeChild(this.errors.firstElementChild);
+    this.errors.hidden = false;
+  };
+
+  EntityPage.prototype.chart = function (id) {
+    var c = this.charts.get(id);
+    if (c) return c;
+    var labels = this.cfg.labels || {};
+    var hour = this.mode === "hour";
+    if (id.indexOf("rate-") === 0) {
+      var q = id.slice(5);
+      c = new Chart(this.host, id, "Rate against its bound (dashed): " + (labels[q] || q) +
+        (hour ? "; minute average, peak dotted" : ""), labels[q] || "rate", {}, hour);
+    } else if (id === "tokens") {
+      c = new Chart(this.host, id, "Token bucket: " + (labels.controller_mutation || "controller mutations"),
+        "tokens (below 0 = throttled)", {
+          yaxis: { rangemode: "normal", zeroline: true, zerolinecolor: "#a4161a", zerolinewidth: 2 },
+          shapes: [{ type: "line", xref: "paper", x0: 0, x1: 1, y0: 0, y1: 0, line: { color: "#a4161a", width: 1, dash: "dash" } }],
+        }, hour);
+    } else if (id === "throttle") {
+      c = new Chart(this.host, id, "Throttle time: max (bold) and average (thin)", "ms", {}, hour);
+    } else {
+      c = new Chart(this.host, id, "Time throttled", hour ? "% of the minute" : "% of the last second",
+        { yaxis: { range: [0, 100], rangemode: "normal" } }, hour);
+    }
+    this.charts.set(id, c);
+    this.empty.hidden = true;
+    return c;
+  };
+
+  EntityPage.prototype.clear = function () {
+    this.charts.forEach(function (c) { c.remove(); });
+    this.charts.clear();
+    this.lastT.clear();
+    this.newest = 0;
+    this.oldest = 0;
+    this.points = 0;
+    this.host.dataset.points = "0";
+    this.empty.hidden = false;
+  };
+
+  /* Draw samples (live) or rollups (hour); returns how many were new. */
+  EntityPage.prototype.draw = function (samples, hour) {
+    var self = this;
+    var byChart = new Map();
+    var added = 0;
+    samples = samples.filter(function (p) {
+      return p && isNum(p.t) && p.q !== "connection" && (p.e === undefined || p.e === self.cfg.entity) &&
+        (p.c === undefined || p.c === self.cfg.cluster);
+    });
+    samples.sort(function (a, b) { return a.t - b.t; });
+    samples.forEach(function (p) {
+      var k = p.q + "|" + p.b;
+      var last = self.lastT.get(k);
+      if (last !== undefined && p.t <= last) return; // already drawn (a backfill after a reconnect)
+      self.lastT.set(k, p.t);
+      self.newest = Math.max(self.newest, p.t);
+      added += 1;
+      itemsOf(p, hour).forEach(function (it) {
+        var list = byChart.get(it.chart);
+        if (!list) byChart.set(it.chart, (list = []));
+        list.push(it);
+      });
+    });
+    if (!added) return 0;
+    if (!this.oldest || (samples.length && samples[0].t < this.oldest)) this.oldest = samples[0].t;
+    var range = this.range(hour);
+    // a 5-minute window of 1 s samples, with room to spare; the x range hides anything older
+    var maxPoints = hour ? 100000 : Math.ceil(this.windowMs / 1000) + 60;
+    byChart.forEach(function (items, id) { self.chart(id).append(items, maxPoints, range); });
+    this.points += added;
+    this.host.dataset.points = String(this.points);
+    this.host.dataset.newest = String(this.newest);
+    return added;
+  };
+
+  /* The x axis: live, the last 5 minutes, or less while there is less (at least 30 s, so a few points
+     are not squeezed against the right edge); the hour view, the whole hour. */
+  EntityPage.prototype.range = function (hour) {
+    if (hour) {
+      var end = Math.max(this.newest + 60000, Date.now());
+      return [end - (this.cfg.hour_minutes || 60) * 60000, end];
+    }
+    var span = Math.min(this.windowMs, Math.max(30000, this.newest - this.oldest + 3000));
+    return [this.newest - span, this.newest];
+  };
+
+  EntityPage.prototype.liveStatus = function () {
+    var when = this.newest ? ", newest sample " + utcTime(this.newest) + " UTC" : ", no sample yet";
+    this.setStatus("live", "Live: " + this.points + " samples" + when + ".");
+  };
+
+  // ---- live: the WebSocket
+
+  EntityPage.prototype.connect = function () {
+    var self = this;
+    var proto = window.location.protocol === "https:" ? "wss:" : "ws:";
+    var ws;
+    try {
+      ws = new WebSocket(proto + "//" + window.location.host + this.cfg.ws_path);
+    } catch (err) {
+      this.scheduleReconnect();
+      return;
+    }
+    this.ws = ws;
+    ws.onopen = function () {
+      self.retries = 0;
+      // from just before the newest point drawn (skipped when it comes again), else the whole live window
+      var since = self.newest ? self.newest - 5000 : Date.now() - self.windowMs;
+      ws.send(JSON.stringify({ action: "subscribe", cluster: self.cfg.cluster, entity: self.cfg.entity, since_ms: since }));
+      self.setStatus("connecting", "Connected; subscribing…");
+    };
+    ws.onmessage = function (ev) {
+      var msg;
+      try {
+        msg = JSON.parse(ev.data);
+      } catch (err) {
+        return;
+      }
+      if (ws !== self.ws || self.mode !== "live") return;
+      if (msg.type === "error") {
+        self.showError((msg.code || "ERROR") + ": " + (msg.message || "the server refused"));
+        if (msg.code === "PERMISSION_DENIED" || msg.code === "NOT_FOUND") self.setStatus("error", "Not streaming: " + msg.code + ".");
+        return;
+      }
+      if (msg.cluster !== undefined && msg.cluster !== self.cfg.cluster) return;
+      if (msg.entity !== undefined && msg.entity !== self.cfg.entity) return;
+      if (msg.type === "subscribed") {
+        self.liveStatus();
+      } else if (msg.type === "backfill" || msg.type === "points") {
+        self.draw(msg.points || [], false);
+        self.liveStatus();
+      }
+    };
+    ws.onclose = function (ev) {
+      if (ws !== self.ws) return;
+      self.ws = null;
+      if (self.mode !== "live") return;
+      if (ev.code === 4401) {
+        self.setStatus("closed", "Not streaming: your session has ended. Log in again and reload this page.");
+        return;
+      }
+      self.scheduleReconnect();
+    };
+  };
+
+  EntityPage.prototype.scheduleReconnect = function () {
+    var self = this;
+    var delay = Math.min(10000, 500 * Math.pow(2, this.retries));
+    this.retries += 1;
+    this.setStatus("reconnecting", "Connection lost; reconnecting in " + Math.round(delay / 1000) + " s (no sample will be missed).");
+    clearTimeout(this.retryTimer);
+    this.retryTimer = setTimeout(function () {
+      if (self.mode === "live") self.connect();
+    }, delay);
+  };
+
+  EntityPage.prototype.disconnect = function () {
+    clearTimeout(this.retryTimer);
+    var ws = this.ws;
+    this.ws = null;
+    if (ws) {
+      try {
+        if (ws.readyState === WebSocket.OPEN) {
+          ws.send(JSON.stringify({ action: "unsubscribe", cluster: this.cfg.cluster, entity: this.cfg.entity }));
+        }
+        ws.close(1000);
+      } catch (err) {
+        /* already closing */
+      }
+    }
+  };
+
+  // ---- the last hour: minute rollups from the history endpoint
+
+  EntityPage.prototype.loadHour = function () {
+    var self = this;
+    var minutes = this.cfg.hour_minutes || 60;
+    var url = this.cfg.history_url + "?" + new URLSearchParams({ entity: this.cfg.entity, minutes: String(minutes) });
+    this.setStatus("loading", "Loading the last hour…");
+    return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) {
+        if (!r.ok) {
+          return r.json().catch(function () { return {}; }).then(function (body) {
+            var why = body && body.message ? body.message : "HTTP " + r.status;
+            throw new Error(why);
+          });
+        }
+        return r.json();
+      })
+      .then(function (doc) {
+        if (self.mode !== "hour") return;
+        self.clear();
+        var rows = historyRows(doc);
+        self.draw(rows, true);
+        self.setStatus("history", "Last " + minutes + " minutes: " + rows.length + " broker-minutes" +
+          (self.newest ? ", newest minute " + utcTime(self.newest).slice(0, 5) + " UTC." : "."));
+      })
+      .catch(function (err) {
+        if (self.mode !== "hour") return;
+        self.setStatus("history-missing", "The last hour could not be loaded (" + err.message + ").");
+      });
+  };
+
+  EntityPage.prototype.setMode = function (mode) {
+    var self = this;
+    if (mode === this.mode && (this.ws || this.hourTimer)) return;
+    this.mode = mode;
+    clearInterval(this.hourTimer);
+    this.hourTimer = null;
+    this.disconnect();
+    this.clear();
+    if (mode === "hour") {
+      this.loadHour();
+      this.hourTimer = setInterval(function () { self.loadHour(); }, 60000);
+    } else {
+      this.setStatus("connecting", "Connecting…");
+      this.connect();
+    }
+  };
+
+  EntityPage.prototype.start = function () {
+    var self = this;
+    document.querySelectorAll('input[name="range"]').forEach(function (input) {
+      input.addEventListener("change", function () {
+        if (input.checked) self.setMode(input.value);
+      });
+    });
+    var chosen = document.querySelector('input[name="range"]:checked');
+    this.mode = null;
+    this.setMode(chosen ? chosen.value : "live");
+    window.addEventListener("pagehide", function () { self.disconnect(); });
+  };
+
+  // ------------------------------------------------------------------ the overview
+
+  function drawHeatmaps(data) {
+    (data.heatmaps || []).forEach(function (hm, i) {
+      var el = document.getElementById("heatmap-" + i);
+      if (!el) return;
+      var z = hm.z.map(function (row) {
+        return row.map(function (v) { return v === null ? null : Math.round(v * 1000) / 10; });
+      });
+      var trace = {
+        type: "heatmap",
+        z: z,
+        x: hm.brokers,
+        y: hm.entities,
+        // fixed scale, the same on every page: blue below the bound, yellow at it, red at twice it and above
+        zmin: 0,
+        zmax: 200,
+        colorscale: [[0, "#eef2f7"], [0.4, "#8fb8ea"], [0.5, "#f5c542"], [0.75, "#e8743b"], [1, "#a4161a"]],
+        colorbar: { title: { text: "of bound" }, ticksuffix: "%", thickness: 14 },
+        xgap: 2,
+        ygap: 1,
+        hovertemplate: "%{y}<br>%{x}: %{z:.0f}% of its bound<extra></extra>",
+      };
+      var layout = {
+        font: FONT,
+        height: Math.max(220, 70 + hm.entities.length * 20),
+        margin: { l: 10, r: 10, t: 30, b: 10 },
+        xaxis: { side: "top", type: "category", fixedrange: true },
+        // long client-ids would squeeze the cells: the labels are cut (the hover shows the whole tags)
+        yaxis: { type: "category", autorange: "reversed", automargin: true, fixedrange: true, tickmode: "array",
+          tickvals: hm.entities, ticktext: hm.entities.map(function (e) { return e.length > 40 ? e.slice(0, 39) + "…" : e; }) },
+      };
+      Plotly.newPlot(el, [trace], layout, CONFIG).then(function () {
+        el.on("plotly_click", function (ev) {
+          var p = ev && ev.points && ev.points[0];
+          if (!p) return;
+          var row = Array.isArray(p.pointIndex) ? p.pointIndex[0] : hm.entities.indexOf(p.y);
+          if (row >= 0 && hm.links[row]) window.location.assign(hm.links[row]);
+        });
+      });
+    });
+  }
+
+  function main() {
+    if (typeof window.Plotly === "undefined") {
+      var status = document.getElementById("monitor-status");
+      if (status) {
+        status.dataset.state = "error";
+        status.textContent = "The charts could not load (plotly.js is missing).";
+      }
+      return;
+    }
+    var entity = readData("monitor-entity-data");
+    if (entity) {
+      var pageObj = new EntityPage(entity);
+      window.quotaMonitor = pageObj; // for the browser tests and the curious: read-only use
+      pageObj.start();
+    }
+    var overview = readData("monitor-overview-data");
+    if (overview) drawHeatmaps(overview);
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", main);
+  else main();
+})();

@@ -1,0 +1,390 @@
+"""The live-monitor pages without a browser: who sees which entity, the overview's content and speed, the request
+page's before/after block, and plotly.js served by the portal itself.
+
+Samples are written where the engine's ``Sampler`` writes them (``quotas.engine.monitor``), through its own
+``publish``, into the test Redis, under a cluster name no other test uses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+from django.contrib.staticfiles import finders
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from frontend.finders import PLOTLY_STATIC_PATH, PlotlyFinder
+from frontend.monitoring import Visibility, tags_for
+from quotas import workflow
+from quotas.engine.monitor import Sampler, minutes_key
+from quotas.models import Alteration, Drift, OwnedName, Push, QuotaEntity, QuotaOp, Tenant, audited_alter
+
+from .people import make_user, roles
+from .test_quota_pages import assert_accessible, browser, parse, text
+
+pytestmark = pytest.mark.django_db
+
+CLUSTER = "monpages"
+PBR = "producer_byte_rate"
+
+
+@pytest.fixture
+def mon(redis_url: str) -> Iterator[redis.Redis]:
+    """The test Redis, without monitor keys of this module's cluster before and after."""
+    client = redis.Redis.from_url(redis_url)
+
+    def clear() -> None:
+        keys = list(client.scan_iter(match=f"mon:{{{CLUSTER}}}*", count=1000))
+        if keys:
+            client.delete(*keys)
+
+    clear()
+    yield client
+    clear()
+    client.close()
+
+
+@pytest.fixture
+def w(mon: redis.Redis) -> dict[str, Any]:
+    """team-a owns svc-a-* and app-a-*, team-b owns svc-b-*; cluster monpages with 3 brokers and a few quotas."""
+    from quotas.models import Cluster
+
+    w: dict[str, Any] = roles()
+    a = Tenant.objects.create(name="team-a")
+    a.members.add(w["alice"], w["alice2"])
+    OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
+    OwnedName.objects.create(tenant=a, entity_type="client-id", pattern="app-a-*")
+    b = Tenant.objects.create(name="team-b")
+    b.members.add(w["bob"])
+    OwnedName.objects.create(tenant=b, entity_type="user", pattern="svc-b-*")
+    cluster = Cluster.objects.create(name=CLUSTER)
+    for i in range(3):
+        cluster.brokers.create(broker_id=i, host=f"b{i}:9092")
+    rows = [
+        ([("user", "svc-a-1")], PBR, 1000),
+        ([("user", "svc-b-1")], PBR, 3000),
+        ([("user", None)], PBR, 500),
+        ([("ip", "10.0.0.1")], "connection_creation_rate", 5),
+    ]
+    audited_alter(cluster, [Alteration(e, [QuotaOp(k, v)]) for e, k, v in rows], w["admin"])
+    w.update(a=a, b=b, cluster=cluster, redis=mon)
+    return w
+
+
+def sample(e: str, b: int, t: int, *, rate: float = 500.0, bound: float | None = 1000.0, frac: float = 0.0,
+           thr: float = 0.0, q: str = "produce") -> dict[str, Any]:
+    return {"t": t, "c": CLUSTER, "b": b, "q": q, "e": e, "rate": rate, "bound": bound,
+            "util": rate / bound if bound else None, "thr_avg": thr, "thr_max": thr * 2, "thr_frac": frac,
+            "tokens": None}
+
+
+def publish(client: redis.Redis, samples: list[dict[str, Any]]) -> None:
+    """Each broker's samples through its Sampler's publish (firehose, entity streams, rollups, latest hash)."""
+    by_broker: dict[int, list[dict[str, Any]]] = {}
+    for s in samples:
+        by_broker.setdefault(s["b"], []).append(s)
+    for b, rows in by_broker.items():
+        Sampler(client, CLUSTER, b, {}).publish(rows, max(s["t"] for s in rows))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def entity_url(tags: str) -> str:
+    return f"/monitor/{CLUSTER}/entity/?e={tags}"
+
+
+def bootstrap(response: Any, element_id: str) -> Any:
+    found = re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', response.content.decode(),
+                      re.S)
+    assert found, f"no {element_id} in the page"
+    return json.loads(found.group(1))
+
+
+# ------------------------------------------------------------------ plotly.js, from the portal itself
+
+
+def test_plotly_js_is_a_static_file_of_the_portal_from_the_plotly_package() -> None:
+    found = finders.find(PLOTLY_STATIC_PATH)
+    assert found and found.replace("\\", "/").endswith("plotly/package_data/plotly.min.js")
+    listed = [(path, storage.prefix) for path, storage in PlotlyFinder().list([])]
+    assert listed == [("plotly.min.js", "vendor")]  # collectstatic copies it as vendor/plotly.min.js, alone
+    assert finders.find("vendor/widgetbundle.js") is None  # nothing else of the package is exposed
+
+
+def test_monitor_pages_load_plotly_from_the_portal_and_no_inline_script(w: dict[str, Any]) -> None:
+    client = browser(w["admin"])
+    for url in ("/monitor/", entity_url("svc-a-1:")):
+        body = client.get(url).content.decode()
+        scripts = re.findall(r"<script([^>]*)>(.*?)</script>", body, re.S)
+        sources = [re.search(r'src="([^"]+)"', attrs).group(1) for attrs, _ in scripts if "src=" in attrs]
+        assert "/static/vendor/plotly.min.js" in sources and "/static/frontend/monitor.js" in sources, sources
+        assert all(s.startswith("/static/") for s in sources)  # no CDN
+        inline = [attrs for attrs, code in scripts if "src=" not in attrs]
+        assert inline and all('type="application/json"' in attrs for attrs in inline)  # data only (json_script)
+
+
+# ------------------------------------------------------------------ who sees which entity
+
+
+@pytest.mark.parametrize("url", ["/monitor/", f"/monitor/{CLUSTER}/entity/?e=svc-a-1:"])
+def test_anonymous_is_sent_to_the_login_page(url: str) -> None:
+    from django.test import Client
+
+    response = Client().get(url)
+    assert response.status_code == 302 and response["Location"].startswith("/login/?next=")
+
+
+@pytest.mark.parametrize(
+    ("who", "tags", "status"),
+    [
+        ("alice", "svc-a-1:", 200),
+        ("alice", "svc-a-1:app-a-7", 200),
+        ("alice", ":app-a-7", 200),  # a client-id quota of a client-id team-a owns
+        ("alice", "svc-b-1:", 403),  # team-b's
+        ("alice", "svc-a-1:app-b-1", 403),  # a client-id team-a does not own
+        ("alice", "svc-a-1%40corp:", 200),  # the user part is sanitized: svc-a-1@corp
+        ("alice", ":", 403),
+        ("bob", "svc-b-1:", 200),
+        ("bob", "svc-a-1:", 403),
+        ("admin", "svc-b-1:", 200),
+        ("admin2", "anyone:any", 200),
+        ("auditor", "svc-a-1:", 200),
+        ("alice", "no-colon", 400),
+    ],
+)
+def test_entity_page_follows_tenant_ownership(w: dict[str, Any], who: str, tags: str, status: int) -> None:
+    from urllib.parse import quote
+
+    response = browser(w[who]).get(f"/monitor/{CLUSTER}/entity/?e={quote(tags, safe=':')}")
+    assert response.status_code == status, text(response)[:500]
+    assert_accessible(response)
+    if status == 403:
+        assert "not one your tenants own" in text(response)
+        assert "monitor-entity-data" not in response.content.decode()
+
+
+def test_unknown_cluster_is_404(w: dict[str, Any]) -> None:
+    assert browser(w["admin"]).get("/monitor/nope/entity/?e=svc-a-1:").status_code == 404
+
+
+def test_entity_page_bootstraps_the_socket_and_history_and_links_the_config(w: dict[str, Any]) -> None:
+    response = browser(w["alice"]).get(entity_url("svc-a-1:"))
+    data = bootstrap(response, "monitor-entity-data")
+    assert data["cluster"] == CLUSTER and data["entity"] == "svc-a-1:" and data["brokers"] == [0, 1, 2]
+    assert data["ws_path"] == "/ws/monitor/"
+    assert data["history_url"] == f"/api/monitor/{CLUSTER}/history/"
+    page = text(response)
+    assert "user svc-a-1 (all its client-ids)" in page
+    pk = QuotaEntity.objects.get(cluster=w["cluster"], user="svc-a-1", client_id=None).pk
+    assert f'href="/entities/{pk}/"' in page  # its configured quota
+    assert "range-live" in page and "range-hour" in page
+
+
+def test_entity_config_page_links_its_monitor_page_when_it_names_clients(w: dict[str, Any]) -> None:
+    admin = browser(w["admin"])
+    own = QuotaEntity.objects.get(cluster=w["cluster"], user="svc-a-1", client_id=None).pk
+    assert f'href="/monitor/{CLUSTER}/entity/?e=svc-a-1:"' in admin.get(f"/entities/{own}/").content.decode()
+    default = QuotaEntity.objects.get(cluster=w["cluster"], user="<default>", client_id=None).pk
+    ip = QuotaEntity.objects.get(cluster=w["cluster"], ip="10.0.0.1").pk
+    for pk in (default, ip):  # a default stands for many sensors; ip quotas have no client sensor
+        assert "/monitor/" not in admin.get(f"/entities/{pk}/").content.decode().split("</nav>", 1)[1]
+
+
+def test_visibility_decides_once_per_tags(w: dict[str, Any]) -> None:
+    vis = Visibility.of(w["alice"])
+    with CaptureQueriesContext(connection) as queries:
+        decisions = [vis.may_see(t) for t in ["svc-a-1:", "svc-b-1:", "ip:10.0.0.1", "listener:X"] * 1000]
+    assert len(queries) == 0  # the tenants and their patterns were loaded once, up front
+    assert decisions[:4] == [True, False, False, False]
+    assert tags_for("svc a@x", None) == "svc%20a%40x:" and tags_for(None, "app") == ":app"
+
+
+# ------------------------------------------------------------------ the overview
+
+
+def overview_samples(now: int) -> list[dict[str, Any]]:
+    return [
+        sample("svc-a-1:", 0, now - 500, rate=1800, frac=0.6, thr=300),
+        sample("svc-a-1:", 1, now - 400, rate=1500, frac=0.3, thr=120),
+        sample("svc-a-1:", 2, now - 300, rate=400),
+        sample("svc-b-1:", 0, now - 500, rate=6000, bound=3000, frac=0.9, thr=800),
+        sample("svc-a-2:", 1, now - 500, rate=10, bound=1000),  # not throttled
+        sample("svc-a-old:", 0, now - 60_000, rate=9000, frac=1.0, thr=999),  # stale: not "now"
+        {"t": now - 500, "c": CLUSTER, "b": 0, "q": "connection", "e": "ip:10.0.0.1", "accept_rate": 3.0, "count": 7},
+    ]
+
+
+def throttled_rows(response: Any) -> list[list[str]]:
+    rows = parse(response).rows
+    start = next(i for i, r in enumerate(rows) if r and r[0] == "Entity (sensor)")
+    return [r for r in rows[start + 1:] if len(r) == 8]
+
+
+def test_overview_for_an_admin_shows_what_is_throttled_now_heatmap_pending_and_drift(w: dict[str, Any]) -> None:
+    publish(w["redis"], overview_samples(now_ms()))
+    workflow.submit(w["alice"], w["a"], w["cluster"], user="svc-a-1", client_id=None, key=PBR, value=5000)
+    broker = w["cluster"].brokers.get(broker_id=2)
+    for key in ("k1", "k2"):
+        Drift.objects.create(cluster=w["cluster"], broker=broker, kind="quota", resource="r", key=key,
+                             status="missing", version=1, detected_at=timezone.now())
+    response = browser(w["admin"]).get("/monitor/")
+    assert response.status_code == 200
+    assert_accessible(response)
+    rows = throttled_rows(response)
+    assert [r[0].split()[0] for r in rows] == ["svc-b-1:", "svc-a-1:"]  # most time throttled first; not the stale one
+    assert rows[0][1:] == [CLUSTER, "produce", "90%", "1600", "800", "200%", "1 of 1"]
+    assert rows[1][3] == "60%" and rows[1][7] == "2 of 3"
+    page = text(response)
+    assert f'href="/monitor/{CLUSTER}/entity/?e=svc-b-1:"' in page
+    data = bootstrap(response, "monitor-overview-data")
+    (hm,) = data["heatmaps"]
+    assert hm["cluster"] == CLUSTER and hm["brokers"] == ["broker 0", "broker 1", "broker 2"]
+    assert hm["entities"] == ["svc-b-1:", "svc-a-1:", "svc-a-2:"]  # by utilization; stale and connection left out
+    assert hm["z"][1] == [1.8, 1.5, 0.4] and hm["z"][0] == [2.0, None, None]
+    assert hm["links"][0] == f"/monitor/{CLUSTER}/entity/?e=svc-b-1:"
+    tiles = re.findall(r'href="([^"]+)"><span class="tile-num">(\d+)</span>\s*<span class="tile-label">([^<]+)', page)
+    assert [(href, n, " ".join(label.split())) for href, n, label in tiles] == [
+        ("/approvals/", "1", "pending request"),
+        ("/requests/?state=applying", "0", "being pushed"),
+        ("#throttled-h", "2", "entities throttled now"),
+        ("/drift/", "1", "drifted broker (2 items)"),
+    ]
+    drift_rows = [r for r in parse(response).rows if r[:2] == [CLUSTER, "broker 2"]]
+    assert drift_rows == [[CLUSTER, "broker 2", "2"]]
+    assert f'href="/drift/#cluster-{CLUSTER}"' in page
+
+
+def test_overview_for_a_tenant_shows_only_its_entities_and_no_drift(w: dict[str, Any]) -> None:
+    publish(w["redis"], overview_samples(now_ms()))
+    Drift.objects.create(cluster=w["cluster"], broker=None, kind="quota", resource="r", key="k", status="missing",
+                         version=1, detected_at=timezone.now())
+    response = browser(w["alice"]).get("/monitor/")
+    assert response.status_code == 200
+    assert [r[0].split()[0] for r in throttled_rows(response)] == ["svc-a-1:"]
+    (hm,) = bootstrap(response, "monitor-overview-data")["heatmaps"]
+    assert hm["entities"] == ["svc-a-1:", "svc-a-2:"]
+    page = text(response)
+    assert "svc-b-1" not in page and "ip:10.0.0.1" not in page and "Drifted brokers" not in page
+    assert 'href="/requests/?state=submitted"' in page
+    empty = browser(w["bob"]).get("/monitor/")  # bob's svc-b-1 is throttled; team-b sees it, not svc-a-*
+    assert [r[0].split()[0] for r in throttled_rows(empty)] == ["svc-b-1:"]
+    nobody = browser(make_user("nobody")).get("/monitor/")
+    assert "Nothing of yours is throttled now." in text(nobody)
+
+
+def test_overview_with_10000_entities_is_fast_and_queries_do_not_grow(w: dict[str, Any]) -> None:
+    now = now_ms()
+    client = w["redis"]
+    for b in range(3):  # 10,000 entities on each of 3 brokers: 30,000 samples in the latest hash
+        rows = [sample(f"svc-{'a' if i % 2 else 'b'}-{i}:", b, now - 200, rate=float(i % 1500),
+                       frac=0.5 if i % 97 == 0 else 0.0, thr=50.0 if i % 97 == 0 else 0.0) for i in range(10_000)]
+        Sampler(client, CLUSTER, b, {}).publish(rows, now)
+    assert client.hlen(f"mon:{{{CLUSTER}}}:latest") == 30_000
+    sessions = {who: browser(w[who]) for who in ("admin", "alice")}
+    queries_with: dict[str, int] = {}
+    for who, session in sessions.items():
+        session.get("/monitor/")  # warm up (templates, connections)
+        timings = []
+        for _ in range(3):
+            with CaptureQueriesContext(connection) as queries:
+                started = time.perf_counter()
+                response = session.get("/monitor/")
+                timings.append(time.perf_counter() - started)
+            assert response.status_code == 200
+        queries_with[who] = len(queries)
+        best = min(timings)
+        print(f"overview with 30,000 samples of 10,000 entities, {who}: {best * 1000:.0f} ms, {len(queries)} queries")
+        assert best < 1.5  # the target is < 300 ms (see the printed figure); shared CI machines vary
+        rows = throttled_rows(response)
+        assert len(rows) == 25  # capped
+        (hm,) = bootstrap(response, "monitor-overview-data")["heatmaps"]
+        assert len(hm["entities"]) == 50 and hm["total"] == (10_000 if who == "admin" else 5_000)
+        if who == "alice":
+            assert all(r[0].startswith("svc-a-") for r in rows)
+    client.delete(f"mon:{{{CLUSTER}}}:latest")
+    for who, session in sessions.items():  # the same queries without a single sample: none per entity
+        with CaptureQueriesContext(connection) as queries:
+            assert session.get("/monitor/").status_code == 200
+        assert len(queries) == queries_with[who]
+
+
+# ------------------------------------------------------------------ a request's before and after
+
+
+def applied_request(w: dict[str, Any], applied_at: Any) -> Any:
+    req = workflow.submit(w["alice"], w["a"], w["cluster"], user="svc-a-1", client_id=None, key=PBR, value=5000)
+    workflow.approve(w["admin2"], req.pk)
+    req.refresh_from_db()
+    assert req.applied_version is not None
+    pushes = Push.objects.filter(cluster=w["cluster"], version=req.applied_version)
+    assert pushes.count() == 3
+    for i, p in enumerate(pushes.order_by("broker__broker_id")):
+        p.state, p.applied_at = "applied", applied_at + timedelta(milliseconds=200 * i)
+        p.save()
+    return req
+
+
+def rollup(client: redis.Redis, tags: str, b: int, t: int, *, rate: float, bound: float, thr: float, frac: float,
+           ) -> None:
+    row = {"t": t, "rate_avg": rate, "rate_max": rate * 1.2, "thr_avg": thr, "thr_max": thr * 2, "thr_frac": frac,
+           "tokens_min": None, "bound": bound, "n": 60, "b": b}
+    client.xadd(minutes_key(CLUSTER, "produce", tags), {"d": json.dumps(row)})
+
+
+def effect_rows(response: Any) -> dict[str, list[str]]:
+    return {r[0].split()[0]: r for r in parse(response).rows if r and r[0].startswith(("Before", "After"))}
+
+
+def test_request_page_shows_observed_rate_and_throttling_before_and_after_the_change(w: dict[str, Any]) -> None:
+    now = timezone.now()
+    applied_at = now - timedelta(minutes=6)
+    req = applied_request(w, applied_at)
+    at_ms = int(applied_at.timestamp() * 1000)
+    minute = at_ms - at_ms % 60_000
+    for b in range(3):
+        for m in range(1, 4):  # three whole minutes before, throttled against 1,000
+            rollup(w["redis"], "svc-a-1:", b, minute - m * 60_000, rate=1000, bound=1000, thr=400, frac=0.5)
+        rollup(w["redis"], "svc-a-1:", b, minute, rate=2000, bound=5000, thr=100, frac=0.1)  # it landed in this one
+        for m in range(1, 3):  # two whole minutes after, at 5,000: not throttled
+            rollup(w["redis"], "svc-a-1:", b, minute + m * 60_000, rate=3000, bound=5000, thr=0, frac=0)
+    response = browser(w["alice"]).get(f"/requests/{req.pk}/")
+    assert response.status_code == 200
+    rows = effect_rows(response)
+    assert rows["Before"][1:] == ["9", "1,000", "1,200", "1,000", "400", "800", "50%"]
+    assert rows["After"][1:] == ["6", "3,000", "3,600", "5,000", "0", "0", "0%"]
+    assert f'href="/monitor/{CLUSTER}/entity/?e=svc-a-1:"' in text(response)
+
+
+def test_request_page_says_when_monitor_data_is_missing_or_the_change_has_not_landed(w: dict[str, Any]) -> None:
+    req = applied_request(w, timezone.now() - timedelta(minutes=3))
+    page = text(browser(w["admin"]).get(f"/requests/{req.pk}/"))
+    assert "No monitor data for the sensor svc-a-1: (produce)" in page
+    Push.objects.filter(version=req.applied_version).update(applied_at=timezone.now() - timedelta(seconds=30))
+    page = text(browser(w["admin"]).get(f"/requests/{req.pk}/"))
+    assert "the comparison needs whole minutes of the brokers' samples" in page  # landed just now
+    pending = workflow.submit(w["alice"], w["a"], w["cluster"], user="svc-a-2", client_id=None, key=PBR, value=10)
+    assert "Once the change is applied, this compares" in text(browser(w["admin"]).get(f"/requests/{pending.pk}/"))
+    workflow.approve(w["admin2"], pending.pk)
+    page = text(browser(w["admin"]).get(f"/requests/{pending.pk}/"))
+    assert "Not applied on every broker yet" in page
+
+
+def test_pages_say_so_when_the_monitors_redis_is_down(w: dict[str, Any], settings: Any) -> None:
+    req = applied_request(w, timezone.now() - timedelta(minutes=5))
+    settings.QUOTAS_REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    admin = browser(w["admin"])
+    overview = admin.get("/monitor/")
+    assert overview.status_code == 200
+    assert "The monitor's Redis could not be read (ConnectionError)" in text(overview)
+    assert "Monitor data could not be read (ConnectionError)" in text(admin.get(f"/requests/{req.pk}/"))
+    assert admin.get(entity_url("svc-a-1:")).status_code == 200  # the page itself needs no Redis
