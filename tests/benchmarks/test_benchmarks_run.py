@@ -72,3 +72,28 @@ def test_push_benchmark_quick_run_reports_its_ratio() -> None:
     assert summary["raw_changes_per_s"] > 0 and summary["push_changes_per_s"] > 0 and summary["push_ratio"] > 0
     assert summary["latency_p99_ms"] >= summary["latency_p50_ms"]
     assert summary["batch_ratio"] > 0 and summary["worker_concurrency"] >= 1
+
+
+def test_monitor_benchmark_quick_run_reports_its_delays() -> None:
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/monitor_bench.py", "--quick", "--seconds", "2", "--warmup", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["p99_ms"] >= summary["p50_ms"] > 0 and summary["baseline_p99_ms"] > 0
+    assert summary["p99_ratio"] > 0 and summary["relay_cpu_cores"] >= 0 and summary["uvicorn_cpu_cores"] >= 0
+    for phase in ("echo_cluster", "echo_entities", "relay_cluster", "relay_entities", "relay_members"):
+        assert summary[phase]["received"] > 0, phase
+
+
+def test_overview_benchmark_quick_run_reports_its_ratio() -> None:
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/overview_bench.py", "--quick", "--entities", "500", "--requests", "3",
+         "--warmup", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["admin_median_ms"] > 0 and summary["member_median_ms"] > 0 and summary["trivial_median_ms"] > 0
+    assert summary["admin_ratio"] > 0 and summary["admin_entities_shown"] == 500
