@@ -41,7 +41,6 @@ import multiprocessing as mp  # noqa: E402
 import os  # noqa: E402
 import pstats  # noqa: E402
 import random  # noqa: E402
-import signal  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -52,8 +51,9 @@ from typing import Any  # noqa: E402
 from urllib.parse import urlencode, urlsplit  # noqa: E402
 
 from benchmarks.engine_bench import _collect, percentile  # noqa: E402
+from benchmarks.harness import run_bench  # noqa: E402
 from devtools.processes import stop_session  # noqa: E402
-from devtools.redis_server import RUN_DIR, RedisServer, free_port  # noqa: E402
+from devtools.redis_server import RUN_DIR, free_port  # noqa: E402
 
 PROCESSES = 2
 CLUSTER = "bench"
@@ -594,27 +594,7 @@ def run(args: argparse.Namespace, redis_url: str, stack: list[Callable[[], None]
 def main(argv: list[str] | None = None) -> int:
     """Run every phase; whatever was started (uvicorn, Redis, the database file) goes on any exit."""
     args = parse_args(argv)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C even when started with SIGINT ignored
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # SystemExit unwinds through the finally below
-    started = time.perf_counter()
-    stack: list[Callable[[], None]] = []  # cleanups, run last-in first-out
-    try:
-        redis = RedisServer(name="api-bench")
-        stack.append(redis.stop)
-        redis.start()
-        summary = run(args, redis.url, stack)
-    except KeyboardInterrupt:
-        print("api_bench: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        while stack:
-            try:
-                stack.pop()()
-            except Exception as e:  # keep stopping the rest
-                print(f"api_bench: cleanup failed: {e!r}", file=sys.stderr)
-    summary["elapsed_s"] = round(time.perf_counter() - started, 1)
-    print(json.dumps(summary, separators=(",", ":")), flush=True)
-    return 1 if args.check and not summary["targets_met"] else 0
+    return run_bench("api-bench", args.check, lambda server, stack: run(args, server.url, stack), "targets_met")
 
 
 if __name__ == "__main__":

@@ -65,7 +65,6 @@ import os  # noqa: E402
 import queue  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
-import signal  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -80,6 +79,7 @@ import redis  # noqa: E402
 
 from benchmarks.api_bench import remove_database, tree_cpu_s  # noqa: E402
 from benchmarks.engine_bench import _collect, server_cpu_s  # noqa: E402
+from benchmarks.harness import run_bench  # noqa: E402
 from devtools.processes import stop_session  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer, free_port  # noqa: E402
 from quotas.engine.monitor import entity_key, firehose_key  # noqa: E402
@@ -1015,39 +1015,11 @@ def run(args: argparse.Namespace, server: RedisServer, stack: list[Callable[[], 
     return summary
 
 
-def finite(value: Any) -> Any:
-    """NaN (a figure of a phase that did not run) as null: the JSON line stays strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    return value
-
 
 def main(argv: list[str] | None = None) -> int:
     """Run every phase; whatever was started (servers, relay, publisher, Redis, the database) goes on any exit."""
     args = parse_args(argv)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    started = time.perf_counter()
-    stack: list[Callable[[], None]] = []
-    try:
-        server = RedisServer(name="monitor-bench")
-        stack.append(server.stop)
-        server.start()
-        summary = run(args, server, stack)
-    except KeyboardInterrupt:
-        print("monitor_bench: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        while stack:
-            try:
-                stack.pop()()
-            except Exception as e:  # keep stopping the rest
-                print(f"monitor_bench: cleanup failed: {e!r}", file=sys.stderr)
-    summary["elapsed_s"] = round(time.perf_counter() - started, 1)
-    print(json.dumps(finite(summary), separators=(",", ":")), flush=True)
-    return 1 if args.check and not summary["target_met"] else 0
+    return run_bench("monitor-bench", args.check, lambda server, stack: run(args, server, stack), "target_met")
 
 
 if __name__ == "__main__":

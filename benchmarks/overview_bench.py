@@ -45,7 +45,6 @@ import os  # noqa: E402
 import pstats  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
-import signal  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -57,6 +56,7 @@ import redis  # noqa: E402
 
 from benchmarks.api_bench import plan_entities, quota_values, remove_database  # noqa: E402
 from benchmarks.engine_bench import percentile  # noqa: E402
+from benchmarks.harness import run_bench  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer  # noqa: E402
 from quotas.engine.monitor import latest_key  # noqa: E402
 
@@ -481,27 +481,7 @@ def run(args: argparse.Namespace, server: RedisServer, stack: list[Callable[[], 
 def main(argv: list[str] | None = None) -> int:
     """Build, measure, report; Redis and the database file go on any exit (Ctrl-C and SIGTERM included)."""
     args = parse_args(argv)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    started = time.perf_counter()
-    stack: list[Callable[[], None]] = []
-    try:
-        server = RedisServer(name="overview-bench")
-        stack.append(server.stop)
-        server.start()
-        summary = run(args, server, stack)
-    except KeyboardInterrupt:
-        print("overview_bench: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        while stack:
-            try:
-                stack.pop()()
-            except Exception as e:  # keep stopping the rest
-                print(f"overview_bench: cleanup failed: {e!r}", file=sys.stderr)
-    summary["elapsed_s"] = round(time.perf_counter() - started, 1)
-    print(json.dumps(summary, separators=(",", ":")), flush=True)
-    return 1 if args.check and not summary["target_met"] else 0
+    return run_bench("overview-bench", args.check, lambda server, stack: run(args, server, stack), "target_met")
 
 
 if __name__ == "__main__":

@@ -44,13 +44,11 @@ import argparse  # noqa: E402
 import bisect  # noqa: E402
 import cProfile  # noqa: E402
 import io  # noqa: E402
-import json  # noqa: E402
 import multiprocessing as mp  # noqa: E402
 import os  # noqa: E402
 import pstats  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
-import signal  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -66,6 +64,7 @@ import redis  # noqa: E402
 
 from benchmarks.api_bench import remove_database, tree_cpu_s  # noqa: E402
 from benchmarks.engine_bench import _collect, percentile, server_cpu_s  # noqa: E402
+from benchmarks.harness import run_bench  # noqa: E402
 from devtools.processes import stop_session  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer  # noqa: E402
 from quotas.engine.config import KEY_SEP, EntityRef, namespace_for_broker  # noqa: E402
@@ -958,27 +957,7 @@ def run(args: argparse.Namespace, server: RedisServer, stack: list[Callable[[], 
 def main(argv: list[str] | None = None) -> int:
     """Run every phase; whatever was started (worker, Redis, the database file) goes on any exit."""
     args = parse_args(argv)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C even when started with SIGINT ignored
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # SystemExit unwinds through the finally below
-    started = time.perf_counter()
-    stack: list[Callable[[], None]] = []  # cleanups, run last-in first-out
-    try:
-        server = RedisServer(name="push-bench")
-        stack.append(server.stop)
-        server.start()
-        summary = run(args, server, stack)
-    except KeyboardInterrupt:
-        print("push_bench: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        while stack:
-            try:
-                stack.pop()()
-            except Exception as e:  # keep stopping the rest
-                print(f"push_bench: cleanup failed: {e!r}", file=sys.stderr)
-    summary["elapsed_s"] = round(time.perf_counter() - started, 1)
-    print(json.dumps(summary, separators=(",", ":")), flush=True)
-    return 1 if args.check and not summary["target_met"] else 0
+    return run_bench("push-bench", args.check, lambda server, stack: run(args, server, stack), "target_met")
 
 
 if __name__ == "__main__":

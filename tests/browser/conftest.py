@@ -16,12 +16,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,8 @@ import redis
 from django.db import connection
 
 from devtools.processes import stop_session
+from devtools.redis_server import free_port
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
@@ -92,22 +92,8 @@ def chromium(django_db_setup: None) -> Iterator[Any]:
     pw.stop()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
-    """Poll ``check`` until it returns something true; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"Timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 @dataclass

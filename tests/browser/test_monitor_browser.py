@@ -25,8 +25,9 @@ from quotas import workflow
 from quotas.engine.monitor import Sampler
 from quotas.models import Cluster, OwnedName, QuotaRequest, Tenant
 from tests.portal.brokers import push_everywhere, set_quota
+from tests.waiting import wait_for
 
-from .conftest import CLUSTER, PASSWORD, Portal, log_in, screenshot, wait_for
+from .conftest import CLUSTER, PASSWORD, Portal, log_in, screenshot
 from .load import Brokers, Traffic, now_ms
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]

@@ -11,31 +11,20 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 from django.db import connection
 
 from devtools.processes import stop_session
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CELERY = str(Path(sys.executable).with_name("celery"))
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
-    """Poll ``check`` until it returns something true; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"Timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 class Worker:

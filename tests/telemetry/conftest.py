@@ -28,21 +28,13 @@ from websockets.sync.client import ClientConnection, connect
 from devtools.processes import stop_session
 from devtools.redis_server import free_port
 from quotas.engine.monitor import Sampler
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 RENEW_S = 0.4
 WATCH_TTL_S = 3.0
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"Timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def service_env(redis_url: str) -> dict[str, str]:
