@@ -363,6 +363,21 @@ def _connection_quotas_case(backend: Any, ns: str, config: dict[str, Any]) -> Ca
     return step
 
 
+def _client_metrics_case(backend: Any, ns: str, config: dict[str, Any]) -> Callable[[dict[str, Any]], Out]:
+    # KIP-714 lives in the broker's process (no Redis): both engines run the same implementation
+    from quotas.telemetry.vectors import UnsupportedOp, client_metrics_case
+
+    step_fn = client_metrics_case(config)
+
+    def step(s: dict[str, Any]) -> Out:
+        try:
+            return step_fn(s)
+        except UnsupportedOp as e:
+            raise Unsupported(str(e)) from e
+
+    return step
+
+
 def quotas_ip(ip: str) -> str:
     from .connections import normalize_ip
 
@@ -378,6 +393,7 @@ CASE_KINDS: dict[str, Callable[[Any, str, dict[str, Any]], Callable[[dict[str, A
     "client_quota_manager": _manager_case,
     "controller_mutation_quota": _controller_mutation_case,
     "connection_quotas": _connection_quotas_case,
+    "client_metrics": _client_metrics_case,
 }
 
 EXCEPTION_NAMES = {JavaIllegalArgument: "IllegalArgumentException"}
