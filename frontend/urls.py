@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from frontend import monitor_views, views
+from frontend import client_metrics_views, monitor_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -18,6 +18,7 @@ urlpatterns = [
     path("audit/", views.audit_log, name="audit-log"),
     path("clusters/", views.cluster_list, name="cluster-list"),
     path("clusters/<str:name>/", views.cluster_detail, name="cluster-detail"),
+    path("clusters/<str:name>/client-metrics/", client_metrics_views.client_metrics, name="client-metrics"),
     path("tenants/", views.tenant_list, name="tenant-list"),
     path("drift/", views.drift, name="drift"),
     path("drift/reapply/", views.drift_reapply, name="drift-reapply"),

@@ -31,6 +31,7 @@ from quotas.choices import ConnectorKind
 from quotas.connectors import connector_for
 from quotas.connectors.base import (
     BROKER,
+    CLIENT_METRICS,
     QUOTA,
     TOPIC,
     Applied,
@@ -48,6 +49,7 @@ from quotas.models import (
     AuditAction,
     Broker,
     BrokerConfig,
+    ClientMetricsSubscription,
     Cluster,
     DesiredChange,
     DesiredStateVersion,
@@ -112,6 +114,9 @@ def desired_state(cluster: Cluster, broker: Broker | None) -> State:
             state[item] = value
     for topic, key, value in TopicConfig.objects.filter(cluster=cluster).values_list("topic", "key", "value"):
         state[Item(TOPIC, topic, key)] = value
+    for sub in ClientMetricsSubscription.objects.filter(cluster=cluster).order_by():
+        for key, value in sub.configs.items():  # every broker runs every subscription
+            state[Item(CLIENT_METRICS, sub.name, key)] = value
     return state
 
 

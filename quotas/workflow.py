@@ -39,13 +39,17 @@ from quotas.models import (
     QuotaRequest,
     QuotaValue,
     RequestState,
+    SubscriptionRequest,
     Tenant,
+    alter_subscription,
     audited_alter,
     entity_owned_by,
     is_admin,
     is_auditor,
+    match_owned_by,
     record,
 )
+from quotas.models.client_metrics import ClientMetricsSubscription, validate
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +79,7 @@ class Conflict(WorkflowError):
     status = 409
 
 
-def _move(request: QuotaRequest, to: str, **fields: object) -> None:
+def _move(request: QuotaRequest | SubscriptionRequest, to: str, **fields: object) -> None:
     """Move ``request`` from the state it was read in to ``to``, or CONFLICT when someone moved it first.
 
     The conditional UPDATE is the race guard: it matches only while the row still holds the state we read.
@@ -83,9 +87,10 @@ def _move(request: QuotaRequest, to: str, **fields: object) -> None:
     if to not in TRANSITIONS[request.state]:
         raise Conflict(f"Request #{request.pk} is {request.state}; it cannot become {to}.")
     now = timezone.now()
-    moved = QuotaRequest.objects.filter(pk=request.pk, state=request.state).update(state=to, updated=now, **fields)
+    model = type(request)
+    moved = model.objects.filter(pk=request.pk, state=request.state).update(state=to, updated=now, **fields)
     if moved != 1:
-        current = QuotaRequest.objects.filter(pk=request.pk).values_list("state", flat=True).first()
+        current = model.objects.filter(pk=request.pk).values_list("state", flat=True).first()
         raise Conflict(f"Request #{request.pk} was {current} meanwhile (another change came first); reload it.")
     request.state, request.updated = to, now
     for name, value in fields.items():
@@ -169,7 +174,7 @@ def withdraw(actor: AbstractBaseUser, request_id: int, comment: str = "") -> Quo
 # ------------------------------------------------------------------ decisions
 
 
-def _check_decider(actor: AbstractBaseUser, request: QuotaRequest) -> None:
+def _check_decider(actor: AbstractBaseUser, request: QuotaRequest | SubscriptionRequest) -> None:
     _refuse_auditor(actor)
     if not is_admin(actor):
         raise PermissionDenied("Only admins (staff or the quota-admins group) approve or reject requests.")
@@ -273,8 +278,10 @@ def _settle(request: QuotaRequest) -> None:
 
 
 def settle_pushed(cluster: Cluster) -> list[int]:
-    """After a push: settle every ``applying`` request of the cluster; returns the ids that moved."""
+    """After a push: settle every ``applying`` request of the cluster (quota requests, then subscription
+    requests); returns the ids of the quota requests that moved."""
     moved = []
+    _settle_subscriptions(cluster)
     for pk in QuotaRequest.objects.filter(cluster=cluster, state=RequestState.APPLYING).values_list("pk", flat=True):
         try:
             with transaction.atomic():
@@ -318,6 +325,188 @@ def expire_boosts(now: datetime | None = None) -> list[int]:
             continue
         expired.append(pk)
     return expired
+
+
+# ------------------------------------------------------------------ client-metrics subscription requests
+#
+# A tenant member asks for a KIP-714 subscription (create/replace, or delete) selecting its own clients; an admin
+# other than the requester approves (applied through ``alter_subscription``: versioned, pushed, audited) or rejects.
+# Same states and race guard as quota requests; the decision is kept on the request row.
+
+
+def _sub_audit(
+    action: str,
+    actor: AbstractBaseUser | None,
+    request: SubscriptionRequest,
+    before: str | None,
+    after: str,
+    comment: str,
+) -> None:
+    record(
+        action,
+        actor,
+        tenant=request.tenant,
+        cluster=request.cluster,
+        entity=request.path,
+        key="",
+        before=before,
+        after=after,
+        comment=f"subscription request #{request.pk}" + (f": {comment}" if comment else ""),
+    )
+
+
+def _load_subscription_request(request_id: int) -> SubscriptionRequest:
+    try:
+        return SubscriptionRequest.objects.select_related("tenant", "cluster", "requested_by").get(pk=request_id)
+    except SubscriptionRequest.DoesNotExist:
+        raise InvalidRequest(f"No subscription request #{request_id}.") from None
+
+
+def _check_subscription_owner(tenant: Tenant, cluster: Cluster, name: str, match: str | None) -> None:
+    """The tenant must own the clients the new match selects, and those the existing subscription selects."""
+    if match is not None:
+        why_not = match_owned_by(tenant, match)
+        if why_not is not None:
+            raise PermissionDenied(why_not)
+    current = ClientMetricsSubscription.objects.filter(cluster=cluster, name=name).first()
+    if current is not None and match_owned_by(tenant, current.match) is not None:
+        raise PermissionDenied(
+            f"The subscription {name!r} of cluster {cluster.name!r} selects clients tenant {tenant.name!r} does not "
+            "own; choose another name or ask an admin."
+        )
+
+
+def submit_subscription(
+    actor: AbstractBaseUser,
+    tenant: Tenant,
+    cluster: Cluster,
+    *,
+    name: str,
+    configs: dict[str, object] | None,
+    reason: str = "",
+) -> SubscriptionRequest:
+    """A tenant member asks to create or replace (``configs``) or delete (``configs`` None) a subscription.
+
+    Kafka's rules judge the configs now (so an admin only decides on a change that can be applied), and the
+    match must select only the tenant's own client-ids (``match_owned_by``); deleting needs the existing
+    subscription to be the tenant's.
+    """
+    _refuse_auditor(actor)
+    if not tenant.members.filter(pk=actor.pk).exists():
+        raise PermissionDenied(f"You are not a member of tenant {tenant.name!r}; ask one of its members or an admin.")
+    if configs is None:
+        if not ClientMetricsSubscription.objects.filter(cluster=cluster, name=name).exists():
+            raise InvalidRequest(f"Cluster {cluster.name!r} has no client-metrics subscription {name!r} to delete.")
+        metrics, interval, match, operation = "", 300_000, None, SubscriptionRequest.DELETE
+    else:
+        try:
+            metrics, interval, match = validate(name, configs)
+        except QuotaEngineError as e:
+            raise InvalidRequest(e.message) from e
+        operation = SubscriptionRequest.SET
+    _check_subscription_owner(tenant, cluster, name, match)
+    with transaction.atomic():
+        request = SubscriptionRequest.objects.create(
+            tenant=tenant,
+            cluster=cluster,
+            requested_by=actor,
+            name=name,
+            operation=operation,
+            metrics=metrics,
+            interval_ms=interval,
+            match=match or "",
+            reason=reason,
+        )
+        _sub_audit(AuditAction.SUBMITTED, actor, request, None, RequestState.SUBMITTED, reason)
+    return request
+
+
+def withdraw_subscription(actor: AbstractBaseUser, request_id: int, comment: str = "") -> SubscriptionRequest:
+    """The requester, or another member of its tenant, takes back a subscription request nobody decided yet."""
+    _refuse_auditor(actor)
+    with transaction.atomic():
+        request = _load_subscription_request(request_id)
+        if request.requested_by_id != actor.pk and not request.tenant.members.filter(pk=actor.pk).exists():
+            raise PermissionDenied("Only the requester or a member of the request's tenant can withdraw it.")
+        _move(request, RequestState.WITHDRAWN)
+        _sub_audit(AuditAction.WITHDRAWN, actor, request, "submitted", "withdrawn", comment)
+    return request
+
+
+def approve_subscription(
+    actor: AbstractBaseUser, request_id: int, comment: str = "", now: datetime | None = None
+) -> SubscriptionRequest:
+    """An admin (not the requester) approves; the subscription is written in the same transaction
+    (``alter_subscription``: a new desired-state version, pushed to every broker) and the request is
+    ``applying`` until every broker holds it. If Kafka's rules or the name's state refuse it now, it is ``failed``."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        request = _load_subscription_request(request_id)
+        _check_decider(actor, request)
+        _move(request, RequestState.APPROVED, decided_by=actor, decision_comment=comment, decided_at=now)
+        _sub_audit(AuditAction.APPROVED, actor, request, "submitted", "approved", comment)
+        try:
+            with transaction.atomic():
+                outcome = alter_subscription(
+                    request.cluster,
+                    request.name,
+                    request.configs,
+                    actor,
+                    audit={"tenant": request.tenant, "comment": f"subscription request #{request.pk}"},
+                )
+        except QuotaEngineError as e:
+            _move(request, RequestState.FAILED, failure=e.message)
+            _sub_audit(AuditAction.FAILED, actor, request, "approved", "failed", e.message)
+            return request
+        _move(request, RequestState.APPLYING, applied_version=outcome.version)
+        _settle_subscription(request)
+    return request
+
+
+def reject_subscription(
+    actor: AbstractBaseUser, request_id: int, comment: str, now: datetime | None = None
+) -> SubscriptionRequest:
+    """An admin (not the requester) rejects, saying why."""
+    if not comment.strip():
+        raise InvalidRequest("Say why in the comment: the tenant needs to know what to change.")
+    with transaction.atomic():
+        request = _load_subscription_request(request_id)
+        _check_decider(actor, request)
+        _move(
+            request, RequestState.REJECTED, decided_by=actor, decision_comment=comment, decided_at=now or timezone.now()
+        )
+        _sub_audit(AuditAction.REJECTED, actor, request, "submitted", "rejected", comment)
+    return request
+
+
+def _settle_subscription(request: SubscriptionRequest) -> None:
+    """As ``_settle``: applied once every target holds the version; failed when a target refused the push.
+
+    A change that was already the desired state (nothing to push) keeps the version it found, whose pushes
+    are the ones to wait for."""
+    rows = Push.objects.filter(cluster_id=request.cluster_id, version=request.applied_version)
+    failed = rows.filter(state=PushState.FAILED).select_related("broker").first()
+    if failed is not None:
+        where = f"broker {failed.broker.broker_id}" if failed.broker else "the cluster-wide namespace"
+        why = f"{where} refused the push: {failed.error_code}: {failed.error}"
+        _move(request, RequestState.FAILED, failure=why)
+        _sub_audit(AuditAction.FAILED, None, request, "applying", "failed", why)
+    elif not rows.exclude(state=PushState.APPLIED).exists():
+        _move(request, RequestState.APPLIED)
+        comment = f"desired-state version {request.applied_version} is on every broker"
+        _sub_audit(AuditAction.APPLIED, None, request, "applying", "applied", comment)
+
+
+def _settle_subscriptions(cluster: Cluster) -> None:
+    rows = SubscriptionRequest.objects.filter(cluster=cluster, state=RequestState.APPLYING)
+    for pk in rows.values_list("pk", flat=True):
+        try:
+            with transaction.atomic():
+                request = _load_subscription_request(pk)
+                if request.state == RequestState.APPLYING:
+                    _settle_subscription(request)
+        except Conflict:
+            continue
 
 
 # ------------------------------------------------------------------ capacity

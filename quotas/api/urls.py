@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from quotas.api import views
+from quotas.api import client_metrics, views
 
 app_name = "quotas-api"
 
@@ -14,6 +14,7 @@ router.register("requests", views.QuotaRequestViewSet, basename="request")
 router.register("audit", views.AuditEntryViewSet, basename="audit")
 router.register("pushes", views.PushViewSet, basename="push")
 router.register("drift", views.DriftViewSet, basename="drift")
+router.register("subscription-requests", client_metrics.SubscriptionRequestViewSet, basename="subscription-request")
 
 # Kafka's admin operations keep their verb names, as RPCs on a cluster.
 urlpatterns = [
@@ -28,6 +29,14 @@ urlpatterns = [
         name="client-quotas-alter",
     ),
     path("clusters/<str:cluster>/broker-configs", views.BrokerConfigsView.as_view(), name="broker-configs"),
+    path(
+        "clusters/<str:cluster>/client-metrics/", client_metrics.ClientMetricsListView.as_view(), name="client-metrics"
+    ),
+    path(
+        "clusters/<str:cluster>/client-metrics/<str:subscription>/",
+        client_metrics.ClientMetricsDetailView.as_view(),
+        name="client-metrics-detail",
+    ),
     path("metrics/memory", views.MemoryMetricsView.as_view(), name="memory-metrics"),
     path("clusters/<str:cluster>/effective-quota", views.EffectiveQuotaView.as_view(), name="effective-quota"),
     *router.urls,

@@ -5,6 +5,7 @@ Split by concept (NetBox style): ``clusters`` (clusters, brokers, listeners),
 describe/alter/resolve operations over them), ``tenants`` (teams, what they own, roles),
 ``requests`` (self-service requests and approvals), ``audit`` (the audit trail) and
 ``broker_configs`` (dynamic broker and topic configs: connection limits, replication throttles) and
+``client_metrics`` (KIP-714 client-metrics subscriptions and tenants' requests for them) and
 ``pushes`` (the change log by version, the push status per broker, and drift found on brokers).
 """
 
@@ -17,6 +18,15 @@ from quotas.models.broker_configs import (
     InvalidConfig,
     TopicConfig,
     alter_configs,
+)
+from quotas.models.client_metrics import (
+    ClientMetricsSubscription,
+    SubscriptionExists,
+    SubscriptionNotFound,
+    SubscriptionOutcome,
+    SubscriptionRequest,
+    alter_subscription,
+    match_owned_by,
 )
 from quotas.models.clusters import Broker, Cluster, Listener
 from quotas.models.pushes import DesiredChange, Drift, DriftResolution, DriftStatus, Push, PushState, push_targets
@@ -62,6 +72,7 @@ __all__ = [
     "AuditEntry",
     "Broker",
     "BrokerConfig",
+    "ClientMetricsSubscription",
     "Cluster",
     "ConfigOp",
     "ConfigOutcome",
@@ -85,10 +96,15 @@ __all__ = [
     "QuotaRequest",
     "QuotaValue",
     "RequestState",
+    "SubscriptionExists",
+    "SubscriptionNotFound",
+    "SubscriptionOutcome",
+    "SubscriptionRequest",
     "Tenant",
     "TopicConfig",
     "alter_client_quotas",
     "alter_configs",
+    "alter_subscription",
     "audited_alter",
     "describe_client_quotas",
     "effective_client_quotas",
@@ -96,6 +112,7 @@ __all__ = [
     "entity_owned_by",
     "is_admin",
     "is_auditor",
+    "match_owned_by",
     "owning_tenant",
     "push_targets",
     "record",
