@@ -135,7 +135,7 @@ def _answers(url: str) -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # gone after the browser tests: a second relay would double every message
 def portal(django_db_setup: None, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Portal]:
     """uvicorn serving portal.asgi on a free port, with the relay beside it, on the test database and Redis."""
     db_path = connection.settings_dict["NAME"]
