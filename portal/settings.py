@@ -156,6 +156,17 @@ QUOTAS_LIST_HEAP_BYTES = int(os.environ.get("QUOTAS_LIST_HEAP_BYTES", 64 * 1024 
 QUOTAS_LIST_QUEUE_SIZE = int(os.environ.get("QUOTAS_LIST_QUEUE_SIZE", 1000))
 QUOTAS_LIST_TIMEOUT_MS = int(os.environ.get("QUOTAS_LIST_TIMEOUT_MS", 10_000))
 
+# KIP-714 telemetry sink (telemetry_ui/sink.py): Kafka's telemetry.max.bytes, the subscription reload period,
+# and the PIP-442 limiter in-flight pushes hold (direct = raw bytes, heap = decoded estimate).
+QUOTAS_TELEMETRY_MAX_BYTES = int(os.environ.get("QUOTAS_TELEMETRY_MAX_BYTES", 1024 * 1024))
+QUOTAS_TELEMETRY_RELOAD_S = float(os.environ.get("QUOTAS_TELEMETRY_RELOAD_S", 2.0))
+QUOTAS_TELEMETRY_HEAP_BYTES = int(os.environ.get("QUOTAS_TELEMETRY_HEAP_BYTES", 256 * 1024 * 1024))
+QUOTAS_TELEMETRY_DIRECT_BYTES = int(os.environ.get("QUOTAS_TELEMETRY_DIRECT_BYTES", 64 * 1024 * 1024))
+QUOTAS_TELEMETRY_QUEUE_SIZE = int(os.environ.get("QUOTAS_TELEMETRY_QUEUE_SIZE", 1000))
+QUOTAS_TELEMETRY_TIMEOUT_MS = int(os.environ.get("QUOTAS_TELEMETRY_TIMEOUT_MS", 5_000))
+# Where accepted pushes land as JSON lines for the pipeline.
+QUOTAS_LANDING_ROOT = Path(os.environ.get("QUOTAS_LANDING_ROOT", str(RUN_DIR / "landing")))
+
 CELERY_BROKER_URL = QUOTAS_REDIS_URL
 CELERY_RESULT_BACKEND = QUOTAS_REDIS_URL
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from portal import views
 from portal.api import CurrentUserView
+from telemetry_ui import sink
 
 urlpatterns = [
     path(
@@ -20,6 +21,9 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("api/me/", CurrentUserView.as_view(), name="api-me"),
     path("api/monitor/", include("telemetry_ui.urls")),
+    # KIP-714 telemetry sink (telemetry_ui/sink.py): what a Kafka client's telemetry reporter talks to.
+    path("telemetry/v1/<str:cluster>/get-subscriptions", sink.get_subscriptions, name="telemetry-get-subscriptions"),
+    path("telemetry/v1/<str:cluster>/push", sink.push, name="telemetry-push"),
     path("api/", include("quotas.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/schema/swagger-ui/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
