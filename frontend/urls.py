@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from frontend import client_metrics_views, monitor_views, views
+from frontend import client_metrics_views, monitor_views, telemetry_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -24,4 +24,8 @@ urlpatterns = [
     path("drift/reapply/", views.drift_reapply, name="drift-reapply"),
     path("monitor/", monitor_views.overview, name="monitor-overview"),
     path("monitor/<str:cluster>/entity/", monitor_views.entity, name="monitor-entity"),
+    path("telemetry/", telemetry_views.index, name="telemetry-index"),
+    path("telemetry/<str:cluster>/", telemetry_views.cluster_instances, name="telemetry-cluster"),
+    path("telemetry/<str:cluster>/instance/<str:instance>/", telemetry_views.instance_detail,
+         name="telemetry-instance"),
 ]

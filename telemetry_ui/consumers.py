@@ -37,18 +37,28 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from .fanout import Fanout
 from .monitoring import (
     BACKFILL_MS,
+    CLOCK_SLACK_MS,
     RENEW_S,
+    TEL_BACKFILL_MS,
     WATCH_TTL_S,
     WATCHED_KEY,
     Viewer,
     check_cluster_name,
+    check_instance,
     check_tags,
+    client_tags,
     cluster_exists,
     cluster_group,
+    decode_entries,
     entity_group,
     load_viewer,
     now_ms,
+    parse_instance,
     recent_async,
+    tel_instance_group,
+    tel_instance_key,
+    tel_instances_key,
+    tel_watched_member,
     watched_member,
 )
 
@@ -56,7 +66,10 @@ log = logging.getLogger("telemetry_ui.consumers")
 
 MAX_FRAME_CHARS = 16 * 1024
 MAX_SUBSCRIPTIONS = 200
-ACTIONS = ("subscribe", "unsubscribe", "subscribe_cluster", "unsubscribe_cluster")
+ACTIONS = (
+    "subscribe", "unsubscribe", "subscribe_cluster", "unsubscribe_cluster", "subscribe_telemetry",
+    "unsubscribe_telemetry",
+)
 
 #: One redis.asyncio client per event loop (uvicorn runs one per process).
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Redis] = weakref.WeakKeyDictionary()
@@ -97,11 +110,18 @@ class Subscription:
     sent: dict[tuple[Any, Any], Any] = field(default_factory=dict)  # (broker, quota type) -> newest t sent
 
 
+@dataclass
+class TelemetrySub:
+    client_id: str
+    sent_t: int = -1  # newest push time (``t``) sent: live entries no newer were in the backfill
+
+
 class MonitorConsumer(AsyncWebsocketConsumer):
     """One browser tab's live charts: entity subscriptions and cluster subscriptions."""
 
     subs: dict[tuple[str, str], Subscription]
     cluster_subs: dict[str, Viewer]
+    tel_subs: dict[tuple[str, str], TelemetrySub]
     renewer: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -159,12 +179,15 @@ class MonitorConsumer(AsyncWebsocketConsumer):
             await self.mon_points(message)
         elif kind == "mon.batch":
             await self.mon_batch(message)
+        elif kind == "tel.points":
+            await self.tel_points(message)
         else:
             await super().dispatch(message)
 
     async def connect(self) -> None:
         self.subs = {}
         self.cluster_subs = {}
+        self.tel_subs = {}
         user = self.scope.get("user")
         await self.accept()  # accepted first, so the client sees the close code (a refused handshake has none)
         if user is None or not user.is_authenticated:
@@ -190,6 +213,11 @@ class MonitorConsumer(AsyncWebsocketConsumer):
             except Exception:
                 log.warning("could not leave cluster %s", cluster, exc_info=True)
         self.cluster_subs.clear()
+        for cluster, instance in list(self.tel_subs):
+            try:
+                await self._leave_telemetry(cluster, instance)
+            except Exception:
+                log.warning("could not leave telemetry %s/%s", cluster, instance, exc_info=True)
 
     # ---- frames from the client
 
@@ -220,7 +248,7 @@ class MonitorConsumer(AsyncWebsocketConsumer):
 
     async def _error(self, code: str, message: str, msg: dict[str, Any]) -> None:
         frame: dict[str, Any] = {"type": "error", "code": code, "message": message}
-        for name in ("action", "cluster", "entity"):  # so a client can tell which request failed
+        for name in ("action", "cluster", "entity", "instance"):  # so a client can tell which request failed
             if isinstance(msg.get(name), str):
                 frame[name] = msg[name]
         await self.send(text_data=_dumps(frame))
@@ -315,17 +343,105 @@ class MonitorConsumer(AsyncWebsocketConsumer):
             raise FrameError("NOT_FOUND", f"Not subscribed to the cluster {cluster!r}.")
         await self.channel_layer.group_discard(cluster_group(cluster), self.channel_name)
 
+    # ---- client telemetry (KIP-714 pushes stored by the sink)
+
+    async def _subscribe_telemetry(self, msg: dict[str, Any]) -> None:
+        cluster, _ = await self._target(msg, with_entity=False)
+        instance = msg.get("instance")
+        problem = check_instance(instance)
+        if problem:
+            raise FrameError("INVALID_REQUEST", problem)
+        since = msg.get("since_ms")
+        if since is None:
+            since = now_ms() - TEL_BACKFILL_MS
+        elif isinstance(since, bool) or not isinstance(since, int) or since < 0:
+            raise FrameError("INVALID_REQUEST", "'since_ms' is a time in ms since the epoch (a whole number >= 0).")
+        key = (cluster, instance)
+        if key not in self.tel_subs and len(self.tel_subs) >= MAX_SUBSCRIPTIONS:
+            raise FrameError("INVALID_REQUEST", f"At most {MAX_SUBSCRIPTIONS} instances per connection.")
+        await self._known_cluster(cluster)
+        client = monitor_redis()
+        info = parse_instance(await client.hget(tel_instances_key(cluster), instance))
+        client_id = info.get("client_id") if info is not None else None
+        if client_id is None:  # gone from the hash: its stream may still name it
+            last = decode_entries(await client.xrevrange(tel_instance_key(cluster, instance), count=1))
+            if last:
+                client_id = last[0].get("client_id")
+        if not isinstance(client_id, str):
+            raise FrameError("NOT_FOUND", f"No client instance {instance!r} has pushed telemetry to {cluster!r}.")
+        viewer = await database_sync_to_async(load_viewer)(self.user)
+        if not viewer.everything and (not client_id or not viewer.may_watch(client_tags(client_id))):
+            message = f"You may not watch instance {instance!r}: none of your tenants owns its client id."
+            raise FrameError("PERMISSION_DENIED", message)
+        sub = self.tel_subs.get(key)
+        if sub is None:
+            await self.channel_layer.group_add(tel_instance_group(cluster, instance), self.channel_name)
+            _local_watchers[(cluster, "\x1e" + instance)] += 1
+            sub = self.tel_subs[key] = TelemetrySub(client_id)
+        await client.zadd(WATCHED_KEY, {tel_watched_member(cluster, instance): now_ms() + int(WATCH_TTL_S * 1000)})
+        await self.send(text_data=_dumps({"type": "subscribed", "cluster": cluster, "instance": instance}))
+        start = max(0, since - CLOCK_SLACK_MS)
+        rows = await client.xrange(tel_instance_key(cluster, instance), min=f"{start}-0")
+        entries = [e for e in decode_entries(rows) if isinstance(e.get("t"), int) and e["t"] >= since]
+        entries.sort(key=lambda e: e["t"])
+        if entries:
+            sub.sent_t = max(sub.sent_t, entries[-1]["t"])
+        frame = {"type": "backfill", "cluster": cluster, "instance": instance, "entries": entries}
+        await self.send(text_data=_dumps(frame))
+
+    async def _unsubscribe_telemetry(self, msg: dict[str, Any]) -> None:
+        cluster, _ = await self._target(msg, with_entity=False)
+        instance = msg.get("instance")
+        problem = check_instance(instance)
+        if problem:
+            raise FrameError("INVALID_REQUEST", problem)
+        if (cluster, instance) not in self.tel_subs:
+            raise FrameError("NOT_FOUND", f"Not subscribed to instance {instance!r} of {cluster!r}.")
+        await self._leave_telemetry(cluster, instance)
+
+    async def _leave_telemetry(self, cluster: str, instance: str) -> None:
+        if self.tel_subs.pop((cluster, instance), None) is None:
+            return
+        group = tel_instance_group(cluster, instance)
+        await self.channel_layer.group_discard(group, self.channel_name)
+        local = (cluster, "\x1e" + instance)
+        _local_watchers[local] -= 1
+        if _local_watchers[local] > 0:
+            return
+        del _local_watchers[local]
+        if await Fanout(self.channel_layer).has_members(group):
+            return
+        await monitor_redis().zrem(WATCHED_KEY, tel_watched_member(cluster, instance))
+
+    async def tel_points(self, event: dict[str, Any]) -> None:
+        cluster, instance = event.get("cluster"), event.get("instance")
+        sub = self.tel_subs.get((cluster, instance))  # type: ignore[arg-type]
+        if sub is None:
+            return
+        out = []
+        for e in event.get("entries", ()):
+            t = e.get("t")
+            if not isinstance(t, int) or t <= sub.sent_t:
+                continue  # already sent (in the backfill)
+            sub.sent_t = t
+            out.append(e)
+        if out:
+            frame = {"type": "telemetry", "cluster": cluster, "instance": instance, "entries": out}
+            await self.send(text_data=_dumps(frame))
+
     async def _renew(self) -> None:
-        """Keep this connection's entities in mon:watched while it is subscribed."""
+        """Keep this connection's entities and telemetry instances in mon:watched while it is subscribed."""
         while True:
             await asyncio.sleep(RENEW_S)
-            if not self.subs:
+            if not self.subs and not self.tel_subs:
                 continue
             expiry = now_ms() + int(WATCH_TTL_S * 1000)
+            members = {watched_member(c, t): expiry for c, t in self.subs}
+            members.update({tel_watched_member(c, i): expiry for c, i in self.tel_subs})
             try:
-                await monitor_redis().zadd(WATCHED_KEY, {watched_member(c, t): expiry for c, t in self.subs})
+                await monitor_redis().zadd(WATCHED_KEY, members)
             except (RedisError, OSError) as e:
-                log.warning("could not renew %d watched entities: %s", len(self.subs), e)
+                log.warning("could not renew %d watched entities: %s", len(members), e)
 
     # ---- messages from the relay (channel layer)
 

@@ -87,6 +87,8 @@ def check_tags(value: Any) -> str | None:
         return "'entity' must be an entity's sensor tags, '<user>:<client-id>' (e.g. 'alice:' or 'alice:app-1')."
     if len(value) > MAX_TAGS_LEN:
         return f"'entity' is longer than {MAX_TAGS_LEN} characters."
+    if value[0] < " ":
+        return "'entity' may not start with a control character."
     if ":" not in value:
         return f"{value[:80]!r} is not sensor tags: '<user>:<client-id>' (e.g. 'alice:' or ':app-1')."
     return None
@@ -175,3 +177,86 @@ async def recent_async(client: Any, cluster: str, tags: str, since_ms: int, quot
     for rows in found:
         points.extend(p for p in _decode_rows(rows) if p.get("t", 0) >= since_ms)
     return sort_points(points)
+
+
+# ------------------------------------------------------------------ client telemetry (KIP-714 sink's streams)
+
+#: Telemetry instances share ``mon:watched`` with entities: member ``<cluster>\x1f\x1etel\x1e<instance id>`` (an
+#: entity's tags never start with \x1e: ``check_tags`` refuses control characters at their start).
+TEL_WATCH_PREFIX = "\x1etel\x1e"
+#: What the sink keeps of an instance (``tel:{<cluster>}:i:<instance>``): the last 10 minutes.
+TEL_BACKFILL_MS = 10 * 60 * 1000
+MAX_INSTANCE_LEN = 256
+
+
+def tel_all_key(cluster: str) -> str:
+    return f"tel:{{{cluster}}}:all"
+
+
+def tel_instance_key(cluster: str, instance: str) -> str:
+    return f"tel:{{{cluster}}}:i:{instance}"
+
+
+def tel_instances_key(cluster: str) -> str:
+    return f"tel:{{{cluster}}}:instances"
+
+
+def tel_cluster_group(cluster: str) -> str:
+    return f"tel.cluster.{cluster}"
+
+
+def tel_instance_group(cluster: str, instance: str) -> str:
+    digest = hashlib.blake2b(f"{cluster}{WATCH_SEP}{instance}".encode(), digest_size=16).hexdigest()
+    return f"tel.instance.{digest}"
+
+
+def tel_watched_member(cluster: str, instance: str) -> str:
+    return f"{cluster}{WATCH_SEP}{TEL_WATCH_PREFIX}{instance}"
+
+
+def watched_instance(tags: str) -> str | None:
+    """The instance id of a ``mon:watched`` member's tags part when it names a telemetry instance, else None."""
+    return tags[len(TEL_WATCH_PREFIX):] if tags.startswith(TEL_WATCH_PREFIX) else None
+
+
+def check_instance(value: Any) -> str | None:
+    """Why ``value`` is not a client instance id, or None."""
+    if not isinstance(value, str) or not value:
+        return "'instance' must be a client instance id (a non-empty string)."
+    if len(value) > MAX_INSTANCE_LEN:
+        return f"'instance' is longer than {MAX_INSTANCE_LEN} characters."
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        return "'instance' may not hold control characters."
+    return None
+
+
+def client_tags(client_id: str) -> str:
+    """The sensor tags whose ownership decides who sees a client id's telemetry (``entity_owned_by`` with user None)."""
+    return f":{client_id}"
+
+
+def parse_instance(raw: bytes | str | None) -> dict[str, Any] | None:
+    """One value of the instances hash, or None when it is not a JSON object."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def decode_entries(rows: list[Any]) -> list[dict[str, Any]]:
+    """The ``d`` JSON of stream rows (rows without a valid one are skipped)."""
+    out: list[dict[str, Any]] = []
+    for _id, fields in rows:
+        raw = fields.get(b"d")
+        if raw is None:
+            continue
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            out.append(entry)
+    return out

@@ -38,7 +38,17 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from quotas.engine.monitor import firehose_key
 
 from .fanout import Delivery, Fanout
-from .monitoring import WATCHED_KEY, cluster_group, entity_group, now_ms, parse_watched
+from .monitoring import (
+    WATCHED_KEY,
+    cluster_group,
+    entity_group,
+    now_ms,
+    parse_watched,
+    tel_all_key,
+    tel_cluster_group,
+    tel_instance_group,
+    watched_instance,
+)
 
 log = logging.getLogger("telemetry_ui.relay")
 
@@ -100,7 +110,9 @@ class Relay:
         )
         self.positions: dict[str, str] = {}  # firehose key -> last id read
         self._arrivals: dict[str, deque[float]] = {}  # cluster -> when its ticks were read (the last 2 s)
-        self.cluster_of: dict[str, str] = {}  # firehose key -> cluster
+        self.cluster_of: dict[str, str] = {}  # firehose key (or telemetry stream key) -> cluster
+        self.tel_keys: set[str] = set()  # the keys of cluster_of that are telemetry streams (tel:{<c>}:all)
+        self.watched_instances: dict[str, set[str]] = {}  # cluster -> telemetry instances watched (by watched())
         self._clusters_at = float("-inf")
         self._expired_at = float("-inf")
         self._stats_at = time.monotonic()
@@ -158,7 +170,8 @@ class Relay:
         window = self.coalesce_ms / 1000
         until = now
         for key, entries in found:
-            cluster = self.cluster_of.get(key.decode() if isinstance(key, bytes) else key)
+            key = key.decode() if isinstance(key, bytes) else key
+            cluster = None if key in self.tel_keys else self.cluster_of.get(key)
             if cluster is None or not entries:
                 continue
             seen = self._arrivals.setdefault(cluster, deque())
@@ -184,7 +197,7 @@ class Relay:
         for key, entries in more or ():
             key = key.decode() if isinstance(key, bytes) else key
             merged.setdefault(key, []).extend(entries)
-            cluster = self.cluster_of.get(key)
+            cluster = None if key in self.tel_keys else self.cluster_of.get(key)
             if cluster is not None and entries:
                 self._arrivals.setdefault(cluster, deque()).append(read_at)
         return [[k, v] for k, v in merged.items()]
@@ -198,6 +211,9 @@ class Relay:
             return
         self._clusters_at = time.monotonic()
         wanted = {firehose_key(n): n for n in names}
+        tel = {tel_all_key(n): n for n in names}
+        wanted.update(tel)
+        self.tel_keys = set(tel)
         gone = [k for k in self.positions if k not in wanted]
         new = [k for k in wanted if k not in self.positions]
         for k in gone:
@@ -213,7 +229,8 @@ class Relay:
                 self.positions[k] = last[0][0].decode() if last else "0-0"
                 self.cluster_of[k] = wanted[k]
         if new or gone:
-            log.info("tailing %d cluster(s): %s", len(self.cluster_of), ", ".join(sorted(self.cluster_of.values())))
+            shown = sorted(set(self.cluster_of.values()))
+            log.info("tailing %d cluster(s): %s", len(shown), ", ".join(shown))
 
     async def resync(self) -> None:
         """After a Redis error: resume where we were, but never more than max_lag_ms behind the newest entry, and
@@ -251,9 +268,15 @@ class Relay:
         else:
             members = await self.redis.zrangebyscore(WATCHED_KEY, now, "+inf")
         out: dict[str, set[str]] = defaultdict(set)
+        instances: dict[str, set[str]] = defaultdict(set)
         for m in members:
             cluster, tags = parse_watched(m)
-            out[cluster].add(tags)
+            instance = watched_instance(tags)
+            if instance is None:
+                out[cluster].add(tags)
+            else:
+                instances[cluster].add(instance)
+        self.watched_instances = instances
         return out
 
     async def relay(self, found: list[Any]) -> None:
@@ -261,6 +284,7 @@ class Relay:
         connection of the layer after a Redis restart) is read and sent again by the next iteration."""
         advance: dict[str, str] = {}
         ticks: dict[str, list[bytes]] = {}  # cluster -> raw JSON lists, oldest first
+        pushes: dict[str, list[bytes]] = {}  # cluster -> raw telemetry entries, oldest first
         for key, entries in found:
             key = key.decode() if isinstance(key, bytes) else key
             if not entries:
@@ -268,9 +292,12 @@ class Relay:
             advance[key] = entries[-1][0].decode()
             cluster = self.cluster_of.get(key)
             if cluster is not None:
-                ticks.setdefault(cluster, []).extend(fields[b"d"] for _id, fields in entries if b"d" in fields)
+                into = pushes if key in self.tel_keys else ticks
+                into.setdefault(cluster, []).extend(fields[b"d"] for _id, fields in entries if b"d" in fields)
         if ticks:
             await self.send(ticks)
+        if pushes:
+            await self.send_telemetry(pushes)
         for key, last in advance.items():
             if key in self.positions:
                 self.positions[key] = last
@@ -326,6 +353,51 @@ class Relay:
                             "(CHANNEL_LAYERS capacity; a slow or dead server process?)", dropped)
         for name, n in stats.items():
             self.stats[name] += n
+
+    async def send_telemetry(self, pushes: dict[str, list[bytes]]) -> None:
+        """Fan out accepted pushes (raw ``tel:{<c>}:all`` entries): ``tel.entries`` to the cluster's group, and
+        ``tel.points`` with the entries of one instance to its group while the instance is watched."""
+        await self.watched()
+        watched = self.watched_instances
+        groups = [tel_cluster_group(c) for c in pushes]
+        for c in pushes:
+            groups.extend(tel_instance_group(c, i) for i in watched.get(c, ()))
+        members = await self.fanout.members(groups)
+        deliveries: list[Delivery] = []
+        for cluster, raws in pushes.items():
+            listeners = members.get(tel_cluster_group(cluster))
+            wanted = {i: g for i in watched.get(cluster, ()) if (g := tel_instance_group(cluster, i)) in members}
+            if not listeners and not wanted:
+                continue
+            entries: list[dict[str, Any]] = []
+            for raw in raws:
+                try:
+                    entry = json.loads(raw)
+                except ValueError:
+                    entry = None
+                if not isinstance(entry, dict):
+                    self.stats["bad_entries"] += 1
+                    continue
+                entries.append(entry)
+            self.stats["pushes"] += len(entries)
+            if listeners and entries:
+                msg = {"type": "tel.entries", "cluster": cluster, "entries": entries}
+                deliveries.append((tel_cluster_group(cluster), listeners, msg))
+            by_instance: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            for entry in entries:
+                instance = entry.get("instance")
+                if isinstance(instance, str) and instance in wanted:
+                    by_instance[instance].append(entry)
+            for instance, mine in by_instance.items():
+                group = wanted[instance]
+                msg = {"type": "tel.points", "cluster": cluster, "instance": instance, "entries": mine}
+                deliveries.append((group, members[group], msg))
+        if deliveries:
+            dropped = await self.fanout.send(deliveries)
+            self.stats["messages"] += len(deliveries)
+            if dropped:
+                self.stats["dropped"] += dropped
+                log.warning("%d telemetry message(s) dropped: a server process's channel key is full", dropped)
 
     def _log_stats(self, force: bool = False) -> None:
         if not force and time.monotonic() - self._stats_at < self.stats_every_s:

@@ -88,9 +88,11 @@ def async_client() -> Any:
     if client is None:
         for old in [k for k in _clients if k.is_closed()]:
             _clients.pop(old, None)
-        client = _clients[loop] = aioredis.Redis.from_url(
-            settings.QUOTAS_REDIS_URL, socket_connect_timeout=2, socket_timeout=5
+        # a blocking pool: 200 concurrent pushes wait a moment for one of 64 connections instead of failing
+        pool = aioredis.BlockingConnectionPool.from_url(
+            settings.QUOTAS_REDIS_URL, max_connections=64, timeout=5, socket_connect_timeout=2, socket_timeout=5
         )
+        client = _clients[loop] = aioredis.Redis(connection_pool=pool)
     return client
 
 

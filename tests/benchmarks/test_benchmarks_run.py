@@ -97,3 +97,14 @@ def test_overview_benchmark_quick_run_reports_its_ratio() -> None:
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["admin_median_ms"] > 0 and summary["member_median_ms"] > 0 and summary["trivial_median_ms"] > 0
     assert summary["admin_ratio"] > 0 and summary["admin_entities_shown"] == 500
+
+
+def test_telemetry_benchmark_quick_run_reports_its_ratio() -> None:
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/telemetry_bench.py", "--quick", "--clients", "8", "--seconds", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["pushes_per_s"] > 0 and summary["trivial_per_s"] > 0 and summary["push_ratio"] > 0
+    assert summary["pushes_failed"] == 0 and summary["payload_bytes"] >= 10_000 and summary["server_rss_max_mb"] > 0
