@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from devtools.redis_server import RedisServer
+from tests.redis_keys import keys_cleared
 
 
 def _point_portal_at(url: str) -> dict[str, object]:
@@ -77,18 +78,8 @@ def django_db_modify_db_settings(tmp_path_factory: pytest.TempPathFactory) -> No
 PORTAL_KEYS = ("qe:{*.broker-*}*", "qe:{*.cluster}*", "portal:push-*")
 
 
-def _clear(client: redis.Redis) -> None:
-    for pattern in PORTAL_KEYS:
-        keys = list(client.scan_iter(match=pattern, count=1000))
-        if keys:
-            client.delete(*keys)
-
-
 @pytest.fixture
 def engine_redis(redis_url: str) -> Iterator[redis.Redis]:
     """The test Redis, with no broker namespace left from another test (each test's database starts at version 0)."""
-    client = redis.Redis.from_url(redis_url)
-    _clear(client)
-    yield client
-    _clear(client)
-    client.close()
+    with keys_cleared(redis_url, *PORTAL_KEYS) as client:
+        yield client

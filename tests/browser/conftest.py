@@ -30,6 +30,7 @@ from django.db import connection
 
 from devtools.processes import stop_session
 from devtools.redis_server import free_port
+from tests.redis_keys import keys_cleared
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -186,17 +187,8 @@ def portal(django_db_setup: None, redis_url: str, tmp_path_factory: pytest.TempP
 @pytest.fixture
 def monitor_keys(redis_url: str) -> Iterator[redis.Redis]:
     """The test Redis without monitor keys of the browser tests' cluster, before and after each test."""
-    client = redis.Redis.from_url(redis_url)
-
-    def clear() -> None:
-        keys = list(client.scan_iter(match=f"mon:{{{CLUSTER}}}*", count=1000))
-        if keys:
-            client.delete(*keys)
-
-    clear()
-    yield client
-    clear()
-    client.close()
+    with keys_cleared(redis_url, f"mon:{{{CLUSTER}}}*") as client:
+        yield client
 
 
 @pytest.fixture

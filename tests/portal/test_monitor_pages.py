@@ -26,6 +26,7 @@ from frontend.monitoring import Visibility, tags_for
 from quotas import workflow
 from quotas.engine.monitor import Sampler, minutes_key
 from quotas.models import Alteration, Drift, OwnedName, Push, QuotaEntity, QuotaOp, Tenant, audited_alter
+from tests.redis_keys import keys_cleared
 
 from .people import make_user, roles
 from .test_quota_pages import assert_accessible, browser, parse, text
@@ -39,17 +40,8 @@ PBR = "producer_byte_rate"
 @pytest.fixture
 def mon(redis_url: str) -> Iterator[redis.Redis]:
     """The test Redis, without monitor keys of this module's cluster before and after."""
-    client = redis.Redis.from_url(redis_url)
-
-    def clear() -> None:
-        keys = list(client.scan_iter(match=f"mon:{{{CLUSTER}}}*", count=1000))
-        if keys:
-            client.delete(*keys)
-
-    clear()
-    yield client
-    clear()
-    client.close()
+    with keys_cleared(redis_url, f"mon:{{{CLUSTER}}}*") as client:
+        yield client
 
 
 @pytest.fixture

@@ -90,6 +90,36 @@ def start_relay(env: dict[str, str], log: Path) -> Service:
     return relay
 
 
+def start_server(env: dict[str, str], log: Path) -> tuple[Service, int]:
+    """uvicorn serving portal.asgi on a free port with ``env``, once it answers /healthz."""
+    import http.client
+
+    port = free_port()
+    server = Service(
+        [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+         "--lifespan", "off", "--no-access-log", "--log-level", "warning"],
+        env, log,
+    ).start()
+
+    def answers() -> bool:
+        assert server.alive(), server.text()[-3000:]
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", "/healthz")
+            c.getresponse().read()
+            c.close()
+            return True
+        except OSError:
+            return False
+
+    try:
+        wait_for("uvicorn to answer", answers, 30)
+    except BaseException:
+        server.stop()
+        raise
+    return server, port
+
+
 @pytest.fixture(scope="module")
 def services(
     redis_url: str, django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
@@ -98,27 +128,8 @@ def services(
     logs = tmp_path_factory.mktemp("monitor")
     env = service_env(redis_url)
     relay = start_relay(env, logs / "relay.log")
-    port = free_port()
-    server = Service(
-        [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--lifespan", "off", "--no-access-log", "--log-level", "warning"],
-        env, logs / "uvicorn.log",
-    ).start()
+    server, port = start_server(env, logs / "uvicorn.log")
     try:
-        import http.client
-
-        def answers() -> bool:
-            assert server.alive(), server.text()[-3000:]
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                c.request("GET", "/healthz")
-                c.getresponse().read()
-                c.close()
-                return True
-            except OSError:
-                return False
-
-        wait_for("uvicorn to answer", answers, 30)
         client = redis.Redis.from_url(redis_url)
         yield {"relay": relay, "server": server, "port": port, "redis": client}
         client.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 import uuid
@@ -19,43 +18,17 @@ from typing import Any
 import pytest
 import redis
 
-from devtools.redis_server import free_port
 from quotas.models import Cluster
 from quotas.models.client_metrics import alter_subscription
 from quotas.telemetry.client import TelemetryClient, build_metrics_data
 from telemetry_ui import telemetry_store as store
-from tests.telemetry.conftest import Service, service_env
-from tests.waiting import wait_for
+from tests.telemetry.conftest import service_env, start_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 MAX_BYTES = 65_536
 RELOAD_S = 0.2
 METRIC = "org.apache.kafka.producer.record.send.rate"
-
-
-def start_server(env: dict[str, str], log: Path) -> tuple[Service, int]:
-    port = free_port()
-    server = Service(
-        [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--lifespan", "off", "--no-access-log", "--log-level", "warning"],
-        env, log,
-    ).start()
-    import http.client
-
-    def answers() -> bool:
-        assert server.alive(), server.text()[-3000:]
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/healthz")
-            c.getresponse().read()
-            c.close()
-            return True
-        except OSError:
-            return False
-
-    wait_for("uvicorn to answer", answers, 30)
-    return server, port
 
 
 @pytest.fixture(scope="module")
