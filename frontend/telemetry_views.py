@@ -4,7 +4,10 @@
 - ``/telemetry/<cluster>/``: the cluster's live client instances (the sink's instances hash), ``?client_id=`` for
   the instances of one client id;
 - ``/telemetry/<cluster>/instance/<id>/``: one instance's pushed metrics as charts, streamed over ``/ws/monitor/``
-  (``subscribe_telemetry``) by ``frontend/static/frontend/telemetry.js``.
+  (``subscribe_telemetry``) by ``frontend/static/frontend/telemetry.js``;
+- ``/telemetry/<cluster>/client/<client id>/``: the pushed metrics of every instance of one client id as charts (one
+  line per instance and set of attributes): the last 10 minutes from the firehose (``by_client``), then live by the
+  same script, subscribed to each of the client id's live instances (the instances hash).
 
 Tenant members see the instances whose client id one of their tenants owns (``entity_owned_by`` with no user);
 another instance answers 403. Admins and auditors see every instance.
@@ -24,6 +27,7 @@ from django.views.decorators.http import require_GET
 from frontend.monitoring import Visibility, monitor_redis
 from frontend.views import Refused, not_found, page, portal_page
 from quotas.models import Cluster
+from telemetry_ui import telemetry_store
 from telemetry_ui.monitoring import (
     TEL_BACKFILL_MS,
     check_instance,
@@ -35,6 +39,7 @@ from telemetry_ui.monitoring import (
 
 WS_PATH = "/ws/monitor/"
 MAX_ROWS = 2000
+MAX_LIVE = 200  # subscriptions per WebSocket (telemetry_ui.consumers.MAX_SUBSCRIPTIONS)
 
 
 def _when(ms: Any) -> str:
@@ -56,7 +61,8 @@ def instance_row(cluster: str, info: dict[str, Any]) -> dict[str, Any]:
         "instance": instance,
         "url": reverse("telemetry-instance", args=[cluster, instance]),
         "client_id": client_id,
-        "client_url": reverse("telemetry-cluster", args=[cluster]) + "?" + _query(client_id),
+        "client_url": reverse("telemetry-client", args=[cluster, client_id]) if client_id else "",
+        "client_instances_url": reverse("telemetry-cluster", args=[cluster]) + "?" + _query(client_id),
         "software": " ".join(str(info.get(k) or "") for k in ("software_name", "software_version")).strip(),
         "source_address": info.get("source_address") or "",
         "subscription_id": info.get("subscription_id"),
@@ -148,3 +154,32 @@ def instance_detail(request: HttpRequest, cluster: str, instance: str) -> HttpRe
                  "window_ms": TEL_BACKFILL_MS}
     context = {"cluster": found, "row": row, "bootstrap": bootstrap, "window_minutes": TEL_BACKFILL_MS // 60000}
     return page(request, "frontend/telemetry_instance.html", context)
+
+
+@require_GET
+@portal_page
+def client_detail(request: HttpRequest, cluster: str, client_id: str) -> HttpResponse:
+    found = _cluster(cluster)
+    if not may_see_client(Visibility.of(request.user), client_id):
+        raise Refused(403, f"The client id {client_id} is not one your tenants own.")
+    client = monitor_redis()
+    since = telemetry_store.now_ms() - TEL_BACKFILL_MS
+    try:
+        records = [r for r in telemetry_store.instances(found.name, client) if r.get("client_id") == client_id]
+        backfill = telemetry_store.by_client(found.name, client_id, since, client)
+    except (redis.RedisError, OSError, ValueError, KeyError) as e:
+        raise Refused(503, f"The telemetry store could not be read ({e.__class__.__name__}).") from None
+    rows = [instance_row(found.name, r) for r in records]
+    rows.sort(key=lambda r: (r["terminated"], -r["last_push_ms"], r["instance"]))
+    live = [r["instance"] for r in rows if not r["terminated"]][:MAX_LIVE]
+    bootstrap = {"cluster": found.name, "client_id": client_id, "instances": live, "backfill": backfill,
+                 "ws_path": WS_PATH, "window_ms": TEL_BACKFILL_MS}
+    context = {
+        "cluster": found,
+        "client_id": client_id,
+        "rows": rows,
+        "instances_url": reverse("telemetry-cluster", args=[found.name]) + "?" + _query(client_id),
+        "bootstrap": bootstrap,
+        "window_minutes": TEL_BACKFILL_MS // 60000,
+    }
+    return page(request, "frontend/telemetry_client.html", context)

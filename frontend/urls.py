@@ -28,4 +28,5 @@ urlpatterns = [
     path("telemetry/<str:cluster>/", telemetry_views.cluster_instances, name="telemetry-cluster"),
     path("telemetry/<str:cluster>/instance/<str:instance>/", telemetry_views.instance_detail,
          name="telemetry-instance"),
+    path("telemetry/<str:cluster>/client/<path:client_id>/", telemetry_views.client_detail, name="telemetry-client"),
 ]

@@ -16,6 +16,7 @@ from django.test import Client
 from quotas.choices import EntityType
 from quotas.models import Cluster, OwnedName, Tenant
 from telemetry_ui.monitoring import tel_instance_key, tel_instances_key
+from tests.redis_keys import keys_cleared
 
 from .people import roles
 from .test_quota_pages import assert_accessible, text
@@ -27,17 +28,9 @@ CLUSTER = "telpages"
 
 @pytest.fixture
 def tel(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-
-    def clear() -> None:
-        keys = list(client.scan_iter(match=f"tel:{{{CLUSTER}}}*", count=1000))
-        if keys:
-            client.delete(*keys)
-
-    clear()
-    yield client
-    clear()
-    client.close()
+    """The test Redis without this module's telemetry keys, before and after."""
+    with keys_cleared(redis_url, f"tel:{{{CLUSTER}}}*") as client:
+        yield client
 
 
 def instance(r: redis.Redis, iid: str, client_id: str, **extra: Any) -> dict[str, Any]:
@@ -137,3 +130,60 @@ def test_links_from_the_nav_and_the_cluster_page(w: dict[str, Any]) -> None:
 def test_anonymous_is_sent_to_login(w: dict[str, Any]) -> None:
     r = Client().get(f"/telemetry/{CLUSTER}/")
     assert r.status_code == 302 and "/login/" in r["Location"]
+
+
+def bootstrap(body: str, node: str) -> Any:
+    start = body.index(f'id="{node}"')
+    return json.loads(body[body.index(">", start) + 1: body.index("</script>", start)])
+
+
+def push(r: redis.Redis, iid: str, client_id: str, value: float, ago_ms: int = 0) -> dict[str, Any]:
+    t = int(time.time() * 1000) - ago_ms
+    entry = {"t": t, "c": CLUSTER, "instance": iid, "client_id": client_id,
+             "points": [{"name": "org.apache.kafka.producer.record.send.rate", "attrs": {"topic": "t"}, "t": t,
+                         "value": value}]}
+    r.xadd(f"tel:{{{CLUSTER}}}:all", {"d": json.dumps(entry)})
+    return entry
+
+
+def test_client_id_page_bootstraps_its_instances_and_backfill(w: dict[str, Any], tel: redis.Redis) -> None:
+    instance(tel, "inst-a1b", "app-a-1")
+    instance(tel, "inst-a1c", "app-a-1", terminated=True)
+    old = push(tel, "inst-a1", "app-a-1", 1.0, ago_ms=11 * 60 * 1000)  # older than the window
+    first = push(tel, "inst-a1", "app-a-1", 2.0, ago_ms=2000)
+    push(tel, "inst-b1", "app-b-1", 3.0, ago_ms=1500)
+    second = push(tel, "inst-a1b", "app-a-1", 4.0, ago_ms=1000)
+    r = get(w["alice"], f"/telemetry/{CLUSTER}/client/app-a-1/")
+    assert r.status_code == 200
+    body = r.content.decode()
+    assert "frontend/telemetry.js" in body and "vendor/plotly.min.js" in body
+    data = bootstrap(body, "telemetry-client-data")
+    assert data["cluster"] == CLUSTER and data["client_id"] == "app-a-1"
+    assert sorted(data["instances"]) == ["inst-a1", "inst-a1b"]  # live ones only: the terminated one pushes no more
+    assert data["backfill"] == [first, second] and old not in data["backfill"]
+    assert data["ws_path"] == "/ws/monitor/" and data["window_ms"] == 600_000
+    for iid in ("inst-a1", "inst-a1b", "inst-a1c"):
+        assert f'href="/telemetry/{CLUSTER}/instance/{iid}/"' in body
+    assert "inst-b1" not in body
+    assert f'href="/telemetry/{CLUSTER}/?client_id=app-a-1"' in body
+    assert_accessible(r)
+
+
+def test_client_id_page_permissions(w: dict[str, Any]) -> None:
+    assert get(w["alice"], f"/telemetry/{CLUSTER}/client/app-b-1/").status_code == 403
+    assert get(w["alice2"], f"/telemetry/{CLUSTER}/client/app-a-1/").status_code == 403
+    assert get(w["bob"], f"/telemetry/{CLUSTER}/client/app-b-1/").status_code == 200
+    assert get(w["auditor"], f"/telemetry/{CLUSTER}/client/app-b-1/").status_code == 200
+    assert get(w["admin"], "/telemetry/nowhere/client/app-a-1/").status_code == 404
+    assert get(w["alice"], "/telemetry/nowhere/client/app-a-1/").status_code == 404
+    r = get(w["admin"], f"/telemetry/{CLUSTER}/client/app-z/")  # no instance: an empty page
+    assert r.status_code == 200 and bootstrap(r.content.decode(), "telemetry-client-data")["instances"] == []
+    assert Client().get(f"/telemetry/{CLUSTER}/client/app-a-1/").status_code == 302
+
+
+def test_client_id_links_from_the_cluster_and_instance_pages(w: dict[str, Any]) -> None:
+    url = f"/telemetry/{CLUSTER}/client/app-a-1/"
+    assert f'href="{url}"' in text(get(w["alice"], f"/telemetry/{CLUSTER}/"))
+    assert f'href="{url}"' in text(get(w["alice"], f"/telemetry/{CLUSTER}/?client_id=app-a-1"))
+    body = text(get(w["alice"], f"/telemetry/{CLUSTER}/instance/inst-a1/"))
+    assert f'href="{url}"' in body and f'href="/telemetry/{CLUSTER}/?client_id=app-a-1"' in body

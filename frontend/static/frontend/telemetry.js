@@ -1,19 +1,26 @@
 /*
- * Client telemetry of one instance (KIP-714 pushes; telemetry_ui/README.md): the WebSocket /ws/monitor/ sends the
- * last minutes of the instance's pushes ("backfill"), then each new push ("telemetry"). One Plotly chart per metric
- * name, one line per set of point attributes; new points are appended with Plotly.extendTraces.
+ * Client telemetry of one instance or of every instance of one client id (KIP-714 pushes; telemetry_ui/README.md):
+ * the WebSocket /ws/monitor/ sends, per subscribed instance, the last minutes of its pushes ("backfill"), then each
+ * new push ("telemetry"). One Plotly chart per metric name, one line per set of point attributes (per instance and
+ * set of attributes on a client id's page); new points are appended with Plotly.extendTraces.
+ *
+ * Bootstrap (json_script): "telemetry-instance-data" {cluster, instance, ws_path, window_ms} or
+ * "telemetry-client-data" {cluster, client_id, instances: [...], backfill: [entries], ws_path, window_ms}.
  */
 (function () {
   "use strict";
-  var cfgNode = document.getElementById("telemetry-instance-data");
+  var cfgNode = document.getElementById("telemetry-instance-data") ||
+                document.getElementById("telemetry-client-data");
   if (!cfgNode) return;
   var cfg = JSON.parse(cfgNode.textContent);
+  var perClient = Array.isArray(cfg.instances); // several instances: each line is named after its instance too
+  var instances = perClient ? cfg.instances : [cfg.instance];
   var container = document.getElementById("telemetry-charts");
   var statusNode = document.getElementById("telemetry-status");
   var errorsNode = document.getElementById("telemetry-errors");
   var emptyNode = document.getElementById("telemetry-empty");
   var charts = {}; // metric name -> {div, traces: {attrsKey: index}, pending: bool}
-  var lastT = -1; // newest push time drawn (a backfill after a reconnect re-sends older pushes)
+  var lastT = {}; // instance -> newest push time drawn (a backfill after a reconnect re-sends older pushes)
   var drawn = 0;
   var MAX_POINTS = 2000;
 
@@ -51,12 +58,13 @@
     // Group the new points by chart and trace, then one extendTraces/addTraces per chart.
     var byChart = {};
     entries.forEach(function (e) {
-      if (typeof e.t !== "number" || e.t <= lastT) return;
-      lastT = e.t;
+      var inst = String(e.instance);
+      if (typeof e.t !== "number" || (lastT[inst] !== undefined && e.t <= lastT[inst])) return;
+      lastT[inst] = e.t;
       (e.points || []).forEach(function (p) {
         if (typeof p.value !== "number") return;
         var name = p.name || "?";
-        var key = attrsKey(p.attrs);
+        var key = perClient ? inst + " · " + attrsKey(p.attrs) : attrsKey(p.attrs);
         var g = byChart[name] = byChart[name] || {};
         var tr = g[key] = g[key] || {x: [], y: []};
         tr.x.push(new Date(p.t || e.t));
@@ -88,21 +96,25 @@
   function connect() {
     var proto = window.location.protocol === "https:" ? "wss:" : "ws:";
     var ws = new WebSocket(proto + "//" + window.location.host + cfg.ws_path);
+    var subscribed = 0;
     ws.onopen = function () {
-      var since = lastT >= 0 ? lastT : Date.now() - cfg.window_ms;
-      ws.send(JSON.stringify({action: "subscribe_telemetry", cluster: cfg.cluster, instance: cfg.instance,
-                              since_ms: since}));
+      instances.forEach(function (inst) {
+        var since = lastT[inst] !== undefined ? lastT[inst] : Date.now() - cfg.window_ms;
+        ws.send(JSON.stringify({action: "subscribe_telemetry", cluster: cfg.cluster, instance: inst,
+                                since_ms: since}));
+      });
     };
     ws.onmessage = function (ev) {
       var f = JSON.parse(ev.data);
       if (f.type === "subscribed") {
         delay = 1000;
+        subscribed += 1;
         setStatus("live", "Live.");
       } else if (f.type === "backfill" || f.type === "telemetry") {
-        if (f.instance === cfg.instance) draw(f.entries || []);
+        if (instances.indexOf(f.instance) >= 0) draw(f.entries || []);
       } else if (f.type === "error") {
         showError(f.message || f.code);
-        setStatus("error", "The live charts are unavailable.");
+        if (!subscribed) setStatus("error", "The live charts are unavailable.");
       }
     };
     ws.onclose = function (ev) {
@@ -113,5 +125,7 @@
     };
   }
   if (typeof Plotly === "undefined") { showError("plotly.js did not load."); return; }
+  draw(cfg.backfill || []);
+  if (!instances.length) { setStatus("idle", "No live instance to follow."); return; }
   connect();
 })();
