@@ -166,6 +166,10 @@ QUOTAS_TELEMETRY_QUEUE_SIZE = int(os.environ.get("QUOTAS_TELEMETRY_QUEUE_SIZE", 
 QUOTAS_TELEMETRY_TIMEOUT_MS = int(os.environ.get("QUOTAS_TELEMETRY_TIMEOUT_MS", 5_000))
 # Where accepted pushes land as JSON lines for the pipeline.
 QUOTAS_LANDING_ROOT = Path(os.environ.get("QUOTAS_LANDING_ROOT", str(RUN_DIR / "landing")))
+# quotas.tasks.land: usage, samples and telemetry as Parquet under QUOTAS_LANDING_ROOT (quotas/landing.py)
+QUOTAS_LANDING_SECONDS = float(os.environ.get("QUOTAS_LANDING_SECONDS", "60"))
+QUOTAS_LANDING_BATCH = int(os.environ.get("QUOTAS_LANDING_BATCH", "5000"))  # stream entries per file range
+QUOTAS_LANDING_STALE_SECONDS = float(os.environ.get("QUOTAS_LANDING_STALE_SECONDS", "3600"))  # crashed writers' _ files
 
 CELERY_BROKER_URL = QUOTAS_REDIS_URL
 CELERY_RESULT_BACKEND = QUOTAS_REDIS_URL
@@ -206,6 +210,9 @@ CELERY_BEAT_SCHEDULE = {
     "expire-boosts": {"task": "quotas.tasks.expire_boosts", "schedule": 60.0},
     # Brokers behind desired state catch up; brokers changed behind the portal's back show up as drift.
     "reconcile": {"task": "quotas.tasks.reconcile", "schedule": QUOTAS_RECONCILE_SECONDS},
+    # Usage, samples and telemetry land as Parquet for the pipeline; a run that overruns is not piled up.
+    "land": {"task": "quotas.tasks.land", "schedule": QUOTAS_LANDING_SECONDS,
+             "options": {"expires": QUOTAS_LANDING_SECONDS}},
 }
 
 CHANNEL_LAYERS = {

@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 
 import redis
 
+from .engine import usage_log
 from .engine.config import QuotaEngine, namespace_for_broker
 from .engine.connections import (
     ACCEPTED,
@@ -712,11 +713,11 @@ class LoadGenerator:
         def usage(requests: list[tuple[_ByteClient, str, float, float]]) -> list[UsageRecord]:
             return [UsageRecord(c.user, c.client_id, v, t) for c, _k, v, _n in requests]
 
-        p_res = b.produce.record_many(usage(produce)) if produce else []  # an empty batch would still cost a call
-        f_res = b.fetch.record_many(usage(fetch)) if fetch else []
-        r_res = b.request.record_many(
-            [UsageRecord(c.user, c.client_id, nanos_to_percentage(n), t) for c, _k, _v, n in ordered]
-        )
+        p_use, f_use = usage(produce), usage(fetch)
+        r_use = [UsageRecord(c.user, c.client_id, nanos_to_percentage(n), t) for c, _k, _v, n in ordered]
+        p_res = b.produce.record_many(p_use) if produce else []  # an empty batch would still cost a call
+        f_res = b.fetch.record_many(f_use) if fetch else []
+        r_res = b.request.record_many(r_use)
         stats = self.stats
         stats["requests"] += len(ordered)
         index = b.index
@@ -744,6 +745,9 @@ class LoadGenerator:
             if throttle > 0:
                 stats["throttled"] += 1
             self.event(t, b, kind, c.user, c.client_id, delivered, throttle, note)
+        # what was recorded, for the landing area (quotas/landing.py): one XADD per batch, one round trip
+        usage_log.append_many(b.ns.client, b.cluster, b.id, ((b.produce.quota_type, p_use),
+                              (b.fetch.quota_type, f_use), (b.request.quota_type, r_use)))
 
     def _connections(self, b: _Broker, t: int) -> None:
         """Close what is due, admit this tick's sockets in one call, retry blocked ones after their delay."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from celery import shared_task
@@ -79,3 +80,33 @@ def heal(self: Any, cluster_id: int, broker_pk: int | None, actor_id: int | None
         if not e.retriable:
             return {"failed": e.code, "message": e.message}
         raise self.retry(exc=e, countdown=push.backoff_s(self.request.retries)) from e
+
+
+@shared_task(name="quotas.tasks.land", acks_late=True, ignore_result=True)
+def land() -> dict[str, Any]:
+    """Beat (every QUOTAS_LANDING_SECONDS): usage, samples and telemetry into the landing area as Parquet.
+
+    Idempotent (``quotas/landing.py``): a retried or overlapping run writes no duplicates.
+    """
+    import redis
+    from django.conf import settings
+
+    from quotas import landing
+    from quotas.loadgen import targets_from_db
+
+    clients: dict[str, redis.Redis] = {}
+    sources: list[tuple[redis.Redis, str]] = []
+    for cluster, targets in targets_from_db().items():
+        for url in sorted({t.url for t in targets}):
+            if url not in clients:
+                clients[url] = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=30)
+            sources.append((clients[url], cluster))
+    try:
+        result = landing.land_all(
+            sources, Path(settings.QUOTAS_LANDING_ROOT), batch=settings.QUOTAS_LANDING_BATCH,
+            stale_s=settings.QUOTAS_LANDING_STALE_SECONDS,
+        )
+    finally:
+        for client in clients.values():
+            client.close()
+    return result.as_dict()

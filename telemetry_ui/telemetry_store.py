@@ -140,7 +140,8 @@ def landing_root() -> Path:
 
 def landing_dir(t_ms: int, root: Path | None = None) -> Path:
     when = datetime.fromtimestamp(t_ms / 1000, UTC)
-    return (root or landing_root()) / "telemetry" / f"date={when:%Y-%m-%d}" / f"hour={when:%H}"
+    # "_incoming": Spark skips "_" paths, so these JSON lines never mix with the Parquet the landing task makes of them
+    return (root or landing_root()) / "_incoming" / "telemetry" / f"date={when:%Y-%m-%d}" / f"hour={when:%H}"
 
 
 def write_landing(entries: list[dict[str, Any]], root: Path | None = None) -> Path:

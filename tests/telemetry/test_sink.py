@@ -83,7 +83,7 @@ def points(value: float = 1.0) -> list[Any]:
 
 def landed(root: Path, cluster: str) -> list[dict[str, Any]]:
     out = []
-    for f in sorted(root.glob("telemetry/date=*/hour=*/*")):
+    for f in sorted(root.glob("_incoming/telemetry/date=*/hour=*/*")):
         assert f.name.startswith("part-") and f.suffix == ".jsonl", f"a temporary file was left: {f}"
         out.extend(e for e in (json.loads(line) for line in f.read_text().splitlines()) if e["c"] == cluster)
     return out
