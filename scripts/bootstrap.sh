@@ -79,6 +79,14 @@ ensure_redis_server() {
     fi
 }
 
+# The PySpark jobs (pipeline/) need a Java runtime (17): Debian's headless JRE when no java is on the PATH.
+ensure_java() {
+    if command -v java >/dev/null 2>&1 || { [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; }; then
+        return 0
+    fi
+    apt_install openjdk-17-jre-headless || apt_install default-jre-headless
+}
+
 # For run_tests.sh: the browser tests (tests/browser/) drive the system's chromium through Playwright's driver
 # (the playwright pip package). Debian's chromium is installed with apt-get when none is on the PATH; no
 # browser is ever downloaded by Playwright ("playwright install" is never run). Not fatal: without a chromium
@@ -108,6 +116,9 @@ stop_project_redis() {
 ensure_venv
 ensure_requirements
 ensure_redis_server
+ensure_java
 
 export VIRTUAL_ENV="$VENV"
+# Spark's Python workers run the venv's interpreter (pipeline/)
+export PYSPARK_PYTHON="$VENV/bin/python"
 export PATH="$VENV/bin:$PATH"

@@ -13,6 +13,7 @@ cd "$ROOT"
 # shellcheck source=scripts/bootstrap.sh
 source scripts/bootstrap.sh
 ensure_chromium
+export PYSPARK_PYTHON="$ROOT/.venv/bin/python"  # the pipeline tests' Spark workers
 
 REDIS_PORT="${QUOTAS_TEST_REDIS_PORT:-6391}"
 REDIS_STARTED=""

@@ -1,0 +1,117 @@
+"""Right-sizing advice: per entity, the smallest quota that keeps its throttled time under a target.
+
+    python -m pipeline.advice --root R [--target 0.01] [--cluster C]
+
+Method: a binary search on the quota (integers, as producer/consumer_byte_rate are Java longs) using the
+what-if replay (``pipeline.replay``, closed loop, every broker with its own sensor) of the entity's whole
+recorded usage: the answer is the smallest quota whose replay spends at most ``target`` of the observed
+time throttled (``throttled_fraction``: throttled ms over observed ms, summed over brokers). It assumes the
+throttled fraction does not grow with the quota (true up to the closed loop's shifting of request times).
+``peak_rate`` is the highest rate the engine measured for the entity (its sampled Rate over the quota window,
+replayed with a quota that never binds); ``headroom`` = quota - peak_rate (bytes/s; negative when the
+advice accepts throttling at the peak), ``headroom_pct`` = headroom / quota.
+Entities are (cluster, quota_type, user, client_id) as recorded; the advice is for the (user, client-id) entity.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from quotas.engine.entities import QuotaType
+
+from .errors import BadArguments, NoHistory
+from .replay import replay_frame, throttled_fraction
+from .session import base_parser, run_job
+from .whatif import load_usage, valid_usage
+
+ADVICE_SCHEMA = (
+    "cluster string, quota_type string, user string, client_id string, key string, quota double, "
+    "throttled_fraction double, peak_rate double, headroom double, headroom_pct double, requests long, "
+    "brokers long, recorded_rate double"
+)
+
+
+def _replay_all(pdf: pd.DataFrame, quota_type: str, quota: float, samples: int, window_ms: int) -> pd.DataFrame:
+    return pd.concat([replay_frame(g, quota_type, quota, samples=samples, window_ms=window_ms)
+                      for _, g in pdf.groupby("broker")])
+
+
+def advise(pdf: pd.DataFrame, target: float, samples: int = 11, window_ms: int = 1000) -> pd.DataFrame:
+    """One entity's usage (all brokers) → one row of advice."""
+    qt = str(pdf["quota_type"].iloc[0])
+    # no rate can exceed a broker's total bytes (the window is at least (samples-1) windows long)
+    hi = float(math.ceil(pdf.groupby("broker")["value"].sum().max()) + 1)
+    free = _replay_all(pdf, qt, hi, samples, window_ms)
+    peak = float(free["measured"].max())
+
+    def frac(q: float) -> float:
+        return throttled_fraction(_replay_all(pdf, qt, q, samples, window_ms), window_ms)
+
+    lo_q, hi_q = 1.0, hi  # frac(hi) == 0 <= target
+    if frac(lo_q) <= target:
+        hi_q = lo_q
+    while hi_q - lo_q > 1:
+        mid = float(math.floor((lo_q + hi_q) / 2))
+        if frac(mid) <= target:
+            hi_q = mid
+        else:
+            lo_q = mid
+    f = frac(hi_q)
+    span_s = max(int(pdf["t_ms"].max()) - int(pdf["t_ms"].min()), window_ms) / 1000.0
+    return pd.DataFrame([{
+        "cluster": str(pdf["cluster"].iloc[0]), "quota_type": qt, "user": str(pdf["user"].iloc[0]),
+        "client_id": str(pdf["client_id"].iloc[0]), "key": QuotaType(qt).config_key, "quota": hi_q,
+        "throttled_fraction": f, "peak_rate": peak, "headroom": hi_q - peak, "headroom_pct": (hi_q - peak) / hi_q,
+        "requests": len(pdf), "brokers": int(pdf["broker"].nunique()),
+        "recorded_rate": float(pdf["value"].sum()) / span_s,
+    }])
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = base_parser("Per entity, the quota that keeps the throttled fraction of time under a target.")
+    p.add_argument("--target", type=float, default=0.01, help="allowed fraction of time throttled (default 0.01)")
+    p.add_argument("--cluster", help="only this cluster")
+    p.add_argument("--samples", type=int, default=11)
+    p.add_argument("--window-ms", type=int, default=1000)
+    args = p.parse_args(argv)
+    if not (0.0 <= args.target < 1.0):
+        raise BadArguments(f"--target is a fraction in [0, 1), got {args.target!r}.")
+    return args
+
+
+def job(spark: SparkSession, args: argparse.Namespace) -> dict:
+    usage = valid_usage(load_usage(spark, args.root))
+    if args.cluster:
+        usage = usage.where(F.col("cluster") == args.cluster)
+    usage = usage.where(F.col("quota_type").isin([str(q) for q in QuotaType]))
+    fn = functools.partial(_group, target=args.target, samples=args.samples, window_ms=args.window_ms)
+    typed = usage.select(
+        F.col("cluster").cast("string"), F.col("quota_type").cast("string"), F.col("broker").cast("long"),
+        F.col("user").cast("string"), F.col("client_id").cast("string"), F.col("seq").cast("long"),
+        F.col("t_ms").cast("long"), F.col("value").cast("double"),
+    )
+    rows = typed.groupBy("cluster", "quota_type", "user", "client_id").applyInPandas(fn, ADVICE_SCHEMA)
+    out = rows.orderBy("cluster", "quota_type", "user", "client_id").toPandas()
+    if out.empty:
+        raise NoHistory("No recorded usage to advise on" + (f" for cluster {args.cluster!r}." if args.cluster else "."))
+    return {"target": args.target, "method": "binary search on the quota with the closed-loop what-if replay",
+            "entities": out.to_dict(orient="records")}
+
+
+def _group(pdf, *, target, samples, window_ms):  # runs on the executors
+    return advise(pdf, target, samples, window_ms)
+
+
+def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
+    return run_job(argv, parse, job, spark)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,107 @@
+"""The SparkSession of the jobs, their shared CLI arguments, and reading the landing area safely.
+
+Landing layout (written by the portal's Celery task): Parquet under ``<root>/usage/`` and
+``<root>/samples/``, partitioned ``date=YYYY-MM-DD/hour=HH``. Files or directories whose name starts
+with ``_`` or ``.`` are being written and are never read (not even ``_metadata``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from .errors import CorruptInput, MissingInput, PipelineError, SparkUnavailable
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+DEFAULT_ROOT = os.environ.get("QUOTAS_LANDING_ROOT", ".run/landing")
+DEFAULT_MASTER = "local[2]"
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--root", default=DEFAULT_ROOT, help="landing root (a path or any Hadoop-compatible URI)")
+    p.add_argument("--master", default=DEFAULT_MASTER, help="Spark master (default local[2])")
+    return p
+
+
+def build_session(master: str = DEFAULT_MASTER, app_name: str = "quotas-pipeline") -> SparkSession:
+    """A SparkSession whose Python workers run this interpreter (the venv's)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    try:
+        from pyspark.sql import SparkSession
+
+        return (
+            SparkSession.builder.master(master)
+            .appName(app_name)
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+            .getOrCreate()
+        )
+    except Exception as e:  # no Java, bad master, ...
+        raise SparkUnavailable(f"Could not start Spark ({master}): {e}") from e
+
+
+def _hidden(file: str, name: str) -> bool:
+    """True when a path component below the dataset ``name`` starts with '_' or '.' (an in-progress write)."""
+    rest = file.rsplit("/" + name + "/", 1)[-1]
+    return any(part.startswith(("_", ".")) for part in rest.split("/") if part)
+
+
+def read_dataset(spark: SparkSession, root: str, name: str) -> DataFrame:
+    """``<root>/<name>`` as a DataFrame, never reading in-progress files; typed errors when missing/corrupt."""
+    path = root.rstrip("/") + "/" + name
+    try:
+        df = spark.read.parquet(path)
+        files = df.inputFiles()
+    except Exception as e:
+        raise _translate(e, path) from e
+    good = [f for f in files if not _hidden(f, name)]
+    if not good:
+        raise MissingInput(f"No landed Parquet files under {path}.")
+    if len(good) != len(files):  # Spark keeps _metadata/_common_metadata and '_x=y' names: read explicitly
+        try:
+            df = spark.read.option("basePath", path).parquet(*good)
+        except Exception as e:
+            raise _translate(e, path) from e
+    return df
+
+
+def _translate(e: BaseException, path: str) -> PipelineError:
+    text = str(e)
+    if "PATH_NOT_FOUND" in text or "Path does not exist" in text or "UNABLE_TO_INFER_SCHEMA" in text:
+        return MissingInput(f"No landed data at {path}.")
+    first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
+    return CorruptInput(f"Unreadable Parquet under {path}: {first[:500]}")
+
+
+def run_job(argv: Sequence[str] | None, parse: Callable[[Sequence[str] | None], argparse.Namespace],
+            job: Callable[[SparkSession, argparse.Namespace], dict], spark: SparkSession | None = None) -> int:
+    """Parse, run, print the JSON result; a PipelineError prints ``{"error": ...}`` on stderr and exits 2."""
+    try:
+        args = parse(argv)
+        own = spark is None
+        session = spark if spark is not None else build_session(args.master)
+        try:
+            try:
+                result = job(session, args)
+            except PipelineError:
+                raise
+            except Exception as e:  # a corrupt file surfaces when the job executes
+                raise _translate(e, args.root) from e
+        finally:
+            if own:
+                session.stop()
+    except PipelineError as e:
+        e.report()
+        return e.exit_status
+    print(json.dumps(result, indent=1, default=str))
+    return 0
