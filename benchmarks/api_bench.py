@@ -51,8 +51,7 @@ from typing import Any  # noqa: E402
 from urllib.parse import urlencode, urlsplit  # noqa: E402
 
 from benchmarks.engine_bench import _collect, percentile  # noqa: E402
-from benchmarks.harness import run_bench  # noqa: E402
-from devtools.processes import stop_session  # noqa: E402
+from benchmarks.harness import SessionProcess, run_bench  # noqa: E402
 from devtools.redis_server import RUN_DIR, free_port  # noqa: E402
 
 PROCESSES = 2
@@ -188,24 +187,8 @@ def remove_database(db_path: Path) -> None:
 # ---- the portal under uvicorn ----------------------------------------------------------------------------
 
 
-def tree_cpu_s(pid: int) -> float:
-    """User + system CPU of a process and its descendants (uvicorn's workers), from /proc; 0 elsewhere."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            stat = Path(f"/proc/{p}/stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, ValueError):
-            continue  # gone, or not Linux
-    return total
 
-
-class Portal:
+class Portal(SessionProcess):
     """The portal under uvicorn in its own session, so stopping it stops its workers too."""
 
     def __init__(self, port: int, env: dict[str, str], workers: int, token: str, log_path: Path) -> None:
@@ -213,8 +196,7 @@ class Portal:
         self.env = {**os.environ, **env}
         self.workers = workers
         self.token = token
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(log_path)
 
     def start(self, timeout_s: float = 60.0) -> Portal:
         cmd = [
@@ -248,21 +230,6 @@ class Portal:
         finally:
             conn.close()
 
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def cpu_s(self) -> float:
-        return tree_cpu_s(self.proc.pid) if self.proc is not None else 0.0
-
-    def stop(self) -> None:
-        """SIGTERM to uvicorn's session (the server and its workers), SIGKILL if it lingers."""
-        if self.proc is None:
-            return
-        stop_session(self.proc, 10.0)
-        self.proc = None
 
 
 def pin_server(wanted: bool, workers: int) -> tuple[set[int], set[int]] | None:

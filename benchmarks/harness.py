@@ -4,15 +4,63 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from devtools.processes import stop_session
 from devtools.redis_server import RedisServer
 
 Cleanups = list[Callable[[], None]]
+
+
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU of a process and its descendants (uvicorn's workers), from /proc; 0 elsewhere."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue  # gone, or not Linux
+    return total
+
+
+class SessionProcess:
+    """A service a benchmark started in a session of its own (uvicorn, a worker, the relay): its log, its CPU
+    (with its children) and a stop that takes the whole session down. Subclasses start ``self.proc``."""
+
+    grace_s = 10.0
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def cpu_s(self) -> float:
+        return tree_cpu_s(self.proc.pid) if self.proc is not None else 0.0
+
+    def stop(self) -> None:
+        """SIGTERM to the session, SIGKILL if it lingers past ``grace_s``."""
+        if self.proc is None:
+            return
+        stop_session(self.proc, self.grace_s)
+        self.proc = None
 
 
 def finite(value: Any) -> Any:

@@ -77,10 +77,9 @@ from typing import Any  # noqa: E402
 
 import redis  # noqa: E402
 
-from benchmarks.api_bench import remove_database, tree_cpu_s  # noqa: E402
+from benchmarks.api_bench import remove_database  # noqa: E402
 from benchmarks.engine_bench import _collect, server_cpu_s  # noqa: E402
-from benchmarks.harness import run_bench  # noqa: E402
-from devtools.processes import stop_session  # noqa: E402
+from benchmarks.harness import SessionProcess, run_bench, tree_cpu_s  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer, free_port  # noqa: E402
 from quotas.engine.monitor import entity_key, firehose_key  # noqa: E402
 
@@ -305,15 +304,14 @@ async def echo_app(scope: dict[str, Any], receive: Callable[..., Any], send: Cal
 # ---- servers ----------------------------------------------------------------------------------------------
 
 
-class Service:
+class Service(SessionProcess):
     """A server process in its own session (uvicorn, the relay), so stopping it stops its children too."""
 
     def __init__(self, name: str, cmd: list[str], env: dict[str, str], log_path: Path) -> None:
         self.name = name
         self.cmd = cmd
         self.env = env
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(log_path)
 
     def start(self, cpus: set[int] | None = None) -> Service:
         mine = os.sched_getaffinity(0) if cpus is not None else None
@@ -349,20 +347,6 @@ class Service:
                 time.sleep(0.1)
         raise RuntimeError(f"{self.name} did not answer within {timeout_s:g} s:\n{self.log_tail()}")
 
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def cpu_s(self) -> float:
-        return tree_cpu_s(self.proc.pid) if self.proc is not None else 0.0
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        stop_session(self.proc, 10.0)
-        self.proc = None
 
 
 def uvicorn_cmd(app: str, port: int) -> list[str]:

@@ -62,10 +62,9 @@ from typing import Any  # noqa: E402
 
 import redis  # noqa: E402
 
-from benchmarks.api_bench import remove_database, tree_cpu_s  # noqa: E402
+from benchmarks.api_bench import remove_database  # noqa: E402
 from benchmarks.engine_bench import _collect, percentile, server_cpu_s  # noqa: E402
-from benchmarks.harness import run_bench  # noqa: E402
-from devtools.processes import stop_session  # noqa: E402
+from benchmarks.harness import SessionProcess, run_bench  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer  # noqa: E402
 from quotas.engine.config import KEY_SEP, EntityRef, namespace_for_broker  # noqa: E402
 from quotas.engine.desired import NamespaceState, PushRecord  # noqa: E402
@@ -148,14 +147,15 @@ def make_cluster(name: str, redis_url: str) -> Any:
     return cluster
 
 
-class Worker:
+class Worker(SessionProcess):
     """``celery -A portal worker --pool prefork`` in its own session, so stopping it stops its pool too."""
+
+    grace_s = 15.0  # a warm shutdown of the pool
 
     def __init__(self, env: dict[str, str], concurrency: int, log_path: Path) -> None:
         self.env = {**os.environ, **env}
         self.concurrency = concurrency
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(log_path)
 
     def command(self) -> list[str]:
         exe = Path(sys.executable).parent / "celery"
@@ -177,15 +177,6 @@ class Worker:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"the Celery worker exited with code {self.proc.returncode}:\n{self.log_tail()}")
 
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def cpu_s(self) -> float:
-        return tree_cpu_s(self.proc.pid) if self.proc is not None else 0.0
-
     def log_size(self) -> int:
         try:
             return self.log_path.stat().st_size
@@ -203,12 +194,6 @@ class Worker:
             runs.append((float(m[1]), (mode[1] or mode[2]) if mode else "?"))
         return runs
 
-    def stop(self) -> None:
-        """SIGTERM to the worker's session (warm shutdown of the main process and its pool), SIGKILL if it lingers."""
-        if self.proc is None:
-            return
-        stop_session(self.proc, 15.0)
-        self.proc = None
 
 
 # ---- watching the commits --------------------------------------------------------------------------------
