@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 
 import pandas as pd
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from quotas.engine.entities import QuotaType
@@ -29,8 +29,9 @@ from quotas.engine.entities import QuotaType
 from .errors import BadArguments, NoHistory
 from .replay import replay_frame, throttled_fraction
 from .session import base_parser, run_job
-from .whatif import load_usage, valid_usage
+from .usage import load_usage, valid_usage
 
+METHOD = "binary search on the quota with the closed-loop what-if replay"
 ADVICE_SCHEMA = (
     "cluster string, quota_type string, user string, client_id string, key string, quota double, "
     "throttled_fraction double, peak_rate double, headroom double, headroom_pct double, requests long, "
@@ -38,21 +39,26 @@ ADVICE_SCHEMA = (
 )
 
 
-def _replay_all(pdf: pd.DataFrame, quota_type: str, quota: float, samples: int, window_ms: int) -> pd.DataFrame:
-    return pd.concat([replay_frame(g, quota_type, quota, samples=samples, window_ms=window_ms)
+Entity = tuple[str | None, str | None] | None
+
+
+def _replay_all(pdf: pd.DataFrame, quota_type: str, quota: float, samples: int, window_ms: int,
+                entity: Entity) -> pd.DataFrame:
+    return pd.concat([replay_frame(g, quota_type, quota, samples=samples, window_ms=window_ms, entity=entity)
                       for _, g in pdf.groupby("broker")])
 
 
-def advise(pdf: pd.DataFrame, target: float, samples: int = 11, window_ms: int = 1000) -> pd.DataFrame:
-    """One entity's usage (all brokers) → one row of advice."""
+def advise(pdf: pd.DataFrame, target: float, samples: int = 11, window_ms: int = 1000,
+           entity: Entity = None) -> pd.DataFrame:
+    """One entity's usage (all brokers) → one row of advice; ``entity`` as in ``replay_frame``."""
     qt = str(pdf["quota_type"].iloc[0])
     # no rate can exceed a broker's total bytes (the window is at least (samples-1) windows long)
     hi = float(math.ceil(pdf.groupby("broker")["value"].sum().max()) + 1)
-    free = _replay_all(pdf, qt, hi, samples, window_ms)
+    free = _replay_all(pdf, qt, hi, samples, window_ms, entity)
     peak = float(free["measured"].max())
 
     def frac(q: float) -> float:
-        return throttled_fraction(_replay_all(pdf, qt, q, samples, window_ms), window_ms)
+        return throttled_fraction(_replay_all(pdf, qt, q, samples, window_ms, entity), window_ms)
 
     lo_q, hi_q = 1.0, hi  # frac(hi) == 0 <= target
     if frac(lo_q) <= target:
@@ -86,27 +92,33 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def job(spark: SparkSession, args: argparse.Namespace) -> dict:
-    usage = valid_usage(load_usage(spark, args.root))
-    if args.cluster:
-        usage = usage.where(F.col("cluster") == args.cluster)
-    usage = usage.where(F.col("quota_type").isin([str(q) for q in QuotaType]))
-    fn = functools.partial(_group, target=args.target, samples=args.samples, window_ms=args.window_ms)
+def advise_usage(usage: DataFrame, target: float, samples: int = 11, window_ms: int = 1000,
+                 entity: Entity = None) -> DataFrame:
+    """One advice row per (cluster, quota_type, user, client_id) of the usage records (run on the executors);
+    ``entity``: the config entity a proposal sets (``pipeline.usage.governed``), else each group's own names."""
+    fn = functools.partial(_group, target=target, samples=samples, window_ms=window_ms, entity=entity)
     typed = usage.select(
         F.col("cluster").cast("string"), F.col("quota_type").cast("string"), F.col("broker").cast("long"),
         F.col("user").cast("string"), F.col("client_id").cast("string"), F.col("seq").cast("long"),
         F.col("t_ms").cast("long"), F.col("value").cast("double"),
     )
-    rows = typed.groupBy("cluster", "quota_type", "user", "client_id").applyInPandas(fn, ADVICE_SCHEMA)
+    return typed.groupBy("cluster", "quota_type", "user", "client_id").applyInPandas(fn, ADVICE_SCHEMA)
+
+
+def job(spark: SparkSession, args: argparse.Namespace) -> dict:
+    usage = valid_usage(load_usage(spark, args.root))
+    if args.cluster:
+        usage = usage.where(F.col("cluster") == args.cluster)
+    usage = usage.where(F.col("quota_type").isin([str(q) for q in QuotaType]))
+    rows = advise_usage(usage, args.target, args.samples, args.window_ms)
     out = rows.orderBy("cluster", "quota_type", "user", "client_id").toPandas()
     if out.empty:
         raise NoHistory("No recorded usage to advise on" + (f" for cluster {args.cluster!r}." if args.cluster else "."))
-    return {"target": args.target, "method": "binary search on the quota with the closed-loop what-if replay",
-            "entities": out.to_dict(orient="records")}
+    return {"target": args.target, "method": METHOD, "entities": out.to_dict(orient="records")}
 
 
-def _group(pdf, *, target, samples, window_ms):  # runs on the executors
-    return advise(pdf, target, samples, window_ms)
+def _group(pdf, *, target, samples, window_ms, entity):  # runs on the executors
+    return advise(pdf, target, samples, window_ms, entity)
 
 
 def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:

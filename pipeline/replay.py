@@ -12,19 +12,43 @@ throttle time before sending its next request, as Kafka clients mute the channel
 throttle creates delays every later request until the client catches up with its recorded timeline.
 Open loop (``closed=False``) records at the recorded times, exactly what the engine would have
 answered to that traffic (used to prove equality with the engine's conformance traces).
+
+Produce, fetch and request quotas (a sampled Rate) run through ``pipeline.kernel``, the same math on plain lists
+and about 20 times faster; the controller-mutation token bucket goes through the model itself.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 
 from quotas.engine.entities import QuotaType
-from quotas.engine.managers import UsageRecord, manager_for
+from quotas.engine.managers import ClientQuotaManager, RecordResult, UsageRecord, manager_for
 from quotas.engine.model import ModelBackend
 
+from .kernel import Replayed, kernel_manager, replay_rate
+
 REPLAY_COLUMNS = ["seq", "t_ms", "sent_ms", "value", "throttle_ms", "throttle_ms_long", "measured"]
+_KEPT = ["cluster", "broker", "user", "client_id", "seq", "t_ms", "value"]  # input columns of replay_frame's output
+
+
+def _manager(user: str | None, client_id: str | None, quota_type: str, quota: float | None, samples: int,
+             window_ms: int) -> ClientQuotaManager:
+    mgr = manager_for(QuotaType(quota_type), ModelBackend(), samples=samples, window_ms=window_ms)
+    if quota is not None:
+        mgr.update_quota(user, client_id, float(quota))
+    return mgr
+
+
+def _kernel(mgr: ClientQuotaManager, user: str, client_id: str, t_ms: Sequence[int] | np.ndarray,
+            values: Sequence[float] | np.ndarray, closed: bool) -> Replayed:
+    """The kernel with the bound the manager resolves for the entity (None when no quota is enabled)."""
+    bound = mgr.quota(user, client_id)[0] if mgr.quotas_enabled else None
+    return replay_rate(str(mgr.quota_type), t_ms, values, bound, samples=mgr.samples, window_ms=mgr.window_ms,
+                       closed=closed)
 
 
 def replay(
@@ -38,11 +62,25 @@ def replay(
     samples: int = 11,
     window_ms: int = 1000,
     closed: bool = True,
+    entity: tuple[str | None, str | None] | None = None,
 ) -> tuple[list[int], list]:
-    """Replay one broker's records (already in order); returns (sent times, RecordResults)."""
-    mgr = manager_for(QuotaType(quota_type), ModelBackend(), samples=samples, window_ms=window_ms)
-    if quota is not None:
-        mgr.update_quota(user, client_id, float(quota))
+    """Replay one broker's records (already in order); returns (sent times, RecordResults).
+
+    The records are ``user``'s and ``client_id``'s; the quota is set on ``entity`` (default: those names).
+    """
+    on_user, on_client = entity if entity is not None else (user, client_id)
+    mgr = _manager(on_user, on_client, quota_type, quota, samples, window_ms)
+    if kernel_manager(mgr):
+        out = _kernel(mgr, user, client_id, t_ms, values, closed)
+        sent = out.sent_ms if closed else list(t_ms)
+        if not mgr.quotas_enabled:
+            return sent, [RecordResult(0, quotas_enabled=False) for _ in out.sent_ms]
+        bound, tags = mgr.quota(user, client_id)
+        return sent, [
+            RecordResult(thr, tags, m, True, long_ms, m, True, False) if not m <= bound
+            else RecordResult(0, tags, m, False, 0, None, True, False)
+            for thr, long_ms, m in zip(out.throttle_ms, out.throttle_ms_long, out.measured, strict=True)
+        ]
     if not closed:
         usages = [UsageRecord(user, client_id, float(v), int(t)) for t, v in zip(t_ms, values, strict=True)]
         return list(t_ms), mgr.record_many(usages, validate=False)
@@ -57,18 +95,36 @@ def replay(
 
 
 def replay_frame(pdf: pd.DataFrame, quota_type: str, quota: float | None, *, samples: int = 11,
-                 window_ms: int = 1000, closed: bool = True) -> pd.DataFrame:
-    """One (cluster, broker, user, client_id) group of usage rows → per-record replay rows."""
-    pdf = pdf.sort_values(["t_ms", "seq"], kind="stable")
-    user, client_id = str(pdf["user"].iloc[0]), str(pdf["client_id"].iloc[0])
-    sent, results = replay(user, client_id, quota_type, quota, pdf["t_ms"].tolist(), pdf["value"].tolist(),
-                           samples=samples, window_ms=window_ms, closed=closed)
-    out = pdf[["cluster", "broker", "user", "client_id", "seq", "t_ms", "value"]].copy()
-    out["sent_ms"] = pd.array(sent, dtype="int64")
-    out["throttle_ms"] = pd.array([r.throttle_ms for r in results], dtype="int64")
-    out["throttle_ms_long"] = pd.array([r.throttle_ms_long for r in results], dtype="int64")
-    out["measured"] = [float("nan") if r.measured is None else float(r.measured) for r in results]
-    return out
+                 window_ms: int = 1000, closed: bool = True,
+                 entity: tuple[str | None, str | None] | None = None) -> pd.DataFrame:
+    """One (cluster, broker, user, client_id) group of usage rows → per-record replay rows.
+
+    ``entity`` is the (user, client-id) config entity the quota is set on (None = absent, as Kafka's entities);
+    by default the group's own names. The group's records resolve to it by Kafka's precedence (e.g. records
+    ``(alice, "")`` to the entity ``(alice, None)``, a user's own quota).
+
+    Built in one go from numpy columns: the jobs call this once per group, and pandas' per-operation overhead
+    would otherwise cost about as much as the kernel's replay itself.
+    """
+    order = np.lexsort((pdf["seq"].to_numpy(), pdf["t_ms"].to_numpy()))  # by t_ms, then seq; stable
+    cols = {c: pdf[c].to_numpy()[order] for c in _KEPT}
+    user, client_id = str(cols["user"][0]), str(cols["client_id"][0])
+    on_user, on_client = entity if entity is not None else (user, client_id)
+    mgr = _manager(on_user, on_client, quota_type, quota, samples, window_ms)
+    if kernel_manager(mgr):
+        k = _kernel(mgr, user, client_id, cols["t_ms"], cols["value"], closed)
+        sent, throttle, throttle_long, measured = k.sent_ms, k.throttle_ms, k.throttle_ms_long, k.measured
+    else:
+        sent, results = replay(user, client_id, quota_type, quota, cols["t_ms"].tolist(), cols["value"].tolist(),
+                               samples=samples, window_ms=window_ms, closed=closed, entity=(on_user, on_client))
+        throttle = [r.throttle_ms for r in results]
+        throttle_long = [r.throttle_ms_long for r in results]
+        measured = [math.nan if r.measured is None else float(r.measured) for r in results]
+    cols["sent_ms"] = np.array(sent, dtype=np.int64)
+    cols["throttle_ms"] = np.array(throttle, dtype=np.int64)
+    cols["throttle_ms_long"] = np.array(throttle_long, dtype=np.int64)
+    cols["measured"] = np.array(measured, dtype=np.float64)
+    return pd.DataFrame(cols, index=pdf.index[order], copy=False)
 
 
 def summarize(rows: pd.DataFrame, window_ms: int = 1000) -> dict:

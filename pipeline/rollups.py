@@ -1,6 +1,6 @@
 """Per-entity minute and hour rollups of the live-monitor samples.
 
-    python -m pipeline.rollups --root R --out O [--master M]
+    python -m pipeline.rollups --root R --out O [--since-ms T] [--master M]
 
 Input ``<root>/samples/``: one row per broker, entity and second (t ms, c cluster, b broker, q quota type,
 e sensor tags "user:client", rate, bound, util, thr_avg, thr_max, thr_frac, tokens).
@@ -10,6 +10,8 @@ per hour: ``bytes`` (sum of the per-second rate: each sample stands for one seco
 (exact percentiles, linear interpolation, over the seconds with a sample) and ``rate_max``,
 ``throttle_ms`` (total throttled time), ``throttled_fraction`` (mean over the seconds), ``tokens_min``,
 ``thr_max`` and ``seconds`` (how many seconds had a sample).
+``--since-ms`` rolls up only the samples from T on (the portal passes the start of the newest hour it loaded;
+the date/hour partitions before it are not read).
 Output: Parquet under ``<out>/granularity=minute`` and ``<out>/granularity=hour`` (overwritten).
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -76,11 +79,19 @@ def rollups(samples: DataFrame) -> DataFrame:
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = base_parser("Minute and hour rollups of the live-monitor samples, per entity.")
     p.add_argument("--out", required=True, help="output directory (Parquet, partitioned by granularity)")
+    p.add_argument("--since-ms", type=int, help="only samples at or after this time (ms since the epoch)")
     return p.parse_args(argv)
 
 
 def job(spark: SparkSession, args: argparse.Namespace) -> dict:
-    out = rollups(read_dataset(spark, args.root, "samples"))
+    samples = read_dataset(spark, args.root, "samples")
+    if args.since_ms is not None:
+        since = datetime.fromtimestamp(args.since_ms / 1000, UTC)
+        samples = samples.where(  # the partition columns first: Spark skips the older folders unread
+            (F.col("date") > since.strftime("%Y-%m-%d"))
+            | ((F.col("date") == since.strftime("%Y-%m-%d")) & (F.col("hour").cast("int") >= since.hour))
+        ).where(F.col("t") >= args.since_ms)
+    out = rollups(samples)
     out.write.mode("overwrite").partitionBy("granularity").parquet(args.out)
     written = spark.read.parquet(args.out)
     counts = {r["granularity"]: r["count"] for r in written.groupBy("granularity").count().collect()}

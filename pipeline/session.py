@@ -30,22 +30,29 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def build_session(master: str = DEFAULT_MASTER, app_name: str = "quotas-pipeline") -> SparkSession:
-    """A SparkSession whose Python workers run this interpreter (the venv's)."""
+def build_session(master: str = DEFAULT_MASTER, app_name: str = "quotas-pipeline",
+                  conf: dict[str, str] | None = None) -> SparkSession:
+    """A SparkSession whose Python workers run this interpreter (the venv's).
+
+    ``conf`` adds or overrides Spark settings; settings read at JVM start (``spark.driver.memory``) only take
+    effect when this call starts the JVM.
+    """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     try:
         from pyspark.sql import SparkSession
 
-        return (
+        builder = (
             SparkSession.builder.master(master)
             .appName(app_name)
             .config("spark.sql.shuffle.partitions", "4")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-            .getOrCreate()
         )
+        for key, value in (conf or {}).items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
     except Exception as e:  # no Java, bad master, ...
         raise SparkUnavailable(f"Could not start Spark ({master}): {e}") from e
 
@@ -75,12 +82,19 @@ def read_dataset(spark: SparkSession, root: str, name: str) -> DataFrame:
     return df
 
 
+#: What Spark says when a file is not Parquet, or is cut short.
+_UNREADABLE = ("parquet", "footer", "FAILED_READ_FILE", "magic number", "EOFException")
+
+
 def _translate(e: BaseException, path: str) -> PipelineError:
     text = str(e)
     if "PATH_NOT_FOUND" in text or "Path does not exist" in text or "UNABLE_TO_INFER_SCHEMA" in text:
         return MissingInput(f"No landed data at {path}.")
     first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
-    return CorruptInput(f"Unreadable Parquet under {path}: {first[:500]}")
+    if any(word.lower() in text.lower() for word in _UNREADABLE):
+        return CorruptInput(f"Unreadable Parquet under {path}: {first[:500]}")
+    last = text.strip().splitlines()[-1] if text.strip() else type(e).__name__
+    return PipelineError(f"The job failed on the data under {path}: {last[:500]}")
 
 
 def run_job(argv: Sequence[str] | None, parse: Callable[[Sequence[str] | None], argparse.Namespace],

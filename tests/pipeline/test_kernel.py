@@ -1,0 +1,209 @@
+"""The replay kernel equals the engine's reference model exactly (every column, bit for bit), without Spark."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import struct
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline.kernel import KERNEL_TYPES, Replayed, replay_rate
+from pipeline.replay import replay, replay_frame
+from quotas.engine.decisions import SENSOR_EXPIRY_MS
+from quotas.engine.entities import QuotaType
+from quotas.engine.managers import UsageRecord, manager_for
+from quotas.engine.model import ModelBackend
+
+TRACES = json.loads((Path(__file__).parents[2] / "conformance" / "rate_traces.json").read_text())["traces"]
+T0 = 1_700_000_000_000
+
+
+def _oracle(quota_type: str, t_ms: list[int], values: list[float], quota: float | None, *, samples: int,
+            window_ms: int, closed: bool, user: str = "u", client_id: str = "app",
+            entity: tuple[str | None, str | None] | None = None) -> tuple[Replayed, list]:
+    """The engine's manager on the model, one record per call, as a client would drive it; the quota is set on
+    ``entity`` (default: the records' own names)."""
+    mgr = manager_for(QuotaType(quota_type), ModelBackend(), samples=samples, window_ms=window_ms)
+    if quota is not None:
+        mgr.update_quota(*(entity or (user, client_id)), float(quota))
+    out = Replayed([], [], [], [])
+    results, ready = [], None
+    for t, v in zip(t_ms, values, strict=True):
+        s = t if not closed or ready is None else max(t, ready)
+        r = mgr.record_many([UsageRecord(user, client_id, float(v), s)], validate=False)[0]
+        results.append(r)
+        out.sent_ms.append(s)
+        out.throttle_ms.append(r.throttle_ms)
+        out.throttle_ms_long.append(r.throttle_ms_long)
+        out.measured.append(math.nan if r.measured is None else r.measured)
+        ready = s + r.throttle_ms_long
+    return out, results
+
+
+def _bits(x: float) -> bytes | str:
+    return "nan" if math.isnan(x) else struct.pack("<d", x)
+
+
+def assert_same(got: Replayed, expected: Replayed, label: str = "") -> None:
+    assert got.sent_ms == expected.sent_ms, label
+    assert got.throttle_ms == expected.throttle_ms, label
+    assert got.throttle_ms_long == expected.throttle_ms_long, label
+    assert [_bits(m) for m in got.measured] == [_bits(m) for m in expected.measured], label
+    assert all(type(x) is int for x in got.sent_ms + got.throttle_ms + got.throttle_ms_long), label
+
+
+def test_kernel_types_are_the_sampled_rate_managers() -> None:
+    """Produce, fetch and request record into a sampled Rate; only request caps its throttle at one window."""
+    assert KERNEL_TYPES == {"produce": False, "fetch": False, "request": True}
+    with pytest.raises(ValueError):
+        replay_rate("controller_mutation", [T0], [1.0], 1.0)
+
+
+def _trace_records(t: dict) -> tuple[dict, list[int], list[float]]:
+    steps = [s for s in t["steps"] if s["op"] == "record"]
+    return t["config"], [s["t_ms"] for s in steps], [float(s["value"]) for s in steps]
+
+
+@pytest.mark.parametrize("closed", [False, True])
+@pytest.mark.parametrize("quota_type", sorted(KERNEL_TYPES))
+def test_kernel_equals_model_on_conformance_traces(quota_type: str, closed: bool) -> None:
+    """Every trace's record ops (as test_whatif replays them), each sampled quota type, open and closed loop."""
+    throttled = 0
+    for t in TRACES:
+        cfg, ts, vs = _trace_records(t)
+        if not ts:
+            continue
+        kw = {"samples": cfg["samples"], "window_ms": cfg["window_ms"], "closed": closed}
+        expected, _ = _oracle(quota_type, ts, vs, cfg["quota"], **kw)
+        assert_same(replay_rate(quota_type, ts, vs, cfg["quota"], **kw), expected, t["id"])
+        throttled += sum(1 for x in expected.throttle_ms_long if x > 0)
+    assert throttled > 50  # the comparison covers real throttles
+
+
+def test_kernel_equals_kafka_on_leading_runs_of_traces() -> None:
+    """Where a trace starts with plain records on a fresh sensor, the kernel gives Kafka's own rate and throttle."""
+    checked = 0
+    for t in TRACES:
+        steps = []
+        for s in t["steps"]:
+            if s["op"] != "record":
+                break
+            steps.append(s)
+        cfg = t["config"]
+        if not steps or cfg["quota"] <= 0:
+            continue
+        for quota_type, key in (("produce", "throttle_ms"), ("request", "bounded_throttle_ms")):
+            k = replay_rate(quota_type, [s["t_ms"] for s in steps], [float(s["value"]) for s in steps],
+                            cfg["quota"], samples=cfg["samples"], window_ms=cfg["window_ms"], closed=False)
+            assert k.throttle_ms_long == [s["out"][key] for s in steps], t["id"]
+            assert k.measured == [s["out"]["rate"] for s in steps], t["id"]
+            checked += len(steps)
+    assert checked >= 90  # 49 records, as produce and as request
+
+
+def _random_trace(rng: random.Random, n: int, samples: int, window_ms: int) -> tuple[list[int], list[float]]:
+    """Bursts at one millisecond, short gaps, gaps past a window, past samples x window and past the sensor expiry,
+    with the exact boundaries of each (a sample completes at +window, a slot is purged at +samples x window, the
+    sensor expires only beyond the expiry)."""
+    span = samples * window_ms
+    t = T0 + rng.randrange(window_ms)
+    ts: list[int] = []
+    vs: list[float] = []
+    while len(ts) < n:
+        r = rng.random()
+        if r < 0.5:
+            gap = rng.randrange(window_ms // 4)
+        elif r < 0.65:
+            gap = 0  # a burst follows
+        elif r < 0.8:
+            gap = rng.randrange(window_ms, 3 * window_ms)
+        elif r < 0.88:
+            gap = rng.choice([window_ms - 1, window_ms, span - 1, span, span + 1])
+        elif r < 0.95:
+            gap = rng.randrange(span, 3 * span)
+        else:
+            gap = rng.choice([SENSOR_EXPIRY_MS, SENSOR_EXPIRY_MS + 1, SENSOR_EXPIRY_MS + rng.randrange(2 * span)])
+        t += gap
+        for _ in range(rng.randint(2, 6) if r < 0.1 or gap == 0 else 1):
+            ts.append(t)
+            u = rng.random()
+            vs.append(0.0 if u < 0.05 else rng.uniform(0, 10_000) if u < 0.95 else rng.uniform(1e5, 1e7))
+    return ts[:n], vs[:n]
+
+
+@pytest.mark.parametrize("closed", [False, True])
+@pytest.mark.parametrize("window_ms", [1000, 500])
+@pytest.mark.parametrize("samples", [2, 11])
+@pytest.mark.parametrize("quota_type", sorted(KERNEL_TYPES))
+def test_kernel_equals_model_on_random_traces(quota_type: str, samples: int, window_ms: int, closed: bool) -> None:
+    rng = random.Random(f"{quota_type}-{samples}-{window_ms}-{closed}")
+    seen = {"throttled": 0, "unthrottled": 0}
+    for quota in (None, 0.5, 3.0, 20_000.0, 5e6, 1e12):  # no quota, tiny (heavy throttling) ... never binding
+        ts, vs = _random_trace(rng, 700, samples, window_ms)
+        kw = {"samples": samples, "window_ms": window_ms, "closed": closed}
+        expected, _ = _oracle(quota_type, ts, vs, quota, **kw)
+        assert_same(replay_rate(quota_type, ts, vs, quota, **kw), expected, f"quota={quota}")
+        seen["throttled"] += sum(1 for x in expected.throttle_ms_long if x > 0)
+        seen["unthrottled"] += sum(1 for x in expected.throttle_ms_long if x == 0)
+    assert seen["throttled"] > 500 and seen["unthrottled"] > 500
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_kernel_equals_model_on_odd_input(closed: bool) -> None:
+    """What the Spark jobs filter out still replays as the model does: times out of order, negative, NaN and
+    infinite values, a zero quota (an infinite throttle that Java's (int) cast turns to -1), negative, NaN and
+    infinite quotas."""
+    rng = random.Random(7)
+    ts = [T0 + rng.randrange(-30_000, 30_000) for _ in range(400)]
+    vs = [rng.choice([rng.uniform(-500, 5000), 0.0, -0.0, 1e300]) for _ in ts]
+    vs[100], vs[300] = math.nan, math.inf
+    for quota_type in sorted(KERNEL_TYPES):
+        for quota in (0.0, 100.0, 1e12, -5.0, math.nan, math.inf):
+            for lo, hi in ((0, 100), (0, 200), (0, 400), (200, 400), (301, 400)):  # before/after NaN and inf
+                kw = {"samples": 5, "window_ms": 1000, "closed": closed}
+                expected, _ = _oracle(quota_type, ts[lo:hi], vs[lo:hi], quota, **kw)
+                got = replay_rate(quota_type, ts[lo:hi], vs[lo:hi], quota, **kw)
+                assert_same(got, expected, f"{quota_type} quota={quota} [{lo}:{hi}]")
+
+
+@pytest.mark.parametrize("quota_type", ["produce", "request", "controller_mutation"])
+@pytest.mark.parametrize("closed", [False, True])
+def test_replay_returns_the_managers_results(quota_type: str, closed: bool) -> None:
+    """``replay`` (kernel or model underneath) answers the manager's own RecordResults, tags and flags included."""
+    rng = random.Random(quota_type)
+    ts, vs = _random_trace(rng, 400, 11, 1000)
+    vs = [v / 1000 for v in vs] if quota_type == "controller_mutation" else vs
+    cases = (  # quota, the records' user and client-id, the entity the quota is set on (None: those names)
+        (None, "u", "app", None), (2000.0, "u", "app", None), (2000.0, "", "app", None), (5.0, "a b", "", None),
+        (2000.0, "u", "", ("u", None)), (2000.0, "", "app", (None, "app")), (2000.0, "u", "app", ("<default>", None)),
+    )
+    for quota, user, client_id, entity in cases:
+        sent, results = replay(user, client_id, quota_type, quota, ts, vs, closed=closed, entity=entity)
+        expected, expected_results = _oracle(quota_type, ts, vs, quota, samples=11, window_ms=1000, closed=closed,
+                                             user=user, client_id=client_id, entity=entity)
+        assert sent == expected.sent_ms
+        assert [r._replace(measured=None, observed=None) for r in results] == \
+               [r._replace(measured=None, observed=None) for r in expected_results]
+        for r, e in zip(results, expected_results, strict=True):
+            for a, b in ((r.measured, e.measured), (r.observed, e.observed)):
+                assert (a is None and b is None) or _bits(a) == _bits(b)
+
+
+def test_replay_frame_equals_model_in_time_then_seq_order() -> None:
+    """A group given in any row order replays in (t_ms, seq) order, every output column as the model's."""
+    rng = random.Random(3)
+    ts, vs = _random_trace(rng, 600, 11, 1000)
+    pdf = pd.DataFrame({"cluster": "c", "broker": 1, "user": "u", "client_id": "app", "seq": range(len(ts)),
+                        "t_ms": ts, "value": vs}).sample(frac=1.0, random_state=1)
+    for quota in (None, 4000.0):
+        out = replay_frame(pdf, "fetch", quota)
+        expected, _ = _oracle("fetch", ts, vs, quota, samples=11, window_ms=1000, closed=True)
+        assert out["seq"].tolist() == list(range(len(ts)))
+        got = Replayed(out["sent_ms"].tolist(), out["throttle_ms"].tolist(), out["throttle_ms_long"].tolist(),
+                       out["measured"].tolist())
+        assert_same(got, expected)
+        assert out["sent_ms"].dtype == "int64" and out["measured"].dtype == "float64"
