@@ -26,10 +26,13 @@ from typing import Any
 
 import pytest
 import redis
+from django.contrib.auth import get_user_model
 from django.db import connection
 
 from devtools.processes import stop_session
 from devtools.redis_server import free_port
+from quotas.models import Cluster, OwnedName, Tenant
+from tests.celery_worker import celery_queue_clean  # noqa: F401 (a fixture)
 from tests.redis_keys import keys_cleared
 from tests.waiting import wait_for
 
@@ -147,6 +150,8 @@ def portal(django_db_setup: None, redis_url: str, tmp_path_factory: pytest.TempP
         "BROWSER_TEST_STATIC_ROOT": str(tmp_path_factory.mktemp("static")),
         "DATABASE_URL": f"sqlite:///{db_path}",
         "QUOTAS_REDIS_URL": redis_url,
+        # the pipeline's landing area (impact previews read it; tests write usage there)
+        "QUOTAS_LANDING_ROOT": str(tmp_path_factory.mktemp("landing")),
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
@@ -192,22 +197,6 @@ def monitor_keys(redis_url: str) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def celery_clean(redis_url: str) -> Iterator[None]:
-    """No Celery message left over from another test (nor left behind for the next one)."""
-    client = redis.Redis.from_url(redis_url)
-
-    def clear() -> None:
-        for pattern in ("celery", "unacked*", "_kombu.*", "celery-task-meta-*"):
-            for key in list(client.scan_iter(match=pattern)):
-                client.delete(key)
-
-    clear()
-    yield
-    clear()
-    client.close()
-
-
-@pytest.fixture
 def context(chromium: Any, portal: Portal) -> Iterator[Any]:
     """A fresh browser profile (no cookies) at 1366x768 for one test."""
     ctx = chromium.new_context(viewport=VIEWPORT, base_url=portal.url)
@@ -235,3 +224,22 @@ def log_in(page: Any, username: str, password: str = PASSWORD) -> None:
     with page.expect_navigation():
         page.click("form.stacked button[type=submit]")
     assert "/login/" not in page.url, page.content()[:2000]
+
+
+def person(username: str, *, staff: bool = False) -> Any:
+    return get_user_model().objects.create_user(username, password=PASSWORD, is_staff=staff)
+
+
+@pytest.fixture
+def world(engine_redis: redis.Redis, monitor_keys: redis.Redis) -> dict[str, Any]:
+    """team-a (alice; owns svc-a-*), team-b (bob; svc-b-*), an admin, cluster bprod with 3 engine brokers."""
+    alice, bob, admin = person("alice"), person("bob"), person("root", staff=True)
+    a, b = Tenant.objects.create(name="team-a"), Tenant.objects.create(name="team-b")
+    a.members.add(alice)
+    b.members.add(bob)
+    OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
+    OwnedName.objects.create(tenant=b, entity_type="user", pattern="svc-b-*")
+    cluster = Cluster.objects.create(name=CLUSTER, capacity_in_bytes_per_s=10_000_000)
+    for i in range(3):
+        cluster.brokers.create(broker_id=i, host=f"b{i}:9092")  # engine namespaces bprod.broker-<i> in the test Redis
+    return {"alice": alice, "bob": bob, "admin": admin, "a": a, "b": b, "cluster": cluster, "redis": engine_redis}

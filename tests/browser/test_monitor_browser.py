@@ -19,40 +19,20 @@ from typing import Any
 
 import pytest
 import redis
-from django.contrib.auth import get_user_model
 
 from quotas import workflow
 from quotas.engine.monitor import Sampler
-from quotas.models import Cluster, OwnedName, QuotaRequest, Tenant
+from quotas.models import QuotaRequest
 from tests.portal.brokers import push_everywhere, set_quota
 from tests.waiting import wait_for
 
-from .conftest import CLUSTER, PASSWORD, Portal, log_in, screenshot
+from .conftest import CLUSTER, Portal, log_in, screenshot
 from .load import Brokers, Traffic, now_ms
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
 PBR = "producer_byte_rate"
 ENTITY_URL = f"/monitor/{CLUSTER}/entity/?e=svc-a-1:"
-
-
-def person(username: str, *, staff: bool = False) -> Any:
-    return get_user_model().objects.create_user(username, password=PASSWORD, is_staff=staff)
-
-
-@pytest.fixture
-def world(engine_redis: redis.Redis, monitor_keys: redis.Redis) -> dict[str, Any]:
-    """team-a (alice; owns svc-a-*), team-b (bob; svc-b-*), an admin, cluster bprod with 3 engine brokers."""
-    alice, bob, admin = person("alice"), person("bob"), person("root", staff=True)
-    a, b = Tenant.objects.create(name="team-a"), Tenant.objects.create(name="team-b")
-    a.members.add(alice)
-    b.members.add(bob)
-    OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
-    OwnedName.objects.create(tenant=b, entity_type="user", pattern="svc-b-*")
-    cluster = Cluster.objects.create(name=CLUSTER, capacity_in_bytes_per_s=10_000_000)
-    for i in range(3):
-        cluster.brokers.create(broker_id=i, host=f"b{i}:9092")  # engine namespaces bprod.broker-<i> in the test Redis
-    return {"alice": alice, "bob": bob, "admin": admin, "a": a, "b": b, "cluster": cluster, "redis": engine_redis}
 
 
 def chart_points(page: Any) -> int:
@@ -205,10 +185,10 @@ def crowd(client: redis.Redis, n: int) -> None:
 
 
 def test_an_admin_approves_the_push_lands_everywhere_and_throttling_falls(
-    world: dict[str, Any], context: Any, portal: Portal, celery_clean: None, tmp_path: Any
+    world: dict[str, Any], context: Any, portal: Portal, celery_queue_clean: None, tmp_path: Any
 ) -> None:
     portal.require_live()
-    from tests.push.conftest import Worker
+    from tests.celery_worker import Worker
 
     cluster = world["cluster"]
     set_quota(cluster, "svc-a-1", 2000)

@@ -27,10 +27,9 @@ from quotas.models import (
 )
 from quotas.push import target_of
 from quotas.tasks import heal, reconcile
+from tests.celery_worker import Worker
 from tests.portal.brokers import set_quota
 from tests.waiting import wait_for
-
-from .conftest import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PBR = "producer_byte_rate"
