@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from frontend import client_metrics_views, monitor_views, telemetry_views, views
+from frontend import client_metrics_views, history_views, monitor_views, telemetry_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -14,6 +14,7 @@ urlpatterns = [
     path("requests/<int:pk>/approve/", views.request_approve, name="request-approve"),
     path("requests/<int:pk>/reject/", views.request_reject, name="request-reject"),
     path("requests/<int:pk>/withdraw/", views.request_withdraw, name="request-withdraw"),
+    path("previews/<int:pk>/", history_views.preview_fragment, name="preview-fragment"),
     path("approvals/", views.approval_queue, name="approval-queue"),
     path("audit/", views.audit_log, name="audit-log"),
     path("clusters/", views.cluster_list, name="cluster-list"),

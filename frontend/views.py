@@ -35,6 +35,7 @@ from frontend.forms import (
     RequestFilterForm,
 )
 from frontend.monitoring import AROUND_MINUTES, request_effect, tags_for
+from history import services as history_services
 from quotas import workflow
 from quotas.api.errors import ApiError
 from quotas.api.serializers import push_summary, pushes_of_request
@@ -60,6 +61,7 @@ from quotas.models import (
 )
 
 PAGE_SIZE = 50
+HISTORY_DAYS = 7  # the entity page's hourly history
 LOGIN_PAGE = "/login/"
 
 View = Callable[..., HttpResponse]
@@ -227,7 +229,10 @@ def entity_detail(request: HttpRequest, pk: int) -> HttpResponse:
         context["probe"] = {"user": user, "client_id": client_id, "editable": editable}
     if entity.ip is None and DEFAULT not in (entity.user, entity.client_id):
         # a default part stands for many clients, each its own sensor: only named entities have one chart
-        context["monitor_url"] = _monitor_url(entity.cluster.name, tags_for(entity.user, entity.client_id))
+        tags = tags_for(entity.user, entity.client_id)
+        context["monitor_url"] = _monitor_url(entity.cluster.name, tags)
+        context["usage_history"] = {"tags": tags, "days": HISTORY_DAYS,
+                                    "series": history_services.entity_history(entity.cluster.name, tags, HISTORY_DAYS)}
     context["history"] = visible_audit(request).filter(cluster=entity.cluster, entity=entity.path)[:200]
     context["requests"] = visible_requests(request).filter(
         cluster=entity.cluster, user=entity.user, client_id=entity.client_id
@@ -270,7 +275,8 @@ def request_new(request: HttpRequest) -> HttpResponse:
             else:
                 messages.success(request, f"Request #{created.pk} submitted; an admin decides on it.")
                 return redirect("request-detail", pk=created.pk)
-    return page(request, "frontend/request_form.html", {"form": form}, status=status)
+    context = {"form": form, "advice_target_pct": 100 * settings.QUOTAS_ADVICE_TARGET}
+    return page(request, "frontend/request_form.html", context, status=status)
 
 
 @require_GET
@@ -289,7 +295,10 @@ def _request_context(request: HttpRequest, target: QuotaRequest) -> dict[str, An
     audit = visible_audit(request).filter(request=target).order_by("pk")
     submitted = target.state == RequestState.SUBMITTED
     pushes = pushes_of_request(target)
+    preview = history_services.preview_of_request(target)
     return {
+        "preview": preview,
+        "impact": history_services.summary(preview),
         "req": target,
         "approval": getattr(target, "approval", None),
         "transitions": [e for e in audit if e.action != AuditAction.QUOTA_ALTERED],
@@ -358,14 +367,17 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     if not sees_everything(request.user):
         raise Refused(403, "The approval queue is for admins (who decide) and auditors (who read).")
     pending = visible_requests(request).filter(state=RequestState.SUBMITTED).order_by("pk")
-    rows = [
-        {
+    version = history_services.usage_version()
+    rows = []
+    for r in pending[:200]:
+        preview = history_services.preview_of_request(r, version)
+        rows.append({
             "req": r,
             "capacity": workflow.capacity_check(r),
+            "preview": preview,
+            "impact": history_services.summary(preview),
             "can_decide": is_admin(request.user) and r.requested_by_id != request.user.pk,
-        }
-        for r in pending[:200]
-    ]
+        })
     return page(request, "frontend/approval_queue.html", {"rows": rows, "more": pending.count() > len(rows)})
 
 

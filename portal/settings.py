@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "channels",
     "quotas",
     "telemetry_ui",
+    "history",
     "frontend",
 ]
 
@@ -171,6 +172,13 @@ QUOTAS_LANDING_SECONDS = float(os.environ.get("QUOTAS_LANDING_SECONDS", "60"))
 QUOTAS_LANDING_BATCH = int(os.environ.get("QUOTAS_LANDING_BATCH", "5000"))  # stream entries per file range
 QUOTAS_LANDING_STALE_SECONDS = float(os.environ.get("QUOTAS_LANDING_STALE_SECONDS", "3600"))  # crashed writers' _ files
 
+# The pipeline's jobs, run by the history app as `python -m pipeline.<job>` (history/jobs.py)
+QUOTAS_SPARK_MASTER = os.environ.get("QUOTAS_SPARK_MASTER", "local[2]")  # or spark://..., yarn, k8s://...
+QUOTAS_PIPELINE_TIMEOUT_S = float(os.environ.get("QUOTAS_PIPELINE_TIMEOUT_S", "1800"))
+QUOTAS_ADVICE_TARGET = float(os.environ.get("QUOTAS_ADVICE_TARGET", "0.01"))  # throttled fraction the advice keeps
+QUOTAS_ROLLUPS_ROOT = Path(os.environ.get("QUOTAS_ROLLUPS_ROOT", str(RUN_DIR / "rollups")))
+QUOTAS_ROLLUPS_SECONDS = float(os.environ.get("QUOTAS_ROLLUPS_SECONDS", "600"))
+
 CELERY_BROKER_URL = QUOTAS_REDIS_URL
 CELERY_RESULT_BACKEND = QUOTAS_REDIS_URL
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -180,6 +188,8 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = TIME_ZONE
 # Pushes to brokers must survive a worker crash: acknowledge only after the task ran.
 CELERY_TASK_ACKS_LATE = True
+# Spark jobs (minutes) have their own queue, so pushes never wait behind them: run_portal.sh starts a worker for it.
+CELERY_TASK_ROUTES = {"history.tasks.*": {"queue": "pipeline"}}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 # With Redis as the broker, a message a killed worker held comes back after visibility_timeout seconds,
@@ -213,6 +223,9 @@ CELERY_BEAT_SCHEDULE = {
     # Usage, samples and telemetry land as Parquet for the pipeline; a run that overruns is not piled up.
     "land": {"task": "quotas.tasks.land", "schedule": QUOTAS_LANDING_SECONDS,
              "options": {"expires": QUOTAS_LANDING_SECONDS}},
+    # Hourly history for the entity pages: pipeline.rollups over the new samples, loaded into the database.
+    "rollups": {"task": "history.tasks.rollups", "schedule": QUOTAS_ROLLUPS_SECONDS,
+                "options": {"expires": QUOTAS_ROLLUPS_SECONDS}},
 }
 
 CHANNEL_LAYERS = {

@@ -25,6 +25,7 @@ urlpatterns = [
     path("telemetry/v1/<str:cluster>/get-subscriptions", sink.get_subscriptions, name="telemetry-get-subscriptions"),
     path("telemetry/v1/<str:cluster>/push", sink.push, name="telemetry-push"),
     path("api/", include("quotas.api.urls")),
+    path("api/", include("history.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/schema/swagger-ui/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("admin/", admin.site.urls),

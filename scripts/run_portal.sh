@@ -6,7 +6,7 @@
 #
 #   PORTAL_PORT (default 8000)   QUOTAS_REDIS_PORT (default 6390)
 #   DEMO=0: no demo data and no load generator (default 1)
-#   Logs: .run/celery-worker.log, .run/relay.log, .run/loadgen.log, .run/demo-data.log
+#   Logs: .run/celery-worker.log, .run/pipeline-worker.log, .run/relay.log, .run/loadgen.log, .run/demo-data.log
 
 set -euo pipefail
 
@@ -22,6 +22,7 @@ RUN="$ROOT/.run"
 mkdir -p "$RUN"
 
 WORKER_PID=""
+PIPELINE_PID=""
 RELAY_PID=""
 LOADGEN_PID=""
 UVICORN_PID=""
@@ -51,6 +52,7 @@ cleanup() {
     stop_pid "$LOADGEN_PID" 10  # before Redis: it releases the connections it holds
     stop_pid "$RELAY_PID" 10
     stop_pid "$WORKER_PID" 30
+    stop_pid "$PIPELINE_PID" 30
     if [ -n "$REDIS_STARTED" ]; then
         stop_project_redis portal "$REDIS_PORT"
     fi
@@ -79,9 +81,16 @@ if [ "$DEMO" != "0" ]; then
     python manage.py demo_data | tee "$RUN/demo-data.log"
 fi
 
-celery -A portal worker -B -s "$RUN/celerybeat-schedule" -l info --logfile "$RUN/celery-worker.log" >>"$RUN/celery-worker.log" 2>&1 &
+# The demo's hourly history fills sooner than production's 10 minutes (the Spark rollups job, history app).
+export QUOTAS_ROLLUPS_SECONDS="${QUOTAS_ROLLUPS_SECONDS:-120}"
+celery -A portal worker -Q celery -B -s "$RUN/celerybeat-schedule" -l info --logfile "$RUN/celery-worker.log" >>"$RUN/celery-worker.log" 2>&1 &
 WORKER_PID=$!
 echo "run_portal: Celery worker pid $WORKER_PID, log in .run/celery-worker.log"
+# The Spark jobs (impact previews, rollups) on a worker of their own: pushes never wait behind them.
+celery -A portal worker -Q pipeline -c 1 -n "pipeline@%h" -l info --logfile "$RUN/pipeline-worker.log" \
+    >>"$RUN/pipeline-worker.log" 2>&1 &
+PIPELINE_PID=$!
+echo "run_portal: pipeline worker pid $PIPELINE_PID, log in .run/pipeline-worker.log"
 
 # The relay tails the monitor streams into the Channels groups the live pages listen to.
 python manage.py relay >>"$RUN/relay.log" 2>&1 &

@@ -1,0 +1,123 @@
+"""History API: impact previews of proposed quotas, and an entity's hourly usage history.
+
+- ``POST /api/previews/`` ``{"cluster", "user", "client_id", "key", "value"}``: the preview of the proposal on
+  the usage landed now; 200 with the cached one when it is finished, else 202 while a worker computes it. Poll
+  ``GET /api/previews/<id>/`` for ``state`` (queued, running, done, failed), ``progress`` (0..1), ``stage``, and at
+  the end ``result`` (pipeline.whatif's figures and advice) or ``error`` (``{"code", "message"}``).
+- ``GET /api/clusters/<cluster>/usage-history/?entity=<tags>&days=7``: the entity's hourly rollups per quota type.
+
+Admins and auditors may preview and read every entity (a preview changes nothing); a tenant member the entities
+its tenants own (403 PERMISSION_DENIED). A bad key or value is 400 with the engine's (Kafka's) message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, permissions, serializers, status, viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from history import services
+from history.models import ImpactPreview
+from quotas.api.errors import ApiError, ErrorSerializer
+from quotas.api.serializers import PassThroughNumberField
+from quotas.api.views import get_cluster
+from telemetry_ui.monitoring import check_tags, load_viewer
+
+ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
+
+
+class PreviewCreateSerializer(serializers.Serializer):
+    cluster = serializers.CharField(help_text="The cluster's name.")
+    user = serializers.CharField(required=False, allow_null=True, default=None, help_text="A principal, or none.")
+    client_id = serializers.CharField(required=False, allow_null=True, default=None, help_text="A client-id, or none.")
+    key = serializers.CharField(help_text="producer_byte_rate, consumer_byte_rate, request_percentage, ...")
+    value = PassThroughNumberField(help_text="The proposed value: a finite number > 0; integral for byte rates.")
+
+
+class PreviewSerializer(serializers.ModelSerializer):
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    error = serializers.SerializerMethodField(help_text="{code, message} when it failed, else null.")
+
+    class Meta:
+        model = ImpactPreview
+        fields = ["id", "cluster", "user", "client_id", "key", "value", "state", "progress", "stage", "result",
+                  "error", "data_version", "created", "updated"]
+        read_only_fields = fields
+
+    def get_error(self, obj: ImpactPreview) -> dict[str, str] | None:
+        return {"code": obj.error_code, "message": obj.error_message} if obj.error_code else None
+
+
+class PreviewViewSet(mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Impact previews: what a proposed quota would have done to the entity's recorded traffic."""
+
+    serializer_class = PreviewSerializer
+    permission_classes = [permissions.IsAuthenticated]
+    queryset = ImpactPreview.objects.select_related("cluster")
+    lookup_value_regex = r"[0-9]+"
+
+    def get_object(self) -> ImpactPreview:
+        preview = super().get_object()
+        if not services.may_see_preview(self.request.user, preview):
+            raise ApiError("NOT_FOUND", f"No preview #{preview.pk}.", status_code=404)
+        return preview
+
+    @extend_schema(
+        summary="Preview a proposed quota against the entity's recorded traffic",
+        request=PreviewCreateSerializer,
+        responses={200: PreviewSerializer, 202: PreviewSerializer, **ERRORS},
+    )
+    def create(self, request: Request) -> Response:
+        body = PreviewCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        cluster = get_cluster(data["cluster"])
+        value = services.check_proposal(request.user, data["user"], data["client_id"], data["key"], data["value"])
+        preview = services.ensure_preview(request.user, cluster, data["user"], data["client_id"], data["key"], value)
+        code = status.HTTP_200_OK if preview.finished else status.HTTP_202_ACCEPTED
+        return Response(PreviewSerializer(preview).data, status=code)
+
+
+class UsageHistoryView(APIView):
+    """An entity's hourly usage (pipeline.rollups, loaded by the history.tasks.rollups beat task)."""
+
+    permission_classes = [permissions.IsAuthenticated]
+
+    @extend_schema(
+        summary="An entity's hourly usage history",
+        parameters=[
+            OpenApiParameter("entity", OpenApiTypes.STR, OpenApiParameter.QUERY, required=True,
+                             description="Sensor tags '<URL-encoded user>:<client-id>'."),
+            OpenApiParameter("days", OpenApiTypes.INT, OpenApiParameter.QUERY, description="1..92, default 7."),
+        ],
+        responses={200: OpenApiTypes.OBJECT, **ERRORS},
+    )
+    def get(self, request: Request, cluster: str) -> Response:
+        found = get_cluster(cluster)
+        tags = request.query_params.get("entity")
+        why = check_tags(tags)
+        if why is not None:
+            raise ApiError("INVALID_REQUEST", why)
+        days = _days(request.query_params.get("days"))
+        if not load_viewer(request.user).may_watch(tags):
+            raise ApiError("PERMISSION_DENIED", f"Entity {tags!r} is not one your tenants own.", status_code=403)
+        body: dict[str, Any] = {"cluster": found.name, "entity": tags, "days": days,
+                                "series": services.entity_history(found.name, tags, days)}
+        return Response(body)
+
+
+def _days(raw: str | None) -> int:
+    if raw in (None, ""):
+        return 7
+    try:
+        days = int(raw)
+    except ValueError:
+        days = 0
+    if not 1 <= days <= 92:
+        raise ApiError("INVALID_REQUEST", f"'days' must be a whole number from 1 to 92, got {raw!r}.")
+    return days

@@ -1,0 +1,98 @@
+"""Running a pipeline job from the portal: ``python -m pipeline.<job>``, as an operator would, in a subprocess.
+
+A subprocess keeps the JVM out of the Celery worker (it starts and ends with the job, and a crash takes
+only the job down) and runs the same entry point as ``spark-submit`` would. It stays in the worker's process
+group, so stopping the worker stops the job; PySpark's JVM exits when its Python driver does.
+The job's JSON result is its stdout; its progress (``pipeline.progress``) and, on failure, its typed error
+(``pipeline.errors``) are JSON lines on its stderr, mixed with Spark's own log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.conf import settings
+
+from pipeline.progress import parse_line
+
+
+class JobFailed(Exception):
+    """The job refused its input or did not finish; ``code`` as pipeline.errors names them."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def run(
+    job: str,
+    args: Sequence[str],
+    on_progress: Callable[[str, float], None] | None = None,
+    timeout_s: float | None = None,
+) -> dict[str, Any]:
+    """Run ``pipeline.<job>`` with ``args`` (plus ``--master``), report its progress, return its JSON result."""
+    timeout_s = settings.QUOTAS_PIPELINE_TIMEOUT_S if timeout_s is None else timeout_s
+    cmd = [sys.executable, "-m", f"pipeline.{job}", *args, "--master", settings.QUOTAS_SPARK_MASTER]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        cmd, cwd=settings.BASE_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    errors: list[dict[str, Any]] = []
+    tail: list[str] = []
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            line = line.strip()
+            report = parse_line(line)
+            if report is not None:
+                if on_progress is not None:
+                    on_progress(report["stage"], report["fraction"])
+            elif line.startswith('{"error"'):
+                try:
+                    errors.append(json.loads(line)["error"])
+                except (ValueError, KeyError):
+                    tail.append(line)
+            elif line:
+                tail[:] = [*tail[-19:], line]
+
+    out: list[str] = []
+
+    def read_stdout() -> None:
+        assert proc.stdout is not None
+        out.append(proc.stdout.read())
+
+    readers = [threading.Thread(target=f, name=f"{job}-{f.__name__}", daemon=True) for f in (read_stderr, read_stdout)]
+    for reader in readers:
+        reader.start()
+    started = time.monotonic()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # the JVM follows: it exits when its driver's pipe closes
+        proc.wait()
+        raise JobFailed("REQUEST_TIMED_OUT", f"pipeline.{job} did not finish within {timeout_s:.0f} s.") from None
+    finally:
+        for reader in readers:
+            reader.join(10)
+    if errors:
+        raise JobFailed(str(errors[-1].get("code", "PIPELINE_ERROR")), str(errors[-1].get("message", "")))
+    if proc.returncode != 0:
+        last = tail[-1] if tail else "no output"
+        raise JobFailed(
+            "PIPELINE_ERROR",
+            f"pipeline.{job} exited with status {proc.returncode} after {time.monotonic() - started:.0f} s: {last}",
+        )
+    try:
+        return json.loads("".join(out))
+    except ValueError:
+        raise JobFailed("PIPELINE_ERROR", f"pipeline.{job} printed no JSON result.") from None
+

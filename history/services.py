@@ -1,0 +1,261 @@
+"""Impact previews (asked, cached, run) and the hourly rollups (computed, loaded, read) of the portal.
+
+Both run the pipeline's own jobs (``history.jobs``) over the landing area that ``quotas.tasks.land`` fills.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from history.jobs import JobFailed, run
+from history.models import ImpactPreview, PreviewState, UsageRollup
+from quotas.engine.config import CLIENT_ID, USER, EntityRef
+from quotas.engine.entities import validate_quota_value
+from quotas.models import Cluster, QuotaRequest, RequestState
+from quotas.models.tenants import entity_owned_by, sees_everything, tenants_of
+from quotas.workflow import PermissionDenied
+
+log = logging.getLogger(__name__)
+
+#: Failures that asking again cannot change while the same data is landed (anything else is retried).
+FINAL_ERRORS = frozenset({"NO_HISTORY", "INVALID_REQUEST"})
+PROGRESS_EVERY_S = 0.3
+#: A running preview whose row has not moved for this long lost its worker (a running job reports every 0.3 s,
+#: except while its JVM starts).
+CLAIM_STALE_S = 120
+
+
+# ------------------------------------------------------------------ previews
+
+
+def proposal_of(cluster: Cluster, user: str | None, client_id: str | None, key: str, value: float) -> str:
+    """The cache key of a proposal (the same entity, key and value are the same proposal)."""
+    text = json.dumps([cluster.name, user, client_id, key, float(value)])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def usage_version(root: Path | None = None) -> str:
+    """A fingerprint of the landed usage: it changes whenever a file lands in (or leaves) any partition.
+
+    Landing writes each file under a ``_`` name and renames it into its ``date=/hour=`` folder, which moves
+    the folder's mtime, so the folders' times are enough (hundreds of stats a month, not one per file).
+    """
+    base = Path(root or settings.QUOTAS_LANDING_ROOT) / "usage"
+    digest, count = hashlib.sha256(), 0
+    for directory, dirs, _files in os.walk(base):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+        digest.update(f"{directory}:{os.stat(directory).st_mtime_ns}\n".encode())
+        count += 1
+    return f"{count}-{digest.hexdigest()[:40]}" if count > 1 else "none"
+
+
+def check_proposal(actor: AbstractBaseUser, user: str | None, client_id: str | None, key: str, value: Any) -> float:
+    """The value as the engine accepts it for this entity, when the actor may preview the entity.
+
+    Admins and auditors may preview any entity (a preview changes nothing); a member the entities one of its
+    tenants owns, as for asking for a quota.
+    """
+    ref = EntityRef.parse({k: v for k, v in ((USER, user), (CLIENT_ID, client_id)) if v is not None})
+    checked = validate_quota_value(key, value, ref.kind)
+    if not sees_everything(actor):
+        reasons = [entity_owned_by(t, user, client_id) for t in tenants_of(actor).prefetch_related("owned_names")]
+        if not reasons:
+            raise PermissionDenied("You are not a member of any tenant; previews are of your tenant's entities.")
+        if all(r is not None for r in reasons):
+            raise PermissionDenied(reasons[0])
+    return checked
+
+
+def may_see_preview(actor: AbstractBaseUser, preview: ImpactPreview) -> bool:
+    if sees_everything(actor):
+        return True
+    return any(entity_owned_by(t, preview.user, preview.client_id) is None
+               for t in tenants_of(actor).prefetch_related("owned_names"))
+
+
+def ensure_preview(
+    actor: AbstractBaseUser | None, cluster: Cluster, user: str | None, client_id: str | None, key: str, value: float,
+    version: str | None = None,
+) -> ImpactPreview:
+    """The preview of this proposal on the usage landed now: the cached one, or a new one being computed.
+
+    A failure that asking again cannot change (no history, a bad proposal) is cached too; any other failure,
+    and a preview whose worker vanished (nothing for ``QUOTAS_PIPELINE_TIMEOUT_S``), is run again.
+    ``version`` is ``usage_version()``, when the caller already has it (a page of many requests).
+    """
+    proposal, version = proposal_of(cluster, user, client_id, key, value), version or usage_version()
+    found = ImpactPreview.objects.filter(proposal=proposal, data_version=version).first()
+    if found is not None:
+        stale = timezone.now() - found.updated > timedelta(seconds=settings.QUOTAS_PIPELINE_TIMEOUT_S + 60)
+        retry = (found.state == PreviewState.FAILED and found.error_code not in FINAL_ERRORS) or (
+            not found.finished and stale
+        )
+        if not retry:
+            return found
+        ImpactPreview.objects.filter(pk=found.pk, updated=found.updated).update(
+            state=PreviewState.QUEUED, progress=0.0, stage="", result=None, error_code="", error_message="",
+            updated=timezone.now(),
+        )
+        found.refresh_from_db()
+        _enqueue(found)
+        return found
+    try:
+        with transaction.atomic():
+            created = ImpactPreview.objects.create(
+                cluster=cluster, user=user, client_id=client_id, key=key, value=value, proposal=proposal,
+                data_version=version, requested_by=actor if actor is not None and actor.is_authenticated else None,
+            )
+    except IntegrityError:  # asked twice at once: the other one is the cache
+        return ImpactPreview.objects.get(proposal=proposal, data_version=version)
+    _enqueue(created)
+    return created
+
+
+def _enqueue(preview: ImpactPreview) -> None:
+    from history.tasks import preview as preview_task
+
+    transaction.on_commit(lambda: preview_task.delay(preview.pk))
+
+
+def preview_of_request(request: QuotaRequest, version: str | None = None) -> ImpactPreview | None:
+    """The request's preview: ensured (computed if needed) while it waits for a decision, else the newest one."""
+    if request.state == RequestState.SUBMITTED:
+        return ensure_preview(
+            None, request.cluster, request.user, request.client_id, request.key, request.value, version
+        )
+    proposal = proposal_of(request.cluster, request.user, request.client_id, request.key, request.value)
+    return ImpactPreview.objects.filter(proposal=proposal).order_by("-pk").first()
+
+
+def run_preview(pk: int) -> dict[str, Any]:
+    """The Celery task's body: run pipeline.whatif (with advice) for the preview, recording progress and outcome."""
+    preview = ImpactPreview.objects.select_related("cluster").filter(pk=pk).first()
+    if preview is None:
+        return {"preview": pk, "skipped": "no such preview (deleted since it was queued)"}
+    # Claim it: a message delivered twice (Redis redelivers a task running past the visibility timeout) must
+    # not run it twice; one whose worker died (no progress for CLAIM_STALE_S) is taken over.
+    stale = timezone.now() - timedelta(seconds=CLAIM_STALE_S)
+    claimable = Q(state=PreviewState.QUEUED) | Q(state=PreviewState.RUNNING, updated__lt=stale)
+    claimed = ImpactPreview.objects.filter(claimable, pk=pk).update(
+        state=PreviewState.RUNNING, stage="starting Spark", progress=0.0, updated=timezone.now()
+    )
+    if not claimed:
+        return {"preview": pk, "skipped": f"already {preview.state}"}
+    last = [0.0]
+
+    def on_progress(stage: str, fraction: float) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_EVERY_S or fraction >= 1.0:
+            last[0] = now
+            ImpactPreview.objects.filter(pk=pk).update(stage=stage[:64], progress=fraction, updated=timezone.now())
+
+    args = ["--root", str(settings.QUOTAS_LANDING_ROOT), "--cluster", preview.cluster.name, "--key", preview.key,
+            "--value", repr(preview.value), "--advice-target", str(settings.QUOTAS_ADVICE_TARGET)]
+    if preview.user is not None:
+        args += ["--user", preview.user]
+    if preview.client_id is not None:
+        args += ["--client-id", preview.client_id]
+    try:
+        result = run("whatif", args, on_progress)
+    except JobFailed as e:
+        ImpactPreview.objects.filter(pk=pk).update(
+            state=PreviewState.FAILED, error_code=e.code[:32], error_message=e.message, updated=timezone.now()
+        )
+        return {"preview": pk, "state": PreviewState.FAILED, "code": e.code}
+    ImpactPreview.objects.filter(pk=pk).update(
+        state=PreviewState.DONE, progress=1.0, stage="done", result=result, updated=timezone.now()
+    )
+    return {"preview": pk, "state": PreviewState.DONE}
+
+
+def summary(preview: ImpactPreview | None) -> dict[str, Any] | None:
+    """What the pages show of a finished preview: the replay's figures and the advice (the strictest client's)."""
+    if preview is None or preview.state != PreviewState.DONE or not preview.result:
+        return None
+    r = dict(preview.result)
+    advice = (r.get("advice") or {}).get("entities") or []
+    if advice:
+        top = max(advice, key=lambda a: a["quota"])
+        target = r["advice"]["target"]
+        r["advised"] = {**top, "clients": len(advice), "target": target, "target_pct": 100 * target,
+                        "over_peak": max(0.0, -top["headroom"])}
+    r["throttled_pct"] = 100 * float(r.get("throttled_fraction", 0.0))
+    for name in ("history_from_ms", "history_to_ms"):
+        if name in r:
+            r[name.removesuffix("_ms")] = datetime.fromtimestamp(r[name] / 1000, UTC)
+    return r
+
+
+# ------------------------------------------------------------------ rollups
+
+
+def rollups_since() -> datetime | None:
+    """Where the next rollup run starts: the newest loaded hour (it may have grown since), or everything."""
+    newest = UsageRollup.objects.filter(granularity="hour").order_by("-window_start").first()
+    return newest.window_start if newest is not None else None
+
+
+def refresh_rollups() -> dict[str, Any]:
+    """Run pipeline.rollups over the samples landed since the newest loaded hour, and load its hours."""
+    out = Path(settings.QUOTAS_ROLLUPS_ROOT)
+    args = ["--root", str(settings.QUOTAS_LANDING_ROOT), "--out", str(out)]
+    since = rollups_since()
+    if since is not None:
+        args += ["--since-ms", str(int(since.timestamp() * 1000))]
+    result = run("rollups", args)
+    return {**result, "loaded": load_rollups(out / "granularity=hour")}
+
+
+def load_rollups(directory: Path) -> int:
+    """Replace the hours present in ``directory`` (pipeline.rollups' hour output) in one transaction."""
+    import pyarrow.parquet as pq
+
+    if not directory.exists():
+        return 0
+    files = sorted(p for p in directory.rglob("*.parquet") if not p.name.startswith(("_", ".")))
+    if not files:
+        return 0
+    table = pq.ParquetDataset([str(f) for f in files]).read().to_pylist()
+    rows = [
+        UsageRollup(
+            cluster=r["cluster"], quota_type=r["quota_type"], tags=r["tags"], granularity="hour",
+            window_start=datetime.fromtimestamp(r["window_start_ms"] / 1000, UTC), bytes=r["bytes"],
+            rate_p50=r["rate_p50"], rate_p95=r["rate_p95"], rate_p99=r["rate_p99"], rate_max=r["rate_max"],
+            throttle_ms=r["throttle_ms"], throttled_fraction=r["throttled_fraction"], tokens_min=r["tokens_min"],
+            seconds=r["seconds"],
+        )
+        for r in table
+    ]
+    starts = {r.window_start for r in rows}
+    with transaction.atomic():
+        UsageRollup.objects.filter(granularity="hour", window_start__in=starts).delete()
+        UsageRollup.objects.bulk_create(rows, batch_size=2000)
+    return len(rows)
+
+
+def entity_history(cluster: str, tags: str, days: int = 7) -> dict[str, list[Any]]:
+    """An entity's hourly rollups of the last ``days``, per quota type, as columns for a chart."""
+    since = timezone.now() - timedelta(days=days)
+    series: dict[str, dict[str, list[Any]]] = {}
+    rows = UsageRollup.objects.filter(cluster=cluster, tags=tags, granularity="hour", window_start__gte=since)
+    for r in rows.order_by("quota_type", "window_start"):
+        s = series.setdefault(r.quota_type, {k: [] for k in ("t", "rate_avg", "rate_p50", "rate_p95", "rate_p99",
+                                                                 "rate_max", "throttled_fraction", "throttle_ms")})
+        s["t"].append(r.window_start.isoformat())
+        s["rate_avg"].append(r.bytes / r.seconds if r.seconds else 0.0)
+        for k in ("rate_p50", "rate_p95", "rate_p99", "rate_max", "throttled_fraction", "throttle_ms"):
+            s[k].append(getattr(r, k))
+    return series

@@ -1,0 +1,40 @@
+"""Celery tasks of the history app (found by ``app.autodiscover_tasks()``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from celery import shared_task
+from django.conf import settings
+
+from history import services
+
+ROLLUPS_LOCK = "history:rollups:lock"
+
+
+@shared_task(name="history.tasks.preview", acks_late=True, ignore_result=True)
+def preview(preview_id: int) -> dict[str, Any]:
+    """Run one impact preview (pipeline.whatif with advice in a subprocess); progress and outcome go to its row.
+
+    Acknowledged late: a worker killed mid-run leaves the message to be delivered again, and the preview
+    runs again from the start (it writes nothing but its own row).
+    """
+    return services.run_preview(preview_id)
+
+
+@shared_task(name="history.tasks.rollups", acks_late=True, ignore_result=True)
+def rollups() -> dict[str, Any]:
+    """Beat (every QUOTAS_ROLLUPS_SECONDS): roll the landed samples up per entity and hour, load the hours.
+
+    One run at a time (a Redis lock): the job rewrites its output folder before the load reads it.
+    """
+    client = redis.Redis.from_url(settings.QUOTAS_REDIS_URL, socket_connect_timeout=2, socket_timeout=10)
+    lock = client.lock(ROLLUPS_LOCK, timeout=settings.QUOTAS_PIPELINE_TIMEOUT_S + 60, blocking=False)
+    if not lock.acquire():
+        return {"skipped": "another rollups run holds the lock"}
+    try:
+        return services.refresh_rollups()
+    finally:
+        lock.release()
+        client.close()

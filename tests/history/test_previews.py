@@ -1,0 +1,182 @@
+"""Impact previews: asked through the API, run by a real Celery worker as a Spark job, cached per proposal.
+
+The figures a preview reports are checked against the replay computed here directly (pandas, no Spark, no
+worker) on the same records: the preview must replay exactly the records the entity's quota governs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from history import jobs
+from history.models import ImpactPreview, PreviewState
+from pipeline.advice import advise
+from pipeline.replay import replay_frame, summarize
+from tests.portal.people import api
+from tests.waiting import wait_for
+
+from .conftest import CLUSTER, T0, steady, worker_env
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
+
+PBR = "producer_byte_rate"
+ALICE = {"cluster": CLUSTER, "user": "svc-a-1", "client_id": "app-a-1", "key": PBR}
+
+
+def finished(pk: int, timeout: float = 180) -> ImpactPreview:
+    wait_for(f"preview #{pk} to finish", lambda: ImpactPreview.objects.get(pk=pk).finished, timeout)
+    return ImpactPreview.objects.get(pk=pk)
+
+
+def expected(records_by_broker: dict[int, list], value: float, entity: tuple | None = None) -> tuple[dict, float]:
+    """The replay's summary and the advised quota, computed here from the records themselves (with the quota on
+    ``entity``, by default the records' own names)."""
+    frames = []
+    for broker, records in records_by_broker.items():
+        pdf = pd.DataFrame(records, columns=["user", "client_id", "value", "t_ms"]).assign(
+            cluster=CLUSTER, broker=broker, quota_type="produce", seq=range(len(records)))
+        frames.append(pdf)
+    rows = pd.concat([replay_frame(f, "produce", value, entity=entity) for f in frames])
+    advised = advise(pd.concat(frames), 0.01, entity=entity)
+    return summarize(rows), float(advised["quota"].iloc[0])
+
+
+def test_a_member_previews_a_proposal_a_worker_replays_it_and_the_answer_is_cached(
+    world: dict[str, Any], land: Callable, worker_factory: Callable
+) -> None:
+    traffic = {1: steady("svc-a-1", "app-a-1", 60), 2: steady("svc-a-1", "app-a-1", 60, size=50.0)}
+    other = steady("svc-a-1", "app-a-2", 60, size=5000.0)  # another client of the user: not this entity's
+    land(1, traffic[1] + other)
+    root = land(2, traffic[2])
+    worker_factory(**worker_env(root))
+    alice = api(world["alice"])
+
+    asked = alice.post("/api/previews/", {**ALICE, "value": 600}, format="json")
+    assert asked.status_code == 202, asked.content
+    assert asked.json()["state"] == PreviewState.QUEUED
+    preview = finished(asked.json()["id"])
+    assert preview.state == PreviewState.DONE, (preview.error_code, preview.error_message)
+    want, advised = expected(traffic, 600.0)
+    got = preview.result
+    for name in ("requests", "throttle_events", "total_delay_ms", "p99_delay_ms", "max_delay_ms", "bytes"):
+        assert got[name] == want[name], name
+    for name in ("recorded_rate", "achieved_rate", "throttled_fraction"):
+        assert got[name] == pytest.approx(want[name], rel=1e-12), name
+    assert got["throttle_events"] > 0 and got["brokers"] == 2 and got["clients"] == 1
+    (advice,) = got["advice"]["entities"]
+    assert advice["quota"] == advised and advice["throttled_fraction"] <= 0.01
+    assert (got["history_from_ms"], got["history_to_ms"]) == (T0, T0 + 59_900)
+
+    polled = alice.get(f"/api/previews/{preview.pk}/").json()
+    assert (polled["state"], polled["progress"], polled["stage"], polled["error"]) == ("done", 1.0, "done", None)
+
+    again = alice.post("/api/previews/", {**ALICE, "value": 600}, format="json")
+    assert (again.status_code, again.json()["id"]) == (200, preview.pk)  # cached: nothing recomputed
+    other_value = alice.post("/api/previews/", {**ALICE, "value": 700}, format="json")
+    assert other_value.status_code == 202 and other_value.json()["id"] != preview.pk
+    land(1, steady("svc-a-1", "app-a-1", 10, start_ms=T0 + 60_000))  # new usage landed: a new answer is due
+    fresh = alice.post("/api/previews/", {**ALICE, "value": 600}, format="json")
+    assert fresh.status_code == 202 and fresh.json()["id"] not in (preview.pk, other_value.json()["id"])
+    assert ImpactPreview.objects.count() == 3
+
+
+def test_a_user_level_proposal_replays_all_its_clients_through_one_sensor(
+    world: dict[str, Any], land: Callable, worker_factory: Callable
+) -> None:
+    a1, a2 = steady("svc-a-1", "app-a-1", 30), steady("svc-a-1", "app-a-2", 30, start_ms=T0 + 50)
+    root = land(1, sorted(a1 + a2, key=lambda r: r[3]) + steady("svc-a-9", "app-a-1", 30))
+    worker_factory(**worker_env(root))
+    asked = api(world["alice"]).post(
+        "/api/previews/", {"cluster": CLUSTER, "user": "svc-a-1", "key": PBR, "value": 1500}, format="json")
+    preview = finished(asked.json()["id"])
+    assert preview.state == PreviewState.DONE, preview.error_message
+    # Kafka's user-level quota: one sensor for every client-id of the user, here 2000 B/s against 1500
+    shared = [("svc-a-1", "", v, t) for _, _, v, t in sorted(a1 + a2, key=lambda r: r[3])]
+    want, advised = expected({1: shared}, 1500.0, entity=("svc-a-1", None))
+    assert preview.result["requests"] == want["requests"] == 600
+    assert preview.result["throttle_events"] == want["throttle_events"] > 0
+    assert preview.result["total_delay_ms"] == want["total_delay_ms"]
+    (advice,) = preview.result["advice"]["entities"]
+    assert advice["quota"] == advised and 1500 < advised <= 2100  # the shared sensor sees ~2000 B/s
+
+
+def test_no_history_and_corrupt_files_fail_with_their_code_and_a_message(
+    world: dict[str, Any], land: Callable, worker_factory: Callable
+) -> None:
+    root = land(1, steady("svc-a-1", "app-a-1", 5))
+    worker_factory(**worker_env(root))
+    alice = api(world["alice"])
+    nobody = {**ALICE, "client_id": "app-a-404", "value": 1000}
+    preview = finished(alice.post("/api/previews/", nobody, format="json").json()["id"])
+    assert (preview.state, preview.error_code) == (PreviewState.FAILED, "NO_HISTORY")
+    assert "app-a-404" in preview.error_message and CLUSTER in preview.error_message
+    body = alice.get(f"/api/previews/{preview.pk}/").json()
+    assert body["error"] == {"code": "NO_HISTORY", "message": preview.error_message}
+    again = alice.post("/api/previews/", nobody, format="json")
+    assert (again.status_code, again.json()["id"]) == (200, preview.pk)  # no history stays no history
+
+    hour = next((root / "usage").glob("date=*/hour=*"))
+    (hour / "part-zz-corrupt.parquet").write_bytes(b"not parquet at all")
+    broken = finished(alice.post("/api/previews/", {**ALICE, "value": 1000}, format="json").json()["id"])
+    assert (broken.state, broken.error_code) == (PreviewState.FAILED, "CORRUPT_INPUT")
+    assert "Parquet" in broken.error_message
+    retried = alice.post("/api/previews/", {**ALICE, "value": 1000}, format="json")
+    assert retried.json()["id"] == broken.pk and retried.json()["state"] == PreviewState.QUEUED  # may be transient
+
+
+@pytest.mark.parametrize(
+    ("who", "body", "status", "code"),
+    [
+        ("alice", {**ALICE, "key": "bogus_rate", "value": 1}, 400, "INVALID_REQUEST"),
+        ("alice", {**ALICE, "value": 0}, 400, "INVALID_REQUEST"),
+        ("alice", {**ALICE, "value": 10.5}, 400, "INVALID_REQUEST"),
+        ("alice", {**ALICE, "value": "lots"}, 400, "INVALID_REQUEST"),
+        ("alice", {**ALICE, "user": None, "client_id": None, "value": 1}, 400, "INVALID_REQUEST"),
+        ("alice", {**ALICE, "cluster": "nowhere", "value": 1}, 404, "NOT_FOUND"),
+        ("bob", {**ALICE, "value": 1000}, 403, "PERMISSION_DENIED"),
+        ("alice", {**ALICE, "user": "svc-b-1", "value": 1000}, 403, "PERMISSION_DENIED"),
+    ],
+)
+def test_bad_proposals_are_refused_with_a_typed_error_and_nothing_is_queued(
+    world: dict[str, Any], land: Callable, who: str, body: dict, status: int, code: str
+) -> None:
+    land(1, steady("svc-a-1", "app-a-1", 1))
+    answer = api(world[who]).post("/api/previews/", body, format="json")
+    assert (answer.status_code, answer.json()["code"]) == (status, code), answer.content
+    assert answer.json()["message"]
+    assert not ImpactPreview.objects.exists()
+
+
+def test_a_preview_is_read_by_whoever_may_see_its_entity_only(world: dict[str, Any], land: Callable) -> None:
+    land(1, steady("svc-a-1", "app-a-1", 1))
+    asked = api(world["auditor"]).post("/api/previews/", {**ALICE, "value": 1000}, format="json")
+    assert asked.status_code == 202  # a preview changes nothing: auditors may ask
+    pk = asked.json()["id"]
+    assert api(world["alice"]).get(f"/api/previews/{pk}/").status_code == 200
+    denied = api(world["bob"]).get(f"/api/previews/{pk}/")
+    assert (denied.status_code, denied.json()["code"]) == (404, "NOT_FOUND")
+
+
+def test_the_job_reports_progress_from_start_to_done(world: dict[str, Any], land: Callable) -> None:
+    root = land(1, steady("svc-a-1", "app-a-1", 20))
+    seen: list[tuple[str, float]] = []
+    result = jobs.run("whatif", ["--root", str(root), "--cluster", CLUSTER, "--user", "svc-a-1", "--client-id",
+                                 "app-a-1", "--key", PBR, "--value", "500", "--advice-target", "0.01"],
+                      lambda stage, fraction: seen.append((stage, fraction)))
+    assert result["requests"] == 200
+    stages = [s for s, _ in seen]
+    for stage in ("reading the landed history", "replaying the history", "right-sizing", "done"):
+        assert stage in stages
+    fractions = [f for _, f in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0 and 0 < fractions[1] < 1
+
+
+def test_a_job_that_refuses_its_input_raises_its_code(world: dict[str, Any], land: Callable) -> None:
+    root = land(1, steady("svc-a-1", "app-a-1", 1))
+    with pytest.raises(jobs.JobFailed) as failed:
+        jobs.run("whatif", ["--root", str(root), "--cluster", CLUSTER, "--user", "x", "--key", "bogus", "--value", "1"])
+    assert failed.value.code == "INVALID_REQUEST" and "bogus" in failed.value.message
