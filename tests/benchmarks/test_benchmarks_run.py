@@ -6,9 +6,13 @@ Only the shape of its output is checked here: timings belong to the benchmark, n
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = {
@@ -108,3 +112,30 @@ def test_telemetry_benchmark_quick_run_reports_its_ratio() -> None:
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["pushes_per_s"] > 0 and summary["trivial_per_s"] > 0 and summary["push_ratio"] > 0
     assert summary["pushes_failed"] == 0 and summary["payload_bytes"] >= 10_000 and summary["server_rss_max_mb"] > 0
+
+
+def _java() -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    if home and Path(home, "bin", "java").exists():
+        return str(Path(home, "bin", "java"))
+    return shutil.which("java")
+
+
+@pytest.mark.timeout(300)
+def test_pipeline_benchmark_quick_run_reports_its_figures() -> None:
+    if _java() is None:
+        reason = "the pipeline benchmark needs Java for Spark (no JAVA_HOME and no java on the PATH)"
+        print(f"SKIP: {reason}", file=sys.stderr)
+        pytest.skip(reason)
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/pipeline_bench.py", "--quick"],
+        cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    figures = {"whatif_s", "udf_s", "whatif_speedup", "kernel_us_per_record", "model_us_per_record", "kernel_speedup",
+               "total_throttle_ms", "throttled_entities", "rollup_s", "rollup_rows", "rollup_target_s",
+               "rollup_baseline_s", "rollup_ratio"}
+    assert figures <= summary.keys()
+    assert all(summary[k] > 0 for k in figures)
+    assert summary["rollup_out_rows"]["minute"] > 0 and summary["rollup_out_rows"]["hour"] > 0
