@@ -232,7 +232,8 @@ def entity_detail(request: HttpRequest, pk: int) -> HttpResponse:
         tags = tags_for(entity.user, entity.client_id)
         context["monitor_url"] = _monitor_url(entity.cluster.name, tags)
         context["usage_history"] = {"tags": tags, "days": HISTORY_DAYS,
-                                    "series": history_services.entity_history(entity.cluster.name, tags, HISTORY_DAYS)}
+                                    "series": history_services.entity_history(
+                                        entity.cluster.name, tags, HISTORY_DAYS, sees_everything(request.user))}
     context["history"] = visible_audit(request).filter(cluster=entity.cluster, entity=entity.path)[:200]
     context["requests"] = visible_requests(request).filter(
         cluster=entity.cluster, user=entity.user, client_id=entity.client_id

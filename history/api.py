@@ -104,10 +104,11 @@ class UsageHistoryView(APIView):
         if why is not None:
             raise ApiError("INVALID_REQUEST", why)
         days = _days(request.query_params.get("days"))
-        if not load_viewer(request.user).may_watch(tags):
+        viewer = load_viewer(request.user)
+        if not viewer.may_watch(tags):
             raise ApiError("PERMISSION_DENIED", f"Entity {tags!r} is not one your tenants own.", status_code=403)
-        body: dict[str, Any] = {"cluster": found.name, "entity": tags, "days": days,
-                                "series": services.entity_history(found.name, tags, days)}
+        series = services.entity_history(found.name, tags, days, connections=viewer.everything)
+        body: dict[str, Any] = {"cluster": found.name, "entity": tags, "days": days, "series": series}
         return Response(body)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import time
 from datetime import UTC, datetime, timedelta
@@ -24,11 +23,10 @@ from history.jobs import JobFailed, run
 from history.models import ImpactPreview, PreviewState, UsageRollup
 from quotas.engine.config import CLIENT_ID, USER, EntityRef
 from quotas.engine.entities import validate_quota_value
+from quotas.engine.monitor import CONNECTION
 from quotas.models import Cluster, QuotaRequest, RequestState
 from quotas.models.tenants import entity_owned_by, sees_everything, tenants_of
 from quotas.workflow import PermissionDenied
-
-log = logging.getLogger(__name__)
 
 #: Failures that asking again cannot change while the same data is landed (anything else is retried).
 FINAL_ERRORS = frozenset({"NO_HISTORY", "INVALID_REQUEST"})
@@ -246,11 +244,16 @@ def load_rollups(directory: Path) -> int:
     return len(rows)
 
 
-def entity_history(cluster: str, tags: str, days: int = 7) -> dict[str, list[Any]]:
-    """An entity's hourly rollups of the last ``days``, per quota type, as columns for a chart."""
+def entity_history(cluster: str, tags: str, days: int = 7, connections: bool = False) -> dict[str, list[Any]]:
+    """An entity's hourly rollups of the last ``days``, per quota type, as columns for a chart.
+
+    Connection rollups (per-IP sensors) only with ``connections``: as on the live monitor, for admins and auditors.
+    """
     since = timezone.now() - timedelta(days=days)
     series: dict[str, dict[str, list[Any]]] = {}
     rows = UsageRollup.objects.filter(cluster=cluster, tags=tags, granularity="hour", window_start__gte=since)
+    if not connections:
+        rows = rows.exclude(quota_type=CONNECTION)
     for r in rows.order_by("quota_type", "window_start"):
         s = series.setdefault(r.quota_type, {k: [] for k in ("t", "rate_avg", "rate_p50", "rate_p95", "rate_p99",
                                                                  "rate_max", "throttled_fraction", "throttle_ms")})

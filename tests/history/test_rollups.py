@@ -82,7 +82,8 @@ def test_the_entity_page_and_the_api_show_the_hours_to_whoever_may_see_the_entit
     world: dict[str, Any], rollup_dirs: Path
 ) -> None:
     base = int(time.time() * 1000) // H * H - 2 * H  # the page shows the last 7 days
-    write_landing(None, rollup_dirs, "samples", samples(0, base=base) + samples(1, base=base), "t")
+    connections = [{**row, "q": "connection"} for row in samples(0, seconds=3, base=base)]  # admins' only
+    write_landing(None, rollup_dirs, "samples", samples(0, base=base) + samples(1, base=base) + connections, "t")
     tasks.rollups()
     entity = QuotaEntity.objects.create(cluster=world["cluster"], user="svc-a-1", client_id="app-a-1")
     client = Client()
@@ -90,11 +91,14 @@ def test_the_entity_page_and_the_api_show_the_hours_to_whoever_may_see_the_entit
     page = client.get(f"/entities/{entity.pk}/")
     assert page.status_code == 200
     data = json.loads(re.search(r'id="usage-history-data"[^>]*>(.*?)</script>', page.content.decode(), re.S)[1])
-    assert data["tags"] == TAGS and len(data["series"]["produce"]["t"]) == 2
+    assert data["tags"] == TAGS and len(data["series"]["produce"]["t"]) == 2 and "connection" not in data["series"]
     assert 'id="usage-history-chart"' in page.content.decode()
 
     got = api(world["alice"]).get(f"/api/clusters/{CLUSTER}/usage-history/", {"entity": TAGS, "days": 2})
-    assert got.status_code == 200 and got.json()["series"]["produce"]["rate_max"]
+    assert got.status_code == 200 and list(got.json()["series"]) == ["produce"]
+    assert got.json()["series"]["produce"]["rate_max"]
+    admin = api(world["admin"]).get(f"/api/clusters/{CLUSTER}/usage-history/", {"entity": TAGS, "days": 2})
+    assert sorted(admin.json()["series"]) == ["connection", "produce"]
     denied = api(world["bob"]).get(f"/api/clusters/{CLUSTER}/usage-history/", {"entity": TAGS})
     assert (denied.status_code, denied.json()["code"]) == (403, "PERMISSION_DENIED")
     for params, code in (({"entity": "no-colon"}, 400), ({"entity": TAGS, "days": "0"}, 400)):
