@@ -8,6 +8,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
+# A Java runtime for the pipeline's Spark jobs (pipeline/, run by the pipeline-worker service).
+RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/*
+
 # Dependencies first, so code changes do not reinstall them.
 COPY requirements.txt .
 RUN pip install -r requirements.txt
@@ -17,7 +21,7 @@ COPY . .
 # Static files are collected at build time; whitenoise serves them from .run/staticfiles.
 RUN useradd --create-home --uid 1000 portal \
     && python manage.py collectstatic --noinput -v 0 \
-    && chown -R portal:portal /app/.run
+    && mkdir -p /landing && chown -R portal:portal /app/.run /landing
 
 USER portal
 EXPOSE 8000

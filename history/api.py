@@ -32,9 +32,13 @@ ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 403: ErrorSerializer, 404:
 
 
 class PreviewCreateSerializer(serializers.Serializer):
-    cluster = serializers.CharField(help_text="The cluster's name.")
-    user = serializers.CharField(required=False, allow_null=True, default=None, help_text="A principal, or none.")
-    client_id = serializers.CharField(required=False, allow_null=True, default=None, help_text="A client-id, or none.")
+    cluster = serializers.CharField(max_length=64, help_text="The cluster's name.")
+    user = serializers.CharField(
+        max_length=255, required=False, allow_null=True, default=None, help_text="A principal, or none."
+    )
+    client_id = serializers.CharField(
+        max_length=255, required=False, allow_null=True, default=None, help_text="A client-id, or none."
+    )
     key = serializers.CharField(help_text="producer_byte_rate, consumer_byte_rate, request_percentage, ...")
     value = PassThroughNumberField(help_text="The proposed value: a finite number > 0; integral for byte rates.")
 

@@ -1,15 +1,16 @@
 """Running a pipeline job from the portal: ``python -m pipeline.<job>``, as an operator would, in a subprocess.
 
 A subprocess keeps the JVM out of the Celery worker (it starts and ends with the job, and a crash takes
-only the job down) and runs the same entry point as ``spark-submit`` would. It stays in the worker's process
-group, so stopping the worker stops the job; PySpark's JVM exits when its Python driver does.
-The job's JSON result is its stdout; its progress (``pipeline.progress``) and, on failure, its typed error
-(``pipeline.errors``) are JSON lines on its stderr, mixed with Spark's own log.
+only the job down) and runs the same entry point as ``spark-submit`` would. It runs in a session of its own,
+so a timeout stops all of it, its JVM included. The job's JSON result is its stdout; its progress
+(``pipeline.progress``) and, on failure, its typed error (``pipeline.errors``) are JSON lines on its stderr,
+mixed with Spark's own log.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -19,8 +20,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 
+from devtools.processes import stop_session
 from pipeline.progress import parse_line
+
+log = logging.getLogger(__name__)
+HEARTBEAT_S = 30.0
 
 
 class JobFailed(Exception):
@@ -37,34 +43,45 @@ def run(
     args: Sequence[str],
     on_progress: Callable[[str, float], None] | None = None,
     timeout_s: float | None = None,
+    heartbeat: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Run ``pipeline.<job>`` with ``args`` (plus ``--master``), report its progress, return its JSON result."""
+    """Run ``pipeline.<job>`` with ``args`` (plus ``--master``), report its progress, return its JSON result.
+
+    ``heartbeat`` is called every ``HEARTBEAT_S`` while the job runs (a long step may report no progress).
+    """
     timeout_s = settings.QUOTAS_PIPELINE_TIMEOUT_S if timeout_s is None else timeout_s
     cmd = [sys.executable, "-m", f"pipeline.{job}", *args, "--master", settings.QUOTAS_SPARK_MASTER]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        cmd, cwd=settings.BASE_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cmd, cwd=settings.BASE_DIR, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
     )
     errors: list[dict[str, Any]] = []
     tail: list[str] = []
+    out: list[str] = []
 
     def read_stderr() -> None:
         assert proc.stderr is not None
-        for line in proc.stderr:
-            line = line.strip()
-            report = parse_line(line)
-            if report is not None:
-                if on_progress is not None:
-                    on_progress(report["stage"], report["fraction"])
-            elif line.startswith('{"error"'):
-                try:
-                    errors.append(json.loads(line)["error"])
-                except (ValueError, KeyError):
-                    tail.append(line)
-            elif line:
-                tail[:] = [*tail[-19:], line]
-
-    out: list[str] = []
+        try:
+            for raw in proc.stderr:  # read to the end whatever happens, or the job blocks on a full pipe
+                line = raw.strip()
+                report = parse_line(line)
+                if report is None:
+                    if line.startswith('{"error"'):
+                        try:
+                            errors.append(json.loads(line)["error"])
+                            continue
+                        except (ValueError, KeyError):
+                            pass
+                    if line:
+                        tail[:] = [*tail[-19:], line]
+                elif on_progress is not None:
+                    try:
+                        on_progress(report["stage"], report["fraction"])
+                    except Exception:  # progress is best effort; the job goes on
+                        log.exception("Recording the progress of pipeline.%s failed", job)
+        finally:
+            connection.close()  # the one on_progress opened in this thread
 
     def read_stdout() -> None:
         assert proc.stdout is not None
@@ -75,14 +92,22 @@ def run(
         reader.start()
     started = time.monotonic()
     try:
-        proc.wait(timeout=timeout_s)
+        while True:
+            left = timeout_s - (time.monotonic() - started)
+            if left <= 0:
+                raise subprocess.TimeoutExpired(cmd, timeout_s)
+            try:
+                proc.wait(timeout=min(HEARTBEAT_S, left))
+                break
+            except subprocess.TimeoutExpired:
+                if heartbeat is not None and time.monotonic() - started < timeout_s:
+                    heartbeat()
     except subprocess.TimeoutExpired:
-        proc.kill()  # the JVM follows: it exits when its driver's pipe closes
-        proc.wait()
+        stop_session(proc, 5.0)  # the whole session: its JVM too
         raise JobFailed("REQUEST_TIMED_OUT", f"pipeline.{job} did not finish within {timeout_s:.0f} s.") from None
     finally:
         for reader in readers:
-            reader.join(10)
+            reader.join(30)
     if errors:
         raise JobFailed(str(errors[-1].get("code", "PIPELINE_ERROR")), str(errors[-1].get("message", "")))
     if proc.returncode != 0:
@@ -95,4 +120,3 @@ def run(
         return json.loads("".join(out))
     except ValueError:
         raise JobFailed("PIPELINE_ERROR", f"pipeline.{job} printed no JSON result.") from None
-

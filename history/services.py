@@ -22,17 +22,20 @@ from django.utils import timezone
 from history.jobs import JobFailed, run
 from history.models import ImpactPreview, PreviewState, UsageRollup
 from quotas.engine.config import CLIENT_ID, USER, EntityRef
-from quotas.engine.entities import validate_quota_value
+from quotas.engine.entities import DEFAULT, validate_quota_value
 from quotas.engine.monitor import CONNECTION
-from quotas.models import Cluster, QuotaRequest, RequestState
+from quotas.models import Cluster, QuotaRequest, QuotaValue, RequestState
+from quotas.models.quotas import entity_path
 from quotas.models.tenants import entity_owned_by, sees_everything, tenants_of
 from quotas.workflow import PermissionDenied
 
 #: Failures that asking again cannot change while the same data is landed (anything else is retried).
-FINAL_ERRORS = frozenset({"NO_HISTORY", "INVALID_REQUEST"})
+FINAL_ERRORS = frozenset({"NO_HISTORY", "INVALID_REQUEST", "MISSING_INPUT", "CORRUPT_INPUT"})
+#: A transient failure (a worker crash, Redis down) is run again when asked after this long.
+RETRY_AFTER_S = 30
 PROGRESS_EVERY_S = 0.3
-#: A running preview whose row has not moved for this long lost its worker (a running job reports every 0.3 s,
-#: except while its JVM starts).
+#: A running preview whose row has not moved for this long lost its worker (the task beats every
+#: HEARTBEAT_S while its job runs).
 CLAIM_STALE_S = 120
 
 
@@ -40,8 +43,9 @@ CLAIM_STALE_S = 120
 
 
 def proposal_of(cluster: Cluster, user: str | None, client_id: str | None, key: str, value: float) -> str:
-    """The cache key of a proposal (the same entity, key and value are the same proposal)."""
-    text = json.dumps([cluster.name, user, client_id, key, float(value)])
+    """The cache key of a proposal (the same entity, key and value are the same proposal; the advice's target
+    is part of the answer too)."""
+    text = json.dumps([cluster.name, user, client_id, key, float(value), settings.QUOTAS_ADVICE_TARGET])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -90,25 +94,25 @@ def ensure_preview(
 ) -> ImpactPreview:
     """The preview of this proposal on the usage landed now: the cached one, or a new one being computed.
 
-    A failure that asking again cannot change (no history, a bad proposal) is cached too; any other failure,
-    and a preview whose worker vanished (nothing for ``QUOTAS_PIPELINE_TIMEOUT_S``), is run again.
-    ``version`` is ``usage_version()``, when the caller already has it (a page of many requests).
+    A failure that asking again cannot change on the same data (no history, a bad proposal, a missing or corrupt
+    file) is cached too; any other failure is run again after ``RETRY_AFTER_S``, and a preview whose worker
+    vanished (no heartbeat for ``CLAIM_STALE_S``) at once. ``version``: ``usage_version()``, when known.
     """
     proposal, version = proposal_of(cluster, user, client_id, key, value), version or usage_version()
     found = ImpactPreview.objects.filter(proposal=proposal, data_version=version).first()
     if found is not None:
-        stale = timezone.now() - found.updated > timedelta(seconds=settings.QUOTAS_PIPELINE_TIMEOUT_S + 60)
-        retry = (found.state == PreviewState.FAILED and found.error_code not in FINAL_ERRORS) or (
-            not found.finished and stale
-        )
+        age = (timezone.now() - found.updated).total_seconds()
+        transient = found.state == PreviewState.FAILED and found.error_code not in FINAL_ERRORS
+        retry = (transient and age > RETRY_AFTER_S) or (not found.finished and age > CLAIM_STALE_S)
         if not retry:
             return found
-        ImpactPreview.objects.filter(pk=found.pk, updated=found.updated).update(
+        requeued = ImpactPreview.objects.filter(pk=found.pk, updated=found.updated).update(
             state=PreviewState.QUEUED, progress=0.0, stage="", result=None, error_code="", error_message="",
             updated=timezone.now(),
         )
         found.refresh_from_db()
-        _enqueue(found)
+        if requeued:
+            _enqueue(found)
         return found
     try:
         with transaction.atomic():
@@ -123,34 +127,61 @@ def ensure_preview(
 
 
 def _enqueue(preview: ImpactPreview) -> None:
+    """Queue the preview's task after the commit; when the queue is unreachable, the preview says so."""
     from history.tasks import preview as preview_task
 
-    transaction.on_commit(lambda: preview_task.delay(preview.pk))
+    def send() -> None:
+        try:
+            preview_task.delay(preview.pk)
+        except Exception as e:  # kombu's OperationalError & co.: Redis is down; asking again later retries
+            ImpactPreview.objects.filter(pk=preview.pk).update(
+                state=PreviewState.FAILED, error_code="BROKER_UNAVAILABLE", updated=timezone.now(),
+                error_message=f"The preview could not be queued ({type(e).__name__}: {e}); ask again shortly.",
+            )
+            preview.state, preview.error_code = PreviewState.FAILED, "BROKER_UNAVAILABLE"
+
+    transaction.on_commit(send)
 
 
 def preview_of_request(request: QuotaRequest, version: str | None = None) -> ImpactPreview | None:
-    """The request's preview: ensured (computed if needed) while it waits for a decision, else the newest one."""
-    if request.state == RequestState.SUBMITTED:
-        return ensure_preview(
-            None, request.cluster, request.user, request.client_id, request.key, request.value, version
-        )
+    """The request's preview, for its page and the approval queue.
+
+    Viewing a page never piles up work: the proposal's newest preview is shown while it runs or if it finished
+    within ``QUOTAS_PREVIEW_MAX_AGE_S`` (landing brings new data every minute; the form's button asks for a fresh
+    one). Otherwise, while the request waits for a decision, one is computed on the data landed now.
+    """
     proposal = proposal_of(request.cluster, request.user, request.client_id, request.key, request.value)
-    return ImpactPreview.objects.filter(proposal=proposal).order_by("-pk").first()
+    newest = ImpactPreview.objects.filter(proposal=proposal).order_by("-pk").first()
+    if request.state != RequestState.SUBMITTED:
+        return newest
+    if newest is not None:
+        age = (timezone.now() - newest.updated).total_seconds()
+        if (not newest.finished and age <= CLAIM_STALE_S) or (
+            newest.state == PreviewState.DONE and age <= settings.QUOTAS_PREVIEW_MAX_AGE_S
+        ):
+            return newest
+    return ensure_preview(None, request.cluster, request.user, request.client_id, request.key, request.value, version)
 
 
 def run_preview(pk: int) -> dict[str, Any]:
-    """The Celery task's body: run pipeline.whatif (with advice) for the preview, recording progress and outcome."""
+    """The Celery task's body: run pipeline.whatif (with advice) for the preview, recording progress and outcome.
+
+    Returns ``{"running_elsewhere": True}`` when another worker holds it (its heartbeat is fresh): the task then
+    checks again later, so a redelivered message never leaves a preview whose worker died unfinished.
+    """
     preview = ImpactPreview.objects.select_related("cluster").filter(pk=pk).first()
     if preview is None:
         return {"preview": pk, "skipped": "no such preview (deleted since it was queued)"}
     # Claim it: a message delivered twice (Redis redelivers a task running past the visibility timeout) must
-    # not run it twice; one whose worker died (no progress for CLAIM_STALE_S) is taken over.
+    # not run it twice; one whose worker died (no heartbeat for CLAIM_STALE_S) is taken over.
     stale = timezone.now() - timedelta(seconds=CLAIM_STALE_S)
     claimable = Q(state=PreviewState.QUEUED) | Q(state=PreviewState.RUNNING, updated__lt=stale)
     claimed = ImpactPreview.objects.filter(claimable, pk=pk).update(
         state=PreviewState.RUNNING, stage="starting Spark", progress=0.0, updated=timezone.now()
     )
     if not claimed:
+        if preview.state == PreviewState.RUNNING:
+            return {"preview": pk, "running_elsewhere": True}
         return {"preview": pk, "skipped": f"already {preview.state}"}
     last = [0.0]
 
@@ -160,23 +191,64 @@ def run_preview(pk: int) -> dict[str, Any]:
             last[0] = now
             ImpactPreview.objects.filter(pk=pk).update(stage=stage[:64], progress=fraction, updated=timezone.now())
 
+    def heartbeat() -> None:  # while a long step reports no progress
+        ImpactPreview.objects.filter(pk=pk, state=PreviewState.RUNNING).update(updated=timezone.now())
+
     args = ["--root", str(settings.QUOTAS_LANDING_ROOT), "--cluster", preview.cluster.name, "--key", preview.key,
             "--value", repr(preview.value), "--advice-target", str(settings.QUOTAS_ADVICE_TARGET)]
     if preview.user is not None:
-        args += ["--user", preview.user]
+        args.append(f"--user={preview.user}")  # one argument: a name may start with '-'
     if preview.client_id is not None:
-        args += ["--client-id", preview.client_id]
+        args.append(f"--client-id={preview.client_id}")
     try:
-        result = run("whatif", args, on_progress)
-    except JobFailed as e:
+        result = run("whatif", args, on_progress, heartbeat=heartbeat)
         ImpactPreview.objects.filter(pk=pk).update(
-            state=PreviewState.FAILED, error_code=e.code[:32], error_message=e.message, updated=timezone.now()
+            state=PreviewState.DONE, progress=1.0, stage="done", result=result, updated=timezone.now()
         )
+    except JobFailed as e:
+        _fail(pk, e.code, e.message)
         return {"preview": pk, "state": PreviewState.FAILED, "code": e.code}
-    ImpactPreview.objects.filter(pk=pk).update(
-        state=PreviewState.DONE, progress=1.0, stage="done", result=result, updated=timezone.now()
-    )
+    except Exception as e:  # never leave it running: say what broke, then let Celery log it
+        _fail(pk, "PIPELINE_ERROR", f"The preview broke ({type(e).__name__}: {e}); ask again shortly.")
+        raise
     return {"preview": pk, "state": PreviewState.DONE}
+
+
+def _fail(pk: int, code: str, message: str) -> None:
+    ImpactPreview.objects.filter(pk=pk).update(
+        state=PreviewState.FAILED, error_code=code[:32], error_message=message, updated=timezone.now()
+    )
+
+
+def _level(user: str | None, client_id: str | None) -> int:
+    """Kafka's precedence level of a client-quota entity (1 = most specific, 8 = default client-id)."""
+    if user is None:
+        return 8 if client_id == DEFAULT else 7
+    base = 0 if user != DEFAULT else 3
+    return base + (3 if client_id is None else 2 if client_id == DEFAULT else 1)
+
+
+def _overlaps(mine: str | None, theirs: str | None) -> bool:
+    """Whether two entity parts can name the same client (absent and <default> stand for any name)."""
+    return mine in (None, DEFAULT) or theirs in (None, DEFAULT) or mine == theirs
+
+
+def earlier_quotas(preview: ImpactPreview) -> list[str]:
+    """The cluster's entities with this key that Kafka would apply before the proposed one to some of the
+    clients the preview replays (an earlier precedence level that can match them): for those clients the
+    preview shows a quota they would not get."""
+    mine = _level(preview.user, preview.client_id)
+    rows = QuotaValue.objects.filter(entity__cluster=preview.cluster_id, entity__ip__isnull=True, key=preview.key)
+    found = []
+    for user, client_id in rows.values_list("entity__user", "entity__client_id"):
+        if (user, client_id) == (preview.user, preview.client_id) or _level(user, client_id) >= mine:
+            continue
+        if _overlaps(preview.user, user) and _overlaps(preview.client_id, client_id):
+            found.append(entity_path(user, client_id))
+    return sorted(found)
+
+
+UNITS = {"produce": "B/s", "fetch": "B/s", "request": "% of a thread", "controller_mutation": "mutations/s"}
 
 
 def summary(preview: ImpactPreview | None) -> dict[str, Any] | None:
@@ -184,6 +256,9 @@ def summary(preview: ImpactPreview | None) -> dict[str, Any] | None:
     if preview is None or preview.state != PreviewState.DONE or not preview.result:
         return None
     r = dict(preview.result)
+    r["unit"] = UNITS.get(r.get("quota_type", ""), "/s")
+    r["is_bucket"] = r.get("quota_type") == "controller_mutation"  # the advice's "peak" is a token level there
+    r["earlier"] = earlier_quotas(preview)
     advice = (r.get("advice") or {}).get("entities") or []
     if advice:
         top = max(advice, key=lambda a: a["quota"])
@@ -201,9 +276,13 @@ def summary(preview: ImpactPreview | None) -> dict[str, Any] | None:
 
 
 def rollups_since() -> datetime | None:
-    """Where the next rollup run starts: the newest loaded hour (it may have grown since), or everything."""
+    """Where the next rollup run starts: ``QUOTAS_ROLLUPS_LOOKBACK_HOURS`` before the newest loaded hour (or now,
+    if a clock put that in the future), so samples that landed late for recent hours are counted; everything on
+    the first run."""
     newest = UsageRollup.objects.filter(granularity="hour").order_by("-window_start").first()
-    return newest.window_start if newest is not None else None
+    if newest is None:
+        return None
+    return min(newest.window_start, timezone.now()) - timedelta(hours=settings.QUOTAS_ROLLUPS_LOOKBACK_HOURS)
 
 
 def refresh_rollups() -> dict[str, Any]:

@@ -7,20 +7,25 @@ from typing import Any
 import redis
 from celery import shared_task
 from django.conf import settings
+from redis.exceptions import LockError
 
 from history import services
 
 ROLLUPS_LOCK = "history:rollups:lock"
 
 
-@shared_task(name="history.tasks.preview", acks_late=True, ignore_result=True)
-def preview(preview_id: int) -> dict[str, Any]:
+@shared_task(bind=True, name="history.tasks.preview", acks_late=True, ignore_result=True, max_retries=None)
+def preview(self: Any, preview_id: int) -> dict[str, Any]:
     """Run one impact preview (pipeline.whatif with advice in a subprocess); progress and outcome go to its row.
 
     Acknowledged late: a worker killed mid-run leaves the message to be delivered again, and the preview
-    runs again from the start (it writes nothing but its own row).
+    runs again from the start (it writes nothing but its own row). A message for a preview another worker is
+    running comes back later, to take it over should that worker die (its heartbeat stops).
     """
-    return services.run_preview(preview_id)
+    outcome = services.run_preview(preview_id)
+    if outcome.get("running_elsewhere"):
+        raise self.retry(countdown=services.CLAIM_STALE_S)
+    return outcome
 
 
 @shared_task(name="history.tasks.rollups", acks_late=True, ignore_result=True)
@@ -36,5 +41,8 @@ def rollups() -> dict[str, Any]:
     try:
         return services.refresh_rollups()
     finally:
-        lock.release()
+        try:
+            lock.release()
+        except LockError:  # it expired meanwhile: the run's own outcome matters more
+            pass
         client.close()

@@ -83,7 +83,8 @@ def read_dataset(spark: SparkSession, root: str, name: str) -> DataFrame:
 
 
 #: What Spark says when a file is not Parquet, or is cut short.
-_UNREADABLE = ("parquet", "footer", "FAILED_READ_FILE", "magic number", "EOFException")
+_UNREADABLE = ("is not a Parquet file", "footer", "FAILED_READ_FILE", "magic number", "EOFException",
+               "CANNOT_READ_FILE")
 
 
 def _translate(e: BaseException, path: str) -> PipelineError:
@@ -91,7 +92,7 @@ def _translate(e: BaseException, path: str) -> PipelineError:
     if "PATH_NOT_FOUND" in text or "Path does not exist" in text or "UNABLE_TO_INFER_SCHEMA" in text:
         return MissingInput(f"No landed data at {path}.")
     first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
-    if any(word.lower() in text.lower() for word in _UNREADABLE):
+    if any(word in text for word in _UNREADABLE):
         return CorruptInput(f"Unreadable Parquet under {path}: {first[:500]}")
     last = text.strip().splitlines()[-1] if text.strip() else type(e).__name__
     return PipelineError(f"The job failed on the data under {path}: {last[:500]}")

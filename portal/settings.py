@@ -176,8 +176,12 @@ QUOTAS_LANDING_STALE_SECONDS = float(os.environ.get("QUOTAS_LANDING_STALE_SECOND
 QUOTAS_SPARK_MASTER = os.environ.get("QUOTAS_SPARK_MASTER", "local[2]")  # or spark://..., yarn, k8s://...
 QUOTAS_PIPELINE_TIMEOUT_S = float(os.environ.get("QUOTAS_PIPELINE_TIMEOUT_S", "1800"))
 QUOTAS_ADVICE_TARGET = float(os.environ.get("QUOTAS_ADVICE_TARGET", "0.01"))  # throttled fraction the advice keeps
+# A request's page shows a finished preview this long before computing one on newer data
+QUOTAS_PREVIEW_MAX_AGE_S = float(os.environ.get("QUOTAS_PREVIEW_MAX_AGE_S", "3600"))
 QUOTAS_ROLLUPS_ROOT = Path(os.environ.get("QUOTAS_ROLLUPS_ROOT", str(RUN_DIR / "rollups")))
 QUOTAS_ROLLUPS_SECONDS = float(os.environ.get("QUOTAS_ROLLUPS_SECONDS", "600"))
+# Each run recomputes the hours from this many before the newest loaded one (samples may land late)
+QUOTAS_ROLLUPS_LOOKBACK_HOURS = int(os.environ.get("QUOTAS_ROLLUPS_LOOKBACK_HOURS", "3"))
 
 CELERY_BROKER_URL = QUOTAS_REDIS_URL
 CELERY_RESULT_BACKEND = QUOTAS_REDIS_URL

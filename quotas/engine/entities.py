@@ -88,7 +88,11 @@ def validate_quota_value(key: str, value: object, entity_kind: str = "client") -
     key_type = validate_quota_key(key, entity_kind)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise QuotaValidationError(f"{key} must be a number, got {type(value).__name__} {value!r}.")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an int beyond any double: as Kafka, too large for the key
+        bits = value.bit_length() if isinstance(value, int) else "many"
+        raise QuotaValidationError(f"{key} is too large for a double (an integer of {bits} bits).") from None
     if math.isnan(v) or math.isinf(v):
         raise QuotaValidationError(f"{key} must be a finite number, got {value!r}.")
     if v <= 0.0:

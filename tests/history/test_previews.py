@@ -11,11 +11,15 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from django.test import Client
+from django.utils import timezone
 
-from history import jobs
+from history import jobs, services
 from history.models import ImpactPreview, PreviewState
 from pipeline.advice import advise
 from pipeline.replay import replay_frame, summarize
+from quotas.engine.entities import DEFAULT
+from quotas.models import QuotaEntity, QuotaValue
 from tests.portal.people import api
 from tests.waiting import wait_for
 
@@ -124,8 +128,8 @@ def test_no_history_and_corrupt_files_fail_with_their_code_and_a_message(
     broken = finished(alice.post("/api/previews/", {**ALICE, "value": 1000}, format="json").json()["id"])
     assert (broken.state, broken.error_code) == (PreviewState.FAILED, "CORRUPT_INPUT")
     assert "Parquet" in broken.error_message
-    retried = alice.post("/api/previews/", {**ALICE, "value": 1000}, format="json")
-    assert retried.json()["id"] == broken.pk and retried.json()["state"] == PreviewState.QUEUED  # may be transient
+    again = alice.post("/api/previews/", {**ALICE, "value": 1000}, format="json")
+    assert (again.status_code, again.json()["id"]) == (200, broken.pk)  # the same file stays corrupt: not rerun
 
 
 @pytest.mark.parametrize(
@@ -135,6 +139,8 @@ def test_no_history_and_corrupt_files_fail_with_their_code_and_a_message(
         ("alice", {**ALICE, "value": 0}, 400, "INVALID_REQUEST"),
         ("alice", {**ALICE, "value": 10.5}, 400, "INVALID_REQUEST"),
         ("alice", {**ALICE, "value": "lots"}, 400, "INVALID_REQUEST"),
+        ("alice", {**ALICE, "value": 10**400}, 400, "INVALID_REQUEST"),
+        ("alice", {**ALICE, "client_id": "x" * 256, "value": 1}, 400, "INVALID_REQUEST"),
         ("alice", {**ALICE, "user": None, "client_id": None, "value": 1}, 400, "INVALID_REQUEST"),
         ("alice", {**ALICE, "cluster": "nowhere", "value": 1}, 404, "NOT_FOUND"),
         ("bob", {**ALICE, "value": 1000}, 403, "PERMISSION_DENIED"),
@@ -159,6 +165,39 @@ def test_a_preview_is_read_by_whoever_may_see_its_entity_only(world: dict[str, A
     assert api(world["alice"]).get(f"/api/previews/{pk}/").status_code == 200
     denied = api(world["bob"]).get(f"/api/previews/{pk}/")
     assert (denied.status_code, denied.json()["code"]) == (404, "NOT_FOUND")
+    pages = Client()  # the HTML fragment the pages poll keeps the same rule
+    pages.force_login(world["alice"])
+    assert pages.get(f"/previews/{pk}/").status_code == 200
+    pages.force_login(world["bob"])
+    assert pages.get(f"/previews/{pk}/").status_code == 404
+
+
+def test_a_preview_running_on_a_live_worker_is_not_run_twice(world: dict[str, Any], land: Callable) -> None:
+    land(1, steady("svc-a-1", "app-a-1", 1))
+    preview = services.ensure_preview(world["alice"], world["cluster"], "svc-a-1", "app-a-1", PBR, 1000.0)
+    ImpactPreview.objects.filter(pk=preview.pk).update(state=PreviewState.RUNNING, updated=timezone.now())
+    assert services.run_preview(preview.pk) == {"preview": preview.pk, "running_elsewhere": True}  # checked later
+    ImpactPreview.objects.filter(pk=preview.pk).update(state=PreviewState.DONE, result={"requests": 1})
+    assert services.run_preview(preview.pk)["skipped"] == "already done"
+    assert services.run_preview(10**9)["skipped"].startswith("no such preview")
+
+
+def test_the_preview_names_quotas_kafka_would_apply_first(world: dict[str, Any], land: Callable) -> None:
+    land(1, steady("svc-a-1", "app-a-1", 1))
+    cluster = world["cluster"]
+    for user, client_id in ((DEFAULT, None), ("svc-a-2", None), (None, "app-a-1"), ("svc-a-1", "app-a-1")):
+        entity = QuotaEntity.objects.create(cluster=cluster, user=user, client_id=client_id)
+        QuotaValue.objects.create(entity=entity, key=PBR, value=5000.0)
+    by_client = services.ensure_preview(None, cluster, None, "app-a-1", PBR, 1000.0)  # level 7
+    # before a client-id's own quota (level 7): alice's pair (1), any user's own quota (3: svc-a-2 runs app-a-1
+    # too) and the default user's (6)
+    assert services.earlier_quotas(by_client) == [
+        "/config/users/<default>", "/config/users/svc-a-1/clients/app-a-1", "/config/users/svc-a-2",
+    ]
+    exact = services.ensure_preview(None, cluster, "svc-a-1", "app-a-1", PBR, 1000.0)  # level 1: nothing first
+    assert services.earlier_quotas(exact) == []
+    own_user = services.ensure_preview(None, cluster, "svc-a-1", None, PBR, 1000.0)  # level 3
+    assert services.earlier_quotas(own_user) == ["/config/users/svc-a-1/clients/app-a-1"]
 
 
 def test_the_job_reports_progress_from_start_to_done(world: dict[str, Any], land: Callable) -> None:

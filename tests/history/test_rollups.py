@@ -65,24 +65,36 @@ def test_rollups_load_hours_once_and_catch_up_with_new_samples(world: dict[str, 
     assert h0.throttle_ms == pytest.approx(10 * 0.5 * 1000)
     assert h0.throttled_fraction == pytest.approx(10 * 0.25 / 120)
 
-    again = tasks.rollups()  # nothing new: the newest hour is recomputed, nothing doubles
-    assert again["loaded"] == 1
+    again = tasks.rollups()  # nothing new: the recent hours are recomputed, nothing doubles
+    assert again["loaded"] == 2
     assert UsageRollup.objects.count() == 2
     assert UsageRollup.objects.get(window_start=h0.window_start).bytes == h0.bytes
 
     write_landing(None, rollup_dirs, "samples", samples(2, seconds=60), "t")
-    write_landing(None, rollup_dirs, "samples", samples(0, seconds=5, rate=9e9), "t")  # late, before the newest
+    write_landing(None, rollup_dirs, "samples", samples(0, seconds=5, rate=9e9), "t")  # landed late, for hour 0
     third = tasks.rollups()
-    assert third["loaded"] == 2  # the newest loaded hour and the new one; older hours are not read again
-    assert UsageRollup.objects.count() == 3
-    assert UsageRollup.objects.get(window_start=h0.window_start).bytes == h0.bytes
+    assert third["loaded"] == 3 and UsageRollup.objects.count() == 3
+    late = sum((9e9 + s) + (9e9 + 2 * s) for s in range(5))
+    assert UsageRollup.objects.get(window_start=h0.window_start).bytes == pytest.approx(h0.bytes + late)
+
+
+def test_hours_older_than_the_lookback_are_not_read_again(
+    world: dict[str, Any], rollup_dirs: Path, settings: Any
+) -> None:
+    settings.QUOTAS_ROLLUPS_LOOKBACK_HOURS = 1
+    write_landing(None, rollup_dirs, "samples", samples(0) + samples(3), "t")
+    tasks.rollups()
+    write_landing(None, rollup_dirs, "samples", samples(0, seconds=5, rate=9e9), "t")  # too late for hour 0
+    assert tasks.rollups()["loaded"] == 1  # hours 2 and 3 read again; hour 0 is before the lookback
+    h0 = UsageRollup.objects.order_by("window_start").first()
+    assert h0.bytes == sum((100.0 + s) + (100.0 + 2 * s) for s in range(120))
 
 
 def test_the_entity_page_and_the_api_show_the_hours_to_whoever_may_see_the_entity(
     world: dict[str, Any], rollup_dirs: Path
 ) -> None:
     base = int(time.time() * 1000) // H * H - 2 * H  # the page shows the last 7 days
-    connections = [{**row, "q": "connection"} for row in samples(0, seconds=3, base=base)]  # admins' only
+    connections = [{**row, "q": "connection", "e": "ip:10.0.0.1"} for row in samples(0, seconds=3, base=base)]
     write_landing(None, rollup_dirs, "samples", samples(0, base=base) + samples(1, base=base) + connections, "t")
     tasks.rollups()
     entity = QuotaEntity.objects.create(cluster=world["cluster"], user="svc-a-1", client_id="app-a-1")
@@ -97,8 +109,9 @@ def test_the_entity_page_and_the_api_show_the_hours_to_whoever_may_see_the_entit
     got = api(world["alice"]).get(f"/api/clusters/{CLUSTER}/usage-history/", {"entity": TAGS, "days": 2})
     assert got.status_code == 200 and list(got.json()["series"]) == ["produce"]
     assert got.json()["series"]["produce"]["rate_max"]
-    admin = api(world["admin"]).get(f"/api/clusters/{CLUSTER}/usage-history/", {"entity": TAGS, "days": 2})
-    assert sorted(admin.json()["series"]) == ["connection", "produce"]
+    ip = {"entity": "ip:10.0.0.1", "days": 2}  # a per-IP connection sensor: admins and auditors only
+    assert api(world["admin"]).get(f"/api/clusters/{CLUSTER}/usage-history/", ip).json()["series"]["connection"]
+    assert api(world["alice"]).get(f"/api/clusters/{CLUSTER}/usage-history/", ip).status_code == 403
     denied = api(world["bob"]).get(f"/api/clusters/{CLUSTER}/usage-history/", {"entity": TAGS})
     assert (denied.status_code, denied.json()["code"]) == (403, "PERMISSION_DENIED")
     for params, code in (({"entity": "no-colon"}, 400), ({"entity": TAGS, "days": "0"}, 400)):

@@ -3,6 +3,7 @@
 (function () {
   "use strict";
   const POLL_MS = 700;
+  const MAX_POLL_MS = 10000;
 
   function csrfToken() {
     const field = document.querySelector("input[name=csrfmiddlewaretoken]");
@@ -23,28 +24,33 @@
     holder.append(p);
   }
 
-  function follow(box) {
+  // Poll a running preview's fragment, less often the longer it runs (0.7 s up to 10 s), until it is finished,
+  // replaced (a newer ask) or gone from the page.
+  function follow(box, delay) {
     if (!box || box.dataset.finished === "1") return;
-    const holder = box.parentElement;
-    const url = box.dataset.previewUrl;
+    const wait = delay || POLL_MS;
     setTimeout(async function () {
+      if (!box.isConnected) return;
+      const holder = box.parentElement;
       let response;
       try {
-        response = await fetch(url, { headers: { Accept: "text/html" }, credentials: "same-origin" });
+        response = await fetch(box.dataset.previewUrl, { headers: { Accept: "text/html" }, credentials: "same-origin" });
       } catch (e) {
-        follow(box); // the network blinked: try again
+        follow(box, Math.min(wait * 2, MAX_POLL_MS)); // the network blinked: try again
         return;
       }
-      if (!response.ok) {
-        showError(holder, "HTTP_" + response.status, "The preview could not be read; reload the page.");
+      if (!box.isConnected) return;
+      if (!response.ok || response.redirected) { // redirected: the session ended (the login page)
+        showError(holder, "HTTP_" + response.status, "The preview could not be read; reload the page (and log in).");
         return;
       }
       const template = document.createElement("template");
       template.innerHTML = (await response.text()).trim();
       const next = template.content.querySelector(".impact");
-      box.replaceWith(template.content);
-      follow(next);
-    }, POLL_MS);
+      if (!next || !box.isConnected) return;
+      box.replaceWith(next);
+      follow(next, Math.min(wait * 1.5, MAX_POLL_MS));
+    }, wait);
   }
 
   function proposalOf(form) {
@@ -88,7 +94,7 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () {
-    document.querySelectorAll(".impact[data-preview-url]").forEach(follow);
+    document.querySelectorAll(".impact[data-preview-url]").forEach((box) => follow(box));
     const button = document.getElementById("preview-button");
     if (button) button.addEventListener("click", () => ask(button));
   });
