@@ -94,6 +94,55 @@ def replay(
     return sent, results
 
 
+def replay_sorted(user: str, client_id: str, quota_type: str, quota: float | None, t_ms: np.ndarray,
+                  values: np.ndarray, *, samples: int = 11, window_ms: int = 1000, closed: bool = True,
+                  entity: tuple[str | None, str | None] | None = None) -> Replayed:
+    """One sensor's records on one broker, already in replay order (t_ms, then landed order), as plain lists.
+
+    The kernel when the manager the proposal sets up records into a sampled Rate, else the model itself; shared by
+    ``replay_frame`` (per-record rows) and the Spark jobs' summaries, so both replay exactly the same way.
+    ``entity`` as in ``replay_frame``.
+    """
+    on_user, on_client = entity if entity is not None else (user, client_id)
+    mgr = _manager(on_user, on_client, quota_type, quota, samples, window_ms)
+    if kernel_manager(mgr):
+        return _kernel(mgr, user, client_id, t_ms, values, closed)
+    sent, results = replay(user, client_id, quota_type, quota, t_ms.tolist(), values.tolist(), samples=samples,
+                           window_ms=window_ms, closed=closed, entity=(on_user, on_client))
+    return Replayed(sent, [r.throttle_ms for r in results], [r.throttle_ms_long for r in results],
+                    [math.nan if r.measured is None else float(r.measured) for r in results])
+
+
+def never_throttled(user: str, client_id: str, quota_type: str, quota: float | None, t_ms: np.ndarray,
+                    values: np.ndarray, *, samples: int = 11, window_ms: int = 1000,
+                    entity: tuple[str | None, str | None] | None = None) -> bool:
+    """Whether one sensor's records on one broker, in replay order, provably get no throttle from the proposal: then
+    the replay, open or closed loop, throttles none and sends each at its time, and a summary can skip it.
+
+    Why it holds: a sampled Rate only counts records of the last ``samples + 1`` windows (an older sample is purged
+    or reused) and divides by at least ``samples - 1`` windows (1 ms at least), so while nothing is throttled no
+    measurement exceeds the most any such span of the records holds over that time. The spans' sums come from a
+    cumulative sum; the margin covers its rounding and the model's (up to ``n + samples`` additions). Only for the
+    sampled-Rate quotas the kernel replays, with values that are finite and >= 0.
+    """
+    on_user, on_client = entity if entity is not None else (user, client_id)
+    mgr = _manager(on_user, on_client, quota_type, quota, samples, window_ms)
+    if not (kernel_manager(mgr) and mgr.quotas_enabled):
+        return False
+    bound = mgr.quota(user, client_id)[0]
+    n = len(values)
+    if not n or not bound > 0 or not (np.isfinite(values).all() and values.min() >= 0):
+        return False
+    room = bound * max((samples - 1) * window_ms, 1) / 1000.0
+    sums = np.concatenate(([0.0], np.cumsum(values)))
+    slack = 4.0 * (n + samples + 4) * np.finfo(np.float64).eps  # relative: far above both sums' rounding
+    if sums[-1] * (1.0 + 3.0 * slack) <= room:  # everything at once would not reach the bound
+        return True
+    first = np.searchsorted(t_ms, t_ms - (samples + 1) * window_ms, side="right")  # the span (t - that, t]
+    most = float((sums[1:] - sums[first]).max())
+    return (most + 2.0 * slack * sums[-1]) * (1.0 + slack) <= room
+
+
 def replay_frame(pdf: pd.DataFrame, quota_type: str, quota: float | None, *, samples: int = 11,
                  window_ms: int = 1000, closed: bool = True,
                  entity: tuple[str | None, str | None] | None = None) -> pd.DataFrame:
@@ -108,18 +157,9 @@ def replay_frame(pdf: pd.DataFrame, quota_type: str, quota: float | None, *, sam
     """
     order = np.lexsort((pdf["seq"].to_numpy(), pdf["t_ms"].to_numpy()))  # by t_ms, then seq; stable
     cols = {c: pdf[c].to_numpy()[order] for c in _KEPT}
-    user, client_id = str(cols["user"][0]), str(cols["client_id"][0])
-    on_user, on_client = entity if entity is not None else (user, client_id)
-    mgr = _manager(on_user, on_client, quota_type, quota, samples, window_ms)
-    if kernel_manager(mgr):
-        k = _kernel(mgr, user, client_id, cols["t_ms"], cols["value"], closed)
-        sent, throttle, throttle_long, measured = k.sent_ms, k.throttle_ms, k.throttle_ms_long, k.measured
-    else:
-        sent, results = replay(user, client_id, quota_type, quota, cols["t_ms"].tolist(), cols["value"].tolist(),
-                               samples=samples, window_ms=window_ms, closed=closed, entity=(on_user, on_client))
-        throttle = [r.throttle_ms for r in results]
-        throttle_long = [r.throttle_ms_long for r in results]
-        measured = [math.nan if r.measured is None else float(r.measured) for r in results]
+    sent, throttle, throttle_long, measured = replay_sorted(
+        str(cols["user"][0]), str(cols["client_id"][0]), quota_type, quota, cols["t_ms"], cols["value"],
+        samples=samples, window_ms=window_ms, closed=closed, entity=entity)
     cols["sent_ms"] = np.array(sent, dtype=np.int64)
     cols["throttle_ms"] = np.array(throttle, dtype=np.int64)
     cols["throttle_ms_long"] = np.array(throttle_long, dtype=np.int64)
@@ -155,9 +195,10 @@ def summarize(rows: pd.DataFrame, window_ms: int = 1000) -> dict:
 
 
 def throttled_fraction(rows: pd.DataFrame, window_ms: int = 1000) -> float:
-    """Time spent throttled over the time observed, summed over brokers (each broker its own timeline)."""
+    """Time spent throttled over the time observed, summed over sensors: each (broker, user, client-id) is its own
+    timeline, so clients that each have their own sensor (a ``<default>`` part) never add up past 100 %."""
     throttled = observed = 0
-    for _, g in rows.groupby("broker"):
+    for _, g in rows.groupby(["broker", "user", "client_id"]):
         start = int(g["t_ms"].min())
         end = max(int((g["sent_ms"] + g["throttle_ms_long"]).max()), int(g["t_ms"].max()), start + window_ms)
         throttled += int(g["throttle_ms_long"].sum())

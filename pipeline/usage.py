@@ -41,14 +41,15 @@ def check_entity(user: str | None, client_id: str | None) -> None:
         raise BadArguments("Name a user principal, a client-id, or both (--user / --client-id).")
 
 
-def governed(usage: DataFrame, cluster: str, quota_type: str, user: str | None, client_id: str | None) -> DataFrame:
+def governed(usage: DataFrame, cluster: str, quota_type: str, user: str | None, client_id: str | None, *,
+             blank: bool = True) -> DataFrame:
     """The records of ``cluster`` and ``quota_type`` that the (user, client-id) entity's quota governs,
-    with absent parts blanked so that records sharing one sensor share one replay group."""
+    with absent parts blanked (unless not ``blank``) so that records sharing one sensor share one replay group."""
     check_entity(user, client_id)
     rows = usage.where((F.col("cluster") == cluster) & (F.col("quota_type") == quota_type))
     for column, name in (("user", user), ("client_id", client_id)):
         if name is None:
-            rows = rows.withColumn(column, F.lit(""))
+            rows = rows.withColumn(column, F.lit("")) if blank else rows
         elif name != DEFAULT:
             rows = rows.where(F.col(column) == name)
     return rows

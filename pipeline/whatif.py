@@ -9,27 +9,36 @@ through the engine's reference model with the proposed quota (``pipeline.replay`
 client waits out its throttle time; see there), and prints JSON: throttle events, total / p99 / max delay (ms),
 bytes, the recorded rate and the rate the tenant would have got (bytes over the time it would have taken), the
 fraction of time throttled, and the span of history used. Kafka's quotas are per broker, so each broker's
-records go through their own sensor. ``--advice-target`` adds ``pipeline.advice``'s right-sizing for the same
-records. Progress goes to stderr as JSON lines (``pipeline.progress``).
+records go through their own sensor. The figures are computed in the Python workers (``summarize_usage``, the
+records sent there as numbers only) and one row comes back; ``replay_usage`` gives the per-record rows instead.
+``--advice-target`` adds ``pipeline.advice``'s right-sizing for the same records. Progress goes to stderr as JSON
+lines (``pipeline.progress``).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
-from pyspark.sql import DataFrame, SparkSession
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
 from quotas.engine.entities import TYPE_OF_KEY, validate_quota_value
 from quotas.engine.errors import QuotaValidationError
 
 from .advice import METHOD, advise_usage
-from .errors import BadArguments, NoHistory
+from .errors import BadArguments, NoHistory, PipelineError
 from .progress import Progress
-from .replay import replay_frame, summarize
+from .replay import never_throttled, replay_frame, replay_sorted
 from .session import base_parser, run_job
 from .usage import check_entity, governed, load_usage, valid_usage
 
@@ -65,6 +74,180 @@ def _group(pdf, *, quota_type, quota, samples, window_ms, closed, per_group, ent
         first = pdf.iloc[0]
         quota, samples, window_ms = float(first["quota"]), int(first["samples"]), int(first["window_ms"])
     return replay_frame(pdf, quota_type, quota, samples=samples, window_ms=window_ms, closed=closed, entity=entity)
+
+
+SUMMARY_SCHEMA = (
+    "cluster string, user string, client_id string, requests long, throttle_events long, total_delay_ms long, "
+    "p99_delay_ms long, max_delay_ms long, bytes double, recorded_rate double, achieved_rate double, "
+    "throttled_fraction double, history_from_ms long, history_to_ms long, brokers long, clients long"
+)
+#: The figures of ``pipeline.replay.summarize``, in its order.
+FIGURES = ("requests", "throttle_events", "total_delay_ms", "p99_delay_ms", "max_delay_ms", "bytes", "recorded_rate",
+           "achieved_rate", "throttled_fraction")
+_NAMES = ("cluster", "user", "client_id")
+_KEY_SALTS = 4  # a 64-bit collision among the entities is ~1e-12 likely; a second one in a row means a bug
+_ARROW_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
+
+Names = tuple[str | None, str | None, str | None]
+
+
+def summarize_usage(usage: DataFrame, quota_type: str, quota: float | None, *, samples: int = 11,
+                    window_ms: int = 1000, closed: bool = True, entity: tuple[str | None, str | None] | None = None,
+                    one_group: bool = False, replay_all: bool = False) -> DataFrame:
+    """``summarize``'s figures of the replay without per-record rows: one row per (cluster, user, client_id) entity
+    of ``usage`` (one quota type), each broker its own sensor; or, ``one_group=True``, ONE row over every record
+    (all sensors and brokers of one proposal, names left null), so that its p99 is over all of them.
+
+    Python gets only numbers: the records are grouped by a 64-bit hash of the names computed in the JVM, after a
+    distinct pass has checked (exactly) that no two entities share a hash; the names each sensor needs to resolve its
+    bound go to the workers with the function. A broker's records that provably never reach the bound
+    (``pipeline.replay.never_throttled``) are not replayed (the figures are the same) unless ``replay_all``.
+    ``entity`` as in ``replay_usage``. Run the action inside ``arrow_batches_by_rows`` (a third less JVM work).
+    """
+    salt, names = _entity_keys(usage)
+    schema = to_arrow_schema(StructType.fromDDL(SUMMARY_SCHEMA))
+    fn = functools.partial(_summaries, schema=schema, names=names, quota_type=quota_type, quota=quota, samples=samples,
+                           window_ms=window_ms, closed=closed, entity=entity, one_group=one_group,
+                           replay_all=replay_all)
+    keyed = usage.select(
+        _entity_key(salt).alias("key"), F.col("broker").cast("long"), F.col("seq").cast("long"),
+        F.col("t_ms").cast("long"), F.col("value").cast("double"),
+    )
+    spread = keyed.repartition(1) if one_group else keyed.repartition("key")
+    # sorted by the key only: Spark's radix sort; each worker then orders one sensor's few records itself
+    return spread.sortWithinPartitions("key").mapInArrow(fn, SUMMARY_SCHEMA)
+
+
+@contextmanager
+def arrow_batches_by_rows(spark: SparkSession) -> Iterator[None]:
+    """Within the block, Arrow batches to Python are cut by row count only (``maxRecordsPerBatch`` still bounds
+    them): otherwise Spark measures the batch it fills after every row, a third of its work on narrow numeric rows."""
+    before = spark.conf.get(_ARROW_BYTES)
+    spark.conf.set(_ARROW_BYTES, str(2**31 - 1))
+    try:
+        yield
+    finally:
+        spark.conf.set(_ARROW_BYTES, before)
+
+
+def _entity_key(salt: int) -> Column:
+    """The 64-bit key of a record's (cluster, user, client_id): a plain hash of the names, then salted ones."""
+    names = [F.col(c).cast("string") for c in _NAMES]
+    if not salt:
+        return F.xxhash64(*names)
+    # a null hashes to nothing: flagged here, or (null, "x") and ("x", null) would collide whatever the salt
+    return F.xxhash64(F.lit(salt), *itertools.chain.from_iterable((n.isNull(), n) for n in names))
+
+
+def _entity_keys(usage: DataFrame) -> tuple[int, dict[int, Names]]:
+    """The salt of a key that tells every entity of ``usage`` apart, and the names of each key."""
+    entities = usage.select(*(F.col(c).cast("string") for c in _NAMES)).distinct()
+    rows = entities.select(_entity_key(0).alias("key"), *_NAMES).collect()  # the one pass over the records
+    for salt in range(_KEY_SALTS):
+        if salt:  # the previous key collided (~1e-12 likely): the next salt, on the distinct names only
+            found = usage.sparkSession.createDataFrame([r[1:] for r in rows], entities.schema)
+            rows = found.select(_entity_key(salt).alias("key"), *_NAMES).collect()
+        names = {r["key"]: (r["cluster"], r["user"], r["client_id"]) for r in rows}
+        if len(names) == len(rows):
+            return salt, names
+    raise PipelineError(f"{_KEY_SALTS} hashes of the entity names in a row collided; refusing to mix entities.")
+
+
+class _Figures:
+    """``summarize``'s figures accumulated broker run by broker run, from the replay's plain lists."""
+
+    def __init__(self) -> None:
+        self.delays: list[np.ndarray] = []
+        self.values: list[np.ndarray] = []
+        self.sensors: dict[tuple[int, int], list[int]] = {}  # (broker, key) -> [first t, last t, end, throttled]
+        self.clients = 0
+
+    def add(self, broker: int, key: int, t_ms: np.ndarray, values: np.ndarray, sent: Sequence[int],
+            delays: Sequence[int], closed: bool) -> None:
+        """One sensor's records (entity ``key``) on one broker, in replay order (t_ms ascending)."""
+        # closed loop: each request waits out the previous one's throttle, so the last one ends last
+        end = int(sent[-1] + delays[-1]) if closed else int(max(map(operator.add, sent, delays)))
+        d = np.asarray(delays, dtype=np.int64)
+        self.sensors[(broker, key)] = [int(t_ms[0]), int(t_ms[-1]), end, int(d.sum())]
+        self.delays.append(d)
+        self.values.append(values)
+
+    def row(self, window_ms: int) -> dict:
+        d = self.delays[0] if len(self.delays) == 1 else np.concatenate(self.delays)
+        v = self.values[0] if len(self.values) == 1 else np.concatenate(self.values)
+        n, spans = len(d), list(self.sensors.values())
+        start, recorded_end = min(b[0] for b in spans), max(b[1] for b in spans)
+        achieved_end = max(b[2] for b in spans)
+        rank = max(0, math.ceil(0.99 * n) - 1)  # nearest rank, as summarize
+        total = float(v.sum())  # the same pairwise sum as pandas over the rows in replay order
+        recorded_s = max(recorded_end - start, window_ms) / 1000.0
+        achieved_s = max(achieved_end - start, recorded_end - start, window_ms) / 1000.0
+        observed = sum(max(b[2], b[1], b[0] + window_ms) - b[0] for b in spans)
+        return {
+            "requests": n, "throttle_events": int(np.count_nonzero(d)), "total_delay_ms": int(d.sum()),
+            "p99_delay_ms": int(np.partition(d, rank)[rank]), "max_delay_ms": int(d.max()), "bytes": total,
+            "recorded_rate": total / recorded_s, "achieved_rate": total / achieved_s,
+            "throttled_fraction": sum(b[3] for b in spans) / observed if observed else 0.0,
+            "history_from_ms": start, "history_to_ms": recorded_end, "brokers": len({b for b, _ in self.sensors}),
+            "clients": self.clients,
+        }
+
+
+def _key_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, np.ndarray]]:
+    """The records of each key in turn, from batches sorted by key (a key's records may span batches)."""
+    pending: list[dict[str, np.ndarray]] = []
+    for batch in batches:
+        cols = {c: batch.column(c).to_numpy() for c in ("key", "broker", "seq", "t_ms", "value")}
+        keys = cols["key"]
+        for lo, hi in _runs(keys):
+            if pending and pending[0]["key"][0] != keys[lo]:
+                yield _joined(pending)
+                pending = []
+            pending.append({c: a[lo:hi] for c, a in cols.items()})
+    if pending:
+        yield _joined(pending)
+
+
+def _runs(a: np.ndarray) -> Iterator[tuple[int, int]]:
+    """(start, end) of each run of equal values in ``a``."""
+    return itertools.pairwise([0, *(np.flatnonzero(a[1:] != a[:-1]) + 1).tolist(), len(a)]) if len(a) else iter(())
+
+
+def _joined(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return parts[0] if len(parts) == 1 else {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+
+
+def _summaries(batches, *, schema, names, quota_type, quota, samples, window_ms, closed, entity, one_group,
+               replay_all):  # runs on the executors
+    out: dict[str, list] = {c: [] for c in schema.names}
+    group = _Figures()
+    for run in _key_runs(batches):
+        key = int(run["key"][0])
+        cluster, user, client_id = names[key]
+        order = np.lexsort((run["seq"], run["t_ms"], run["broker"]))  # per broker, by t_ms then landed order
+        broker, t_ms, values = run["broker"][order], run["t_ms"][order], run["value"][order]
+        figures = group if one_group else _Figures()
+        figures.clients += 1
+        for lo, hi in _runs(broker):
+            t, v = t_ms[lo:hi], values[lo:hi]
+            args = (str(user), str(client_id), quota_type, quota, t, v)
+            if not replay_all and never_throttled(*args, samples=samples, window_ms=window_ms, entity=entity):
+                figures.add(int(broker[lo]), key, t, v, t, np.zeros(len(t), dtype=np.int64), closed)
+                continue
+            r = replay_sorted(*args, samples=samples, window_ms=window_ms, closed=closed, entity=entity)
+            figures.add(int(broker[lo]), key, t, v, r.sent_ms, r.throttle_ms_long, closed)
+        if not one_group:
+            for c, x in zip(_NAMES, (cluster, user, client_id), strict=True):
+                out[c].append(x)
+            for c, x in figures.row(window_ms).items():
+                out[c].append(x)
+    if one_group and group.clients:
+        for c in _NAMES:
+            out[c].append(None)
+        for c, x in group.row(window_ms).items():
+            out[c].append(x)
+    if out["requests"]:
+        yield pa.RecordBatch.from_pydict(out, schema=schema)
 
 
 def check_proposal(key: str, value: float) -> tuple[str, float]:
@@ -106,26 +289,31 @@ def _entity_words(args: argparse.Namespace) -> str:
 def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None = None) -> dict:
     progress = progress or Progress()
     progress.report("reading the landed history", 0.02)
-    selected = governed(load_usage(spark, args.root), args.cluster, args.quota_type, args.user, args.client_id)
+    usage = load_usage(spark, args.root)
+    selected = governed(usage, args.cluster, args.quota_type, args.user, args.client_id)
     entity = (args.user, args.client_id)
     good = valid_usage(selected).cache()
     replay_end = 0.6 if args.advice_target is not None else 0.95
-    with progress.spark_action(spark, "replaying the history", 0.05, replay_end):
-        rows = replay_usage(good, args.quota_type, args.value, samples=args.samples, window_ms=args.window_ms,
-                            closed=not args.open_loop, entity=entity).toPandas()
-    if rows.empty:
+    with progress.spark_action(spark, "replaying the history", 0.05, replay_end), arrow_batches_by_rows(spark):
+        # one group: the figures (p99 above all) are over every governed record, all clients and brokers together
+        summary = summarize_usage(good, args.quota_type, args.value, samples=args.samples, window_ms=args.window_ms,
+                                closed=not args.open_loop, entity=entity, one_group=True).collect()
+    if not summary:
         good.unpersist()
         raise NoHistory(
             f"No recorded {args.quota_type} usage for {_entity_words(args)} on cluster {args.cluster!r} "
             f"under {args.root}: nothing to replay yet (usage lands every few minutes while clients run)."
         )
+    (s,) = summary
+    # the clients (user, client-id pairs) behind the sensors: a user's own quota puts all of its clients in one
+    clients = valid_usage(governed(usage, args.cluster, args.quota_type, args.user, args.client_id, blank=False))
+    n_clients = clients.select("user", "client_id").distinct().count()
     result = {
         "cluster": args.cluster, "user": args.user, "client_id": args.client_id, "key": args.key,
-        "value": args.value, "quota_type": args.quota_type, "brokers": int(rows["broker"].nunique()),
-        "clients": int(rows[["user", "client_id"]].drop_duplicates().shape[0]),
-        "history_from_ms": int(rows["t_ms"].min()), "history_to_ms": int(rows["t_ms"].max()),
-        "closed_loop": not args.open_loop, "skipped_records": int(selected.count() - len(rows)),
-        **summarize(rows, args.window_ms),
+        "value": args.value, "quota_type": args.quota_type, "brokers": s["brokers"], "clients": n_clients,
+        "history_from_ms": s["history_from_ms"], "history_to_ms": s["history_to_ms"],
+        "closed_loop": not args.open_loop, "skipped_records": int(selected.count() - s["requests"]),
+        **{name: s[name] for name in FIGURES},
     }
     if args.advice_target is not None:
         with progress.spark_action(spark, "right-sizing", replay_end, 0.98):

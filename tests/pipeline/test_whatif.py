@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline.replay import replay, summarize
+from pipeline.replay import replay, summarize, throttled_fraction
 from pipeline.whatif import replay_usage
 from quotas.engine.entities import QuotaType
 from quotas.engine.managers import ClientQuotaManager
@@ -80,9 +80,23 @@ def test_closed_loop_waits_out_throttles() -> None:
     """A client over its quota is slowed: it gets about the quota, not what it asked for."""
     t = [1_700_000_000_000 + 100 * i for i in range(600)]  # 10 requests/s of 1000 B = 10 kB/s for 60 s
     sent, results = replay("u", "app", "produce", 5000.0, t, [1000.0] * 600)
-    rows = pd.DataFrame({"broker": 1, "t_ms": t, "sent_ms": sent, "value": 1000.0,
+    rows = pd.DataFrame({"broker": 1, "user": "u", "client_id": "app", "t_ms": t, "sent_ms": sent, "value": 1000.0,
                          "throttle_ms_long": [r.throttle_ms_long for r in results]})
     s = summarize(rows)
     assert s["throttle_events"] > 0 and s["total_delay_ms"] > 0
     assert 4000 < s["achieved_rate"] < 6000 < s["recorded_rate"]
     assert all(b >= a for a, b in zip(sent, sent[1:], strict=False))
+
+
+def test_time_throttled_is_per_sensor_so_many_clients_on_one_broker_stay_under_100_percent() -> None:
+    """A ``<default>`` quota gives every client its own sensor: three clients throttled most of the time on the same
+    broker are throttled most of the time, not three times that."""
+    t = [1_700_000_000_000 + 100 * i for i in range(600)]  # each client 10 kB/s against a 2 kB/s quota
+    frames = []
+    for client in ("a", "b", "c"):
+        sent, results = replay("u", client, "produce", 2000.0, t, [1000.0] * 600)
+        frames.append(pd.DataFrame({"broker": 1, "user": "u", "client_id": client, "t_ms": t, "sent_ms": sent,
+                                    "value": 1000.0, "throttle_ms_long": [r.throttle_ms_long for r in results]}))
+    one = throttled_fraction(frames[0])
+    assert 0.5 < one <= 1.0
+    assert throttled_fraction(pd.concat(frames)) == pytest.approx(one)

@@ -1,0 +1,145 @@
+"""The what-if summaries (numeric groups, figures computed in the workers) are exactly ``summarize`` of the rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from pyspark.sql import functions as F
+
+from pipeline import whatif
+from pipeline.errors import PipelineError
+from pipeline.replay import never_throttled, replay_frame, replay_sorted, summarize
+from pipeline.whatif import FIGURES, arrow_batches_by_rows, summarize_usage
+from quotas.engine.entities import DEFAULT
+
+from .conftest import write_landing
+
+T0 = 1_700_000_040_000
+ENTITIES = [("prod", "alice", "app"), ("prod", "alice", "etl"), ("prod", "bob", "app"), ("prod", "bob", ""),
+            ("stage", "alice", "app"), ("prod", "carol", "app")]
+SIZES = [600.0, 300.0, 3.0, 900.0, 20.0, 150.0]  # bytes a request: some entities stay far under the quota
+
+
+def _records(seed: int, fractional: bool, landed_in_row_order: bool = False) -> pd.DataFrame:
+    """Seeded traffic of several entities over three brokers: bursts above the quota, several records at the same ms
+    (the landed order, ``seq``, decides), rows not in time order and, unless ``landed_in_row_order``, not in landed
+    order either."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for (cluster, user, client_id), size in zip(ENTITIES, SIZES, strict=True):
+        for _ in range(int(rng.integers(150, 400))):
+            value = size * rng.uniform(0.2, 4.0)
+            rows.append({"cluster": cluster, "broker": int(rng.integers(1, 4)), "quota_type": "produce", "user": user,
+                         "client_id": client_id, "t_ms": T0 + int(rng.integers(0, 40)) * 250,  # many equal ms
+                         "value": value if fractional else float(round(value))})
+    df = pd.DataFrame(rows).sample(frac=1.0, random_state=seed).reset_index(drop=True)  # landed out of order
+    seq = np.arange(len(df))
+    return df.assign(seq=seq if landed_in_row_order else rng.permutation(seq))
+
+
+def _direct(records: pd.DataFrame, quota: float, closed: bool, entity=None, window_ms: int = 1000) -> dict:
+    """``summarize`` of ``replay_frame`` on each (broker, user, client-id) group, with the job's extra figures."""
+    groups = [g for _, g in records.groupby(["user", "client_id", "broker"], sort=True)]
+    rows = pd.concat([replay_frame(g, "produce", quota, closed=closed, entity=entity, window_ms=window_ms)
+                      for g in groups])
+    return {**summarize(rows, window_ms), "history_from_ms": int(rows["t_ms"].min()),
+            "history_to_ms": int(rows["t_ms"].max()), "brokers": int(rows["broker"].nunique()),
+            "clients": int(rows[["user", "client_id"]].drop_duplicates().shape[0])}
+
+
+@pytest.mark.parametrize("closed", [True, False])
+def test_one_row_per_entity_equals_summarize_of_the_replayed_rows(spark, closed: bool) -> None:
+    records = _records(7, fractional=True)
+    usage = spark.createDataFrame(records)
+    with arrow_batches_by_rows(spark):
+        got = summarize_usage(usage, "produce", 2000.0, closed=closed).toPandas()
+        replayed = summarize_usage(usage, "produce", 2000.0, closed=closed, replay_all=True).toPandas()
+    assert len(got) == len(ENTITIES)
+    pd.testing.assert_frame_equal(got.sort_values("user").reset_index(drop=True),
+                                  replayed.sort_values("user").reset_index(drop=True))
+    for cluster, user, client_id in ENTITIES:
+        mine = records[(records.cluster == cluster) & (records.user == user) & (records.client_id == client_id)]
+        row = got[(got.cluster == cluster) & (got.user == user) & (got.client_id == client_id)].iloc[0]
+        want = _direct(mine, 2000.0, closed)
+        # bytes (and the rates) too: the same pairwise sum over the same values in the same order
+        assert {k: row[k] for k in want} == want, (cluster, user, client_id)
+    assert (got["throttle_events"] > 0).sum() >= 3 and (got["brokers"] == 3).all()
+    # some brokers' records were summarized without a replay, others replayed
+    proven = [never_throttled(u, c, "produce", 2000.0, g["t_ms"].to_numpy(), g["value"].to_numpy())
+              for (u, c, _), g in records.sort_values(["t_ms", "seq"]).groupby(["user", "client_id", "broker"])]
+    assert 3 <= sum(proven) < len(proven)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_records_proven_never_throttled_are_not_throttled(seed: int) -> None:
+    """Steady and bursty runs around the quota, per quota type and loop: whenever ``never_throttled`` holds, the
+    replay throttles nothing; and it holds for the runs that stay clearly under the quota."""
+    rng = np.random.default_rng(seed)
+    proven = 0
+    for _ in range(60):
+        n = int(rng.integers(1, 400))
+        t = np.sort(T0 + rng.integers(0, int(rng.choice([2_000, 30_000, 600_000])), n))
+        v = rng.uniform(0.0, 1.0, n) * float(rng.choice([10.0, 100.0, 1000.0]))
+        quota_type, samples, window_ms = str(rng.choice(["produce", "fetch", "request"])), int(rng.integers(1, 12)), \
+            int(rng.choice([100, 1000]))
+        quota = float(rng.uniform(0.5, 2.0) * v.sum() / max((t[-1] - t[0]) / 1000.0, 1.0))  # around the mean rate
+        if never_throttled("u", "app", quota_type, quota, t, v, samples=samples, window_ms=window_ms):
+            proven += 1
+            for closed in (True, False):
+                r = replay_sorted("u", "app", quota_type, quota, t, v, samples=samples, window_ms=window_ms,
+                                  closed=closed)
+                assert not any(r.throttle_ms_long) and r.sent_ms == t.tolist()
+        span_max = max(v[(t > x - (samples + 1) * window_ms) & (t <= x)].sum() for x in t)
+        if span_max < 0.99 * quota * max((samples - 1) * window_ms, 1) / 1000.0:
+            assert never_throttled("u", "app", quota_type, quota, t, v, samples=samples, window_ms=window_ms)
+    assert proven >= 5
+
+
+def test_a_hash_collision_is_never_grouped_together(spark, monkeypatch) -> None:
+    records = _records(11, fractional=False)
+    usage = spark.createDataFrame(records)
+    with arrow_batches_by_rows(spark):
+        want = summarize_usage(usage, "produce", 2000.0).toPandas().sort_values(["cluster", "user", "client_id"])
+        real = whatif._entity_key
+        # the first hash maps every entity to one key: the check sees it and takes the next salt
+        monkeypatch.setattr(whatif, "_entity_key", lambda salt: F.lit(7).cast("long") if salt == 0 else real(salt))
+        got = summarize_usage(usage, "produce", 2000.0).toPandas().sort_values(["cluster", "user", "client_id"])
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True))
+    monkeypatch.setattr(whatif, "_entity_key", lambda salt: F.lit(salt).cast("long"))
+    with pytest.raises(PipelineError, match="collided"):
+        summarize_usage(usage, "produce", 2000.0)
+
+
+@pytest.mark.parametrize(("user", "client_id"), [("alice", "app"), ("alice", None), ("alice", DEFAULT),
+                                                 (None, "app")])
+def test_the_job_reports_summarize_of_the_records_the_entity_governs(spark, tmp_path: Path, capsys, user,
+                                                                    client_id) -> None:
+    records = _records(3, fractional=False, landed_in_row_order=True)
+    root = tmp_path / "landing"
+    write_landing(spark, root, "usage", records.drop(columns="seq").to_dict("records"), "t_ms")
+    args = ["--root", str(root), "--cluster", "prod", "--key", "producer_byte_rate", "--value", "2000"]
+    args += ["--user", user] if user is not None else []
+    args += ["--client-id", client_id] if client_id is not None else []
+    assert whatif.main(args, spark=spark) == 0
+    got = json.loads(capsys.readouterr().out)
+
+    mine = records[records.cluster == "prod"]  # landed in this order: one file, seq = row number
+    for column, name in (("user", user), ("client_id", client_id)):
+        if name is not None and name != DEFAULT:
+            mine = mine[mine[column] == name]
+    clients = len(mine[["user", "client_id"]].drop_duplicates())  # before sharing sensors
+    for column, name in (("user", user), ("client_id", client_id)):
+        if name is None:
+            mine = mine.assign(**{column: ""})  # one sensor for every record of the named part
+    want = {**_direct(mine, 2000.0, closed=True, entity=(user, client_id)), "clients": clients}
+    assert {k: got[k] for k in want} == want
+    assert got["skipped_records"] == 0 and got["throttle_events"] > 0
+    # each sensor its own timeline: a fraction of time, never above 1 however many clients share a broker
+    assert 0 < got["throttled_fraction"] <= 1
+    assert list(got)[:12] == ["cluster", "user", "client_id", "key", "value", "quota_type", "brokers", "clients",
+                              "history_from_ms", "history_to_ms", "closed_loop", "skipped_records"]
+    assert list(got)[12:] == list(FIGURES)
