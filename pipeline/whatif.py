@@ -87,6 +87,7 @@ FIGURES = ("requests", "throttle_events", "total_delay_ms", "p99_delay_ms", "max
 _NAMES = ("cluster", "user", "client_id")
 _KEY_SALTS = 4  # a 64-bit collision among the entities is ~1e-12 likely; a second one in a row means a bug
 _ARROW_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
+_TASKS_PER_CORE = 4
 
 Names = tuple[str | None, str | None, str | None]
 
@@ -113,7 +114,9 @@ def summarize_usage(usage: DataFrame, quota_type: str, quota: float | None, *, s
         _entity_key(salt).alias("key"), F.col("broker").cast("long"), F.col("seq").cast("long"),
         F.col("t_ms").cast("long"), F.col("value").cast("double"),
     )
-    spread = keyed.repartition(1) if one_group else keyed.repartition("key")
+    # a few partitions per core: the Python workers stay busy, without the per-task cost of 200 (measured ~10 %)
+    parts = 1 if one_group else _TASKS_PER_CORE * usage.sparkSession.sparkContext.defaultParallelism
+    spread = keyed.repartition(parts, "key")
     # sorted by the key only: Spark's radix sort; each worker then orders one sensor's few records itself
     return spread.sortWithinPartitions("key").mapInArrow(fn, SUMMARY_SCHEMA)
 
