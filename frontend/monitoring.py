@@ -28,7 +28,7 @@ from django.conf import settings
 
 from quotas.engine.entities import TYPE_OF_KEY, sanitize
 from quotas.engine.monitor import CONNECTION, latest_key, minutes, split_tags
-from quotas.models import QuotaRequest, Tenant, entity_owned_by, sees_everything, tenants_of
+from quotas.models import QuotaRequest, Tenant, member_tenants, owned_by_any, sees_everything
 
 #: A sample older than this is not "now" on the overview.
 FRESH_MS = 10_000
@@ -109,7 +109,7 @@ class Visibility:
     def of(cls, user: Any, everything: bool | None = None) -> Visibility:
         if sees_everything(user) if everything is None else everything:
             return cls(True, [])
-        return cls(False, list(tenants_of(user).prefetch_related("owned_names")))
+        return cls(False, member_tenants(user))
 
     def may_see(self, tags: str) -> bool:
         if self.everything:
@@ -120,7 +120,7 @@ class Visibility:
                 seen = False
             else:
                 user, client_id = tags_names(tags)
-                seen = any(entity_owned_by(t, user, client_id) is None for t in self.tenants)
+                seen = owned_by_any(self.tenants, user, client_id)
             self._decided[tags] = seen
         return seen
 

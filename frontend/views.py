@@ -53,9 +53,10 @@ from quotas.models import (
     Tenant,
     effective_client_quotas,
     effective_ip_quota,
-    entity_owned_by,
     is_admin,
     is_auditor,
+    member_tenants,
+    owned_by_any,
     sees_everything,
     tenants_of,
 )
@@ -143,11 +144,11 @@ def entity_visible(entity: QuotaEntity, tenants: list[Tenant]) -> bool:
     """A member sees an entity one of its tenants owns (``entity_owned_by``: the rule for asking for it)."""
     if entity.ip is not None:
         return False
-    return any(entity_owned_by(t, entity.user, entity.client_id) is None for t in tenants)
+    return owned_by_any(tenants, entity.user, entity.client_id)
 
 
 def _member_tenants(request: HttpRequest) -> list[Tenant]:
-    return list(tenants_of(request.user).prefetch_related("owned_names"))
+    return member_tenants(request.user)
 
 
 def get_request(request: HttpRequest, pk: int) -> QuotaRequest:

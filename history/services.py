@@ -26,7 +26,7 @@ from quotas.engine.entities import DEFAULT, validate_quota_value
 from quotas.engine.monitor import CONNECTION
 from quotas.models import Cluster, QuotaRequest, QuotaValue, RequestState
 from quotas.models.quotas import entity_path
-from quotas.models.tenants import entity_owned_by, sees_everything, tenants_of
+from quotas.models.tenants import entity_owned_by, member_tenants, owned_by_any, sees_everything
 from quotas.workflow import PermissionDenied
 
 #: Failures that asking again cannot change while the same data is landed (anything else is retried).
@@ -73,7 +73,7 @@ def check_proposal(actor: AbstractBaseUser, user: str | None, client_id: str | N
     ref = EntityRef.parse({k: v for k, v in ((USER, user), (CLIENT_ID, client_id)) if v is not None})
     checked = validate_quota_value(key, value, ref.kind)
     if not sees_everything(actor):
-        reasons = [entity_owned_by(t, user, client_id) for t in tenants_of(actor).prefetch_related("owned_names")]
+        reasons = [entity_owned_by(t, user, client_id) for t in member_tenants(actor)]
         if not reasons:
             raise PermissionDenied("You are not a member of any tenant; previews are of your tenant's entities.")
         if all(r is not None for r in reasons):
@@ -84,8 +84,7 @@ def check_proposal(actor: AbstractBaseUser, user: str | None, client_id: str | N
 def may_see_preview(actor: AbstractBaseUser, preview: ImpactPreview) -> bool:
     if sees_everything(actor):
         return True
-    return any(entity_owned_by(t, preview.user, preview.client_id) is None
-               for t in tenants_of(actor).prefetch_related("owned_names"))
+    return owned_by_any(member_tenants(actor), preview.user, preview.client_id)
 
 
 def ensure_preview(

@@ -111,10 +111,10 @@ class Viewer:
             return True
         seen = self._cache.get(tags)
         if seen is None:
-            from quotas.models.tenants import entity_owned_by
+            from quotas.models.tenants import owned_by_any
 
             user, client_id = entity_parts(tags)
-            seen = any(entity_owned_by(t, user, client_id) is None for t in self.tenants)
+            seen = owned_by_any(self.tenants, user, client_id)
             if len(self._cache) > 100_000:
                 self._cache.clear()
             self._cache[tags] = seen
@@ -132,11 +132,11 @@ class Viewer:
 
 def load_viewer(user: Any) -> Viewer:
     """The user's Viewer (sync: it queries the database; from async code use database_sync_to_async)."""
-    from quotas.models.tenants import sees_everything, tenants_of
+    from quotas.models.tenants import member_tenants, sees_everything
 
     if sees_everything(user):
         return Viewer(everything=True)
-    return Viewer(everything=False, tenants=list(tenants_of(user).prefetch_related("owned_names")))
+    return Viewer(everything=False, tenants=member_tenants(user))
 
 
 def cluster_exists(name: str) -> bool:

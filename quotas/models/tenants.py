@@ -8,6 +8,7 @@ are case-sensitive. A pattern is owned by one tenant at most; overlapping patter
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
 from django.conf import settings
@@ -99,6 +100,16 @@ def tenants_of(user: AnyUser) -> models.QuerySet[Tenant]:
     if not user.is_authenticated:
         return Tenant.objects.none()
     return Tenant.objects.filter(members=user)
+
+
+def member_tenants(user: AnyUser) -> list[Tenant]:
+    """The user's tenants with their owned names loaded, for deciding many entities without more queries."""
+    return list(tenants_of(user).prefetch_related("owned_names"))
+
+
+def owned_by_any(tenants: Iterable[Tenant], user: str | None, client_id: str | None) -> bool:
+    """Whether one of the tenants owns the entity (``entity_owned_by``): what a member may ask for and see."""
+    return any(entity_owned_by(t, user, client_id) is None for t in tenants)
 
 
 def owning_tenant(user: str | None, client_id: str | None) -> Tenant | None:
