@@ -12,7 +12,9 @@ module runs the same state machine on three plain lists for one (broker, user, c
 * the rate is the slots' sum, added in ring order from 0.0, over the elapsed time since the oldest slot's start,
   padded to ``samples - 1`` whole windows and at least 1 ms; a rate above the bound (or NaN) is a violation whose
   throttle is ``Math.round((rate - bound) / bound * window)``, capped at one window for the request quota, and
-  answered to the client as a Java ``(int)``.
+  answered to the client as a Java ``(int)``;
+* fetch only: a throttled fetch is answered empty and its bytes are taken back out (``KafkaApis`` calls
+  ``unrecordQuotaSensor`` when the throttle it answers is > 0): ``-value`` recorded at the same time, unchecked.
 
 Every double is computed with the model's operations in the model's order, so results are equal bit for bit
 (``tests/pipeline/test_kernel.py`` checks it against the model). The one shortcut is bookkeeping: the purge loop
@@ -73,6 +75,8 @@ def _kernel_types() -> dict[str, bool]:
 
 #: The quota types replayed by the kernel, and whether their throttle is capped at one window (request).
 KERNEL_TYPES: dict[str, bool] = _kernel_types()
+#: The quota types whose throttled requests the broker un-records (an empty fetch response delivers nothing).
+UNRECORDS_THROTTLED = frozenset({str(QuotaType.FETCH)})
 
 
 class Replayed(NamedTuple):
@@ -123,11 +127,11 @@ def replay_rate(
         sent = list(accumulate(ts, max)) if closed else ts
         return Replayed(sent, [0] * n, [0] * n, [math.nan] * n)
     cap = window_ms if KERNEL_TYPES[quota_type] else None
-    return _run(ts, vs, float(quota), samples, window_ms, closed, cap, expiry_ms)
+    return _run(ts, vs, float(quota), samples, window_ms, closed, cap, expiry_ms, quota_type in UNRECORDS_THROTTLED)
 
 
 def _run(ts: list[int], vs: list[float], bound: float, samples: int, window: int, closed: bool,
-         cap: int | None, expiry: int | None) -> Replayed:
+         cap: int | None, expiry: int | None, unrecord: bool) -> Replayed:
     """The loop itself: the sensor of one entity on one broker, as ``ModelBackend`` + ``ClientQuotaManager``."""
     n = len(ts)
     sent = [0] * n
@@ -218,6 +222,8 @@ def _run(ts: list[int], vs: list[float], bound: float, samples: int, window: int
         if lm > cap:
             lm = cap
         thr_long[i] = lm
-        thr[i] = lm if int_min <= lm <= int_max else to_int(lm)
+        thr[i] = answered = lm if int_min <= lm <= int_max else to_int(lm)
+        if unrecord and answered > 0:  # the same sample: recorded at s just now, and nothing advanced since
+            va[cur] += -vs[i]
         ready = s + lm
     return Replayed(sent, thr, thr_long, meas)

@@ -13,6 +13,10 @@ throttle creates delays every later request until the client catches up with its
 Open loop (``closed=False``) records at the recorded times, exactly what the engine would have
 answered to that traffic (used to prove equality with the engine's conformance traces).
 
+As the broker does, a fetch that the proposal throttles is answered empty and its bytes are un-recorded
+(``KafkaApis``); the client's next fetches are replayed as recorded. Controller mutations: each recorded topic
+creation attempt (its partitions) goes through the strict KIP-599 path, one at a time.
+
 Produce, fetch and request quotas (a sampled Rate) run through ``pipeline.kernel``, the same math on plain lists
 and about 20 times faster; the controller-mutation token bucket goes through the model itself.
 """
@@ -29,7 +33,7 @@ from quotas.engine.entities import QuotaType
 from quotas.engine.managers import ClientQuotaManager, RecordResult, UsageRecord, manager_for
 from quotas.engine.model import ModelBackend
 
-from .kernel import Replayed, kernel_manager, replay_rate
+from .kernel import UNRECORDS_THROTTLED, Replayed, kernel_manager, replay_rate
 
 REPLAY_COLUMNS = ["seq", "t_ms", "sent_ms", "value", "throttle_ms", "throttle_ms_long", "measured"]
 _KEPT = ["cluster", "broker", "user", "client_id", "seq", "t_ms", "value"]  # input columns of replay_frame's output
@@ -81,16 +85,19 @@ def replay(
             else RecordResult(0, tags, m, False, 0, None, True, False)
             for thr, long_ms, m in zip(out.throttle_ms, out.throttle_ms_long, out.measured, strict=True)
         ]
-    if not closed:
+    unrecords = quota_type in UNRECORDS_THROTTLED
+    if not closed and not unrecords:
         usages = [UsageRecord(user, client_id, float(v), int(t)) for t, v in zip(t_ms, values, strict=True)]
         return list(t_ms), mgr.record_many(usages, validate=False)
     sent, results, ready = [], [], None
     for t, v in zip(t_ms, values, strict=True):
         s = int(t) if ready is None else max(int(t), ready)
         r = mgr.record_many([UsageRecord(user, client_id, float(v), s)], validate=False)[0]
+        if unrecords and r.throttle_ms > 0:  # KafkaApis: an empty fetch delivers nothing
+            mgr.unrecord(user, client_id, float(v), s, validate=False)
         sent.append(s)
         results.append(r)
-        ready = s + r.throttle_ms_long
+        ready = s + r.throttle_ms_long if closed else ready
     return sent, results
 
 

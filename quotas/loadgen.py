@@ -474,6 +474,10 @@ class _AdminClient:
             except ThrottlingQuotaExceeded:
                 refused.append(topic)  # THROTTLING_QUOTA_EXCEEDED for this topic: the admin client retries it
         self.pending = refused + rest
+        # every attempt, refused or not, for the what-if replay (it decides anew under a proposed quota)
+        attempts = [UsageRecord(p.user, p.client_id, float(p.partitions), t) for _topic in batch]
+        usage_log.append_many(controller.ns.client, controller.cluster, controller.id,
+                              ((controller.mutation.quota_type, attempts),))
         throttle = quota.throttle_time(t)
         self.next_send = t + max(throttle, ADMIN_RETRY_BACKOFF_MS if refused else 0)
         controller.sampler.touch(p.user, p.client_id, t)

@@ -41,10 +41,11 @@ def _records(seed: int, fractional: bool, landed_in_row_order: bool = False) -> 
     return df.assign(seq=seq if landed_in_row_order else rng.permutation(seq))
 
 
-def _direct(records: pd.DataFrame, quota: float, closed: bool, entity=None, window_ms: int = 1000) -> dict:
+def _direct(records: pd.DataFrame, quota: float, closed: bool, entity=None, window_ms: int = 1000,
+            quota_type: str = "produce") -> dict:
     """``summarize`` of ``replay_frame`` on each (broker, user, client-id) group, with the job's extra figures."""
     groups = [g for _, g in records.groupby(["user", "client_id", "broker"], sort=True)]
-    rows = pd.concat([replay_frame(g, "produce", quota, closed=closed, entity=entity, window_ms=window_ms)
+    rows = pd.concat([replay_frame(g, quota_type, quota, closed=closed, entity=entity, window_ms=window_ms)
                       for g in groups])
     return {**summarize(rows, window_ms), "history_from_ms": int(rows["t_ms"].min()),
             "history_to_ms": int(rows["t_ms"].max()), "brokers": int(rows["broker"].nunique()),
@@ -143,3 +144,23 @@ def test_the_job_reports_summarize_of_the_records_the_entity_governs(spark, tmp_
     assert list(got)[:12] == ["cluster", "user", "client_id", "key", "value", "quota_type", "brokers", "clients",
                               "history_from_ms", "history_to_ms", "closed_loop", "skipped_records"]
     assert list(got)[12:] == list(FIGURES)
+
+
+def test_a_controller_mutation_proposal_replays_the_topic_creations_through_the_token_bucket(spark, tmp_path: Path,
+                                                                                           capsys) -> None:
+    """The load generator logs each topic creation attempt (its partitions); ``controller_mutation_rate`` replays
+    them through the engine's KIP-599 bucket (the model itself, not the kernel)."""
+    rng = np.random.default_rng(5)
+    rows = [{"cluster": "prod", "broker": 1, "quota_type": "controller_mutation", "user": "alice",
+             "client_id": "admin", "t_ms": T0 + 60_000 * burst + 10 * i, "value": 3.0}
+            for burst in range(4) for i in range(int(rng.integers(10, 30)))]
+    records = pd.DataFrame(rows).assign(seq=np.arange(len(rows)))
+    root = tmp_path / "landing"
+    write_landing(spark, root, "usage", records.drop(columns="seq").to_dict("records"), "t_ms")
+    assert whatif.main(["--root", str(root), "--cluster", "prod", "--user", "alice", "--key",
+                        "controller_mutation_rate", "--value", "2"], spark=spark) == 0
+    got = json.loads(capsys.readouterr().out)
+    want = _direct(records, 2.0, closed=True, entity=("alice", None), quota_type="controller_mutation")
+    assert got["quota_type"] == "controller_mutation"
+    assert {k: got[k] for k in want if k != "clients"} == {k: v for k, v in want.items() if k != "clients"}
+    assert got["clients"] == 1 and got["throttle_events"] > 0

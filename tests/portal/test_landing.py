@@ -272,7 +272,8 @@ def test_the_load_generator_logs_what_it_records_and_it_lands(engine_redis: redi
         for cluster in Cluster.objects.all():
             push_everywhere(cluster)
         now = int(time.time() * 1000)
-        clock = FakeClock(now - now % int(WAVE_PERIOD_S * 1000))
+        # 3 s before the demo's first burst of topic creations (30 s past the minute)
+        clock = FakeClock(now - now % int(WAVE_PERIOD_S * 1000) + 27_000)
         gen = LoadGenerator(targets_from_db(["prod"]), clock=clock, sleep=clock.sleep, seed=3, out=lambda line: None)
         try:
             gen.run(5)
@@ -280,13 +281,16 @@ def test_the_load_generator_logs_what_it_records_and_it_lands(engine_redis: redi
             gen.close()
         batches = usage_log.read(engine_redis, "prod")
         assert gen.stats["requests"] > 0
-        # every request is one bytes record (produce or fetch) and one request-time record, batched per tick
-        assert sum(len(b) for b in batches) == 2 * gen.stats["requests"]
-        assert {b.quota_type for b in batches} == {"produce", "fetch", "request"}
+        # every request is one bytes record (produce or fetch) and one request-time record, batched per tick; every
+        # topic creation attempt (created or refused) one controller-mutation record of its partitions
+        attempts = gen.stats["topics"] + gen.stats["topics_refused"]
+        assert attempts > 0
+        assert sum(len(b) for b in batches) == 2 * gen.stats["requests"] + attempts
+        assert {b.quota_type for b in batches} == {"produce", "fetch", "request", "controller_mutation"}
         assert all(len(set(b.times)) == 1 for b in batches)
 
         result = tasks.land()
-        assert result["rows"]["usage"] == 2 * gen.stats["requests"]
+        assert result["rows"]["usage"] == 2 * gen.stats["requests"] + attempts
         assert result["rows"]["samples"] > 0
         assert tasks.land()["files"] == 0
     finally:
