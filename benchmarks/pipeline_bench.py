@@ -27,7 +27,10 @@ faster.
 Warm JVM for both: each side first runs once on a landing a twentieth the size (the same shape: Python workers
 started, code loaded, the JVM's hot paths compiled); then the what-if runs on the full landing three times: the
 first also grows the JVM's heap to what the sorts need (``whatif_first_s``, not counted; the UDF later runs in that
-heap), the second is ``whatif_s``, the third replays every record, proofs or not (``whatif_replay_all_s``). For
+heap), the second is ``whatif_s``, the third replays every record, proofs or not (``whatif_replay_all_s``); the
+ratio of the first run is said too (``whatif_first_speedup``). Then one ``<default>`` proposal over every record, as
+the job computes a preview (``summarize_proposal``: parts per partition merged on the driver), which must find the
+same total throttle time (``whatif_one_proposal_s``). Both sides shuffle into the same number of partitions. For
 scale, the replay math alone is also timed in one process on ~20,000 of the records: ``pipeline.kernel`` against
 the reference model (the UDF's body), which must agree on every throttle.
 
@@ -172,9 +175,22 @@ def time_whatif(spark: Any, root: Path, replay_all: bool = False) -> tuple[float
     return secs, {(r["user"], r["client_id"]): r["total_delay_ms"] for r in rows}, sum(r["requests"] for r in rows)
 
 
+def time_proposal(spark: Any, root: Path) -> tuple[float, dict]:
+    """One proposal, ``<default>`` user and client-id (the same quota for every entity, each its own sensor), over
+    every record, as ``pipeline.whatif``'s job computes it: (seconds, its figures)."""
+    from pipeline.whatif import summarize_proposal
+    from quotas.engine.entities import DEFAULT
+
+    started = time.perf_counter()
+    found = summarize_proposal(load_usage(spark, root), QUOTA_TYPE, QUOTA, closed=True, entity=(DEFAULT, DEFAULT))
+    return time.perf_counter() - started, found or {}
+
+
 def time_udf(spark: Any, root: Path, only_entities: int | None) -> tuple[float, dict, int]:
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType
+
+    from pipeline.whatif import TASKS_PER_CORE
 
     usage = load_usage(spark, root)
     if only_entities is not None:
@@ -182,7 +198,9 @@ def time_udf(spark: Any, root: Path, only_entities: int | None) -> tuple[float, 
     rows = usage.count() if only_entities is not None else -1
     entity = ["cluster", "broker", "user", "client_id"]
     step = F.udf(per_row_replay(QUOTA_TYPE, QUOTA, 11, 1000), LongType(), useArrow=False).asNondeterministic()
-    ordered = usage.repartition(*entity).sortWithinPartitions(*entity, "t_ms", "seq")
+    # as many partitions as the what-if uses (not AQE's choice), so neither side gets a better-tuned shuffle
+    parts = TASKS_PER_CORE * spark.sparkContext.defaultParallelism
+    ordered = usage.repartition(parts, *entity).sortWithinPartitions(*entity, "t_ms", "seq")
     replayed = ordered.withColumn("thr", step(*[F.col(c) for c in entity], F.col("t_ms"), F.col("value")))
     secs, totals = _totals(replayed, "thr")
     return secs, totals, rows
@@ -275,6 +293,10 @@ def run(args: argparse.Namespace, stack: list[Callable[[], None]]) -> dict[str, 
          f"({whatif_first_s:.1f} s the first time, growing the JVM's heap)")
     all_s, all_totals, _ = time_whatif(spark, landing, replay_all=True)
     _say(f"the same, replaying even the brokers' records proven never throttled: {all_s:.1f} s")
+    one_s, one = time_proposal(spark, landing)
+    _say(f"one <default> proposal over every entity, as the job runs it (figures merged on the driver): {one_s:.1f} s")
+    if one["total_delay_ms"] != sum(whatif_totals.values()) or one["requests"] != args.records:
+        raise SystemExit("pipeline_bench: the one proposal's figures disagree with the entities' own")
     if not first_totals == all_totals == whatif_totals:
         raise SystemExit("pipeline_bench: runs of the what-if disagree")
     if replayed != args.records or len(whatif_totals) != args.entities:
@@ -317,6 +339,9 @@ def run(args: argparse.Namespace, stack: list[Callable[[], None]]) -> dict[str, 
         "whatif_first_s": round(whatif_first_s, 2),
         "whatif_replay_all_s": round(all_s, 2),
         "whatif_replay_all_speedup": round(udf_s / all_s, 2),
+        "whatif_first_speedup": round(udf_s / whatif_first_s, 2),
+        "whatif_one_proposal_s": round(one_s, 2),
+        "whatif_one_proposal_speedup": round(udf_s / one_s, 2),
         "udf_s": round(udf_s, 2),
         "udf_measured_s": round(udf_measured_s, 2),
         "udf_subset_entities": subset,

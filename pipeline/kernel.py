@@ -14,7 +14,9 @@ module runs the same state machine on three plain lists for one (broker, user, c
   throttle is ``Math.round((rate - bound) / bound * window)``, capped at one window for the request quota, and
   answered to the client as a Java ``(int)``;
 * fetch only: a throttled fetch is answered empty and its bytes are taken back out (``KafkaApis`` calls
-  ``unrecordQuotaSensor`` when the throttle it answers is > 0): ``-value`` recorded at the same time, unchecked.
+  ``unrecordQuotaSensor`` when the throttle it answers is > 0): ``-value`` recorded at the same time, unchecked;
+  the consumer fetches those bytes again, so they are added to its next fetch's value. Kafka also empties a fetch
+  that only the request-time quota throttles; one quota type is replayed at a time, so that is not seen here.
 
 Every double is computed with the model's operations in the model's order, so results are equal bit for bit
 (``tests/pipeline/test_kernel.py`` checks it against the model). The one shortcut is bookkeeping: the purge loop
@@ -156,6 +158,7 @@ def _run(ts: list[int], vs: list[float], bound: float, samples: int, window: int
     last = 0  # the sensor's last record time
     fresh = True  # no sensor yet
     ready = -big  # closed loop: when the client may send again
+    carry = 0.0  # fetch: the bytes of the last fetch, answered empty, that the next one asks for again
     for i, s in enumerate(ts):
         if closed and ready > s:
             s = ready
@@ -179,7 +182,8 @@ def _run(ts: list[int], vs: list[float], bound: float, samples: int, window: int
                 va[cur] = 0.0
             moved = True
         last = s
-        va[cur] += vs[i]
+        v = vs[i] + carry if carry else vs[i]
+        va[cur] += v
         le[cur] = s
         if s < lo:
             lo = s
@@ -212,6 +216,7 @@ def _run(ts: list[int], vs: list[float], bound: float, samples: int, window: int
         meas[i] = rate
         if rate <= bound:
             ready = s
+            carry = 0.0
             continue
         raw = (rate - bound) / bound * ws if bound != 0.0 else java_div(rate - bound, bound) * ws
         if -exact < raw < exact:  # java_round, inlined for the common case
@@ -224,6 +229,9 @@ def _run(ts: list[int], vs: list[float], bound: float, samples: int, window: int
         thr_long[i] = lm
         thr[i] = answered = lm if int_min <= lm <= int_max else to_int(lm)
         if unrecord and answered > 0:  # the same sample: recorded at s just now, and nothing advanced since
-            va[cur] += -vs[i]
+            va[cur] += -v
+            carry = v
+        else:
+            carry = 0.0
         ready = s + lm
     return Replayed(sent, thr, thr_long, meas)

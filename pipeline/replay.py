@@ -13,9 +13,10 @@ throttle creates delays every later request until the client catches up with its
 Open loop (``closed=False``) records at the recorded times, exactly what the engine would have
 answered to that traffic (used to prove equality with the engine's conformance traces).
 
-As the broker does, a fetch that the proposal throttles is answered empty and its bytes are un-recorded
-(``KafkaApis``); the client's next fetches are replayed as recorded. Controller mutations: each recorded topic
-creation attempt (its partitions) goes through the strict KIP-599 path, one at a time.
+Fetch: as the broker does, a fetch that the proposal throttles is answered empty and its bytes are un-recorded
+(``KafkaApis``); the consumer asks for them again, so they are added to its next fetch (the landed history holds
+the fetches that were answered, see ``quotas.loadgen``). Controller mutations: each topic's first creation attempt
+(its partitions) goes through the strict KIP-599 path, one at a time; a refused one counts as throttled.
 
 Produce, fetch and request quotas (a sampled Rate) run through ``pipeline.kernel``, the same math on plain lists
 and about 20 times faster; the controller-mutation token bucket goes through the model itself.
@@ -33,7 +34,7 @@ from quotas.engine.entities import QuotaType
 from quotas.engine.managers import ClientQuotaManager, RecordResult, UsageRecord, manager_for
 from quotas.engine.model import ModelBackend
 
-from .kernel import UNRECORDS_THROTTLED, Replayed, kernel_manager, replay_rate
+from .kernel import Replayed, kernel_manager, replay_rate
 
 REPLAY_COLUMNS = ["seq", "t_ms", "sent_ms", "value", "throttle_ms", "throttle_ms_long", "measured"]
 _KEPT = ["cluster", "broker", "user", "client_id", "seq", "t_ms", "value"]  # input columns of replay_frame's output
@@ -85,19 +86,16 @@ def replay(
             else RecordResult(0, tags, m, False, 0, None, True, False)
             for thr, long_ms, m in zip(out.throttle_ms, out.throttle_ms_long, out.measured, strict=True)
         ]
-    unrecords = quota_type in UNRECORDS_THROTTLED
-    if not closed and not unrecords:
+    if not closed:
         usages = [UsageRecord(user, client_id, float(v), int(t)) for t, v in zip(t_ms, values, strict=True)]
         return list(t_ms), mgr.record_many(usages, validate=False)
     sent, results, ready = [], [], None
     for t, v in zip(t_ms, values, strict=True):
         s = int(t) if ready is None else max(int(t), ready)
         r = mgr.record_many([UsageRecord(user, client_id, float(v), s)], validate=False)[0]
-        if unrecords and r.throttle_ms > 0:  # KafkaApis: an empty fetch delivers nothing
-            mgr.unrecord(user, client_id, float(v), s, validate=False)
         sent.append(s)
         results.append(r)
-        ready = s + r.throttle_ms_long if closed else ready
+        ready = s + r.throttle_ms_long
     return sent, results
 
 
@@ -139,6 +137,8 @@ def never_throttled(user: str, client_id: str, quota_type: str, quota: float | N
     bound = mgr.quota(user, client_id)[0]
     n = len(values)
     if not n or not bound > 0 or not (np.isfinite(values).all() and values.min() >= 0):
+        return False
+    if n > 1 and not (np.diff(t_ms) >= 0).all():  # the spans below assume replay order
         return False
     room = bound * max((samples - 1) * window_ms, 1) / 1000.0
     sums = np.concatenate(([0.0], np.cumsum(values)))
@@ -203,7 +203,8 @@ def summarize(rows: pd.DataFrame, window_ms: int = 1000) -> dict:
 
 def throttled_fraction(rows: pd.DataFrame, window_ms: int = 1000) -> float:
     """Time spent throttled over the time observed, summed over sensors: each (broker, user, client-id) is its own
-    timeline, so clients that each have their own sensor (a ``<default>`` part) never add up past 100 %."""
+    timeline, so clients that each have their own sensor (a ``<default>`` part) do not add up past 100 % (in closed
+    loop; open loop, a sensor's throttles may overlap one another)."""
     throttled = observed = 0
     for _, g in rows.groupby(["broker", "user", "client_id"]):
         start = int(g["t_ms"].min())

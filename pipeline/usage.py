@@ -30,9 +30,11 @@ def load_usage(spark: SparkSession, root: str) -> DataFrame:
 
 
 def valid_usage(df: DataFrame) -> DataFrame:
-    """Records the model can replay: a finite value >= 0 at a known time (others are counted as skipped)."""
+    """Records the model can replay: a finite value >= 0 at a known time on a known broker (others are counted as
+    skipped)."""
     v = F.col("value")
-    return df.where(v.isNotNull() & ~F.isnan(v) & (v >= 0) & (v < float("inf")) & F.col("t_ms").isNotNull())
+    known = F.col("t_ms").isNotNull() & F.col("broker").isNotNull()
+    return df.where(v.isNotNull() & ~F.isnan(v) & (v >= 0) & (v < float("inf")) & known)
 
 
 def check_entity(user: str | None, client_id: str | None) -> None:

@@ -79,7 +79,7 @@ def _group(pdf, *, quota_type, quota, samples, window_ms, closed, per_group, ent
 SUMMARY_SCHEMA = (
     "cluster string, user string, client_id string, requests long, throttle_events long, total_delay_ms long, "
     "p99_delay_ms long, max_delay_ms long, bytes double, recorded_rate double, achieved_rate double, "
-    "throttled_fraction double, history_from_ms long, history_to_ms long, brokers long, clients long"
+    "throttled_fraction double, history_from_ms long, history_to_ms long, brokers long"
 )
 #: The figures of ``pipeline.replay.summarize``, in its order.
 FIGURES = ("requests", "throttle_events", "total_delay_ms", "p99_delay_ms", "max_delay_ms", "bytes", "recorded_rate",
@@ -87,7 +87,8 @@ FIGURES = ("requests", "throttle_events", "total_delay_ms", "p99_delay_ms", "max
 _NAMES = ("cluster", "user", "client_id")
 _KEY_SALTS = 4  # a 64-bit collision among the entities is ~1e-12 likely; a second one in a row means a bug
 _ARROW_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
-_TASKS_PER_CORE = 4
+#: shuffle partitions per core for the summaries: the Python workers stay busy, without 200 tasks' overhead
+TASKS_PER_CORE = 4
 
 Names = tuple[str | None, str | None, str | None]
 
@@ -96,8 +97,8 @@ def summarize_usage(usage: DataFrame, quota_type: str, quota: float | None, *, s
                     window_ms: int = 1000, closed: bool = True, entity: tuple[str | None, str | None] | None = None,
                     one_group: bool = False, replay_all: bool = False) -> DataFrame:
     """``summarize``'s figures of the replay without per-record rows: one row per (cluster, user, client_id) entity
-    of ``usage`` (one quota type), each broker its own sensor; or, ``one_group=True``, ONE row over every record
-    (all sensors and brokers of one proposal, names left null), so that its p99 is over all of them.
+    of ``usage`` (one quota type), each broker its own sensor; or, ``one_group=True``, one ``PART_SCHEMA`` row per
+    partition that ``figures`` merges into the figures over every record (``summarize_proposal``).
 
     Python gets only numbers: the records are grouped by a 64-bit hash of the names computed in the JVM, after a
     distinct pass has checked (exactly) that no two entities share a hash; the names each sensor needs to resolve its
@@ -106,7 +107,8 @@ def summarize_usage(usage: DataFrame, quota_type: str, quota: float | None, *, s
     ``entity`` as in ``replay_usage``. Run the action inside ``arrow_batches_by_rows`` (a third less JVM work).
     """
     salt, names = _entity_keys(usage)
-    schema = to_arrow_schema(StructType.fromDDL(SUMMARY_SCHEMA))
+    ddl = PART_SCHEMA if one_group else SUMMARY_SCHEMA
+    schema = to_arrow_schema(StructType.fromDDL(ddl))
     fn = functools.partial(_summaries, schema=schema, names=names, quota_type=quota_type, quota=quota, samples=samples,
                            window_ms=window_ms, closed=closed, entity=entity, one_group=one_group,
                            replay_all=replay_all)
@@ -115,10 +117,26 @@ def summarize_usage(usage: DataFrame, quota_type: str, quota: float | None, *, s
         F.col("t_ms").cast("long"), F.col("value").cast("double"),
     )
     # a few partitions per core: the Python workers stay busy, without the per-task cost of 200 (measured ~10 %)
-    parts = 1 if one_group else _TASKS_PER_CORE * usage.sparkSession.sparkContext.defaultParallelism
-    spread = keyed.repartition(parts, "key")
+    spread = keyed.repartition(TASKS_PER_CORE * usage.sparkSession.sparkContext.defaultParallelism, "key")
     # sorted by the key only: Spark's radix sort; each worker then orders one sensor's few records itself
-    return spread.sortWithinPartitions("key").mapInArrow(fn, SUMMARY_SCHEMA)
+    return spread.sortWithinPartitions("key").mapInArrow(fn, ddl)
+
+
+def summarize_proposal(usage: DataFrame, quota_type: str, quota: float | None, *, samples: int = 11,
+                       window_ms: int = 1000, closed: bool = True,
+                       entity: tuple[str | None, str | None] | None = None) -> dict | None:
+    """The figures of one proposal over every record of ``usage`` (all its sensors and brokers: the p99 is over all
+    the requests), replayed in parallel and merged on the driver; None without records."""
+    spark = usage.sparkSession
+    with arrow_batches_by_rows(spark):
+        table = summarize_usage(usage, quota_type, quota, samples=samples, window_ms=window_ms, closed=closed,
+                                entity=entity, one_group=True).toArrow()
+    if not table.num_rows:
+        return None
+    scalars = table.drop_columns(["brokers", "delays"]).to_pylist()
+    parts = [{**row, "brokers": table.column("brokers")[i].values.to_numpy(),
+              "delays": table.column("delays")[i].values.to_numpy()} for i, row in enumerate(scalars)]
+    return figures(parts, window_ms)
 
 
 @contextmanager
@@ -157,43 +175,74 @@ def _entity_keys(usage: DataFrame) -> tuple[int, dict[int, Names]]:
 
 
 class _Figures:
-    """``summarize``'s figures accumulated broker run by broker run, from the replay's plain lists."""
+    """``summarize``'s figures accumulated sensor by sensor, from the replay's plain lists."""
 
-    def __init__(self) -> None:
+    def __init__(self, window_ms: int) -> None:
+        self.window_ms = window_ms
         self.delays: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
-        self.sensors: dict[tuple[int, int], list[int]] = {}  # (broker, key) -> [first t, last t, end, throttled]
-        self.clients = 0
+        self.brokers: set[int] = set()
+        self.start = self.recorded_end = self.achieved_end = None
+        self.throttled = self.observed = 0
 
-    def add(self, broker: int, key: int, t_ms: np.ndarray, values: np.ndarray, sent: Sequence[int],
-            delays: Sequence[int], closed: bool) -> None:
-        """One sensor's records (entity ``key``) on one broker, in replay order (t_ms ascending)."""
+    def add(self, broker: int, t_ms: np.ndarray, values: np.ndarray, sent: Sequence[int], delays: Sequence[int],
+            closed: bool) -> None:
+        """One sensor's records on one broker, in replay order (t_ms ascending)."""
         # closed loop: each request waits out the previous one's throttle, so the last one ends last
         end = int(sent[-1] + delays[-1]) if closed else int(max(map(operator.add, sent, delays)))
         d = np.asarray(delays, dtype=np.int64)
-        self.sensors[(broker, key)] = [int(t_ms[0]), int(t_ms[-1]), end, int(d.sum())]
+        first, last = int(t_ms[0]), int(t_ms[-1])
+        self.start = first if self.start is None else min(self.start, first)
+        self.recorded_end = last if self.recorded_end is None else max(self.recorded_end, last)
+        self.achieved_end = end if self.achieved_end is None else max(self.achieved_end, end)
+        self.throttled += int(d.sum())  # time throttled and time observed per sensor: each its own timeline
+        self.observed += max(end, last, first + self.window_ms) - first
+        self.brokers.add(broker)
         self.delays.append(d)
         self.values.append(values)
 
-    def row(self, window_ms: int) -> dict:
+    def part(self) -> dict:
+        """What ``figures`` needs, mergeable with other parts (several entities or partitions): PART_SCHEMA."""
         d = self.delays[0] if len(self.delays) == 1 else np.concatenate(self.delays)
         v = self.values[0] if len(self.values) == 1 else np.concatenate(self.values)
-        n, spans = len(d), list(self.sensors.values())
-        start, recorded_end = min(b[0] for b in spans), max(b[1] for b in spans)
-        achieved_end = max(b[2] for b in spans)
-        rank = max(0, math.ceil(0.99 * n) - 1)  # nearest rank, as summarize
-        total = float(v.sum())  # the same pairwise sum as pandas over the rows in replay order
-        recorded_s = max(recorded_end - start, window_ms) / 1000.0
-        achieved_s = max(achieved_end - start, recorded_end - start, window_ms) / 1000.0
-        observed = sum(max(b[2], b[1], b[0] + window_ms) - b[0] for b in spans)
-        return {
-            "requests": n, "throttle_events": int(np.count_nonzero(d)), "total_delay_ms": int(d.sum()),
-            "p99_delay_ms": int(np.partition(d, rank)[rank]), "max_delay_ms": int(d.max()), "bytes": total,
-            "recorded_rate": total / recorded_s, "achieved_rate": total / achieved_s,
-            "throttled_fraction": sum(b[3] for b in spans) / observed if observed else 0.0,
-            "history_from_ms": start, "history_to_ms": recorded_end, "brokers": len({b for b, _ in self.sensors}),
-            "clients": self.clients,
-        }
+        return {"requests": len(d), "total_delay_ms": int(d.sum()), "max_delay_ms": int(d.max()),
+                "bytes": float(v.sum()), "history_from_ms": self.start, "history_to_ms": self.recorded_end,
+                "achieved_end_ms": self.achieved_end, "throttled_ms": self.throttled, "observed_ms": self.observed,
+                "brokers": sorted(self.brokers), "delays": d[d != 0]}
+
+    def row(self) -> dict:
+        return figures([self.part()], self.window_ms)
+
+
+#: One part of a proposal's figures (``_Figures.part``): a partition's sensors, merged on the driver by ``figures``.
+PART_SCHEMA = (
+    "requests long, total_delay_ms long, max_delay_ms long, bytes double, history_from_ms long, history_to_ms long, "
+    "achieved_end_ms long, throttled_ms long, observed_ms long, brokers array<long>, delays array<long>"
+)
+
+
+def figures(parts: Sequence[dict], window_ms: int) -> dict:
+    """``summarize``'s figures (and the span and brokers) of the parts together: sums, extremes, and the p99 over
+    every request (nearest rank; only the non-zero delays travel, the zeros are counted)."""
+    n = sum(int(p["requests"]) for p in parts)
+    nonzero = np.concatenate([np.asarray(p["delays"], dtype=np.int64) for p in parts])
+    zeros, rank = n - len(nonzero), max(0, math.ceil(0.99 * n) - 1)
+    p99 = 0 if rank < zeros else int(np.partition(nonzero, rank - zeros)[rank - zeros])
+    start = min(int(p["history_from_ms"]) for p in parts)
+    recorded_end = max(int(p["history_to_ms"]) for p in parts)
+    achieved_end = max(int(p["achieved_end_ms"]) for p in parts)
+    total = math.fsum(float(p["bytes"]) for p in parts)
+    recorded_s = max(recorded_end - start, window_ms) / 1000.0
+    achieved_s = max(achieved_end - start, recorded_end - start, window_ms) / 1000.0
+    observed = sum(int(p["observed_ms"]) for p in parts)
+    return {
+        "requests": n, "throttle_events": len(nonzero), "total_delay_ms": sum(int(p["total_delay_ms"]) for p in parts),
+        "p99_delay_ms": p99, "max_delay_ms": max(int(p["max_delay_ms"]) for p in parts), "bytes": total,
+        "recorded_rate": total / recorded_s, "achieved_rate": total / achieved_s,
+        "throttled_fraction": sum(int(p["throttled_ms"]) for p in parts) / observed if observed else 0.0,
+        "history_from_ms": start, "history_to_ms": recorded_end,
+        "brokers": len({int(b) for p in parts for b in p["brokers"]}),
+    }
 
 
 def _key_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, np.ndarray]]:
@@ -223,33 +272,29 @@ def _joined(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 def _summaries(batches, *, schema, names, quota_type, quota, samples, window_ms, closed, entity, one_group,
                replay_all):  # runs on the executors
     out: dict[str, list] = {c: [] for c in schema.names}
-    group = _Figures()
+    part = _Figures(window_ms)
     for run in _key_runs(batches):
-        key = int(run["key"][0])
-        cluster, user, client_id = names[key]
+        cluster, user, client_id = names[int(run["key"][0])]
         order = np.lexsort((run["seq"], run["t_ms"], run["broker"]))  # per broker, by t_ms then landed order
         broker, t_ms, values = run["broker"][order], run["t_ms"][order], run["value"][order]
-        figures = group if one_group else _Figures()
-        figures.clients += 1
+        mine = part if one_group else _Figures(window_ms)
         for lo, hi in _runs(broker):
             t, v = t_ms[lo:hi], values[lo:hi]
             args = (str(user), str(client_id), quota_type, quota, t, v)
             if not replay_all and never_throttled(*args, samples=samples, window_ms=window_ms, entity=entity):
-                figures.add(int(broker[lo]), key, t, v, t, np.zeros(len(t), dtype=np.int64), closed)
+                mine.add(int(broker[lo]), t, v, t, np.zeros(len(t), dtype=np.int64), closed)
                 continue
             r = replay_sorted(*args, samples=samples, window_ms=window_ms, closed=closed, entity=entity)
-            figures.add(int(broker[lo]), key, t, v, r.sent_ms, r.throttle_ms_long, closed)
+            mine.add(int(broker[lo]), t, v, r.sent_ms, r.throttle_ms_long, closed)
         if not one_group:
             for c, x in zip(_NAMES, (cluster, user, client_id), strict=True):
                 out[c].append(x)
-            for c, x in figures.row(window_ms).items():
+            for c, x in mine.row().items():
                 out[c].append(x)
-    if one_group and group.clients:
-        for c in _NAMES:
-            out[c].append(None)
-        for c, x in group.row(window_ms).items():
+    if one_group and part.delays:
+        for c, x in part.part().items():
             out[c].append(x)
-    if out["requests"]:
+    if out["requests"]:  # list columns: numpy arrays and lists both convert
         yield pa.RecordBatch.from_pydict(out, schema=schema)
 
 
@@ -297,17 +342,16 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
     entity = (args.user, args.client_id)
     good = valid_usage(selected).cache()
     replay_end = 0.6 if args.advice_target is not None else 0.95
-    with progress.spark_action(spark, "replaying the history", 0.05, replay_end), arrow_batches_by_rows(spark):
-        # one group: the figures (p99 above all) are over every governed record, all clients and brokers together
-        summary = summarize_usage(good, args.quota_type, args.value, samples=args.samples, window_ms=args.window_ms,
-                                closed=not args.open_loop, entity=entity, one_group=True).collect()
-    if not summary:
+    with progress.spark_action(spark, "replaying the history", 0.05, replay_end):
+        # the figures (p99 above all) are over every governed record, all clients and brokers together
+        s = summarize_proposal(good, args.quota_type, args.value, samples=args.samples, window_ms=args.window_ms,
+                               closed=not args.open_loop, entity=entity)
+    if s is None:
         good.unpersist()
         raise NoHistory(
             f"No recorded {args.quota_type} usage for {_entity_words(args)} on cluster {args.cluster!r} "
             f"under {args.root}: nothing to replay yet (usage lands every few minutes while clients run)."
         )
-    (s,) = summary
     # the clients (user, client-id pairs) behind the sensors: a user's own quota puts all of its clients in one
     clients = valid_usage(governed(usage, args.cluster, args.quota_type, args.user, args.client_id, blank=False))
     n_clients = clients.select("user", "client_id").distinct().count()

@@ -454,6 +454,7 @@ class _AdminClient:
         phase = int(p.phase_s * 1000)
         self.next_burst = ((t0 + phase) // every + 1) * every - phase
         self.pending: list[str] = []
+        self.tried: set[str] = set()  # the topics of the last request that were refused (and are retried)
         self.bursts = 0
         self.next_send = 0
 
@@ -474,15 +475,17 @@ class _AdminClient:
             except ThrottlingQuotaExceeded:
                 refused.append(topic)  # THROTTLING_QUOTA_EXCEEDED for this topic: the admin client retries it
         self.pending = refused + rest
-        # every attempt, refused or not, for the what-if replay (it decides anew under a proposed quota)
-        attempts = [UsageRecord(p.user, p.client_id, float(p.partitions), t) for _topic in batch]
+        # each topic's first attempt, for the what-if replay (a retry exists only because this quota refused it)
+        first = [UsageRecord(p.user, p.client_id, float(p.partitions), t) for topic in batch if topic not in self.tried]
+        self.tried = set(refused)  # refused topics lead the next batch
         usage_log.append_many(controller.ns.client, controller.cluster, controller.id,
-                              ((controller.mutation.quota_type, attempts),))
+                              ((controller.mutation.quota_type, first),))
         throttle = quota.throttle_time(t)
         self.next_send = t + max(throttle, ADMIN_RETRY_BACKOFF_MS if refused else 0)
         controller.sampler.touch(p.user, p.client_id, t)
         created = len(batch) - len(refused)
         gen.stats["topics"] += created
+        gen.stats["topics_asked"] += len(first)
         gen.stats["topics_refused"] += len(refused)
         gen.event(t, controller, "mutation", p.user, p.client_id, created, throttle, f"refused={len(refused)}")
 
@@ -538,7 +541,8 @@ class LoadGenerator:
         self.out = out or (lambda line: log.info("%s", line))
         self.status_every_ms = int(status_every_s * 1000)
         self.stats: dict[str, float] = dict.fromkeys(
-            ("requests", "throttled", "bytes", "topics", "topics_refused", "conn_accepted", "conn_rejected",
+            ("requests", "throttled", "bytes", "topics", "topics_asked", "topics_refused", "conn_accepted",
+             "conn_rejected",
              "samples", "errors", "reloads"), 0
         )
         self._clients: dict[str, redis.Redis] = {}
@@ -725,6 +729,7 @@ class LoadGenerator:
         stats = self.stats
         stats["requests"] += len(ordered)
         index = b.index
+        answered = []  # the fetches answered with data: what a what-if replays (an empty one is asked for again)
         for i, (c, kind, size, _n) in enumerate(ordered):
             link = c.links[index]
             bytes_result = p_res[i] if kind == "produce" else f_res[i - len(produce)]
@@ -746,12 +751,13 @@ class LoadGenerator:
                 link.lag = max(0.0, link.lag - size)
                 stats["bytes"] += size
                 delivered = size
+                answered.append(f_use[i - len(produce)])
             if throttle > 0:
                 stats["throttled"] += 1
             self.event(t, b, kind, c.user, c.client_id, delivered, throttle, note)
-        # what was recorded, for the landing area (quotas/landing.py): one XADD per batch, one round trip
+        # what the clients asked for, for the landing area (quotas/landing.py): one XADD per batch, one round trip
         usage_log.append_many(b.ns.client, b.cluster, b.id, ((b.produce.quota_type, p_use),
-                              (b.fetch.quota_type, f_use), (b.request.quota_type, r_use)))
+                              (b.fetch.quota_type, answered), (b.request.quota_type, r_use)))
 
     def _connections(self, b: _Broker, t: int) -> None:
         """Close what is due, admit this tick's sockets in one call, retry blocked ones after their delay."""

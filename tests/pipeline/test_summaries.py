@@ -48,8 +48,14 @@ def _direct(records: pd.DataFrame, quota: float, closed: bool, entity=None, wind
     rows = pd.concat([replay_frame(g, quota_type, quota, closed=closed, entity=entity, window_ms=window_ms)
                       for g in groups])
     return {**summarize(rows, window_ms), "history_from_ms": int(rows["t_ms"].min()),
-            "history_to_ms": int(rows["t_ms"].max()), "brokers": int(rows["broker"].nunique()),
-            "clients": int(rows[["user", "client_id"]].drop_duplicates().shape[0])}
+            "history_to_ms": int(rows["t_ms"].max()), "brokers": int(rows["broker"].nunique())}
+
+
+def _same(got: dict, want: dict) -> bool:
+    """Every figure of ``want`` in ``got``: counts and times exactly, bytes and rates to the last few bits (the sums
+    run in another order)."""
+    return {k: got[k] for k in want} == {k: pytest.approx(v, rel=1e-12) if isinstance(v, float) else v
+                                         for k, v in want.items()}
 
 
 @pytest.mark.parametrize("closed", [True, False])
@@ -66,8 +72,7 @@ def test_one_row_per_entity_equals_summarize_of_the_replayed_rows(spark, closed:
         mine = records[(records.cluster == cluster) & (records.user == user) & (records.client_id == client_id)]
         row = got[(got.cluster == cluster) & (got.user == user) & (got.client_id == client_id)].iloc[0]
         want = _direct(mine, 2000.0, closed)
-        # bytes (and the rates) too: the same pairwise sum over the same values in the same order
-        assert {k: row[k] for k in want} == want, (cluster, user, client_id)
+        assert _same(row, want), (cluster, user, client_id)
     assert (got["throttle_events"] > 0).sum() >= 3 and (got["brokers"] == 3).all()
     # some brokers' records were summarized without a replay, others replayed
     proven = [never_throttled(u, c, "produce", 2000.0, g["t_ms"].to_numpy(), g["value"].to_numpy())
@@ -137,7 +142,7 @@ def test_the_job_reports_summarize_of_the_records_the_entity_governs(spark, tmp_
         if name is None:
             mine = mine.assign(**{column: ""})  # one sensor for every record of the named part
     want = {**_direct(mine, 2000.0, closed=True, entity=(user, client_id)), "clients": clients}
-    assert {k: got[k] for k in want} == want
+    assert _same(got, want)
     assert got["skipped_records"] == 0 and got["throttle_events"] > 0
     # each sensor its own timeline: a fraction of time, never above 1 however many clients share a broker
     assert 0 < got["throttled_fraction"] <= 1
@@ -162,5 +167,30 @@ def test_a_controller_mutation_proposal_replays_the_topic_creations_through_the_
     got = json.loads(capsys.readouterr().out)
     want = _direct(records, 2.0, closed=True, entity=("alice", None), quota_type="controller_mutation")
     assert got["quota_type"] == "controller_mutation"
-    assert {k: got[k] for k in want if k != "clients"} == {k: v for k, v in want.items() if k != "clients"}
+    assert _same(got, want)
     assert got["clients"] == 1 and got["throttle_events"] > 0
+
+
+def test_an_entity_whose_records_span_many_arrow_batches_is_one_entity(spark) -> None:
+    """Batches of 7 records: every entity's records arrive in many pieces, and the figures are the same."""
+    records = _records(13, fractional=False)
+    usage = spark.createDataFrame(records)
+    with arrow_batches_by_rows(spark):
+        whole = summarize_usage(usage, "produce", 2000.0).toPandas()
+        before = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "7")
+        try:
+            pieces = summarize_usage(usage, "produce", 2000.0).toPandas()
+        finally:
+            spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", before)
+    key = ["cluster", "user", "client_id"]
+    pd.testing.assert_frame_equal(pieces.sort_values(key).reset_index(drop=True),
+                                  whole.sort_values(key).reset_index(drop=True))
+    assert len(whole) == len(ENTITIES) and whole["requests"].sum() == len(records)
+
+
+def test_never_throttled_proves_nothing_about_records_out_of_time_order() -> None:
+    t, v = np.array([1_000_102, 1_000_019]), np.array([1.0, 20.0])
+    replayed = replay_sorted("u", "app", "produce", 1000.0, t, v, samples=2, window_ms=100, closed=False)
+    assert replayed.throttle_ms_long[1] > 0
+    assert not never_throttled("u", "app", "produce", 1000.0, t, v, samples=2, window_ms=100)

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -274,23 +275,30 @@ def test_the_load_generator_logs_what_it_records_and_it_lands(engine_redis: redi
         now = int(time.time() * 1000)
         # 3 s before the demo's first burst of topic creations (30 s past the minute)
         clock = FakeClock(now - now % int(WAVE_PERIOD_S * 1000) + 27_000)
-        gen = LoadGenerator(targets_from_db(["prod"]), clock=clock, sleep=clock.sleep, seed=3, out=lambda line: None)
+        gen = LoadGenerator(targets_from_db(["prod"]), clock=clock, sleep=clock.sleep, seed=3, out=lambda line: None,
+                            trace=True)
         try:
-            gen.run(5)
+            gen.run(15)
         finally:
             gen.close()
         batches = usage_log.read(engine_redis, "prod")
         assert gen.stats["requests"] > 0
-        # every request is one bytes record (produce or fetch) and one request-time record, batched per tick; every
-        # topic creation attempt (created or refused) one controller-mutation record of its partitions
-        attempts = gen.stats["topics"] + gen.stats["topics_refused"]
-        assert attempts > 0
-        assert sum(len(b) for b in batches) == 2 * gen.stats["requests"] + attempts
-        assert {b.quota_type for b in batches} == {"produce", "fetch", "request", "controller_mutation"}
+        # what the clients asked for, batched per tick: every request one request-time record; every produce, and
+        # every fetch answered with data (an empty one is asked for again), one bytes record; every topic one
+        # controller-mutation record of its partitions at its first attempt (a retry is this quota's doing)
+        kinds = Counter(e.kind for e in gen.trace)
+        empty_fetches = sum(1 for e in gen.trace if e.kind == "fetch" and e.throttle_ms > 0)
+        asked = gen.stats["topics_asked"]
+        assert empty_fetches > 0 and asked > 0 and gen.stats["topics_refused"] > 0
+        logged = Counter()
+        for b in batches:
+            logged[b.quota_type] += len(b)
+        assert logged == {"produce": kinds["produce"], "fetch": kinds["fetch"] - empty_fetches,
+                          "request": gen.stats["requests"], "controller_mutation": asked}
         assert all(len(set(b.times)) == 1 for b in batches)
 
         result = tasks.land()
-        assert result["rows"]["usage"] == 2 * gen.stats["requests"] + attempts
+        assert result["rows"]["usage"] == sum(logged.values())
         assert result["rows"]["samples"] > 0
         assert tasks.land()["files"] == 0
     finally:
