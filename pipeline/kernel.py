@@ -1,4 +1,4 @@
-"""The what-if replay of a sampled-Rate quota, without the reference model's objects: same numbers, ~20x less work.
+"""The what-if replay of a sampled-Rate quota, without the reference model's objects: same numbers, ~70x less work.
 
 ``pipeline.replay`` replays usage through ``quotas.engine``'s ``ModelBackend`` (a ``Decision``, a sensor lookup,
 several purges and measurements per record, ~13 us). The Spark jobs replay millions of records, so for the quota
@@ -19,7 +19,9 @@ module runs the same state machine on three plain lists for one (broker, user, c
   that only the request-time quota throttles; one quota type is replayed at a time, so that is not seen here.
 
 Every double is computed with the model's operations in the model's order, so results are equal bit for bit
-(``tests/pipeline/test_kernel.py`` checks it against the model). The one shortcut is bookkeeping: the purge loop
+(``tests/pipeline/test_kernel.py`` checks it against the model). The loop runs compiled by numba (``_ordinary``,
+int64 and float64, ~4x faster again) and falls back to the Python loop (``_run``, Python's integers) for what only
+that one does exactly; both are tested equal bit for bit. The one shortcut is bookkeeping: the purge loop
 runs only when the least recent last-event time (kept as a lower bound) is old enough to need it, and the oldest
 start is recomputed only when a start changes. The controller-mutation token bucket stays on the model path.
 """
@@ -129,7 +131,16 @@ def replay_rate(
         sent = list(accumulate(ts, max)) if closed else ts
         return Replayed(sent, [0] * n, [0] * n, [math.nan] * n)
     cap = window_ms if KERNEL_TYPES[quota_type] else None
-    return _run(ts, vs, float(quota), samples, window_ms, closed, cap, expiry_ms, quota_type in UNRECORDS_THROTTLED)
+    bound, unrecord = float(quota), quota_type in UNRECORDS_THROTTLED
+    if n and bound > 0.0 and -_LONG_SAFE < min(ts) and max(ts) < _LONG_SAFE and _compiled is not None:
+        t_arr = t_ms if isinstance(t_ms, np.ndarray) and t_ms.dtype == np.int64 else np.array(ts, dtype=np.int64)
+        sent, thr, meas, ok = _compiled(t_arr, np.array(values, dtype=np.float64), bound, samples, window_ms, closed,
+                                        _LONG_SAFE if cap is None else cap,
+                                        _LONG_SAFE if expiry_ms is None else expiry_ms, unrecord)
+        if ok:
+            throttles = thr.tolist()
+            return Replayed(sent.tolist(), throttles, throttles, meas.tolist())
+    return _run(ts, vs, bound, samples, window_ms, closed, cap, expiry_ms, unrecord)
 
 
 def _run(ts: list[int], vs: list[float], bound: float, samples: int, window: int, closed: bool,
@@ -158,7 +169,6 @@ def _run(ts: list[int], vs: list[float], bound: float, samples: int, window: int
     last = 0  # the sensor's last record time
     fresh = True  # no sensor yet
     ready = -big  # closed loop: when the client may send again
-    carry = 0.0  # fetch: the bytes of the last fetch, answered empty, that the next one asks for again
     for i, s in enumerate(ts):
         if closed and ready > s:
             s = ready
@@ -182,7 +192,7 @@ def _run(ts: list[int], vs: list[float], bound: float, samples: int, window: int
                 va[cur] = 0.0
             moved = True
         last = s
-        v = vs[i] + carry if carry else vs[i]
+        v = vs[i]
         va[cur] += v
         le[cur] = s
         if s < lo:
@@ -216,7 +226,6 @@ def _run(ts: list[int], vs: list[float], bound: float, samples: int, window: int
         meas[i] = rate
         if rate <= bound:
             ready = s
-            carry = 0.0
             continue
         raw = (rate - bound) / bound * ws if bound != 0.0 else java_div(rate - bound, bound) * ws
         if -exact < raw < exact:  # java_round, inlined for the common case
@@ -230,8 +239,120 @@ def _run(ts: list[int], vs: list[float], bound: float, samples: int, window: int
         thr[i] = answered = lm if int_min <= lm <= int_max else to_int(lm)
         if unrecord and answered > 0:  # the same sample: recorded at s just now, and nothing advanced since
             va[cur] += -v
-            carry = v
-        else:
-            carry = 0.0
+            if i + 1 < n:  # asked for again: the next fetch carries these bytes too (vs is this call's own copy)
+                vs[i + 1] = v + vs[i + 1]
         ready = s + lm
     return Replayed(sent, thr, thr_long, meas)
+
+
+_LONG_SAFE = 2**62  # far from int64's ends: times, throttles and the sentinels below add without overflow
+
+
+def _ordinary(ts: np.ndarray, vs: np.ndarray, bound: float, samples: int, window: int, closed: bool, cap: int,
+              expiry: int, unrecord: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """``_run`` compiled (numba) for the ordinary case, about 30 times faster: the same operations in the same
+    order on int64 and float64, so the same numbers. It gives up (``ok`` False, and ``_run`` replays it with
+    Python's integers) on what only ``_run`` handles exactly: a record before the oldest sample (times out of
+    order), a throttle that is not below 2**52 before rounding or does not fit a Java int, a NaN rate.
+    ``vs`` is the caller's copy: a fetch answered empty adds its bytes to the next one's."""
+    n = ts.shape[0]
+    sent = np.empty(n, np.int64)
+    thr = np.zeros(n, np.int64)
+    meas = np.empty(n, np.float64)
+    ring = samples + 1
+    st = np.zeros(ring, np.int64)
+    le = np.zeros(ring, np.int64)
+    va = np.zeros(ring, np.float64)
+    expire_age = samples * window
+    padw = (samples - 1) * window
+    cur = slots = 0
+    old = lo = last = 0
+    fresh = True
+    ready = -_LONG_SAFE
+    for i in range(n):
+        s = ts[i]
+        if closed and ready > s:
+            s = ready
+        moved = False
+        if fresh or s - last > expiry:
+            fresh = False
+            st[0] = s
+            le[0] = s
+            va[0] = 0.0
+            cur, slots, old, lo = 0, 1, s, s
+        elif s - st[cur] >= window:
+            cur += 1
+            if cur == ring:
+                cur = 0
+            if cur == slots:
+                slots += 1
+            st[cur] = s
+            le[cur] = s
+            va[cur] = 0.0
+            moved = True
+        last = s
+        v = vs[i]
+        va[cur] += v
+        le[cur] = s
+        if s < lo:
+            lo = s
+        if s - lo >= expire_age:
+            lim = s - expire_age
+            for j in range(slots):
+                if le[j] <= lim:
+                    st[j] = s
+                    le[j] = s
+                    va[j] = 0.0
+            lo, old = le[0], st[0]
+            for j in range(1, slots):
+                if le[j] < lo:
+                    lo = le[j]
+                if st[j] < old:
+                    old = st[j]
+        elif moved:
+            old = st[0]
+            for j in range(1, slots):
+                if st[j] < old:
+                    old = st[j]
+        total = 0.0
+        for j in range(slots):  # in slot order from 0.0, as the model adds them
+            total += va[j]
+        elapsed = s - old
+        if elapsed < 0:
+            return sent, thr, meas, False
+        if elapsed >= padw:
+            ws = elapsed if elapsed > 1 else 1
+        else:
+            ws = padw + elapsed % window
+            if ws < 1:
+                ws = 1
+        rate = total / (ws / 1000.0)
+        sent[i] = s
+        meas[i] = rate
+        if rate <= bound:
+            ready = s
+            continue
+        raw = (rate - bound) / bound * ws
+        if not -_EXACT_ROUND < raw < _EXACT_ROUND:  # NaN too
+            return sent, thr, meas, False
+        f = np.floor(raw)
+        lm = np.int64(f + 1.0) if raw - f >= 0.5 else np.int64(f)
+        if lm > cap:
+            lm = cap
+        if lm > _INT_MAX:
+            return sent, thr, meas, False
+        thr[i] = lm
+        if unrecord and lm > 0:
+            va[cur] += -v
+            if i + 1 < n:
+                vs[i + 1] = v + vs[i + 1]
+        ready = s + lm
+    return sent, thr, meas, True
+
+
+try:
+    from numba import njit
+
+    _compiled = njit(cache=True, nogil=True)(_ordinary)
+except ImportError:  # pragma: no cover - numba is in requirements.txt; _run alone is exact, only slower
+    _compiled = None
