@@ -16,7 +16,10 @@ module runs the same state machine on three plain lists for one (broker, user, c
 * fetch only: a throttled fetch is answered empty and its bytes are taken back out (``KafkaApis`` calls
   ``unrecordQuotaSensor`` when the throttle it answers is > 0): ``-value`` recorded at the same time, unchecked;
   the consumer fetches those bytes again, so they are added to its next fetch's value. Kafka also empties a fetch
-  that only the request-time quota throttles; one quota type is replayed at a time, so that is not seen here.
+  that only the request-time quota throttles; one quota type is replayed at a time, so that is not seen here;
+* fetch only: a response carries at most ``fetch_max`` bytes (``KafkaApis`` caps it at the quota window's worth,
+  ``getMaxValueInQuotaWindow``, as an int): the rest waits for the next fetch. Without it, bytes asked for again
+  would pile up into one fetch too large ever to pass.
 
 Every double is computed with the model's operations in the model's order, so results are equal bit for bit
 (``tests/pipeline/test_kernel.py`` checks it against the model). The loop runs compiled by numba (``_ordinary``,
@@ -114,8 +117,11 @@ def replay_rate(
     window_ms: int = 1000,
     closed: bool = True,
     expiry_ms: int | None = SENSOR_EXPIRY_MS,
+    fetch_max: float | None = None,
 ) -> Replayed:
     """Replay one group's records (in the order given) with ``quota`` as the entity's resolved bound.
+
+    ``fetch_max`` (fetch only, ``fetch_limit``): the most bytes one response carries; None, no limit.
 
     ``quota=None`` means no quota is enabled: nothing is recorded, nothing throttled. Closed loop sends record i
     at ``max(t_i, sent_{i-1} + throttle_ms_long_{i-1})``, open loop at ``t_i`` (see ``pipeline.replay``).
@@ -132,19 +138,30 @@ def replay_rate(
         return Replayed(sent, [0] * n, [0] * n, [math.nan] * n)
     cap = window_ms if KERNEL_TYPES[quota_type] else None
     bound, unrecord = float(quota), quota_type in UNRECORDS_THROTTLED
+    most = math.inf if fetch_max is None or not unrecord else float(fetch_max)
     if n and bound > 0.0 and -_LONG_SAFE < min(ts) and max(ts) < _LONG_SAFE and _compiled is not None:
         t_arr = t_ms if isinstance(t_ms, np.ndarray) and t_ms.dtype == np.int64 else np.array(ts, dtype=np.int64)
         sent, thr, meas, ok = _compiled(t_arr, np.array(values, dtype=np.float64), bound, samples, window_ms, closed,
                                         _LONG_SAFE if cap is None else cap,
-                                        _LONG_SAFE if expiry_ms is None else expiry_ms, unrecord)
+                                        _LONG_SAFE if expiry_ms is None else expiry_ms, unrecord, most)
         if ok:
             throttles = thr.tolist()
             return Replayed(sent.tolist(), throttles, throttles, meas.tolist())
-    return _run(ts, vs, bound, samples, window_ms, closed, cap, expiry_ms, unrecord)
+    return _run(ts, vs, bound, samples, window_ms, closed, cap, expiry_ms, unrecord, most)
+
+
+def fetch_limit(max_value_in_quota_window: float) -> float | None:
+    """The most bytes one fetch response carries under a quota: ``KafkaApis`` takes the manager's
+    ``getMaxValueInQuotaWindow`` as an int (saturating, toward zero). None (no limit) when that is 0 (one sample):
+    Kafka still returns a first batch so the consumer progresses, and its size is not known here."""
+    x = max_value_in_quota_window
+    if not x >= 1.0:  # NaN (Java's (int) gives 0) or below one byte
+        return None
+    return float(_INT_MAX) if x >= _INT_MAX else float(math.floor(x))
 
 
 def _run(ts: list[int], vs: list[float], bound: float, samples: int, window: int, closed: bool,
-         cap: int | None, expiry: int | None, unrecord: bool) -> Replayed:
+         cap: int | None, expiry: int | None, unrecord: bool, most: float = math.inf) -> Replayed:
     """The loop itself: the sensor of one entity on one broker, as ``ModelBackend`` + ``ClientQuotaManager``."""
     n = len(ts)
     sent = [0] * n
@@ -192,7 +209,8 @@ def _run(ts: list[int], vs: list[float], bound: float, samples: int, window: int
                 va[cur] = 0.0
             moved = True
         last = s
-        v = vs[i]
+        want = vs[i]
+        v = most if want > most else want  # fetch: at most a quota window's worth in one response
         va[cur] += v
         le[cur] = s
         if s < lo:
@@ -226,6 +244,8 @@ def _run(ts: list[int], vs: list[float], bound: float, samples: int, window: int
         meas[i] = rate
         if rate <= bound:
             ready = s
+            if v != want and i + 1 < n:  # the rest waits for the next fetch
+                vs[i + 1] = (want - v) + vs[i + 1]
             continue
         raw = (rate - bound) / bound * ws if bound != 0.0 else java_div(rate - bound, bound) * ws
         if -exact < raw < exact:  # java_round, inlined for the common case
@@ -240,7 +260,9 @@ def _run(ts: list[int], vs: list[float], bound: float, samples: int, window: int
         if unrecord and answered > 0:  # the same sample: recorded at s just now, and nothing advanced since
             va[cur] += -v
             if i + 1 < n:  # asked for again: the next fetch carries these bytes too (vs is this call's own copy)
-                vs[i + 1] = v + vs[i + 1]
+                vs[i + 1] = want + vs[i + 1]
+        elif v != want and i + 1 < n:
+            vs[i + 1] = (want - v) + vs[i + 1]
         ready = s + lm
     return Replayed(sent, thr, thr_long, meas)
 
@@ -249,7 +271,7 @@ _LONG_SAFE = 2**62  # far from int64's ends: times, throttles and the sentinels 
 
 
 def _ordinary(ts: np.ndarray, vs: np.ndarray, bound: float, samples: int, window: int, closed: bool, cap: int,
-              expiry: int, unrecord: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+              expiry: int, unrecord: bool, most: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """``_run`` compiled (numba) for the ordinary case, about 30 times faster: the same operations in the same
     order on int64 and float64, so the same numbers. It gives up (``ok`` False, and ``_run`` replays it with
     Python's integers) on what only ``_run`` handles exactly: a record before the oldest sample (times out of
@@ -291,7 +313,8 @@ def _ordinary(ts: np.ndarray, vs: np.ndarray, bound: float, samples: int, window
             va[cur] = 0.0
             moved = True
         last = s
-        v = vs[i]
+        want = vs[i]
+        v = most if want > most else want  # fetch: at most a quota window's worth in one response
         va[cur] += v
         le[cur] = s
         if s < lo:
@@ -331,6 +354,8 @@ def _ordinary(ts: np.ndarray, vs: np.ndarray, bound: float, samples: int, window
         meas[i] = rate
         if rate <= bound:
             ready = s
+            if v != want and i + 1 < n:  # the rest waits for the next fetch
+                vs[i + 1] = (want - v) + vs[i + 1]
             continue
         raw = (rate - bound) / bound * ws
         if not -_EXACT_ROUND < raw < _EXACT_ROUND:  # NaN too
@@ -345,7 +370,9 @@ def _ordinary(ts: np.ndarray, vs: np.ndarray, bound: float, samples: int, window
         if unrecord and lm > 0:
             va[cur] += -v
             if i + 1 < n:
-                vs[i + 1] = v + vs[i + 1]
+                vs[i + 1] = want + vs[i + 1]
+        elif v != want and i + 1 < n:
+            vs[i + 1] = (want - v) + vs[i + 1]
         ready = s + lm
     return sent, thr, meas, True
 

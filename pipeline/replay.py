@@ -34,7 +34,7 @@ from quotas.engine.entities import QuotaType
 from quotas.engine.managers import ClientQuotaManager, RecordResult, UsageRecord, manager_for
 from quotas.engine.model import ModelBackend
 
-from .kernel import Replayed, kernel_manager, replay_rate
+from .kernel import UNRECORDS_THROTTLED, Replayed, fetch_limit, kernel_manager, replay_rate
 
 REPLAY_COLUMNS = ["seq", "t_ms", "sent_ms", "value", "throttle_ms", "throttle_ms_long", "measured"]
 _KEPT = ["cluster", "broker", "user", "client_id", "seq", "t_ms", "value"]  # input columns of replay_frame's output
@@ -52,8 +52,10 @@ def _kernel(mgr: ClientQuotaManager, user: str, client_id: str, t_ms: Sequence[i
             values: Sequence[float] | np.ndarray, closed: bool) -> Replayed:
     """The kernel with the bound the manager resolves for the entity (None when no quota is enabled)."""
     bound = mgr.quota(user, client_id)[0] if mgr.quotas_enabled else None
+    most = fetch_limit(mgr.max_value_in_quota_window(user, client_id)) if str(mgr.quota_type) in UNRECORDS_THROTTLED \
+        else None
     return replay_rate(str(mgr.quota_type), t_ms, values, bound, samples=mgr.samples, window_ms=mgr.window_ms,
-                       closed=closed)
+                       closed=closed, fetch_max=most)
 
 
 def replay(

@@ -26,7 +26,8 @@ T0 = 1_700_000_000_000
 
 def _oracle(quota_type: str, t_ms: list[int], values: list[float], quota: float | None, *, samples: int,
             window_ms: int, closed: bool, user: str = "u", client_id: str = "app",
-            entity: tuple[str | None, str | None] | None = None) -> tuple[Replayed, list]:
+            entity: tuple[str | None, str | None] | None = None,
+            fetch_max: float | None = None) -> tuple[Replayed, list]:
     """The engine's manager on the model, one record per call, as a client would drive it; the quota is set on
     ``entity`` (default: the records' own names)."""
     mgr = manager_for(QuotaType(quota_type), ModelBackend(), samples=samples, window_ms=window_ms)
@@ -36,12 +37,13 @@ def _oracle(quota_type: str, t_ms: list[int], values: list[float], quota: float 
     results, ready, carry = [], None, 0.0
     for t, value in zip(t_ms, values, strict=True):
         s = t if not closed or ready is None else max(t, ready)
-        v = float(value) + carry if carry else float(value)
+        want = float(value) + carry if carry else float(value)
+        v = fetch_max if fetch_max is not None and want > fetch_max else want  # one response: a window's worth
         r = mgr.record_many([UsageRecord(user, client_id, v, s)], validate=False)[0]
-        carry = 0.0
+        carry = want - v if v != want else 0.0
         if quota_type == "fetch" and r.throttle_ms > 0:  # as KafkaApis: a throttled fetch is answered empty, and
             mgr.unrecord(user, client_id, v, s, validate=False)  # the consumer asks for the same bytes next time
-            carry = v
+            carry = want
         results.append(r)
         out.sent_ms.append(s)
         out.throttle_ms.append(r.throttle_ms)
@@ -208,7 +210,8 @@ def test_replay_frame_equals_model_in_time_then_seq_order() -> None:
                         "t_ms": ts, "value": vs}).sample(frac=1.0, random_state=1)
     for quota in (None, 4000.0):
         out = replay_frame(pdf, "fetch", quota)
-        expected, _ = _oracle("fetch", ts, vs, quota, samples=11, window_ms=1000, closed=True)
+        most = None if quota is None else kernel.fetch_limit(quota * 10)  # KafkaApis: a quota window's worth at most
+        expected, _ = _oracle("fetch", ts, vs, quota, samples=11, window_ms=1000, closed=True, fetch_max=most)
         assert out["seq"].tolist() == list(range(len(ts)))
         got = Replayed(out["sent_ms"].tolist(), out["throttle_ms"].tolist(), out["throttle_ms_long"].tolist(),
                        out["measured"].tolist())
@@ -241,16 +244,38 @@ def test_the_compiled_loop_equals_the_python_loop_bit_for_bit(quota_type: str) -
         if case % 5 == 0:
             rng.shuffle(ts)  # out of order: the compiled loop gives up where a record predates the oldest sample
         quota = rng.uniform(0.5, 3.0) * max(vs) * 1000 / window_ms
+        most = rng.choice([None, kernel.fetch_limit(quota * (samples - 1)), float(rng.randint(1, 20_000))])
         for closed in (True, False):
-            got = replay_rate(quota_type, ts, vs, quota, samples=samples, window_ms=window_ms, closed=closed)
+            got = replay_rate(quota_type, ts, vs, quota, samples=samples, window_ms=window_ms, closed=closed,
+                              fetch_max=most)
             cap = window_ms if KERNEL_TYPES[quota_type] else None
             unrecord = quota_type in kernel.UNRECORDS_THROTTLED
-            want = kernel._run(list(ts), list(vs), quota, samples, window_ms, closed, cap, SENSOR_EXPIRY_MS, unrecord)
+            limit = most if unrecord and most is not None else math.inf
+            want = kernel._run(list(ts), list(vs), quota, samples, window_ms, closed, cap, SENSOR_EXPIRY_MS, unrecord,
+                               limit)
             assert_same(got, want, f"case {case}")
             sent, thr, _meas, ok = kernel._compiled(np.array(ts, dtype=np.int64), np.array(vs, dtype=np.float64),
                                                     quota, samples, window_ms, closed, cap or kernel._LONG_SAFE,
-                                                    SENSOR_EXPIRY_MS, unrecord)
+                                                    SENSOR_EXPIRY_MS, unrecord, limit)
             compiled += ok
             if ok:
                 assert sent.tolist() == want.sent_ms and thr.tolist() == want.throttle_ms_long
     assert compiled >= 300  # most traces take the compiled path
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_a_fetch_response_carries_at_most_a_quota_window_and_the_rest_waits(closed: bool) -> None:
+    """KafkaApis caps a fetch at ``getMaxValueInQuotaWindow`` (bound x (samples - 1) x window): a consumer far behind
+    gets its backlog a window's worth at a time instead of one fetch too large ever to pass. The replay through the
+    manager equals the model driven the same way, and a quota above the traffic's rate lets it catch up."""
+    mgr = manager_for(QuotaType.FETCH, ModelBackend())
+    mgr.update_quota("u", "app", 1000.0)
+    most = kernel.fetch_limit(mgr.max_value_in_quota_window("u", "app"))
+    assert most == 10_000.0  # 1000 B/s x 10 s
+    ts = [T0 + 500 * i for i in range(240)]  # two minutes of fetches
+    vs = [20_000.0] + [200.0] * 239  # a 20 kB backlog first, then 400 B/s
+    sent, results = replay("u", "app", "fetch", 1000.0, ts, vs, closed=closed)
+    expected, _ = _oracle("fetch", ts, vs, 1000.0, samples=11, window_ms=1000, closed=closed, fetch_max=most)
+    assert [r.throttle_ms_long for r in results] == expected.throttle_ms_long and sent == expected.sent_ms
+    assert [r.measured for r in results][0] == 10_000.0 / 10  # the first response: one window's worth
+    assert sum(1 for r in results[-60:] if r.throttle_ms) == 0  # caught up within the two minutes
