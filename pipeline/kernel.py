@@ -129,25 +129,36 @@ def replay_rate(
     if quota_type not in KERNEL_TYPES:
         raise ValueError(f"the kernel replays {sorted(KERNEL_TYPES)} quotas, not {quota_type!r}")
     check_sampling(samples, window_ms)
-    ts, vs = _ints(t_ms), _floats(values)
-    if len(ts) != len(vs):
-        raise ValueError(f"{len(ts)} times but {len(vs)} values")
-    n = len(ts)
+    n = len(t_ms)
+    if n != len(values):
+        raise ValueError(f"{n} times but {len(values)} values")
     if quota is None:
+        ts = _ints(t_ms)
         sent = list(accumulate(ts, max)) if closed else ts
         return Replayed(sent, [0] * n, [0] * n, [math.nan] * n)
     cap = window_ms if KERNEL_TYPES[quota_type] else None
     bound, unrecord = float(quota), quota_type in UNRECORDS_THROTTLED
     most = math.inf if fetch_max is None or not unrecord else float(fetch_max)
-    if n and bound > 0.0 and -_LONG_SAFE < min(ts) and max(ts) < _LONG_SAFE and _compiled is not None:
-        t_arr = t_ms if isinstance(t_ms, np.ndarray) and t_ms.dtype == np.int64 else np.array(ts, dtype=np.int64)
-        sent, thr, meas, ok = _compiled(t_arr, np.array(values, dtype=np.float64), bound, samples, window_ms, closed,
-                                        _LONG_SAFE if cap is None else cap,
-                                        _LONG_SAFE if expiry_ms is None else expiry_ms, unrecord, most)
-        if ok:
-            throttles = thr.tolist()
-            return Replayed(sent.tolist(), throttles, throttles, meas.tolist())
-    return _run(ts, vs, bound, samples, window_ms, closed, cap, expiry_ms, unrecord, most)
+    if n and bound > 0.0 and _compiled is not None:
+        t_arr = _int64s(t_ms)
+        if t_arr is not None and -_LONG_SAFE < t_arr.min() and t_arr.max() < _LONG_SAFE:
+            sent, thr, meas, ok = _compiled(t_arr, np.array(values, dtype=np.float64), bound, samples, window_ms,
+                                            closed, _LONG_SAFE if cap is None else cap,
+                                            _LONG_SAFE if expiry_ms is None else expiry_ms, unrecord, most)
+            if ok:
+                throttles = thr.tolist()
+                return Replayed(sent.tolist(), throttles, throttles, meas.tolist())
+    return _run(_ints(t_ms), _floats(values), bound, samples, window_ms, closed, cap, expiry_ms, unrecord, most)
+
+
+def _int64s(xs: Sequence[int] | np.ndarray) -> np.ndarray | None:
+    """The times as int64 for the compiled loop (as given when they already are); None when one does not fit."""
+    if isinstance(xs, np.ndarray) and xs.dtype == np.int64:
+        return xs
+    try:
+        return np.array(_ints(xs), dtype=np.int64)
+    except OverflowError:
+        return None
 
 
 def fetch_limit(max_value_in_quota_window: float) -> float | None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import CorruptInput, MissingInput, PipelineError, SparkUnavailable
@@ -28,6 +30,14 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--root", default=DEFAULT_ROOT, help="landing root (a path or any Hadoop-compatible URI)")
     p.add_argument("--master", default=DEFAULT_MASTER, help="Spark master (default local[2])")
     return p
+
+
+def java_binary() -> str | None:
+    """The ``java`` Spark will start (``$JAVA_HOME/bin/java``, else the PATH's), or None when there is none."""
+    home = os.environ.get("JAVA_HOME")
+    if home and Path(home, "bin", "java").exists():
+        return str(Path(home, "bin", "java"))
+    return shutil.which("java")
 
 
 def build_session(master: str = DEFAULT_MASTER, app_name: str = "quotas-pipeline",

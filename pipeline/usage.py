@@ -46,12 +46,19 @@ def check_entity(user: str | None, client_id: str | None) -> None:
 def governed(usage: DataFrame, cluster: str, quota_type: str, user: str | None, client_id: str | None, *,
              blank: bool = True) -> DataFrame:
     """The records of ``cluster`` and ``quota_type`` that the (user, client-id) entity's quota governs,
-    with absent parts blanked (unless not ``blank``) so that records sharing one sensor share one replay group."""
+    with absent parts blanked (unless not ``blank``: ``share_sensors`` later) so that records sharing one sensor
+    share one replay group."""
     check_entity(user, client_id)
     rows = usage.where((F.col("cluster") == cluster) & (F.col("quota_type") == quota_type))
     for column, name in (("user", user), ("client_id", client_id)):
-        if name is None:
-            rows = rows.withColumn(column, F.lit("")) if blank else rows
-        elif name != DEFAULT:
+        if name is not None and name != DEFAULT:
             rows = rows.where(F.col(column) == name)
+    return share_sensors(rows, user, client_id) if blank else rows
+
+
+def share_sensors(rows: DataFrame, user: str | None, client_id: str | None) -> DataFrame:
+    """The entity's absent parts blanked: every record of the named part then shares one sensor."""
+    for column, name in (("user", user), ("client_id", client_id)):
+        if name is None:
+            rows = rows.withColumn(column, F.lit(""))
     return rows

@@ -40,7 +40,7 @@ from .errors import BadArguments, NoHistory, PipelineError
 from .progress import Progress
 from .replay import never_throttled, replay_frame, replay_sorted
 from .session import base_parser, run_job
-from .usage import check_entity, governed, load_usage, valid_usage
+from .usage import check_entity, governed, load_usage, share_sensors, valid_usage
 
 REPLAY_SCHEMA = (
     "cluster string, broker long, user string, client_id string, seq long, t_ms long, value double, "
@@ -337,24 +337,24 @@ def _entity_words(args: argparse.Namespace) -> str:
 def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None = None) -> dict:
     progress = progress or Progress()
     progress.report("reading the landed history", 0.02)
-    usage = load_usage(spark, args.root)
-    selected = governed(usage, args.cluster, args.quota_type, args.user, args.client_id)
+    # one scan, cached: the clients behind the sensors, the replay, the advice and the skipped records all read it
+    selected = governed(load_usage(spark, args.root), args.cluster, args.quota_type, args.user, args.client_id,
+                        blank=False).cache()
     entity = (args.user, args.client_id)
-    good = valid_usage(selected).cache()
+    good = share_sensors(valid_usage(selected), args.user, args.client_id)
     replay_end = 0.6 if args.advice_target is not None else 0.95
     with progress.spark_action(spark, "replaying the history", 0.05, replay_end):
         # the figures (p99 above all) are over every governed record, all clients and brokers together
         s = summarize_proposal(good, args.quota_type, args.value, samples=args.samples, window_ms=args.window_ms,
                                closed=not args.open_loop, entity=entity)
     if s is None:
-        good.unpersist()
+        selected.unpersist()
         raise NoHistory(
             f"No recorded {args.quota_type} usage for {_entity_words(args)} on cluster {args.cluster!r} "
             f"under {args.root}: nothing to replay yet (usage lands every few minutes while clients run)."
         )
     # the clients (user, client-id pairs) behind the sensors: a user's own quota puts all of its clients in one
-    clients = valid_usage(governed(usage, args.cluster, args.quota_type, args.user, args.client_id, blank=False))
-    n_clients = clients.select("user", "client_id").distinct().count()
+    n_clients = valid_usage(selected).select("user", "client_id").distinct().count()
     result = {
         "cluster": args.cluster, "user": args.user, "client_id": args.client_id, "key": args.key,
         "value": args.value, "quota_type": args.quota_type, "brokers": s["brokers"], "clients": n_clients,
@@ -368,7 +368,7 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
             found = advice.orderBy("user", "client_id").toPandas()
         result["advice"] = {"target": args.advice_target, "method": METHOD,
                             "entities": found.to_dict(orient="records")}
-    good.unpersist()
+    selected.unpersist()
     progress.report("done", 1.0)
     return result
 

@@ -6,13 +6,13 @@ Only the shape of its output is checked here: timings belong to the benchmark, n
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from pipeline.session import java_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = {
@@ -114,16 +114,9 @@ def test_telemetry_benchmark_quick_run_reports_its_ratio() -> None:
     assert summary["pushes_failed"] == 0 and summary["payload_bytes"] >= 10_000 and summary["server_rss_max_mb"] > 0
 
 
-def _java() -> str | None:
-    home = os.environ.get("JAVA_HOME")
-    if home and Path(home, "bin", "java").exists():
-        return str(Path(home, "bin", "java"))
-    return shutil.which("java")
-
-
 @pytest.mark.timeout(300)
 def test_pipeline_benchmark_quick_run_reports_its_figures() -> None:
-    if _java() is None:
+    if java_binary() is None:
         reason = "the pipeline benchmark needs Java for Spark (no JAVA_HOME and no java on the PATH)"
         print(f"SKIP: {reason}", file=sys.stderr)
         pytest.skip(reason)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -12,17 +10,12 @@ from pathlib import Path
 
 import pytest
 
-
-def _java() -> str | None:
-    home = os.environ.get("JAVA_HOME")
-    if home and Path(home, "bin", "java").exists():
-        return str(Path(home, "bin", "java"))
-    return shutil.which("java")
+from pipeline.session import java_binary
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    if _java() is None:
+    if java_binary() is None:
         reason = "pipeline tests need Java (no JAVA_HOME and no java on the PATH)"
         print(f"SKIP: {reason}", file=sys.stderr)
         pytest.skip(reason)
