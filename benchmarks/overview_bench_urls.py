@@ -4,7 +4,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import path
 from django.views.decorators.http import require_GET
 
-from frontend.views import page, portal_page
+from frontend.pages import page, portal_page
 from portal.urls import urlpatterns as portal_urlpatterns
 
 

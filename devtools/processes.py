@@ -1,26 +1,8 @@
-"""Stopping a service the project started in a session of its own (uvicorn, a Celery worker): all of it."""
+"""Stopping a service the tests or benchmarks started in a session of its own (uvicorn, a Celery worker).
 
-from __future__ import annotations
+The shipped code needs the same (a pipeline job and its JVM), so it lives in ``pipeline.processes``.
+"""
 
-import os
-import signal
-import subprocess
+from pipeline.processes import stop_session
 
-
-def stop_session(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
-    """SIGTERM to the process's session (a warm shutdown of it and its children), SIGKILL if it lingers past
-    ``grace_s``, then SIGKILL to whatever of the session outlived its leader (pool workers)."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+__all__ = ["stop_session"]

@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from frontend.views import Refused, not_found, page, portal_page
+from frontend.pages import Refused, not_found, page, portal_page
 from quotas import workflow
 from quotas.engine.errors import QuotaEngineError
 from quotas.models import (

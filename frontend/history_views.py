@@ -6,7 +6,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from frontend.views import not_found, portal_page
+from frontend.pages import not_found, portal_page
 from history import services
 from history.models import ImpactPreview
 

@@ -12,7 +12,6 @@ it with PERMISSION_DENIED too). Admins and auditors see everything.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 import redis
 from django.db.models import Count
@@ -35,17 +34,13 @@ from frontend.monitoring import (
     top_throttled,
     valid_tags,
 )
-from frontend.views import Refused, not_found, page, portal_page, visible_requests
+from frontend.pages import Refused, entity_url, not_found, page, portal_page, visible_requests
 from quotas.models import Cluster, Drift, QuotaEntity, RequestState, is_auditor, sees_everything
 
 #: The WebSocket of the live charts and the JSON endpoints of the hour view (telemetry_ui/README.md).
 WS_PATH = "/ws/monitor/"
 LIVE_MINUTES = 5
 HOUR_MINUTES = 60
-
-
-def entity_url(cluster: str, tags: str) -> str:
-    return reverse("monitor-entity", args=[cluster]) + "?" + urlencode({"e": tags}, safe=":")
 
 
 @require_GET

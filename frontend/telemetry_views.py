@@ -25,7 +25,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from frontend.monitoring import Visibility, monitor_redis
-from frontend.views import Refused, not_found, page, portal_page
+from frontend.pages import Refused, not_found, page, portal_page
 from quotas.models import Cluster
 from telemetry_ui import telemetry_store
 from telemetry_ui.monitoring import (

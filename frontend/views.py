@@ -11,17 +11,13 @@ half-applied.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
-from django.core.paginator import Page, Paginator
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -35,6 +31,16 @@ from frontend.forms import (
     RequestFilterForm,
 )
 from frontend.monitoring import AROUND_MINUTES, request_effect, tags_for
+from frontend.pages import (
+    Refused,
+    View,
+    entity_url,
+    not_found,
+    page,
+    paginate,
+    portal_page,
+    visible_requests,
+)
 from history import services as history_services
 from quotas import workflow
 from quotas.api.errors import ApiError
@@ -61,56 +67,7 @@ from quotas.models import (
     tenants_of,
 )
 
-PAGE_SIZE = 50
 HISTORY_DAYS = 7  # the entity page's hourly history
-LOGIN_PAGE = "/login/"
-
-View = Callable[..., HttpResponse]
-
-
-class Refused(Exception):
-    """A page the person may not see or an object that is not theirs: rendered as an error page."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def not_found(what: str) -> Refused:
-    return Refused(404, f"{what} does not exist, or it is not one you may see.")
-
-
-def page(request: HttpRequest, template: str, context: dict[str, Any] | None = None, status: int = 200) -> HttpResponse:
-    """Render a page with the person's roles, which the navigation and the forms depend on."""
-    user = request.user
-    base = {
-        "portal_name": settings.PORTAL_NAME,
-        "is_admin": is_admin(user),
-        "is_auditor": is_auditor(user),
-        "sees_everything": sees_everything(user),
-    }
-    return render(request, template, {**base, **(context or {})}, status=status)
-
-
-def portal_page(view: View) -> View:
-    """Login required (to the portal's own login page, whatever LOGIN_URL says); Refused becomes an error page."""
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path(), LOGIN_PAGE)
-        try:
-            return view(request, *args, **kwargs)
-        except Refused as e:
-            return page(request, "frontend/error.html", {"status": e.status, "message": e.message}, status=e.status)
-
-    return wrapper
-
-
-def paginate(request: HttpRequest, rows: QuerySet[Any] | list[Any]) -> Page:
-    """One page of rows; a page number out of range shows the last page rather than an error."""
-    return Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
 
 
 def _safe_next(request: HttpRequest, fallback: str) -> str:
@@ -122,14 +79,6 @@ def _safe_next(request: HttpRequest, fallback: str) -> str:
 
 
 # ------------------------------------------------------------------ scoping (the API's rules)
-
-
-def visible_requests(request: HttpRequest) -> QuerySet[QuotaRequest]:
-    """The API's scope: admins and auditors see every request, a member its tenants' requests."""
-    rows = QuotaRequest.objects.select_related("tenant", "cluster", "requested_by", "approval__approver")
-    if not sees_everything(request.user):
-        rows = rows.filter(tenant__in=tenants_of(request.user))
-    return rows
 
 
 def visible_audit(request: HttpRequest) -> QuerySet[AuditEntry]:
@@ -320,8 +269,6 @@ def _request_context(request: HttpRequest, target: QuotaRequest) -> dict[str, An
 
 def _monitor_url(cluster: str, tags: str) -> str:
     """The live monitor page of an entity's sensor tags."""
-    from frontend.monitor_views import entity_url
-
     return entity_url(cluster, tags)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from devtools.processes import stop_session
+from pipeline.processes import stop_session
 from pipeline.progress import parse_line
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from django.db import models
 from django.db.models import Q
 
 from quotas.choices import QuotaKey
+from quotas.engine.entities import entity_path
 from quotas.models.clusters import Cluster
-from quotas.models.quotas import entity_path
 
 
 class PreviewState(models.TextChoices):

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
@@ -22,13 +23,14 @@ from django.utils import timezone
 from history.jobs import JobFailed, run
 from history.models import ImpactPreview, PreviewState, UsageRollup
 from quotas.engine.config import CLIENT_ID, USER, EntityRef
-from quotas.engine.entities import DEFAULT, validate_quota_value
+from quotas.engine.entities import DEFAULT, entity_path, validate_quota_value
 from quotas.engine.monitor import CONNECTION
 from quotas.models import Cluster, QuotaRequest, QuotaValue, RequestState
-from quotas.models.quotas import entity_path
 from quotas.models.tenants import entity_owned_by, member_tenants, owned_by_any, sees_everything
 from quotas.workflow import PermissionDenied
 
+#: The Celery task that runs one preview (``history.tasks.preview``), on the ``pipeline`` queue.
+PREVIEW_TASK = "history.tasks.preview"
 #: Failures that asking again cannot change while the same data is landed (anything else is retried).
 FINAL_ERRORS = frozenset({"NO_HISTORY", "INVALID_REQUEST", "MISSING_INPUT", "CORRUPT_INPUT"})
 #: A transient failure (a worker crash, Redis down) is run again when asked after this long.
@@ -126,12 +128,14 @@ def ensure_preview(
 
 
 def _enqueue(preview: ImpactPreview) -> None:
-    """Queue the preview's task after the commit; when the queue is unreachable, the preview says so."""
-    from history.tasks import preview as preview_task
+    """Queue the preview's task after the commit; when the queue is unreachable, the preview says so.
+
+    Sent by name (``history.tasks`` sits above this module and calls into it); routed to the pipeline queue.
+    """
 
     def send() -> None:
         try:
-            preview_task.delay(preview.pk)
+            current_app.send_task(PREVIEW_TASK, (preview.pk,))
         except Exception as e:  # kombu's OperationalError & co.: Redis is down; asking again later retries
             ImpactPreview.objects.filter(pk=preview.pk).update(
                 state=PreviewState.FAILED, error_code="BROKER_UNAVAILABLE", updated=timezone.now(),

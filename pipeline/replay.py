@@ -15,7 +15,7 @@ answered to that traffic (used to prove equality with the engine's conformance t
 
 Fetch: as the broker does, a fetch that the proposal throttles is answered empty and its bytes are un-recorded
 (``KafkaApis``); the consumer asks for them again, so they are added to its next fetch (the landed history holds
-the fetches that were answered, see ``quotas.loadgen``). Controller mutations: each topic's first creation attempt
+the fetches that were answered, see ``traffic.loadgen``). Controller mutations: each topic's first creation attempt
 (its partitions) goes through the strict KIP-599 path, one at a time; a refused one counts as throttled.
 
 Produce, fetch and request quotas (a sampled Rate) run through ``pipeline.kernel``, the same math on plain arrays

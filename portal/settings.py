@@ -167,7 +167,7 @@ QUOTAS_TELEMETRY_QUEUE_SIZE = int(os.environ.get("QUOTAS_TELEMETRY_QUEUE_SIZE", 
 QUOTAS_TELEMETRY_TIMEOUT_MS = int(os.environ.get("QUOTAS_TELEMETRY_TIMEOUT_MS", 5_000))
 # Where accepted pushes land as JSON lines for the pipeline.
 QUOTAS_LANDING_ROOT = Path(os.environ.get("QUOTAS_LANDING_ROOT", str(RUN_DIR / "landing")))
-# quotas.tasks.land: usage, samples and telemetry as Parquet under QUOTAS_LANDING_ROOT (quotas/landing.py)
+# quotas.tasks.land: usage, samples and telemetry as Parquet under QUOTAS_LANDING_ROOT (pipeline/landing.py)
 QUOTAS_LANDING_SECONDS = float(os.environ.get("QUOTAS_LANDING_SECONDS", "60"))
 QUOTAS_LANDING_BATCH = int(os.environ.get("QUOTAS_LANDING_BATCH", "5000"))  # stream entries per file range
 QUOTAS_LANDING_STALE_SECONDS = float(os.environ.get("QUOTAS_LANDING_STALE_SECONDS", "3600"))  # crashed writers' _ files
@@ -253,7 +253,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "portal.pagination.DefaultCursorPagination",
+    "DEFAULT_PAGINATION_CLASS": "quotas.api.pagination.DefaultCursorPagination",
     "PAGE_SIZE": 50,
     # Every error is {"code", "message", "details"} (quotas/api/errors.py).
     "EXCEPTION_HANDLER": "quotas.api.errors.exception_handler",

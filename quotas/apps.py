@@ -9,3 +9,7 @@ class QuotasConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "quotas"
     verbose_name = "Quotas"
+
+    def ready(self) -> None:
+        # the push layer listens for committed versions (models.pushes.version_committed) and enqueues pushes
+        from quotas import push  # noqa: F401

@@ -12,9 +12,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import redis
 from celery import shared_task
+from django.conf import settings
 
-from quotas import push, workflow
+from pipeline import landing
+from quotas import push, targets, workflow
 from quotas.connectors.base import PushError
 from quotas.models import Broker, Cluster
 
@@ -86,18 +89,12 @@ def heal(self: Any, cluster_id: int, broker_pk: int | None, actor_id: int | None
 def land() -> dict[str, Any]:
     """Beat (every QUOTAS_LANDING_SECONDS): usage, samples and telemetry into the landing area as Parquet.
 
-    Idempotent (``quotas/landing.py``): a retried or overlapping run writes no duplicates.
+    Idempotent (``pipeline/landing.py``): a retried or overlapping run writes no duplicates.
     """
-    import redis
-    from django.conf import settings
-
-    from quotas import landing
-    from quotas.loadgen import targets_from_db
-
     clients: dict[str, redis.Redis] = {}
     sources: list[tuple[redis.Redis, str]] = []
-    for cluster, targets in targets_from_db().items():
-        for url in sorted({t.url for t in targets}):
+    for cluster, brokers in targets.targets_from_db().items():
+        for url in sorted({t.url for t in brokers}):
             if url not in clients:
                 clients[url] = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=30)
             sources.append((clients[url], cluster))

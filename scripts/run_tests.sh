@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lint and test: ruff over the whole tree, then pytest against a real project-local Redis
+# Lint and test: ruff over the whole tree, the import contracts (lint-imports), then pytest against a real project-local Redis
 # (127.0.0.1:${QUOTAS_TEST_REDIS_PORT:-6391}, no persistence), stopped on exit. The browser tests use the
 # system's chromium, installed with apt-get when missing (never "playwright install"); screenshots of the
 # pages they visit are left in test-artifacts/screenshots/.
@@ -36,11 +36,20 @@ ruff_status=0
 echo "run_tests: ruff check ." >&2
 ruff check . || ruff_status=$?
 
+# The import contracts of pyproject.toml ([tool.importlinter]): which package may import which.
+contracts_status=0
+echo "run_tests: lint-imports" >&2
+lint-imports --no-cache || contracts_status=$?
+
 pytest_status=0
 python -m pytest "$@" || pytest_status=$?
 
 if [ "$pytest_status" -ne 0 ]; then
     exit "$pytest_status"
+fi
+if [ "$contracts_status" -ne 0 ]; then
+    echo "run_tests: an import contract is broken (see lint-imports above)" >&2
+    exit "$contracts_status"
 fi
 if [ "$ruff_status" -ne 0 ]; then
     echo "run_tests: ruff found problems (see above)" >&2

@@ -160,7 +160,7 @@ def limiter() -> AsyncDualMemoryLimiter:
 def _cluster_version(cluster: str) -> int | None:
     """The cluster's desired-state version, None when there is no such cluster."""
     from quotas.models import Cluster
-    from quotas.models.quotas import DesiredStateVersion
+    from quotas.models.pushes import DesiredStateVersion
 
     row = DesiredStateVersion.objects.filter(cluster__name=cluster).values_list("version", flat=True).first()
     if row is not None:

@@ -28,10 +28,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.pagination import DefaultCursorPagination
 from quotas import workflow
 from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.memory import memory_permits, metrics_text, page_bytes
+from quotas.api.pagination import DefaultCursorPagination
 from quotas.api.serializers import (
     AlterConfigsRequestSerializer,
     AlterConfigsResponseSerializer,

@@ -22,6 +22,7 @@ from .entities import (
     ClientEntity,
     QuotaOverrides,
     QuotaType,
+    normalize_ip,
     validate_quota_key,
     validate_quota_value,
 )
@@ -67,8 +68,6 @@ class EntityRef:
             if value == "":
                 raise QuotaValidationError(f"The {kind} name must not be empty; use {DEFAULT!r} for the default.")
         if self.ip is not None and self.ip != DEFAULT:
-            from .connections import normalize_ip
-
             object.__setattr__(self, "ip", normalize_ip(self.ip))
 
     @classmethod

@@ -19,8 +19,6 @@ one script call for a batch of admissions, state under one hash tag per broker).
 
 from __future__ import annotations
 
-import functools
-import ipaddress
 import struct
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,7 +29,7 @@ import redis
 
 from .config import QuotaConfigStore
 from .decisions import SENSOR_EXPIRY_MS, check_sampling
-from .entities import DEFAULT
+from .entities import DEFAULT, normalize_ip
 from .errors import EngineUnavailable, JavaIllegalArgument, QuotaValidationError
 from .javamath import INT_MAX, to_int
 from .quota_utils import bounded_throttle_time_ms
@@ -54,15 +52,6 @@ class Admission(NamedTuple):
     @property
     def decision(self) -> str:
         return {ACCEPTED: "admit", BLOCKED: "delay", OK: "ok"}.get(self.result, "reject")
-
-
-@functools.lru_cache(maxsize=65536)
-def normalize_ip(ip: str) -> str:
-    """An IPv4 or IPv6 literal in canonical form; anything else is a typed error."""
-    try:
-        return str(ipaddress.ip_address(ip.strip() if isinstance(ip, str) else ip))
-    except ValueError:
-        raise QuotaValidationError(f"{ip!r} is not a valid IPv4 or IPv6 address.") from None
 
 
 def _non_negative_int(key: str, value: object) -> int:

@@ -8,6 +8,7 @@ broker does), so the Redis scripts only ever touch one sensor's keys.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import math
 from dataclasses import dataclass
 from enum import StrEnum
@@ -247,3 +248,24 @@ class QuotaOverrides:
         user_tag, client_tag = self.metric_tags(user, client_id)
         bound, level, skipped = self.limit_for_tags(user_tag, client_tag)
         return Resolution(user_tag, client_tag, bound, level, skipped)
+
+
+@functools.lru_cache(maxsize=65536)
+def normalize_ip(ip: str) -> str:
+    """An IPv4 or IPv6 literal in canonical form; anything else is a typed error."""
+    try:
+        return str(ipaddress.ip_address(ip.strip() if isinstance(ip, str) else ip))
+    except ValueError:
+        raise QuotaValidationError(f"{ip!r} is not a valid IPv4 or IPv6 address.") from None
+
+
+def entity_path(user: str | None = None, client_id: str | None = None, ip: str | None = None) -> str:
+    """Kafka's config path of an entity (names shown raw, the default as ``<default>``)."""
+    if ip is not None:
+        return f"/config/ips/{ip}"
+    path = "/config"
+    if user is not None:
+        path += f"/users/{user}"
+    if client_id is not None:
+        path += f"/clients/{client_id}"
+    return path

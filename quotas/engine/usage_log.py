@@ -10,7 +10,7 @@ one stream entry, so the cost is one XADD per batch, not per request:
   or ``"t": <t_ms>`` (one int) when every record of the batch has the same time, as a tick's batch does.
 
 ``read(client, cluster, after_id, count)`` returns the entries after a stream id, decoded into ``UsageBatch``es;
-``quotas/landing.py`` drains it into Parquet.
+``pipeline/landing.py`` drains it into Parquet.
 """
 
 from __future__ import annotations

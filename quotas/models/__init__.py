@@ -28,13 +28,21 @@ from quotas.models.client_metrics import (
     alter_subscription,
     match_owned_by,
 )
-from quotas.models.clusters import Broker, Cluster, Listener
-from quotas.models.pushes import DesiredChange, Drift, DriftResolution, DriftStatus, Push, PushState, push_targets
+from quotas.models.clusters import Broker, Cluster, Listener, push_wanted
+from quotas.models.pushes import (
+    DesiredChange,
+    DesiredStateVersion,
+    Drift,
+    DriftResolution,
+    DriftStatus,
+    Push,
+    PushState,
+    push_targets,
+)
 from quotas.models.quotas import (
     Alteration,
     AlterationRejected,
     AlterOutcome,
-    DesiredStateVersion,
     EffectiveQuota,
     EntryResult,
     FilterComponent,
@@ -119,6 +127,7 @@ __all__ = [
     "match_owned_by",
     "owning_tenant",
     "push_targets",
+    "push_wanted",
     "record",
     "sees_everything",
     "tenants_of",

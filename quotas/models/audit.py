@@ -15,16 +15,11 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from quotas.engine.config import EntityRef
+from quotas.engine.entities import entity_path
 from quotas.engine.errors import QuotaEngineError
 from quotas.models.clusters import Cluster
-from quotas.models.quotas import (
-    Alteration,
-    AlterOutcome,
-    DesiredStateVersion,
-    QuotaValue,
-    alter_client_quotas,
-    entity_path,
-)
+from quotas.models.pushes import DesiredStateVersion
+from quotas.models.quotas import Alteration, AlterOutcome, QuotaValue, alter_client_quotas
 from quotas.models.requests import QuotaRequest
 from quotas.models.tenants import Tenant, owning_tenant
 

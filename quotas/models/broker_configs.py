@@ -34,7 +34,7 @@ from quotas.engine.replication import (
 )
 from quotas.models.audit import AuditAction, record
 from quotas.models.clusters import Broker, Cluster
-from quotas.models.quotas import DesiredStateVersion
+from quotas.models.pushes import DesiredStateVersion
 
 DEFAULT_BROKER = "<default>"
 SET, DELETE = "SET", "DELETE"

@@ -30,7 +30,7 @@ from quotas.connectors.base import CLIENT_METRICS, Item
 from quotas.engine.errors import QuotaValidationError
 from quotas.models.audit import AuditAction, record
 from quotas.models.clusters import Cluster
-from quotas.models.quotas import DesiredStateVersion
+from quotas.models.pushes import DesiredStateVersion
 from quotas.models.requests import RequestState
 from quotas.models.tenants import Tenant
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models, transaction
+from django.dispatch import Signal
 
 from quotas.choices import ConnectorKind, QuotaScope
 
@@ -14,6 +15,12 @@ cluster_name_validator = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9_-]*\Z",
     "Use letters, digits, '-' and '_' only, starting with a letter or digit.",
 )
+
+
+#: Sent after a commit that leaves push targets behind desired state (a new version, a new broker), with
+#: ``cluster_id`` and ``broker_pks`` (None: the cluster-wide namespace). The push layer (``quotas.push``) connects
+#: to it and enqueues the pushes: the models do not know the push.
+push_wanted = Signal()
 
 
 class Cluster(models.Model):
@@ -57,14 +64,10 @@ class Cluster(models.Model):
         return self.name
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """A new cluster starts at desired-state version 0, so a quota change only ever bumps an existing row."""
-        from quotas.models.quotas import DesiredStateVersion
-
-        adding = self._state.adding
+        """Saved in a transaction: a new cluster's version row (``quotas.models.pushes``, on ``post_save``) is made
+        with it or not at all."""
         with transaction.atomic():
             super().save(*args, **kwargs)
-            if adding:
-                DesiredStateVersion.objects.get_or_create(cluster=self)
 
 
 class Broker(models.Model):
@@ -95,9 +98,7 @@ class Broker(models.Model):
             cluster_id, pk = self.cluster_id, self.pk
 
             def push_new_broker() -> None:
-                from quotas.push import enqueue_pushes
-
-                enqueue_pushes(cluster_id, [pk])
+                push_wanted.send(sender=Broker, cluster_id=cluster_id, broker_pks=[pk])
 
             transaction.on_commit(push_new_broker)
 

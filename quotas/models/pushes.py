@@ -13,16 +13,60 @@ from collections.abc import Mapping
 
 from django.db import models, transaction
 from django.db.models import Q
+from django.db.models.signals import post_save
+from django.dispatch import receiver
 
 from quotas.choices import QuotaScope
 from quotas.connectors.base import BROKER, CLIENT_METRICS, KINDS, QUOTA, TOPIC, Item
 from quotas.engine.config import EntityRef
-from quotas.engine.entities import DEFAULT
+from quotas.engine.entities import DEFAULT, entity_path
 from quotas.engine.errors import QuotaEngineError
-from quotas.models.clusters import Broker, Cluster
-from quotas.models.quotas import entity_path
+from quotas.models.clusters import Broker, Cluster, push_wanted
 
 KIND_CHOICES = [(k, k) for k in KINDS]
+
+class DesiredStateVersion(models.Model):
+    """The version of a cluster's desired quota state, bumped in the transaction of every change.
+
+    Pushes to brokers carry it, so a broker (or the reconcile job) can tell which state it holds.
+    """
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, primary_key=True, related_name="desired_state")
+    version = models.PositiveBigIntegerField(default=0)
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}@{self.version}"
+
+    @classmethod
+    def lock(cls, cluster: Cluster) -> DesiredStateVersion:
+        """The cluster's version row, locked until the surrounding transaction ends (serializes changes)."""
+        try:
+            row = cls.objects.select_for_update().get(cluster=cluster)
+        except cls.DoesNotExist:  # clusters made before versions existed; Cluster.save makes the row
+            cls.objects.get_or_create(cluster=cluster)
+            row = cls.objects.select_for_update().get(cluster=cluster)
+        row.cluster = cluster  # known already: bump() needs it without another query
+        return row
+
+    def bump(self, changes: Mapping[Item, str | None]) -> int:
+        """One more version for ``changes`` (item -> new text, None = removed); call it on the row ``lock``
+        returned, inside the changes' transaction.
+
+        The items are logged under the new version and a push to every broker follows the commit.
+        """
+        self.version += 1  # the row is locked: nobody else moves it until we commit
+        self.save(update_fields=["version", "updated"])
+        log_version(self.cluster, self.version, changes)
+        return self.version
+
+
+@receiver(post_save, sender=Cluster)
+def _version_row(sender: type[Cluster], instance: Cluster, created: bool, raw: bool = False, **_: object) -> None:
+    """A new cluster starts at desired-state version 0 (in ``Cluster.save``'s transaction), so a quota change
+    only ever bumps an existing row."""
+    if created and not raw:
+        DesiredStateVersion.objects.get_or_create(cluster=instance)
 
 
 class DesiredChange(models.Model):
@@ -165,8 +209,6 @@ def log_version(cluster: Cluster, version: int, changes: Mapping[Item, str | Non
     cluster_id, pks = cluster.pk, [b.pk if b is not None else None for b in targets]
 
     def after_commit() -> None:
-        from quotas.push import enqueue_pushes
-
-        enqueue_pushes(cluster_id, pks)
+        push_wanted.send(sender=Cluster, cluster_id=cluster_id, broker_pks=pks)
 
     transaction.on_commit(after_commit)

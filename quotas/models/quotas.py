@@ -8,7 +8,7 @@ DescribeClientQuotas, AlterClientQuotas and "which quota applies to this client"
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from django.db import models, transaction
@@ -25,6 +25,7 @@ from quotas.engine.entities import (
     ClientEntity,
     QuotaOverrides,
     QuotaType,
+    entity_path,
     level_entity,
     sanitize,
     validate_quota_key,
@@ -32,6 +33,7 @@ from quotas.engine.entities import (
 )
 from quotas.engine.errors import QuotaEngineError, QuotaValidationError
 from quotas.models.clusters import Cluster
+from quotas.models.pushes import DesiredStateVersion
 
 #: Kafka's entity type -> the QuotaEntity column that holds its name.
 ENTITY_FIELDS = {USER: "user", CLIENT_ID: "client_id", IP: "ip"}
@@ -126,56 +128,6 @@ class QuotaValue(models.Model):
 
     def __str__(self) -> str:
         return f"{self.entity} {self.key}={self.value!r}"
-
-
-class DesiredStateVersion(models.Model):
-    """The version of a cluster's desired quota state, bumped in the transaction of every change.
-
-    Pushes to brokers carry it, so a broker (or the reconcile job) can tell which state it holds.
-    """
-
-    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, primary_key=True, related_name="desired_state")
-    version = models.PositiveBigIntegerField(default=0)
-    updated = models.DateTimeField(auto_now=True)
-
-    def __str__(self) -> str:
-        return f"{self.cluster.name}@{self.version}"
-
-    @classmethod
-    def lock(cls, cluster: Cluster) -> DesiredStateVersion:
-        """The cluster's version row, locked until the surrounding transaction ends (serializes changes)."""
-        try:
-            row = cls.objects.select_for_update().get(cluster=cluster)
-        except cls.DoesNotExist:  # clusters made before versions existed; Cluster.save makes the row
-            cls.objects.get_or_create(cluster=cluster)
-            row = cls.objects.select_for_update().get(cluster=cluster)
-        row.cluster = cluster  # known already: bump() needs it without another query
-        return row
-
-    def bump(self, changes: Mapping[Item, str | None]) -> int:
-        """One more version for ``changes`` (item -> new text, None = removed); call it on the row ``lock``
-        returned, inside the changes' transaction.
-
-        The items are logged under the new version and a push to every broker follows the commit.
-        """
-        from quotas.models.pushes import log_version
-
-        self.version += 1  # the row is locked: nobody else moves it until we commit
-        self.save(update_fields=["version", "updated"])
-        log_version(self.cluster, self.version, changes)
-        return self.version
-
-
-def entity_path(user: str | None = None, client_id: str | None = None, ip: str | None = None) -> str:
-    """Kafka's config path of an entity (names shown raw, the default as ``<default>``)."""
-    if ip is not None:
-        return f"/config/ips/{ip}"
-    path = "/config"
-    if user is not None:
-        path += f"/users/{user}"
-    if client_id is not None:
-        path += f"/clients/{client_id}"
-    return path
 
 
 # ------------------------------------------------------------------ DescribeClientQuotas
@@ -479,7 +431,6 @@ __all__ = [
     "Alteration",
     "AlterationRejected",
     "AlterOutcome",
-    "DesiredStateVersion",
     "EffectiveQuota",
     "EntryResult",
     "FilterComponent",

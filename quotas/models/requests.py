@@ -19,8 +19,8 @@ from django.db import models
 from django.db.models import Q
 
 from quotas.choices import QuotaKey
+from quotas.engine.entities import entity_path
 from quotas.models.clusters import Cluster
-from quotas.models.quotas import entity_path
 from quotas.models.tenants import Tenant
 
 

@@ -1,6 +1,6 @@
 """The ``client_metrics`` kind of the conformance vectors (conformance/kafka_vectors.json), replayed.
 
-Used by ``python -m quotas.engine.replay``. Each case gets fresh managers (one per ``server`` arg,
+Used by ``python -m conformance.replay``. Each case gets fresh managers (one per ``server`` arg,
 default ``A``) built from the case config (``telemetry_max_bytes``, ``cache_expiry_ms``,
 ``plugin_throws``), with the request context of Kafka's tests (client ``producer-1``,
 ``apache-kafka-java`` 3.5.2, port 56078) unless a step's args override it.

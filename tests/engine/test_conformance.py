@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from quotas.engine.pulsar_replay import check_expect
+from conformance.pulsar_replay import check_expect
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted((ROOT / "conformance").glob("*.json"))
@@ -29,7 +29,7 @@ def canonical(x: object) -> str:
 
 def run_replay(path: Path, engine: str, redis_url: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "quotas.engine.replay", str(path), "--engine", engine, "--redis-url", redis_url],
+        [sys.executable, "-m", "conformance.replay", str(path), "--engine", engine, "--redis-url", redis_url],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stderr

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from conformance.pulsar_replay import check_expect, replay_pulsar_case
 from quotas.engine.javamath import LONG_MAX
 from quotas.engine.memory_limiter import (
     AsyncDualMemoryLimiter,
@@ -32,7 +33,6 @@ from quotas.engine.memory_limiter import (
     VirtualClock,
     render_prometheus,
 )
-from quotas.engine.pulsar_replay import check_expect, replay_pulsar_case
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = json.loads((ROOT / "conformance" / "pulsar_vectors.json").read_text())

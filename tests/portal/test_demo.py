@@ -18,7 +18,6 @@ from django.utils import timezone
 from quotas import push, workflow
 from quotas.engine.config import QuotaEngine, namespace_for_broker
 from quotas.engine.desired import BrokerConfigStore, NamespaceState
-from quotas.loadgen import DEMO_TOPIC_BURSTS, DEMO_TRAFFIC, STORM_IP
 from quotas.management.commands.demo_data import BOOST, DEMO_PASSWORD, PENDING, USERS
 from quotas.models import (
     AuditEntry,
@@ -40,6 +39,7 @@ from quotas.models import (
     is_auditor,
     owning_tenant,
 )
+from traffic.loadgen import DEMO_TOPIC_BURSTS, DEMO_TRAFFIC, STORM_IP
 
 pytestmark = pytest.mark.django_db
 MIB = 1024 * 1024

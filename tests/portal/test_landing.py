@@ -1,4 +1,4 @@
-"""The landing area (quotas/landing.py): usage, samples and telemetry as Parquet, once each, never half-written."""
+"""The landing area (pipeline/landing.py): usage, samples and telemetry as Parquet, once each, never half-written."""
 
 from __future__ import annotations
 
@@ -17,14 +17,16 @@ import pytest
 import redis
 from django.core.management import call_command
 
-from quotas import landing, tasks
+from pipeline import landing
+from quotas import tasks
 from quotas.engine import usage_log
 from quotas.engine.managers import UsageRecord
 from quotas.engine.monitor import firehose_key
-from quotas.loadgen import WAVE_PERIOD_S, BrokerTarget, FakeClock, LoadGenerator, targets_from_db
 from quotas.models import Cluster
+from quotas.targets import targets_from_db
 from telemetry_ui import telemetry_store
 from tests.redis_keys import delete_matching
+from traffic.loadgen import WAVE_PERIOD_S, BrokerTarget, FakeClock, LoadGenerator
 
 from .brokers import push_everywhere
 
@@ -48,7 +50,7 @@ def root(tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch, redis_u
     settings.QUOTAS_LANDING_BATCH = 3  # several ranges per run
     brokers = ((A, (1, 2)), (B, (1,)))
     targets = {c: [BrokerTarget(c, i, redis_url, f"{c}.broker-{i}") for i in ids] for c, ids in brokers}
-    monkeypatch.setattr("quotas.loadgen.targets_from_db", lambda names=None: targets)
+    monkeypatch.setattr("quotas.targets.targets_from_db", lambda names=None: targets)
     return settings.QUOTAS_LANDING_ROOT
 
 

@@ -27,9 +27,10 @@ from quotas.engine.config import namespace_for_broker
 from quotas.engine.connections import ConnectionConfig, RedisConnectionQuotas
 from quotas.engine.errors import ThrottlingQuotaExceeded
 from quotas.engine.monitor import latest, recent
-from quotas.loadgen import STORM_IP, WAVE_PERIOD_S, Event, FakeClock, LoadGenerator, targets_from_db
 from quotas.management.commands.demo_data import PENDING
 from quotas.models import Cluster, QuotaRequest
+from quotas.targets import targets_from_db
+from traffic.loadgen import STORM_IP, WAVE_PERIOD_S, Event, FakeClock, LoadGenerator
 
 from .brokers import push_everywhere
 

@@ -27,7 +27,6 @@ from django.utils import timezone
 from quotas import workflow
 from quotas.choices import ConnectorKind, QuotaScope
 from quotas.engine.entities import DEFAULT
-from quotas.loadgen import KIB, MIB, STORM_IP
 from quotas.models import (
     ADMINS_GROUP,
     AUDITORS_GROUP,
@@ -48,6 +47,7 @@ from quotas.models import (
     alter_configs,
     audited_alter,
 )
+from traffic.loadgen import KIB, MIB, STORM_IP
 
 DEMO_PASSWORD = "quota-demo"
 

@@ -1,6 +1,6 @@
 """``python manage.py loadgen``: demo traffic through the quota engine of the portal's engine clusters.
 
-See ``quotas/loadgen.py`` for what the clients do. It runs until SIGTERM / SIGINT (or ``--duration`` seconds),
+See ``traffic/loadgen.py`` for what the clients do. It runs until SIGTERM / SIGINT (or ``--duration`` seconds),
 then releases the connections it holds. Run ``python manage.py demo_data`` first: the clients are its principals.
 """
 
@@ -13,7 +13,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
 
-from quotas.loadgen import LoadGenerator, targets_from_db
+from quotas.targets import targets_from_db
+from traffic.loadgen import LoadGenerator
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 """Replay conformance files through the engine and print what it computed.
 
-    python -m quotas.engine.replay FILE.json [--engine model|redis] [--redis-url URL]
+    python -m conformance.replay FILE.json [--engine model|redis] [--redis-url URL]
 
 Trace files (top-level ``traces``) and vector files (top-level ``cases``) are
 replayed step by step on a fresh sensor or manager per trace/case; the output has,
@@ -17,15 +17,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .decisions import NO_EXPIRY, RAW_STAT, Decision, Kind, Op, Outcome
-from .entities import QuotaType
-from .errors import JavaIllegalArgument, QuotaEngineError, ThrottlingQuotaExceeded
-from .javamath import LONG_MAX, java_round
-from .managers import ControllerMutationQuotaManager, UsageRecord, manager_for
-from .model import ModelBackend
-from .pulsar_replay import KINDS as PULSAR_KINDS
-from .pulsar_replay import replay_pulsar_case
-from .quota_utils import bounded_throttle_time_ms, throttle_time_ms, token_bucket_throttle_ms
+from conformance.pulsar_replay import KINDS as PULSAR_KINDS
+from conformance.pulsar_replay import replay_pulsar_case
+from quotas.engine.decisions import NO_EXPIRY, RAW_STAT, Decision, Kind, Op, Outcome
+from quotas.engine.entities import QuotaType, normalize_ip
+from quotas.engine.errors import JavaIllegalArgument, QuotaEngineError, ThrottlingQuotaExceeded
+from quotas.engine.javamath import LONG_MAX, java_round
+from quotas.engine.managers import ControllerMutationQuotaManager, UsageRecord, manager_for
+from quotas.engine.model import ModelBackend
+from quotas.engine.quota_utils import bounded_throttle_time_ms, throttle_time_ms, token_bucket_throttle_ms
 
 Out = dict[str, Any]
 
@@ -45,7 +45,7 @@ class EngineFactory:
         self.counter = 0
         self.client = None
         if engine == "redis":
-            from .redis_backend import RedisBackend, connect
+            from quotas.engine.redis_backend import RedisBackend, connect
 
             self.client = connect(redis_url or "redis://127.0.0.1:6379/0", timeout_s=5.0)
             self.backend = RedisBackend(self.client)
@@ -300,7 +300,7 @@ def _controller_mutation_case(backend: Any, ns: str, config: dict[str, Any]) -> 
 
 
 def _connection_quotas_case(backend: Any, ns: str, config: dict[str, Any]) -> Callable[[dict[str, Any]], Out]:
-    from .connections import ConnectionConfig, ModelConnectionQuotas, RedisConnectionQuotas
+    from quotas.engine.connections import ConnectionConfig, ModelConnectionQuotas, RedisConnectionQuotas
 
     props: dict[str, object] = {
         "listeners": config.get("listeners", "PLAINTEXT"),
@@ -379,8 +379,6 @@ def _client_metrics_case(backend: Any, ns: str, config: dict[str, Any]) -> Calla
 
 
 def quotas_ip(ip: str) -> str:
-    from .connections import normalize_ip
-
     return normalize_ip(ip)
 
 
@@ -475,7 +473,7 @@ def replay(doc: dict[str, Any], engine: str = "model", redis_url: str | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m quotas.engine.replay", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m conformance.replay", description=__doc__.split("\n\n")[0])
     parser.add_argument("file")
     parser.add_argument("--engine", choices=["model", "redis"], default="model")
     parser.add_argument("--redis-url", default=None, help="Redis for --engine redis (default $QUOTAS_REDIS_URL)")

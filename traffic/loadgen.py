@@ -40,9 +40,9 @@ from typing import Any, NamedTuple
 
 import redis
 
-from .engine import usage_log
-from .engine.config import QuotaEngine, namespace_for_broker
-from .engine.connections import (
+from quotas.engine import usage_log
+from quotas.engine.config import QuotaEngine, namespace_for_broker
+from quotas.engine.connections import (
     ACCEPTED,
     BLOCKED,
     IP_THROTTLED,
@@ -52,14 +52,14 @@ from .engine.connections import (
     IpRates,
     RedisConnectionQuotas,
 )
-from .engine.desired import BrokerConfigStore
-from .engine.entities import QuotaType
-from .engine.errors import EngineUnavailable, QuotaEngineError, ThrottlingQuotaExceeded
-from .engine.javamath import INT_MAX
-from .engine.managers import UsageRecord, nanos_to_percentage
-from .engine.monitor import ACTIVE_FOR_MS, CONNECTION, Sampler
-from .engine.redis_backend import connect
-from .engine.replication import BROKER_RATE_KEYS
+from quotas.engine.desired import BrokerConfigStore
+from quotas.engine.entities import QuotaType
+from quotas.engine.errors import EngineUnavailable, QuotaEngineError, ThrottlingQuotaExceeded
+from quotas.engine.javamath import INT_MAX
+from quotas.engine.managers import UsageRecord, nanos_to_percentage
+from quotas.engine.monitor import ACTIVE_FOR_MS, CONNECTION, Sampler
+from quotas.engine.redis_backend import connect
+from quotas.engine.replication import BROKER_RATE_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -180,35 +180,6 @@ class BrokerTarget:
     namespace: str
     listeners: tuple[str, ...] = ("PLAINTEXT",)
     inter_broker_listener: str | None = None
-
-
-def targets_from_db(cluster_names: Sequence[str] | None = None) -> dict[str, list[BrokerTarget]]:
-    """The engine clusters of the portal's database (all, or those named) and their brokers, by cluster name."""
-    from django.conf import settings
-
-    from quotas.choices import ConnectorKind, QuotaScope
-    from quotas.engine.config import cluster_namespace
-    from quotas.models import Cluster
-
-    clusters = Cluster.objects.filter(connector=ConnectorKind.ENGINE).prefetch_related("brokers", "listeners")
-    if cluster_names:
-        clusters = clusters.filter(name__in=list(cluster_names))
-    out: dict[str, list[BrokerTarget]] = {}
-    for cluster in clusters.order_by("name"):
-        listeners = tuple(lst.name.upper() for lst in cluster.listeners.all()) or ("PLAINTEXT",)
-        inter = next((lst.name.upper() for lst in cluster.listeners.all() if lst.is_inter_broker), None)
-        brokers = []
-        for b in sorted(cluster.brokers.all(), key=lambda b: b.broker_id):
-            ns = (
-                cluster_namespace(cluster.name)
-                if cluster.scope == QuotaScope.CLUSTER_WIDE
-                else namespace_for_broker(cluster.name, b.broker_id)
-            )
-            url = b.engine_url or settings.QUOTAS_REDIS_URL
-            brokers.append(BrokerTarget(cluster.name, b.broker_id, url, ns, listeners, inter))
-        if brokers:
-            out[cluster.name] = brokers
-    return out
 
 
 class Event(NamedTuple):
@@ -755,7 +726,7 @@ class LoadGenerator:
             if throttle > 0:
                 stats["throttled"] += 1
             self.event(t, b, kind, c.user, c.client_id, delivered, throttle, note)
-        # what the clients asked for, for the landing area (quotas/landing.py): one XADD per batch, one round trip
+        # what the clients asked for, for the landing area (pipeline/landing.py): one XADD per batch, one round trip
         usage_log.append_many(b.ns.client, b.cluster, b.id, ((b.produce.quota_type, p_use),
                               (b.fetch.quota_type, answered), (b.request.quota_type, r_use)))
 
@@ -947,5 +918,4 @@ __all__ = [
     "LoadGenerator",
     "TopicBursts",
     "Traffic",
-    "targets_from_db",
 ]
