@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make this checkout runnable: a Python 3.11+ virtualenv in .venv with requirements.txt
-# installed, and redis-server on the PATH (run_tests.sh also calls ensure_chromium for the
-# browser tests). Safe to run again; fast when nothing changed.
+# installed, redis-server, Java 17 and Maven on the PATH (run_tests.sh also calls ensure_chromium
+# for the browser tests). Safe to run again; fast when nothing changed.
 #
 # Sourced by run_portal.sh and run_tests.sh (then .venv/bin is put first on their PATH),
 # or run on its own: bash scripts/bootstrap.sh
@@ -87,6 +87,21 @@ ensure_java() {
     apt_install openjdk-17-jre-headless || apt_install default-jre-headless
 }
 
+# The Kafka runner (devtools/kafka_cluster.py) fetches Apache Kafka's jars from Maven Central with Maven
+# (devtools/kafka/pom.xml, into .run/kafka/lib, once per pom); Maven needs a JDK, not only ensure_java's JRE.
+ensure_maven() {
+    local missing=()
+    if ! command -v javac >/dev/null 2>&1; then
+        missing+=(openjdk-17-jdk-headless)
+    fi
+    if ! command -v mvn >/dev/null 2>&1; then
+        missing+=(maven)
+    fi
+    if [ "${#missing[@]}" -gt 0 ]; then
+        apt_install "${missing[@]}"
+    fi
+}
+
 # For run_tests.sh: the browser tests (tests/browser/) drive the system's chromium through Playwright's driver
 # (the playwright pip package). Debian's chromium is installed with apt-get when none is on the PATH; no
 # browser is ever downloaded by Playwright ("playwright install" is never run). Not fatal: without a chromium
@@ -117,6 +132,7 @@ ensure_venv
 ensure_requirements
 ensure_redis_server
 ensure_java
+ensure_maven
 
 export VIRTUAL_ENV="$VENV"
 # Spark's Python workers run the venv's interpreter (pipeline/)

@@ -14,6 +14,8 @@ import redis
 from devtools.redis_server import RedisServer
 from tests.redis_keys import keys_cleared
 
+pytest_plugins = ["tests.kafka_fixtures"]
+
 
 def _point_portal_at(url: str) -> dict[str, object]:
     """Make the portal (Django settings, Celery, Channels) use Redis at ``url``; return the old settings."""

@@ -1,0 +1,873 @@
+"""Start and stop a project-local Apache Kafka 4.4 cluster (KRaft) on 127.0.0.1.
+
+The jars come from Maven Central through the pinned Maven project ``devtools/kafka/pom.xml`` into
+``.run/kafka/lib`` (fetched once; again only when the pom changes). Each cluster lives under
+``.run/kafka/<name>/``: ``cluster.json`` (ports, pids, cluster id), ``credentials.json`` (the portal's
+super user, mode 0600) and ``node-N/`` (``server.properties``, ``log4j2.xml``, ``data/``, ``logs/server.log``).
+
+    python -m devtools.kafka_cluster start [--name NAME] [--fresh]   # one JSON line with the cluster's facts
+    python -m devtools.kafka_cluster status [--name NAME]            # the same for a running cluster, or exit 1
+    python -m devtools.kafka_cluster stop [--name NAME]
+
+Quorum layout: three nodes, each ``process.roles=broker,controller``, forming a static 3-voter quorum
+(``controller.quorum.voters``). Combined mode runs three JVMs instead of four or six, which is what fits two
+cores next to Redis, the portal, Celery and Spark; three voters still give a real Raft quorum (one node may
+stop) and three brokers give real per-broker quotas and replication. A static voter set (not a dynamic
+quorum formatted with ``--initial-controllers``) keeps the endpoints out of the log, so a restart may move a
+node to other ports when its old ones are taken.
+
+Listeners per node: ``PLAINTEXT`` (also inter-broker), ``SASL_PLAINTEXT`` with SCRAM-SHA-256 and
+SCRAM-SHA-512, and ``CONTROLLER``. The super user ``portal-admin`` gets SCRAM credentials of both mechanisms at
+format time (``--add-scram``) and is listed in ``super.users`` with ``User:ANONYMOUS``; no authorizer is
+configured, so ACLs are out of scope and every authenticated or PLAINTEXT client may do everything.
+
+No Django, and nothing from the portal's packages: the tests, the benchmarks and the scripts use it alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import string
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from devtools.redis_server import RUN_DIR, free_port
+
+KAFKA_VERSION = "4.4.0"
+POM = Path(__file__).resolve().parent / "kafka" / "pom.xml"
+KAFKA_DIR = RUN_DIR / "kafka"
+LIB_DIR = KAFKA_DIR / "lib"
+AGENT_DIR = KAFKA_DIR / "agent"
+LIB_STAMP = KAFKA_DIR / "lib.sha256"
+JMX_AGENT_JAR = AGENT_DIR / "jmx_prometheus_javaagent.jar"
+
+SUPER_USER = "portal-admin"
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "CONTROLLER")
+DEFAULT_SIZE = 3
+# Small heaps: three of them next to Redis, the portal, Celery and Spark on 2 cores / 24 GB. The serial
+# collector has no GC threads to compete for the two cores and short pauses at this heap size.
+DEFAULT_HEAP_OPTS = ("-Xms256m", "-Xmx384m")
+DEFAULT_GC_OPTS = ("-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError")
+#: Seconds a node may still take to exit once fewer than a majority of the voters run (see KafkaCluster.stop).
+QUORUM_LOST_GRACE_S = 3.0
+TOOL_JVM_OPTS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+
+JvmOpts = Sequence[str] | Callable[["KafkaNode"], Sequence[str]]
+ServerProps = Mapping[str, object] | Callable[["KafkaNode"], Mapping[str, object]]
+
+
+class KafkaError(RuntimeError):
+    """The cluster could not be fetched, formatted, started or stopped; the message says where to look."""
+
+
+def _log(message: str) -> None:
+    print(f"kafka_cluster: {message}", file=sys.stderr, flush=True)
+
+
+# -- the jars -------------------------------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock between processes (two test sessions, a test run and the CLI) on ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return f"({path} does not exist)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def jars_ready(pom: Path = POM, lib_dir: Path = LIB_DIR) -> bool:
+    """True when ``lib_dir`` holds the jars of this very pom (its sha256 stamp matches)."""
+    stamp = lib_dir.parent / f"{lib_dir.name}.sha256"
+    return (
+        stamp.is_file()
+        and stamp.read_text().strip() == _sha256(pom)
+        and any(lib_dir.glob("kafka_2.13-*.jar"))
+    )
+
+
+def ensure_kafka_jars(pom: Path = POM, lib_dir: Path = LIB_DIR, agent_dir: Path = AGENT_DIR) -> Path:
+    """Bring Kafka's runtime jars into ``lib_dir`` with Maven, unless they are there for this pom already.
+
+    Runs no Maven at all when the stamp matches, so later runs work offline. The copy goes to a temporary
+    folder that replaces ``lib_dir`` only when complete, so an interrupted fetch never leaves half a classpath.
+    The JMX exporter agent goes to ``agent_dir``; failing to get it is only a warning (nothing needs it yet).
+    """
+    if jars_ready(pom, lib_dir):
+        return lib_dir
+    with _file_lock(lib_dir.parent / ".fetch.lock"):
+        if jars_ready(pom, lib_dir):  # another process fetched them while we waited for the lock
+            return lib_dir
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise KafkaError("Maven (mvn) is not installed: run `bash scripts/bootstrap.sh` (ensure_maven)")
+        want = _sha256(pom)
+        tmp = lib_dir.parent / f"{lib_dir.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        log = lib_dir.parent / "maven.log"
+        _log(f"fetching Apache Kafka {KAFKA_VERSION} jars from Maven Central into {lib_dir} (see {log})")
+        started = time.monotonic()
+        base = [mvn, "-B", "-ntp", "-f", str(pom), f"-Dkafka.lib.dir={tmp}", f"-Dkafka.agent.dir={agent_dir}"]
+        # Both copies in one Maven run (one JVM start); if that fails, the classpath alone, since nothing needs
+        # the JMX exporter agent yet.
+        if _run_logged([*base, "dependency:copy-dependencies", "dependency:copy@jmx-agent"], log) != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            _log(f"warning: the JMX exporter agent could not be fetched (not needed yet); see {log}")
+            code = _run_logged([*base, "dependency:copy-dependencies"], log, append=True)
+            if code != 0 or not any(tmp.glob("kafka_2.13-*.jar")):
+                raise KafkaError(f"mvn dependency:copy-dependencies failed (exit {code}):\n{_tail(log)}")
+        if not any(tmp.glob("kafka_2.13-*.jar")):
+            raise KafkaError(f"Maven copied no kafka_2.13 jar into {tmp}:\n{_tail(log)}")
+        old = lib_dir.parent / f"{lib_dir.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        if lib_dir.exists():
+            lib_dir.rename(old)
+        tmp.rename(lib_dir)
+        shutil.rmtree(old, ignore_errors=True)
+        _log(f"{len(list(lib_dir.glob('*.jar')))} jars in {time.monotonic() - started:.1f}s")
+        (lib_dir.parent / f"{lib_dir.name}.sha256").write_text(want + "\n")
+    return lib_dir
+
+
+def _run_logged(cmd: Sequence[str], log: Path, append: bool = False) -> int:
+    with open(log, "a" if append else "w") as out:
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False)
+    return proc.returncode
+
+
+def java_executable() -> str:
+    """The ``java`` to run Kafka with: $JAVA_HOME's when set, else the one on the PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(Path(home) / "bin" / "java", os.X_OK):
+        return str(Path(home) / "bin" / "java")
+    java = shutil.which("java")
+    if java is None:
+        raise KafkaError("java is not installed: run `bash scripts/bootstrap.sh` (ensure_java)")
+    return java
+
+
+def _tools_log_config() -> Path:
+    """Log4j 2 settings for Kafka's command-line tools: warnings and errors on stderr, nothing else."""
+    path = KAFKA_DIR / "tools-log4j2.xml"
+    text = (
+        '<Configuration status="WARN"><Appenders><Console name="err" target="SYSTEM_ERR">'
+        '<PatternLayout pattern="%p %m%n"/></Console></Appenders>'
+        '<Loggers><Root level="WARN"><AppenderRef ref="err"/></Root></Loggers></Configuration>\n'
+    )
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return path
+
+
+def classpath(lib_dir: Path = LIB_DIR) -> str:
+    return str(lib_dir / "*")
+
+
+# -- the wire: just enough of Kafka's protocol to see which brokers are in the metadata -------------------------
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise OSError("connection closed by the broker")
+        data += chunk
+    return bytes(data)
+
+
+def metadata_brokers(host: str, port: int, timeout: float = 2.0) -> dict[int, tuple[str, int]]:
+    """The brokers (id -> host, port) in the metadata that the broker at ``host:port`` answers.
+
+    A raw Metadata v1 request for no topics, so that readiness needs no client library; a broker appears
+    there once it is registered and unfenced.
+    """
+    client_id = b"kafka_cluster"
+    body = struct.pack(">hhih", 3, 1, 1, len(client_id)) + client_id + struct.pack(">i", 0)
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
+        data = _recv_exact(sock, size)
+    pos = 4  # correlation id
+    (count,) = struct.unpack_from(">i", data, pos)
+    pos += 4
+    brokers: dict[int, tuple[str, int]] = {}
+    for _ in range(count):
+        node_id, host_len = struct.unpack_from(">ih", data, pos)
+        pos += 6
+        broker_host = data[pos:pos + host_len].decode()
+        pos += host_len
+        (broker_port, rack_len) = struct.unpack_from(">ih", data, pos)
+        pos += 6 + max(rack_len, 0)
+        brokers[node_id] = (broker_host, broker_port)
+    return brokers
+
+
+def _port_is_free(port: int) -> bool:
+    """Free for a server to bind: SO_REUSEADDR, as Kafka binds, so TIME_WAIT leftovers do not count."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _pid_alive(pid: int, marker: str) -> bool:
+    """True when ``pid`` runs (not a zombie) and its command line contains ``marker``: pids get reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    state = stat.rsplit(")", 1)[-1].split()[0]
+    return state not in ("Z", "X") and marker in cmdline
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id as ``kafka-storage random-uuid`` makes one (base64url of 16 random bytes, never starting
+    with '-', which command lines would take for an option), without starting a JVM for it."""
+    while True:
+        raw = uuid.uuid4().bytes
+        text = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        if not text.startswith("-") and raw != bytes(16) and raw != bytes(15) + b"\x01":
+            return text
+
+
+def _new_password() -> str:
+    # letters and digits only: the --add-scram syntax uses ',', '=', '[', ']' and quotes as delimiters
+    alphabet = string.ascii_letters + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(32))
+
+
+# -- the cluster ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class KafkaNode:
+    """One KRaft node (broker and controller in one JVM) and its ports."""
+
+    node_id: int
+    dir: Path
+    ports: dict[str, int]
+    pid: int | None = None
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
+    jvm_opts: list[str] = field(default_factory=list)
+    server_properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def config_file(self) -> Path:
+        return self.dir / "server.properties"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.dir / "data"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "logs" / "server.log"
+
+    @property
+    def stdout_file(self) -> Path:
+        return self.dir / "logs" / "stdout.log"
+
+    def address(self, listener: str = "PLAINTEXT") -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    @property
+    def formatted(self) -> bool:
+        return (self.data_dir / "meta.properties").is_file()
+
+    def is_running(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return self.pid is not None and _pid_alive(self.pid, str(self.config_file))
+
+    def log_tail(self, lines: int = 40) -> str:
+        """What to show when this node failed: the end of server.log and of the JVM's own output."""
+        return (
+            f"--- {self.log_file} (last {lines} lines) ---\n{_tail(self.log_file, lines)}\n"
+            f"--- {self.stdout_file} ---\n{_tail(self.stdout_file, 15)}"
+        )
+
+    def facts(self) -> dict[str, Any]:
+        return {
+            "id": self.node_id,
+            "pid": self.pid,
+            "ports": dict(self.ports),
+            "dir": str(self.dir),
+            "log": str(self.log_file),
+        }
+
+
+class KafkaCluster:
+    """A project-local KRaft cluster of ``size`` combined nodes under ``.run/kafka/<name>/`` (context manager).
+
+    ``jvm_opts`` and ``server_properties`` add to every node's JVM options and ``server.properties``; each may be
+    a callable taking the :class:`KafkaNode` (ports and folder known), for settings that differ per node such
+    as a ``-javaagent:`` with its own port. A cluster started by another process is taken over by
+    :meth:`load` (``status``/``stop`` from the command line).
+    """
+
+    def __init__(
+        self,
+        name: str = "dev",
+        *,
+        size: int = DEFAULT_SIZE,
+        fresh: bool = False,
+        heap_opts: Sequence[str] = DEFAULT_HEAP_OPTS,
+        jvm_opts: JvmOpts = (),
+        server_properties: ServerProps | None = None,
+        start_timeout: float = 120.0,
+        stop_timeout: float = 30.0,
+        root: Path = KAFKA_DIR,
+    ) -> None:
+        if not name or "/" in name or name in ("lib", "agent") or name.startswith("."):
+            raise ValueError(f"not a cluster name: {name!r}")
+        self.name = name
+        self.size = size
+        self.fresh = fresh
+        self.heap_opts = list(heap_opts)
+        self.jvm_opts = jvm_opts
+        self.server_properties = server_properties
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.dir = root / name
+        self.nodes: list[KafkaNode] = []
+        self.cluster_id: str | None = None
+        self.timings: dict[str, float] = {}
+        self.started_at: float | None = None
+        self.owner_pid: int | None = None  # the process that started the nodes (a test session, the CLI)
+
+    # -- files ------------------------------------------------------------------------------------------------
+
+    @property
+    def state_file(self) -> Path:
+        return self.dir / "cluster.json"
+
+    @property
+    def credentials_file(self) -> Path:
+        return self.dir / "credentials.json"
+
+    def _read_state(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _write_state(self) -> None:
+        state = {**self.facts(), "nodes": [
+            {**n.facts(), "jvm_opts": n.jvm_opts, "server_properties": n.server_properties} for n in self.nodes
+        ]}
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        tmp.replace(self.state_file)
+
+    @classmethod
+    def load(cls, name: str = "dev", root: Path = KAFKA_DIR) -> KafkaCluster:
+        """The cluster ``name`` as its ``cluster.json`` records it (pids, ports), to query or stop it."""
+        cluster = cls(name, root=root)
+        state = cluster._read_state()
+        if state is None:
+            raise KafkaError(f"no cluster {name!r}: {cluster.state_file} does not exist")
+        cluster._adopt(state)
+        return cluster
+
+    def _adopt(self, state: Mapping[str, Any]) -> None:
+        self.cluster_id = state.get("cluster_id")
+        self.started_at = state.get("started_at")
+        self.owner_pid = state.get("owner_pid")
+        self.timings = dict(state.get("timings") or {})
+        self.nodes = [
+            KafkaNode(
+                node_id=n["id"], dir=Path(n["dir"]), ports={k: int(v) for k, v in n["ports"].items()},
+                pid=n.get("pid"), jvm_opts=list(n.get("jvm_opts") or []),
+                server_properties=dict(n.get("server_properties") or {}),
+            )
+            for n in state.get("nodes", [])
+        ]
+        self.size = len(self.nodes) or self.size
+
+    def admin_credentials(self) -> dict[str, str]:
+        """The super user's SCRAM name and password (both mechanisms share them)."""
+        try:
+            creds = json.loads(self.credentials_file.read_text())
+        except (OSError, ValueError) as e:
+            raise KafkaError(f"no credentials for cluster {self.name!r} in {self.credentials_file}") from e
+        return {"username": creds["username"], "password": creds["password"]}
+
+    def _ensure_credentials(self) -> dict[str, str]:
+        if self.credentials_file.is_file():
+            return self.admin_credentials()
+        creds = {"username": SUPER_USER, "password": _new_password(), "mechanisms": list(SCRAM_MECHANISMS)}
+        fd = os.open(self.credentials_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(creds, out, indent=2)
+            out.write("\n")
+        os.chmod(self.credentials_file, 0o600)
+        return {"username": creds["username"], "password": creds["password"]}
+
+    # -- facts ------------------------------------------------------------------------------------------------
+
+    def bootstrap(self, listener: str = "PLAINTEXT") -> str:
+        """``host:port,...`` of every node on ``listener`` (PLAINTEXT or SASL_PLAINTEXT)."""
+        if listener not in ("PLAINTEXT", "SASL_PLAINTEXT"):
+            raise ValueError(f"clients connect over PLAINTEXT or SASL_PLAINTEXT, not {listener!r}")
+        return ",".join(n.address(listener) for n in self.nodes)
+
+    def client_config(self, mechanism: str | None = None) -> dict[str, str]:
+        """librdkafka (confluent-kafka) settings to reach the cluster: PLAINTEXT, or SASL_PLAINTEXT as the super
+        user with ``mechanism`` (SCRAM-SHA-256 or SCRAM-SHA-512)."""
+        if mechanism is None:
+            return {"bootstrap.servers": self.bootstrap("PLAINTEXT")}
+        if mechanism not in SCRAM_MECHANISMS:
+            raise ValueError(f"mechanism is one of {SCRAM_MECHANISMS}, not {mechanism!r}")
+        creds = self.admin_credentials()
+        return {
+            "bootstrap.servers": self.bootstrap("SASL_PLAINTEXT"),
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": mechanism,
+            "sasl.username": creds["username"],
+            "sasl.password": creds["password"],
+        }
+
+    def facts(self) -> dict[str, Any]:
+        """What ``start`` and ``status`` print: everything a client needs except the password."""
+        return {
+            "name": self.name,
+            "kafka_version": KAFKA_VERSION,
+            "cluster_id": self.cluster_id,
+            "bootstrap": {listener: self.bootstrap(listener) for listener in ("PLAINTEXT", "SASL_PLAINTEXT")},
+            "sasl_mechanisms": list(SCRAM_MECHANISMS),
+            "super_user": SUPER_USER,
+            "credentials_file": str(self.credentials_file),
+            "nodes": [n.facts() for n in self.nodes],
+            "started_at": self.started_at,
+            "owner_pid": self.owner_pid,
+            "start_seconds": round(sum(self.timings.values()), 2) if self.timings else None,
+            "timings": {k: round(v, 2) for k, v in self.timings.items()},
+        }
+
+    def is_running(self) -> bool:
+        """Every node's process is alive (not that it serves: see :meth:`brokers_in_metadata`)."""
+        return bool(self.nodes) and all(n.is_running() for n in self.nodes)
+
+    def brokers_in_metadata(self) -> set[int]:
+        """The broker ids that every node, asked over PLAINTEXT, has in its metadata (empty if any is down)."""
+        seen: set[int] | None = None
+        for node in self.nodes:
+            try:
+                ids = set(metadata_brokers("127.0.0.1", node.ports["PLAINTEXT"]))
+            except (OSError, struct.error):
+                return set()
+            seen = ids if seen is None else seen & ids
+        return seen or set()
+
+    # -- configuration --------------------------------------------------------------------------------------------
+
+    def _plan_nodes(self, previous: Mapping[str, Any] | None) -> None:
+        """Node folders and ports: the previous run's ports when they are still free, fresh free ports otherwise."""
+        old_ports = {n["id"]: n["ports"] for n in (previous or {}).get("nodes", [])}
+        taken: set[int] = set()
+
+        def pick(want: int | None) -> int:
+            if want and want not in taken and _port_is_free(want):
+                taken.add(want)
+                return want
+            while True:
+                port = free_port()
+                if port not in taken:
+                    taken.add(port)
+                    return port
+
+        self.nodes = []
+        for node_id in range(1, self.size + 1):
+            old = old_ports.get(node_id, {})
+            ports = {listener: pick(old.get(listener)) for listener in LISTENERS}
+            self.nodes.append(KafkaNode(node_id=node_id, dir=self.dir / f"node-{node_id}", ports=ports))
+
+    def _properties(self, node: KafkaNode) -> dict[str, str]:
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.ports['CONTROLLER']}" for n in self.nodes)
+        rf = str(min(3, self.size))
+        min_isr = str(min(2, self.size))
+        scram_jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        props: dict[str, str] = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": ",".join(f"{lst}://127.0.0.1:{node.ports[lst]}" for lst in LISTENERS),
+            "advertised.listeners": ",".join(
+                f"{lst}://127.0.0.1:{node.ports[lst]}" for lst in ("PLAINTEXT", "SASL_PLAINTEXT")
+            ),
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "sasl.enabled.mechanisms": ",".join(SCRAM_MECHANISMS),
+            "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": scram_jaas,
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": scram_jaas,
+            # No authorizer: super.users only matters once one is configured (ACLs are out of scope).
+            "super.users": f"User:{SUPER_USER};User:ANONYMOUS",
+            "log.dirs": str(node.data_dir),
+            # Small and fast to start: few partitions for the internal topics, no rebalance delay, few threads.
+            "num.partitions": "1",
+            "default.replication.factor": "1",
+            "offsets.topic.replication.factor": rf,
+            "offsets.topic.num.partitions": "3",
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": min_isr,
+            "transaction.state.log.num.partitions": "3",
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": min_isr,
+            "share.coordinator.state.topic.num.partitions": "3",
+            "group.initial.rebalance.delay.ms": "0",
+            "num.network.threads": "2",
+            "num.io.threads": "4",
+            "background.threads": "4",
+            "num.replica.fetchers": "1",
+            "num.recovery.threads.per.data.dir": "1",
+            "log.cleaner.threads": "1",
+            "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),  # default 128 MiB would be a third of the heap
+            "broker.heartbeat.interval.ms": "500",  # brokers are unfenced sooner after start
+            "log.retention.hours": "24",
+            "log.segment.bytes": str(64 * 1024 * 1024),
+        }
+        return props
+
+    def _log4j2_xml(self, node: KafkaNode) -> str:
+        logs = node.log_file.parent
+        return f"""<?xml version="1.0" encoding="UTF-8"?>
+<!-- written by devtools/kafka_cluster.py for node {node.node_id} of cluster {self.name} -->
+<Configuration status="WARN" shutdownHook="disable">
+  <Appenders>
+    <RollingFile name="server" fileName="{logs}/server.log" filePattern="{logs}/server.log.%i">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+      <Policies><SizeBasedTriggeringPolicy size="20 MB"/></Policies>
+      <DefaultRolloverStrategy max="2"/>
+    </RollingFile>
+  </Appenders>
+  <Loggers>
+    <Root level="INFO"><AppenderRef ref="server"/></Root>
+    <Logger name="kafka.request.logger" level="WARN"/>
+    <Logger name="org.apache.kafka.clients" level="WARN"/>
+  </Loggers>
+</Configuration>
+"""
+
+    def _extra_properties(self, node: KafkaNode) -> dict[str, str]:
+        extra = self.server_properties(node) if callable(self.server_properties) else (self.server_properties or {})
+        return {str(k): str(v) for k, v in extra.items()}
+
+    def _write_node_files(self, node: KafkaNode) -> None:
+        (node.dir / "logs").mkdir(parents=True, exist_ok=True)
+        node.data_dir.mkdir(parents=True, exist_ok=True)
+        node.server_properties = self._extra_properties(node)
+        node.jvm_opts = list(self.jvm_opts(node) if callable(self.jvm_opts) else self.jvm_opts)
+        props = {**self._properties(node), **node.server_properties}
+        node.config_file.write_text(
+            f"# written by devtools/kafka_cluster.py at each start of cluster {self.name!r}; edits are overwritten\n"
+            + "".join(f"{k}={v}\n" for k, v in props.items())
+        )
+        (node.dir / "log4j2.xml").write_text(self._log4j2_xml(node))
+
+    def _java_command(self, node: KafkaNode, main_class: str, *args: str, tool: bool = False) -> list[str]:
+        """The java command line for a node's server, or for a short-lived tool run with the node's files (a
+        small heap and only the C1 compiler, which starts faster)."""
+        jvm = [*TOOL_JVM_OPTS] if tool else [*self.heap_opts, *DEFAULT_GC_OPTS, *node.jvm_opts]
+        log_config = _tools_log_config() if tool else node.dir / "log4j2.xml"
+        return [
+            java_executable(),
+            *jvm,
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log_config}",
+            f"-Dkafka.logs.dir={node.log_file.parent}",
+            "-cp", classpath(),
+            main_class,
+            *args,
+        ]
+
+    # -- start and stop -------------------------------------------------------------------------------------------
+
+    def start(self) -> KafkaCluster:
+        """Fetch the jars if needed, format new nodes, start every node and wait until each broker is in the
+        metadata. A cluster of this name that already runs is taken over as it is (unless ``fresh``)."""
+        t0 = time.monotonic()
+        self.timings = {}
+        ensure_kafka_jars()
+        self.timings["jars"] = time.monotonic() - t0
+        self.dir.parent.mkdir(parents=True, exist_ok=True)
+        with _file_lock(self.dir.parent / f".{self.name}.lock"):
+            previous = self._read_state()
+            if previous is not None:
+                running = KafkaCluster.load(self.name, root=self.dir.parent)
+                if running.is_running() and not self.fresh:
+                    self._adopt(previous)
+                    _log(f"cluster {self.name!r} is already running")
+                    return self
+                if any(n.is_running() for n in running.nodes):
+                    running.stop()
+            if self.fresh:
+                shutil.rmtree(self.dir, ignore_errors=True)
+                previous = None
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.cluster_id = (previous or {}).get("cluster_id") or new_cluster_id()
+            node_dirs = [self.dir / f"node-{i}" for i in range(1, self.size + 1)]
+            if previous is None or not self.credentials_file.is_file() or not all(
+                (d / "data" / "meta.properties").is_file() for d in node_dirs
+            ):
+                # Data without its cluster.json (cluster id) or credentials, or only some nodes formatted: a node
+                # cannot join that log, so all of it is formatted anew.
+                for d in node_dirs:
+                    shutil.rmtree(d / "data", ignore_errors=True)
+            creds = self._ensure_credentials()
+            self._plan_nodes(previous)
+            for node in self.nodes:
+                self._write_node_files(node)
+            t1 = time.monotonic()
+            self._format([n for n in self.nodes if not n.formatted], creds)
+            self.timings["format"] = time.monotonic() - t1
+            t2 = time.monotonic()
+            self.started_at = time.time()
+            self.owner_pid = os.getpid()
+            for node in self.nodes:
+                self._launch(node)
+            self._write_state()
+            try:
+                self._wait_ready()
+            except BaseException:
+                self.stop()
+                raise
+            self.timings["boot"] = time.monotonic() - t2
+            self._write_state()
+        return self
+
+    def _format(self, nodes: Sequence[KafkaNode], creds: Mapping[str, str]) -> None:
+        """``kafka-storage format`` for each new node, in parallel, with the super user's SCRAM credentials."""
+        if not nodes:
+            return
+        scram = [
+            arg
+            for mechanism in SCRAM_MECHANISMS
+            for arg in ("--add-scram", f"{mechanism}=[name={creds['username']},password={creds['password']}]")
+        ]
+        procs = []
+        for node in nodes:
+            # 0600: the tool prints the SCRAM salts and keys it writes
+            fd = os.open(node.dir / "logs" / "format.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            out = os.fdopen(fd, "w")
+            cmd = self._java_command(
+                node, "kafka.tools.StorageTool", "format",
+                "--config", str(node.config_file), "--cluster-id", str(self.cluster_id), *scram, tool=True,
+            )
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            procs.append((node, out, proc))
+        failed = []
+        for node, out, proc in procs:
+            try:
+                code = proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+            out.close()
+            if code != 0:
+                failed.append(f"node {node.node_id} (exit {code}):\n{_tail(node.dir / 'logs' / 'format.log')}")
+        if failed:
+            raise KafkaError("formatting KRaft storage failed for " + "\n".join(failed))
+
+    def _launch(self, node: KafkaNode) -> None:
+        # A session of its own: the node outlives the command that started it (the CLI's `start`) and a Ctrl-C
+        # in that terminal; stop() signals it by pid.
+        with open(node.stdout_file, "ab") as out:
+            node.proc = subprocess.Popen(
+                self._java_command(node, "kafka.Kafka", str(node.config_file)),
+                cwd=node.dir, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        node.pid = node.proc.pid
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        want = {n.node_id for n in self.nodes}
+        while True:
+            dead = [n for n in self.nodes if not n.is_running()]
+            if dead:
+                raise KafkaError(
+                    f"Kafka node(s) {[n.node_id for n in dead]} of cluster {self.name!r} exited during start:\n"
+                    + "\n".join(n.log_tail() for n in dead)
+                )
+            if self.brokers_in_metadata() >= want:
+                return
+            if time.monotonic() > deadline:
+                raise KafkaError(
+                    f"cluster {self.name!r}: not every broker was in the metadata after {self.start_timeout:.0f}s "
+                    f"(have {sorted(self.brokers_in_metadata())}, want {sorted(want)}):\n"
+                    + "\n".join(n.log_tail(25) for n in self.nodes)
+                )
+            time.sleep(0.25)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM to every node at once (a clean shutdown), SIGKILL to those still alive after ``timeout``.
+
+        Each node's broker part shuts down first and needs the controller quorum to grant its controlled
+        shutdown; once fewer than a majority of the voters are left, the remaining node(s) would wait for a quorum
+        that cannot come back (minutes), so they get SIGKILL after a short grace. Kafka recovers their logs on
+        the next start.
+        """
+        timeout = self.stop_timeout if timeout is None else timeout
+        majority = len(self.nodes) // 2 + 1
+        live = [n for n in self.nodes if n.is_running()]
+        self._signal(live, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        quorum_lost_at: float | None = None
+        while live and time.monotonic() < deadline:
+            live = self._still_running(live)
+            if live and len(live) < majority:
+                quorum_lost_at = quorum_lost_at or time.monotonic()
+                if time.monotonic() - quorum_lost_at > QUORUM_LOST_GRACE_S:
+                    break
+            if live:
+                time.sleep(0.1)
+        if live:
+            why = "the quorum is gone" if quorum_lost_at else f"still running after {timeout:.0f}s"
+            _log(f"node(s) {[n.node_id for n in live]} of cluster {self.name!r}: {why}; killing them")
+            self._signal(live, signal.SIGKILL)
+            kill_deadline = time.monotonic() + 10.0
+            while live and time.monotonic() < kill_deadline:
+                live = self._still_running(live)
+                if live:
+                    time.sleep(0.05)
+        for node in self.nodes:
+            node.proc = None
+        if live:
+            raise KafkaError(f"Kafka node(s) {[n.node_id for n in live]} of cluster {self.name!r} did not stop")
+
+    @staticmethod
+    def _signal(nodes: Sequence[KafkaNode], sig: signal.Signals) -> None:
+        for node in nodes:
+            if node.pid is None:
+                continue
+            try:
+                os.kill(node.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    @staticmethod
+    def _still_running(nodes: Sequence[KafkaNode]) -> list[KafkaNode]:
+        for node in nodes:
+            if node.proc is not None:
+                node.proc.poll()  # reap our own child, so that it does not linger as a zombie
+        return [n for n in nodes if n.is_running()]
+
+    def run_tool(self, main_class: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """:func:`run_kafka_tool` (one of Kafka's command-line classes), e.g. kafka-configs against this cluster."""
+        return run_kafka_tool(main_class, *args, timeout=timeout)
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def local_cluster_for(bootstrap: str, root: Path = KAFKA_DIR) -> KafkaCluster | None:
+    """The project-local cluster one of whose nodes listens at an address of ``bootstrap`` (PLAINTEXT or
+    SASL_PLAINTEXT), so that a client given only a bootstrap string also finds the super user's credentials."""
+    wanted = {a.strip() for a in bootstrap.split(",") if a.strip()}
+    for state_file in sorted(root.glob("*/cluster.json")):
+        try:
+            cluster = KafkaCluster.load(state_file.parent.name, root=root)
+        except (KafkaError, KeyError, TypeError, ValueError):
+            continue
+        addresses = {n.address(listener) for n in cluster.nodes for listener in ("PLAINTEXT", "SASL_PLAINTEXT")}
+        if wanted & addresses:
+            return cluster
+    return None
+
+
+def run_kafka_tool(main_class: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Run one of Kafka's command-line classes on the Maven classpath, e.g. ``org.apache.kafka.tools.ConfigCommand``
+    (what kafka-configs.sh runs), so tests can compare the portal with Kafka's own tools. Output is captured
+    (text); Kafka's own logging goes to stderr at WARN."""
+    ensure_kafka_jars()
+    cmd = [
+        java_executable(), *TOOL_JVM_OPTS, f"-Dlog4j2.configurationFile={_tools_log_config()}",
+        "-cp", classpath(), main_class, *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+
+
+# -- command line ---------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument("--name", default="dev", help="the cluster (folder .run/kafka/NAME); default dev")
+    parser.add_argument("--fresh", action="store_true", help="start: wipe the cluster's data first")
+    parser.add_argument("--timeout", type=float, default=120.0, help="start: seconds to wait for every broker")
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "start":
+            cluster = KafkaCluster(args.name, fresh=args.fresh, start_timeout=args.timeout).start()
+            print(json.dumps(cluster.facts()), flush=True)
+            for node in cluster.nodes:
+                node.proc = None  # the nodes run on after this command; nothing to reap here
+            return 0
+        try:
+            cluster = KafkaCluster.load(args.name)
+        except KafkaError as e:
+            _log(str(e))
+            return 1 if args.action == "status" else 0
+        if args.action == "status":
+            if not cluster.is_running():
+                down = [n.node_id for n in cluster.nodes if not n.is_running()]
+                _log(f"cluster {args.name!r} is not running (node(s) {down} down)")
+                return 1
+            facts = cluster.facts()
+            facts["brokers_in_metadata"] = sorted(cluster.brokers_in_metadata())
+            print(json.dumps(facts), flush=True)
+            return 0
+        cluster.stop()
+        _log(f"cluster {args.name!r} stopped")
+        return 0
+    except KafkaError as e:
+        _log(str(e))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""pytest plugin: the session's real Apache Kafka cluster (``kafka_cluster`` fixture).
+
+One project-local 3-node KRaft cluster named ``test`` (fresh data; ``test-<pid>`` while another live session
+runs ``test``) is started by ``devtools.kafka_cluster`` the first time a test asks for it, and stopped at the
+end of the session; the time it took is shown in the terminal summary. With ``QUOTAS_KAFKA_BOOTSTRAP`` set,
+that running cluster is used instead and left alone: a project-local one (``python -m devtools.kafka_cluster
+start``) is recognised by its address, so its super user is known; for any other,
+``QUOTAS_KAFKA_SASL_BOOTSTRAP``, ``QUOTAS_KAFKA_USERNAME`` and ``QUOTAS_KAFKA_PASSWORD`` give SASL access (tests
+that need it are skipped without). Kafka that cannot be started fails the tests, with the logs' tails.
+
+Registered from tests/conftest.py (``pytest_plugins``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from devtools.kafka_cluster import (
+    SCRAM_MECHANISMS,
+    KafkaCluster,
+    KafkaError,
+    local_cluster_for,
+    metadata_brokers,
+    run_kafka_tool,
+)
+
+#: Seconds the first test using the cluster may take, its setup included: a first run fetches the jars with
+#: Maven, formats three nodes and boots them (about half a minute on 2 cores with the jars in ~/.m2).
+KAFKA_SETUP_TIMEOUT_S = 360.0
+
+_report: list[str] = []
+
+
+class ExternalKafka:
+    """A cluster this session did not start, known only from the environment (the subset of
+    :class:`~devtools.kafka_cluster.KafkaCluster` that the tests use)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.name = "external"
+        self.nodes: list[Any] = []  # unknown: tests check the broker count instead of the ids
+        self._bootstrap = {"PLAINTEXT": bootstrap, "SASL_PLAINTEXT": os.environ.get("QUOTAS_KAFKA_SASL_BOOTSTRAP", "")}
+
+    def bootstrap(self, listener: str = "PLAINTEXT") -> str:
+        if not self._bootstrap.get(listener):
+            pytest.skip(f"no {listener} address for the external Kafka (QUOTAS_KAFKA_SASL_BOOTSTRAP)")
+        return self._bootstrap[listener]
+
+    def admin_credentials(self) -> dict[str, str]:
+        user, password = os.environ.get("QUOTAS_KAFKA_USERNAME"), os.environ.get("QUOTAS_KAFKA_PASSWORD")
+        if not user or not password:
+            pytest.skip("no SASL credentials for the external Kafka (QUOTAS_KAFKA_USERNAME/QUOTAS_KAFKA_PASSWORD)")
+        return {"username": user, "password": password}
+
+    def client_config(self, mechanism: str | None = None) -> dict[str, str]:
+        if mechanism is None:
+            return {"bootstrap.servers": self.bootstrap("PLAINTEXT")}
+        assert mechanism in SCRAM_MECHANISMS
+        creds = self.admin_credentials()
+        return {
+            "bootstrap.servers": self.bootstrap("SASL_PLAINTEXT"),
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": mechanism,
+            "sasl.username": creds["username"],
+            "sasl.password": creds["password"],
+        }
+
+    def run_tool(self, main_class: str, *args: str, timeout: float = 120.0) -> Any:
+        return run_kafka_tool(main_class, *args, timeout=timeout)
+
+
+def _check_reachable(bootstrap: str, timeout: float = 10.0) -> None:
+    """Fail at once, saying so, when no address of ``bootstrap`` answers a Metadata request."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        for address in filter(None, (a.strip() for a in bootstrap.split(","))):
+            host, _, port = address.rpartition(":")
+            try:
+                if metadata_brokers(host.strip("[]"), int(port)):
+                    return
+            except (OSError, ValueError, struct.error) as e:
+                last_error = e
+        time.sleep(0.5)
+    pytest.fail(f"QUOTAS_KAFKA_BOOTSTRAP={bootstrap} does not answer: {last_error}", pytrace=False)
+
+
+def _session_cluster_name() -> str:
+    """``test``, unless another live test session runs a cluster of that name (then one of our own, removed at
+    the end): a fresh start would wipe the other session's cluster under its feet."""
+    try:
+        existing = KafkaCluster.load("test")
+    except KafkaError:
+        return "test"
+    owner = existing.owner_pid
+    if owner and owner != os.getpid() and existing.is_running():
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            return "test"  # left over by a session that died: taken over and started afresh
+        except PermissionError:
+            pass
+        return f"test-{os.getpid()}"
+    return "test"
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[KafkaCluster | ExternalKafka]:
+    """A running Kafka 4.4 cluster: PLAINTEXT and SASL_PLAINTEXT (SCRAM) listeners, super user ``portal-admin``."""
+    external = os.environ.get("QUOTAS_KAFKA_BOOTSTRAP", "").strip()
+    if external:
+        _check_reachable(external)
+        found = local_cluster_for(external)
+        _report.append(
+            f"kafka: using the running cluster at {external}"
+            + (f" (project-local cluster {found.name!r})" if found else "")
+        )
+        yield found if found is not None else ExternalKafka(external)
+        return
+    name = _session_cluster_name()
+    cluster = KafkaCluster(name, fresh=True)
+    started = time.monotonic()
+    try:
+        cluster.start()
+    except KafkaError as e:
+        pytest.fail(f"Apache Kafka could not be started for the tests:\n{e}", pytrace=False)
+    took = time.monotonic() - started
+    steps = ", ".join(f"{k} {v:.1f}s" for k, v in cluster.timings.items())
+    _report.append(
+        f"kafka: cluster {name!r} ({len(cluster.nodes)} nodes, PLAINTEXT {cluster.bootstrap()}) "
+        f"started in {took:.1f}s ({steps}); logs under {cluster.dir}"
+    )
+    try:
+        yield cluster
+    finally:
+        stopped = time.monotonic()
+        cluster.stop()
+        if name != "test":
+            shutil.rmtree(cluster.dir, ignore_errors=True)
+        _report.append(f"kafka: cluster {name!r} stopped in {time.monotonic() - stopped:.1f}s")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give the first test that starts the cluster (setup included in pytest-timeout's limit) time to do so."""
+    if os.environ.get("QUOTAS_KAFKA_BOOTSTRAP"):
+        return
+    for item in items:
+        if "kafka_cluster" in getattr(item, "fixturenames", ()):
+            marker = item.get_closest_marker("timeout")
+            current = marker.args[0] if marker is not None and marker.args else config.getini("timeout")
+            if not current or float(current) < KAFKA_SETUP_TIMEOUT_S:
+                item.add_marker(pytest.mark.timeout(KAFKA_SETUP_TIMEOUT_S))
+            return
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say how long the Kafka cluster took to start (visible with -q too)."""
+    for line in _report:
+        terminalreporter.write_line(line)
