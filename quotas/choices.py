@@ -24,6 +24,21 @@ class QuotaScope(models.TextChoices):
     CLUSTER_WIDE = "cluster_wide", "Cluster-wide (engine only)"
 
 
+class SecurityProtocol(models.TextChoices):
+    """How the portal's Kafka connector reaches a cluster (SSL is not supported yet)."""
+
+    PLAINTEXT = "PLAINTEXT", "PLAINTEXT"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT", "SASL_PLAINTEXT (SCRAM)"
+
+
+class SaslMechanism(models.TextChoices):
+    """The SASL mechanisms the connector speaks: Kafka's SCRAM."""
+
+    NONE = "", "None"
+    SCRAM_SHA_256 = "SCRAM-SHA-256", "SCRAM-SHA-256"
+    SCRAM_SHA_512 = "SCRAM-SHA-512", "SCRAM-SHA-512"
+
+
 class EntityType(models.TextChoices):
     """The entity types of Kafka's client quotas, spelled as its protocol spells them."""
 

@@ -14,9 +14,10 @@ that are behind, and compares those that are current with desired state: the dif
 from __future__ import annotations
 
 import logging
+import os
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import kombu.exceptions
@@ -38,6 +39,7 @@ from quotas.connectors.base import (
     TOPIC,
     Applied,
     Connector,
+    Credentials,
     Delta,
     Item,
     PushError,
@@ -46,8 +48,10 @@ from quotas.connectors.base import (
     portal_managed,
 )
 from quotas.engine.config import EntityRef
+from quotas.engine.entities import DEFAULT
 from quotas.engine.redis_backend import connect
 from quotas.models import (
+    Alteration,
     AuditAction,
     Broker,
     BrokerConfig,
@@ -60,8 +64,10 @@ from quotas.models import (
     DriftStatus,
     Push,
     PushState,
+    QuotaOp,
     QuotaValue,
     TopicConfig,
+    audited_alter,
     push_targets,
     push_wanted,
     record,
@@ -87,15 +93,42 @@ def _client() -> redis.Redis:
 
 
 def target_of(cluster: Cluster, broker: Broker | None) -> Target:
+    """Where a push goes: an engine broker's namespace, the engine's cluster-wide one, or a Kafka cluster through
+    its bootstrap servers (the cluster's own, else its brokers' hosts) with its credentials."""
+    if cluster.connector == ConnectorKind.KAFKA:
+        return Target(cluster.name, None, kafka_bootstrap(cluster), kafka_credentials(cluster))
     if broker is None:
         return Target(cluster.name, None, "")
-    address = broker.engine_url if cluster.connector == ConnectorKind.ENGINE else broker.host
-    return Target(cluster.name, broker.broker_id, address)
+    return Target(cluster.name, broker.broker_id, broker.engine_url)
 
 
-def _relevant(item: Item, broker_id: int | None) -> bool:
-    """A target takes every item but other brokers' own configs (the cluster-wide one only the default's)."""
-    if item.kind != BROKER or item.resource == "":
+def kafka_bootstrap(cluster: Cluster) -> str:
+    """The bootstrap servers of a Kafka cluster: its own setting, else every broker's host."""
+    if cluster.bootstrap_servers.strip():
+        return cluster.bootstrap_servers.strip()
+    return ",".join(b.host for b in Broker.objects.filter(cluster=cluster).order_by("broker_id"))
+
+
+def kafka_credentials(cluster: Cluster) -> Credentials:
+    """The connector's credentials for a Kafka cluster; the password from the environment (never the database)."""
+    if cluster.security_protocol == "PLAINTEXT":
+        return Credentials()
+    password = os.environ.get(cluster.password_env)
+    if not cluster.sasl_mechanism or not cluster.sasl_username or not password:
+        raise PushError(
+            "SASL_AUTHENTICATION_FAILED",
+            f"Cluster {cluster.name!r} uses {cluster.security_protocol}: it needs a SCRAM mechanism and user (the "
+            f"cluster's settings) and the user's password in the environment variable {cluster.password_env} of the "
+            "portal's workers.",
+            retriable=False,
+        )
+    return Credentials(cluster.security_protocol, cluster.sasl_mechanism, cluster.sasl_username, password)
+
+
+def _relevant(item: Item, broker_id: int | None, whole_cluster: bool = False) -> bool:
+    """A target takes every item but other brokers' own configs (the engine's cluster-wide namespace only the
+    default's); a Kafka cluster takes them all (it holds every broker's configs in its metadata)."""
+    if item.kind != BROKER or item.resource == "" or whole_cluster:
         return True
     return broker_id is not None and item.resource == str(broker_id)
 
@@ -109,11 +142,12 @@ def desired_state(cluster: Cluster, broker: Broker | None) -> State:
     for user, client_id, ip, key, value in rows.order_by():
         state[Item(QUOTA, EntityRef(user, client_id, ip).field(), key)] = repr(float(value))
     broker_id = broker.broker_id if broker is not None else None
+    whole = cluster.connector == ConnectorKind.KAFKA
     for own_id, key, value in BrokerConfig.objects.filter(cluster=cluster).values_list(
         "broker__broker_id", "key", "value"
     ):
         item = Item(BROKER, "" if own_id is None else str(own_id), key)
-        if _relevant(item, broker_id):
+        if _relevant(item, broker_id, whole):
             state[item] = value
     for topic, key, value in TopicConfig.objects.filter(cluster=cluster).values_list("topic", "key", "value"):
         state[Item(TOPIC, topic, key)] = value
@@ -126,11 +160,12 @@ def desired_state(cluster: Cluster, broker: Broker | None) -> State:
 def changes_since(cluster: Cluster, broker: Broker | None, base: int, version: int) -> dict[Item, str | None]:
     """The items changed after ``base`` up to ``version``, each with its value at ``version`` (None = removed)."""
     broker_id = broker.broker_id if broker is not None else None
+    whole = cluster.connector == ConnectorKind.KAFKA
     changes: dict[Item, str | None] = {}
     rows = DesiredChange.objects.filter(cluster=cluster, version__gt=base, version__lte=version)
     for kind, resource, key, value in rows.order_by("version", "pk").values_list("kind", "resource", "key", "value"):
         item = Item(kind, resource, key)
-        if _relevant(item, broker_id):
+        if _relevant(item, broker_id, whole):
             changes[item] = value
     return changes
 
@@ -215,10 +250,14 @@ class PushOutcome:
     version: int
     mode: str
     changed: bool
+    answers: Mapping[str, str] = field(default_factory=dict)  # a Kafka cluster: each broker's answer
 
     def as_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "held": self.held, "version": self.version, "mode": self.mode,
-                "changed": self.changed}
+        out = {"target": self.target, "held": self.held, "version": self.version, "mode": self.mode,
+               "changed": self.changed}
+        if self.answers:
+            out["answers"] = dict(self.answers)
+        return out
 
 
 class _Unlocked:
@@ -251,7 +290,11 @@ def push_target(cluster_id: int, broker_pk: int | None, *, force: bool = False) 
     cluster = Cluster.objects.get(pk=cluster_id)
     broker = Broker.objects.get(pk=broker_pk) if broker_pk is not None else None
     connector = connector_for(cluster.connector)
-    target = target_of(cluster, broker)
+    try:
+        target = target_of(cluster, broker)
+    except PushError as e:
+        _failed(cluster, broker, e)
+        raise
     lock = _target_lock(connector, cluster, broker)
     try:
         with lock:
@@ -288,7 +331,7 @@ def _push_locked(
 def _send(connector: Connector, target: Target, delta: Delta) -> PushOutcome:
     answer: Applied = connector.apply(target, delta)
     mode = "force" if delta.force else "full" if delta.full else "delta"
-    return PushOutcome(target.label, delta.base, answer.version, mode, answer.changed)
+    return PushOutcome(target.label, delta.base, answer.version, mode, answer.changed, answer.answers)
 
 
 def _rows(cluster: Cluster, broker: Broker | None, up_to: int) -> Any:
@@ -307,8 +350,9 @@ def _applied(cluster: Cluster, broker: Broker | None, outcome: PushOutcome) -> N
             default=F("attempts"),
             output_field=PositiveIntegerField(),
         )
+    extra = {"answers": dict(outcome.answers)} if outcome.answers else {}
     moved = _rows(cluster, broker, outcome.version).update(
-        state=PushState.APPLIED, applied_at=now, updated=now, error="", error_code="", attempts=attempts
+        state=PushState.APPLIED, applied_at=now, updated=now, error="", error_code="", attempts=attempts, **extra
     )
     if moved:
         workflow.settle_pushed(cluster)
@@ -328,7 +372,7 @@ def _failed(cluster: Cluster, broker: Broker | None, e: PushError) -> None:
         state=state, error_code=e.code, error=e.message, updated=timezone.now(), attempts=F("attempts") + 1
     )
     if n and not e.retriable:
-        where = f"broker {broker.broker_id}" if broker is not None else "the cluster-wide namespace"
+        where = _where(cluster, broker)
         record(AuditAction.PUSH_FAILED, None, cluster=cluster, entity=where, comment=f"{e.code}: {e.message}")
         workflow.settle_pushed(cluster)
 
@@ -394,7 +438,7 @@ def _record_drift(cluster: Cluster, broker: Broker | None, version: int, diffs: 
             elif (row.status, row.desired, row.actual) != (d.status, d.desired, d.actual):
                 row.status, row.desired, row.actual, row.version = d.status, d.desired, d.actual, version
                 row.save(update_fields=["status", "desired", "actual", "version"])
-        where = f"broker {broker.broker_id}" if broker is not None else "cluster-wide namespace"
+        where = _where(cluster, broker)
         for item, d in current.items():
             if item in open_rows:
                 continue
@@ -408,6 +452,12 @@ def _record_drift(cluster: Cluster, broker: Broker | None, version: int, diffs: 
             )
 
 
+def _where(cluster: Cluster, broker: Broker | None) -> str:
+    if broker is not None:
+        return f"broker {broker.broker_id}"
+    return "the cluster" if cluster.connector == ConnectorKind.KAFKA else "cluster-wide namespace"
+
+
 def reconcile_target(cluster: Cluster, broker: Broker | None, *, mode: str | None = None) -> ReconcileOutcome:
     """Compare one target with desired state and record drift; ``heal`` mode re-applies when it drifted.
 
@@ -415,9 +465,13 @@ def reconcile_target(cluster: Cluster, broker: Broker | None, *, mode: str | Non
     """
     mode = mode or settings.QUOTAS_DRIFT_MODE
     connector = connector_for(cluster.connector)
-    target = target_of(cluster, broker)
     version = DesiredStateVersion.objects.get(cluster=cluster).version
     desired = desired_state(cluster, broker)
+    try:
+        target = target_of(cluster, broker)
+    except PushError as e:
+        log.warning("Reconcile cannot reach %s: %s", cluster.name, e)
+        return ReconcileOutcome(f"{cluster.name}/cluster", "unreachable", version)
     try:
         with _target_lock(connector, cluster, broker):
             held, actual = connector.describe(target, desired)
@@ -446,7 +500,7 @@ def reconcile_target(cluster: Cluster, broker: Broker | None, *, mode: str | Non
 
 def heal(cluster: Cluster, broker: Broker | None, actor: AbstractBaseUser | None) -> PushOutcome:
     """Re-apply the whole desired state to a target; its open drift is closed as healed, and audited."""
-    where = f"broker {broker.broker_id}" if broker is not None else "cluster-wide namespace"
+    where = _where(cluster, broker)
     try:
         outcome = push_target(cluster.pk, broker.pk if broker is not None else None, force=True)
     except PushError as e:
@@ -467,6 +521,46 @@ def heal(cluster: Cluster, broker: Broker | None, actor: AbstractBaseUser | None
                 before=row.actual, after=row.desired, comment=comment,
             )
     return outcome
+
+
+class NotAdoptable(Exception):
+    """Drift that cannot be adopted (not a quota, or already resolved); nothing was changed."""
+
+
+def adopt(cluster: Cluster, drift_ids: Sequence[int], actor: AbstractBaseUser) -> int:
+    """Make what the cluster holds the desired state for these quota drifts: an extra or different quota's value is
+    written into desired state, a missing one is removed from it; one new version, audited with ``actor`` and the
+    drift it came from, the rows closed as adopted. Returns the new version (the push that follows changes nothing
+    on the cluster). All or nothing: one row that cannot be adopted refuses the whole call."""
+    with transaction.atomic():
+        rows = list(
+            Drift.objects.select_for_update().filter(cluster=cluster, pk__in=list(drift_ids), resolved_at=None)
+        )
+        found = {row.pk for row in rows}
+        gone = sorted(set(drift_ids) - found)
+        if gone:
+            raise NotAdoptable(f"Drift {', '.join(map(str, gone))} of {cluster.name} is not open (or does not exist).")
+        entries: list[Alteration] = []
+        for row in rows:
+            if row.kind != QUOTA:
+                why = f"Drift {row.pk} is a {row.kind} config: only quotas can be adopted; re-apply instead."
+                raise NotAdoptable(why)
+            ref = EntityRef.from_field(row.resource)
+            named = [("user", ref.user), ("client-id", ref.client_id), ("ip", ref.ip)]
+            parts = [(k, None if v == DEFAULT else v) for k, v in named if v is not None]
+            op = QuotaOp(row.key, remove=True) if row.actual is None else QuotaOp(row.key, float(row.actual))
+            entries.append(Alteration(parts, [op]))
+        outcome = audited_alter(cluster, entries, actor, comment="adopted from what the cluster holds")
+        now = timezone.now()
+        for row in rows:
+            row.resolved_at, row.resolution = now, DriftResolution.ADOPTED
+            row.save(update_fields=["resolved_at", "resolution"])
+            record(
+                AuditAction.DRIFT_ADOPTED, actor, cluster=cluster, entity=row.path, key=row.key,
+                before=row.desired, after=row.actual,
+                comment=f"{row.status} on the cluster, adopted at desired-state version {outcome.version}",
+            )
+    return outcome.version
 
 
 def reconcile_all(mode: str | None = None) -> list[ReconcileOutcome]:

@@ -544,15 +544,24 @@ class CapacitySerializer(serializers.Serializer):
 
 
 class PushSerializer(serializers.ModelSerializer):
-    """The status of one desired-state version on one broker (``broker`` null: the cluster-wide namespace)."""
+    """The status of one desired-state version on one target (``broker`` null: the engine's cluster-wide namespace,
+    or a Kafka cluster, whose brokers' answers are in ``answers``)."""
 
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    broker = serializers.SerializerMethodField(help_text="Kafka's broker id; null for the cluster-wide namespace.")
+    broker = serializers.SerializerMethodField(
+        help_text="The engine broker's id; null for the cluster-wide namespace or a Kafka cluster."
+    )
 
     class Meta:
         model = Push
-        fields = ["cluster", "version", "broker", "state", "attempts", "error_code", "error", "applied_at", "updated"]
+        fields = [
+            "cluster", "version", "broker", "state", "attempts", "error_code", "error", "answers", "applied_at",
+            "updated",
+        ]
         read_only_fields = fields
+        extra_kwargs = {
+            "answers": {"help_text": "A Kafka cluster's push: broker id -> what that broker answered from metadata."}
+        }
 
     def get_broker(self, obj: Push) -> int | None:
         return obj.broker.broker_id if obj.broker is not None else None
@@ -720,6 +729,21 @@ class ReapplyResponseSerializer(serializers.Serializer):
     broker = serializers.IntegerField(allow_null=True, help_text="null: the cluster-wide namespace.")
     task_id = serializers.CharField(help_text="The Celery task (quotas.tasks.heal) that re-applies it.")
     status = serializers.ChoiceField(choices=["queued"], help_text="Queued: a worker re-applies it shortly.")
+
+
+class AdoptRequestSerializer(serializers.Serializer):
+    """Which open quota drift of the cluster becomes desired state."""
+
+    drift = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), min_length=1, max_length=1000,
+        help_text="Ids of open quota drift rows (GET /api/drift/?cluster=...).",
+    )
+
+
+class AdoptResponseSerializer(serializers.Serializer):
+    cluster = serializers.CharField()
+    version = serializers.IntegerField(help_text="The desired-state version that now holds what the cluster held.")
+    adopted = serializers.ListField(child=serializers.IntegerField(), help_text="The drift rows closed as adopted.")
 
 
 class TargetPushSummarySerializer(serializers.Serializer):

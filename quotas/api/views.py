@@ -28,11 +28,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from quotas import workflow
+from quotas import push, workflow
 from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.memory import memory_permits, metrics_text, page_bytes
 from quotas.api.pagination import DefaultCursorPagination
 from quotas.api.serializers import (
+    AdoptRequestSerializer,
+    AdoptResponseSerializer,
     AlterConfigsRequestSerializer,
     AlterConfigsResponseSerializer,
     AlterRequestSerializer,
@@ -60,7 +62,7 @@ from quotas.api.serializers import (
     TenantSerializer,
     push_summary,
 )
-from quotas.choices import QuotaScope
+from quotas.choices import ConnectorKind, QuotaScope
 from quotas.engine.connections import normalize_ip
 from quotas.models import (
     Alteration,
@@ -267,6 +269,30 @@ class ClusterViewSet(
         return Response(ReapplyResponseSerializer(answer).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
+        operation_id="adopt_drift",
+        summary="Adopt what the cluster holds into desired state, for some quota drift (admins)",
+        description=(
+            "For each named open quota drift row: an extra or different quota's value on the cluster becomes the "
+            "desired value, a missing one is removed from desired state. One new desired-state version, audited with "
+            "you as the actor; the rows close as adopted. All or nothing: a row that is not open, or is a config "
+            "(re-apply those instead), refuses the whole call with INVALID_REQUEST."
+        ),
+        request=AdoptRequestSerializer,
+        responses={200: AdoptResponseSerializer, **ERRORS},
+    )
+    @action(detail=True, methods=["post"], permission_classes=[permissions.IsAuthenticated, IsAdminToReapply])
+    def adopt(self, request: Request, cluster: str) -> Response:
+        target = get_cluster(cluster)
+        body = AdoptRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        ids = sorted(set(body.validated_data["drift"]))
+        try:
+            version = push.adopt(target, ids, request.user)
+        except push.NotAdoptable as e:
+            raise ApiError("INVALID_REQUEST", str(e), {"drift": [str(e)]}) from e
+        return Response(AdoptResponseSerializer({"cluster": target.name, "version": version, "adopted": ids}).data)
+
+    @extend_schema(
         operation_id="cluster_push_summary",
         summary="Where each broker stands against the cluster's desired state (admins and auditors)",
         description=(
@@ -292,6 +318,14 @@ def reapply_target(cluster: Cluster, broker_id: int | None) -> Broker | None:
 
     INVALID_REQUEST (``details.broker``) says what to send instead.
     """
+    if cluster.connector == ConnectorKind.KAFKA:
+        if broker_id is not None:
+            message = (
+                f"Cluster {cluster.name!r} is a Kafka cluster: its quotas and configs live in its metadata, which is "
+                "re-applied whole through any broker; send broker null."
+            )
+            raise ApiError("INVALID_REQUEST", message, {"broker": [message]})
+        return None
     if cluster.scope == QuotaScope.CLUSTER_WIDE:
         if broker_id is not None:
             message = (

@@ -72,16 +72,29 @@ def portal_managed(item: Item) -> bool:
 
 
 @dataclass(frozen=True)
-class Target:
-    """Where a push lands: one broker of a cluster, or the cluster-wide namespace (``broker_id`` None).
+class Credentials:
+    """How a connector authenticates to a Kafka cluster. The password comes from the environment at push time and
+    never appears in a repr, a log line or an error."""
 
-    ``address`` is the connector's: a Redis URL for the engine (empty = the portal's own Redis),
-    ``host:port`` of the broker for Kafka.
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a push lands: one broker of a cluster, or the whole cluster (``broker_id`` None): the engine's
+    cluster-wide namespace, or a Kafka cluster, whose quotas and dynamic configs live in its metadata log.
+
+    ``address`` is the connector's: a Redis URL for the engine (empty = the portal's own Redis), the bootstrap
+    servers (``host:port[,host:port...]``) for Kafka.
     """
 
     cluster: str
     broker_id: int | None
     address: str = ""
+    credentials: Credentials = field(default_factory=Credentials)
 
     @property
     def label(self) -> str:
@@ -106,10 +119,14 @@ class Delta:
 
 @dataclass(frozen=True)
 class Applied:
-    """What the target answered: whether this push changed it, and the version it holds now."""
+    """What the target answered: whether this push changed it, and the version it holds now.
+
+    ``answers``: for a Kafka cluster, what each broker answered from its own metadata (broker id -> text).
+    """
 
     changed: bool
     version: int
+    answers: Mapping[str, str] = field(default_factory=dict)
 
 
 class PushError(Exception):

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from quotas.engine.config import EntityRef
 from quotas.engine.entities import DEFAULT
@@ -27,6 +29,7 @@ from .base import (
     QUOTA,
     TOPIC,
     Applied,
+    Credentials,
     Delta,
     Item,
     PushError,
@@ -70,12 +73,14 @@ class KafkaConnector:
         request_timeout: float = 30.0,
         client_id: str | None = None,
         managed: Callable[[Item], bool] = portal_managed,
+        verify_timeout: float = 15.0,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.client_id = client_id or DEFAULT_CLIENT_ID
         self.managed = managed
-        self._clients: dict[str, AdminClient] = {}
+        self.verify_timeout = verify_timeout
+        self._clients: dict[tuple[str, Credentials], AdminClient] = {}
         self._lock = threading.Lock()
 
     def applied_version(self, target: Target) -> int | None:
@@ -88,32 +93,107 @@ class KafkaConnector:
         A ``full`` delta first describes the target and also removes what it holds beyond ``delta.changes``
         (every quota, every managed config). Both requests are idempotent, so a retry after a partial failure
         is safe. Raises PushError with Kafka's error name for the first entry or resource the broker refused.
+
+        A cluster target (``broker_id`` None) writes through its bootstrap servers, except a broker's own configs,
+        which only that broker takes (KRaft answers "Unexpected broker id" elsewhere); the push is applied when every
+        broker answers the new values from its own metadata (``answers``).
         """
         changes: dict[Item, str | None] = dict(delta.changes)
         _plan(changes)  # refuse a malformed delta before touching the broker
         client = self._client(target)
         try:
+            brokers = self._brokers(client, target)
             if delta.full:
                 desired = {item: value for item, value in changes.items() if value is not None}
-                for item in self._describe(client, target, desired):
+                for item in self._describe(client, desired, brokers):
                     changes.setdefault(item, None)
             quotas, configs = _plan(changes)
             if quotas:
                 raise_for_errors(client.alter_client_quotas(quotas).entries)
+            own: dict[int, ConfigResources] = {}
+            if target.broker_id is None:
+                for (rtype, name), ops in list(configs.items()):
+                    if rtype == BROKER_RESOURCE and name != DEFAULT_BROKER_RESOURCE:
+                        own.setdefault(int(name), {})[(rtype, name)] = ops
+                        del configs[(rtype, name)]
+                unknown = sorted(set(own) - set(brokers))
+                if unknown:
+                    raise PushError(
+                        "INVALID_REQUEST",
+                        f"{target.label}: no broker {', '.join(map(str, unknown))} in the cluster's metadata "
+                        f"(its brokers are {', '.join(map(str, sorted(brokers)))}).",
+                        retriable=False,
+                    )
             if configs:
                 raise_for_errors(client.incremental_alter_configs(configs).responses)
+            for node_id, resources in sorted(own.items()):
+                raise_for_errors(brokers[node_id].incremental_alter_configs(resources).responses)
+            answers = self._verify(target, brokers, changes, delta.version) if target.broker_id is None else {}
         except KafkaClientError as e:
             raise _push_error(e) from e
-        return Applied(changed=bool(quotas or configs), version=delta.version)
+        return Applied(changed=bool(quotas or configs or own), version=delta.version, answers=answers)
 
     def describe(self, target: Target, desired: Mapping[Item, str]) -> tuple[int | None, State]:
-        """What the broker holds: every client quota, and the managed dynamic configs of the default broker, the
-        target's broker and every topic and client-metrics subscription named in ``desired``. Version: None."""
+        """What the target holds: every client quota, and the managed dynamic configs of the default broker, of the
+        target's broker (a cluster: of each broker, asked itself), and of every topic and client-metrics subscription
+        named in ``desired``. Version: None."""
         client = self._client(target)
         try:
-            return None, self._describe(client, target, desired)
+            return None, self._describe(client, desired, self._brokers(client, target))
         except KafkaClientError as e:
             raise _push_error(e) from e
+
+    def _brokers(self, client: AdminClient, target: Target) -> dict[int, AdminClient]:
+        """The brokers whose own configs the target covers, each with a client to that very broker: the target's
+        broker, or for a cluster every broker of its metadata (at the address it advertises on this listener)."""
+        if target.broker_id is not None:
+            return {target.broker_id: client}
+        return {
+            node_id: self._client(Target(target.cluster, node_id, address, target.credentials))
+            for node_id, address in sorted(client.describe_cluster().addresses.items())
+        }
+
+    def _verify(
+        self, target: Target, brokers: Mapping[int, AdminClient], changes: Mapping[Item, str | None], version: int
+    ) -> dict[str, str]:
+        """A Kafka cluster holds its quotas and dynamic configs in its metadata log; a write is applied when every
+        broker answers the new values from its own copy. Ask each broker until it does; one still behind after
+        ``verify_timeout`` fails the push, retriably, naming the broker and what it still answers."""
+        deadline = time.monotonic() + self.verify_timeout
+        answers: dict[str, str] = {}
+        pending = dict(brokers)
+        while True:
+            for node_id, broker_client in sorted(pending.items()):
+                behind = self._behind(broker_client, node_id, changes)
+                answers[str(node_id)] = f"holds version {version}" if behind is None else behind
+                if behind is None:
+                    del pending[node_id]
+            if not pending:
+                return answers
+            if time.monotonic() >= deadline:
+                detail = "; ".join(f"broker {b}: {answers[str(b)]}" for b in sorted(pending))
+                raise PushError(
+                    "REQUEST_TIMED_OUT",
+                    f"{target.label}: after {self.verify_timeout:g}s not every broker answers version {version}: "
+                    f"{detail}",
+                    retriable=True,
+                )
+            time.sleep(0.05)
+
+    def _behind(self, client: AdminClient, node_id: int, changes: Mapping[Item, str | None]) -> str | None:
+        """None when the broker answers every changed item's new value (its own configs included), else the first
+        item it still answers otherwise."""
+        named = {i for i in changes if i.kind != BROKER or i.resource in (DEFAULT_BROKER_RESOURCE, str(node_id))}
+        held = self._describe(client, {i: "" for i in named}, {node_id: client})
+        for item in sorted(named):
+            want, have = changes[item], held.get(item)
+            if item.kind == QUOTA and want is not None and have is not None:
+                same = float(want) == float(have)
+            else:
+                same = want == have
+            if not same:
+                return f"{_item_text(item)} is {have if have is not None else 'unset'} (wants {want or 'unset'})"
+        return None
 
     def close(self) -> None:
         """Close every broker connection."""
@@ -123,22 +203,39 @@ class KafkaConnector:
             client.close()
 
     def _client(self, target: Target) -> AdminClient:
+        key = (target.address, target.credentials)
         with self._lock:
-            client = self._clients.get(target.address)
+            client = self._clients.get(key)
             if client is None:
+                auth = target.credentials
+                sasl = (
+                    {}
+                    if auth.security_protocol == "PLAINTEXT"
+                    else {
+                        "security_protocol": auth.security_protocol,
+                        "sasl_mechanism": auth.sasl_mechanism,
+                        "sasl_username": auth.username,
+                        "sasl_password": auth.password,
+                    }
+                )
                 try:
                     client = AdminClient(
                         target.address,
                         connect_timeout=self.connect_timeout,
                         request_timeout=self.request_timeout,
                         client_id=self.client_id,
+                        **sasl,
                     )
                 except ValueError as e:
                     raise PushError("INVALID_REQUEST", f"{target.label}: {e}", retriable=False) from e
-                self._clients[target.address] = client
+                self._clients[key] = client
             return client
 
-    def _describe(self, client: AdminClient, target: Target, desired: Mapping[Item, str]) -> State:
+    def _describe(
+        self, client: AdminClient, desired: Mapping[Item, str], brokers: Mapping[int, AdminClient]
+    ) -> State:
+        """What ``client``'s broker answers: every quota, the managed configs of the default broker and of the
+        topics and subscriptions named in ``desired``; and of each of ``brokers``, its own configs, asked itself."""
         state: State = {}
         response = client.describe_client_quotas((), strict=False)
         if response.error_code:
@@ -149,12 +246,17 @@ class KafkaConnector:
                 state[Item(QUOTA, resource, value.key)] = repr(float(value.value))
 
         resources = [(BROKER_RESOURCE, DEFAULT_BROKER_RESOURCE)]
-        if target.broker_id is not None:
-            resources.append((BROKER_RESOURCE, str(target.broker_id)))
         named = {(RESOURCE_TYPE_OF_KIND[i.kind], i.resource) for i in desired if i.kind in (TOPIC, CLIENT_METRICS)}
         resources += sorted(named)
-        response = client.describe_configs([(rtype, name, None) for rtype, name in resources])
-        for result in response.results:
+        results = list(client.describe_configs([(rtype, name, None) for rtype, name in resources]).results)
+        for node_id, broker_client in sorted(brokers.items()):
+            results += broker_client.describe_configs([(BROKER_RESOURCE, str(node_id), None)]).results
+        state.update(self._configs(results))
+        return state
+
+    def _configs(self, results: list[Any]) -> State:
+        state: State = {}
+        for result in results:
             if result.error_code == UNKNOWN_TOPIC_OR_PARTITION and result.resource_type == TOPIC_RESOURCE:
                 continue  # the topic does not exist (yet): it holds nothing
             if result.error_code:
@@ -170,6 +272,12 @@ class KafkaConnector:
                 if self.managed(item):
                     state[item] = config.value
         return state
+
+
+def _item_text(item: Item) -> str:
+    if item.kind == QUOTA:
+        return f"{item.key} of {item.resource}"
+    return f"{item.kind} {item.resource or '<default>'} {item.key}"
 
 
 def _dynamic_source(resource_type: int, name: str) -> int:

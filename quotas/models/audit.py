@@ -37,6 +37,7 @@ class AuditAction(models.TextChoices):
     PUSH_FAILED = "push_failed", "A push to a broker failed"
     DRIFT_DETECTED = "drift_detected", "A broker differs from desired state"
     DRIFT_HEALED = "drift_healed", "Desired state re-applied to a broker"
+    DRIFT_ADOPTED = "drift_adopted", "What a broker held adopted into desired state"
     SUBSCRIPTION_ALTERED = "subscription_altered", "Client-metrics subscription changed"
 
 

@@ -8,7 +8,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models, transaction
 from django.dispatch import Signal
 
-from quotas.choices import ConnectorKind, QuotaScope
+from quotas.choices import ConnectorKind, QuotaScope, SaslMechanism, SecurityProtocol
 
 #: Cluster names appear in URLs and in the engine's Redis namespaces (inside a {hash tag}), so keep them plain.
 cluster_name_validator = RegexValidator(
@@ -40,6 +40,19 @@ class Cluster(models.Model):
         default=QuotaScope.PER_BROKER,
         help_text="per_broker as Kafka does; cluster_wide (one shared budget) needs the engine.",
     )
+    bootstrap_servers = models.CharField(
+        max_length=1000, blank=True,
+        help_text="kafka: host:port[,host:port...] the connector connects to; empty = the brokers' hosts.",
+    )
+    security_protocol = models.CharField(
+        max_length=16, choices=SecurityProtocol.choices, default=SecurityProtocol.PLAINTEXT,
+        help_text="kafka: PLAINTEXT, or SASL_PLAINTEXT with a SCRAM user (its password from the environment).",
+    )
+    sasl_mechanism = models.CharField(max_length=16, choices=SaslMechanism.choices, blank=True, default="")
+    sasl_username = models.CharField(
+        max_length=255, blank=True,
+        help_text="kafka: the SCRAM user the portal pushes as (password: env QUOTAS_KAFKA_PASSWORD_<NAME>).",
+    )
     capacity_in_bytes_per_s = models.PositiveBigIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)], help_text="Ingress capacity; empty = unknown."
     )
@@ -62,6 +75,11 @@ class Cluster(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def password_env(self) -> str:
+        """The environment variable holding the SCRAM password of ``sasl_username``."""
+        return "QUOTAS_KAFKA_PASSWORD_" + self.name.upper().replace("-", "_")
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Saved in a transaction: a new cluster's version row (``quotas.models.pushes``, on ``post_save``) is made

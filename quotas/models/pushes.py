@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 
-from quotas.choices import QuotaScope
+from quotas.choices import ConnectorKind, QuotaScope
 from quotas.connectors.base import BROKER, CLIENT_METRICS, KINDS, QUOTA, TOPIC, Item
 from quotas.engine.config import EntityRef
 from quotas.engine.entities import DEFAULT, entity_path
@@ -107,6 +107,10 @@ class Push(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     error_code = models.CharField(max_length=64, blank=True, help_text="Kafka's error name of the last failure.")
     error = models.TextField(blank=True)
+    answers = models.JSONField(
+        default=dict, blank=True,
+        help_text="Kafka: what each broker answered from its own metadata (broker id -> text).",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
     applied_at = models.DateTimeField(null=True, blank=True)
@@ -138,6 +142,7 @@ class DriftStatus(models.TextChoices):
 class DriftResolution(models.TextChoices):
     OPEN = "", "Open"
     HEALED = "healed", "Healed by re-applying desired state"
+    ADOPTED = "adopted", "Adopted into desired state"
     CONVERGED = "converged", "Gone (the broker or desired state changed)"
 
 
@@ -192,8 +197,10 @@ def item_path(item: Item) -> str:
 
 
 def push_targets(cluster: Cluster) -> list[Broker | None]:
-    """Where a cluster's versions land: each broker, or once the cluster-wide namespace (None)."""
-    if cluster.scope == QuotaScope.CLUSTER_WIDE:
+    """Where a cluster's versions land: each broker of the engine, or once the whole cluster (None): the engine's
+    cluster-wide namespace, or a Kafka cluster (KRaft keeps quotas and dynamic configs in the metadata log: one
+    write reaches every broker; the push then asks each broker what it answers)."""
+    if cluster.scope == QuotaScope.CLUSTER_WIDE or cluster.connector == ConnectorKind.KAFKA:
         return [None]
     return list(Broker.objects.filter(cluster=cluster).order_by("broker_id"))
 

@@ -6,7 +6,7 @@ the Kafka test, where they are the suite's Kafka responders (tests/connectors/ka
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import uuid
 from typing import Any
 
 import pytest
@@ -15,11 +15,11 @@ import redis
 from quotas import push, workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import CLIENT_METRICS, Item
+from quotas.connectors.kafka_client import CLIENT_METRICS_RESOURCE, SOURCE_CLIENT_METRICS, AdminClient
 from quotas.engine.config import namespace_for_broker
 from quotas.engine.desired import NamespaceState
 from quotas.models import (
     AuditEntry,
-    Broker,
     ClientMetricsSubscription,
     Cluster,
     DesiredChange,
@@ -32,7 +32,6 @@ from quotas.models import (
     alter_subscription,
 )
 from quotas.workflow import InvalidRequest, PermissionDenied
-from tests.connectors.kafka_responder import KafkaResponder
 from tests.portal.brokers import push_everywhere
 from tests.portal.people import api, roles
 
@@ -246,46 +245,41 @@ def test_drift_on_a_subscription_is_found_and_healed(w: dict[str, Any]) -> None:
     assert push.reconcile_target(w["prod"], broker, mode="report").status == "in-sync"
 
 
-# ------------------------------------------------------------------ Kafka: IncrementalAlterConfigs resource type 16
+# ------------------------------------------------------------------ Kafka: client-metrics resources (type 16)
 
 
-INCREMENTAL_ALTER_CONFIGS, CLIENT_METRICS_RESOURCE = 44, 16
-
-
-@pytest.fixture
-def responders() -> Iterator[list[KafkaResponder]]:
-    started = [KafkaResponder(broker_id=i).start() for i in (1, 2)]
-    yield started
-    for r in started:
-        r.stop()
-        assert r.errors == []
-
-
-def test_kafka_brokers_get_subscriptions_as_resource_type_16(
-    responders: list[KafkaResponder], engine_redis: redis.Redis
+def test_a_real_kafka_cluster_gets_subscriptions_as_client_metrics_resources(
+    kafka_cluster,
+    engine_redis: redis.Redis,  # type: ignore[no-untyped-def]
 ) -> None:
-    cluster = Cluster.objects.create(name="kprod", connector=ConnectorKind.KAFKA)
-    for r in responders:
-        Broker.objects.create(cluster=cluster, broker_id=r.broker_id, host=r.address)
-    alter_subscription(cluster, "apps", {"metrics": "*", "interval.ms": "1000", "match": "client_id=app-1"}, None)
-    push_everywhere(cluster)
-    for r in responders:
-        assert r.config(CLIENT_METRICS_RESOURCE, "apps") == {
-            "metrics": "*",
-            "interval.ms": "1000",
-            "match": "client_id=app-1",
-        }
-        (sent,) = r.requests_of(INCREMENTAL_ALTER_CONFIGS)
-        assert [(x.resource_type, x.resource_name) for x in sent.resources] == [(CLIENT_METRICS_RESOURCE, "apps")]
-    alter_subscription(cluster, "apps", {"metrics": "*", "interval.ms": "1000"}, None)
-    push_everywhere(cluster)
-    assert responders[0].config(CLIENT_METRICS_RESOURCE, "apps") == {"metrics": "*", "interval.ms": "1000"}
-    # drift on a Kafka broker: changed with kafka-configs behind the portal's back
-    responders[1].set_config(CLIENT_METRICS_RESOURCE, "apps", "interval.ms", "100")
-    two = cluster.brokers.get(broker_id=2)
-    assert push.reconcile_target(cluster, two, mode="report").status == "drift"
-    (drift,) = Drift.objects.filter(cluster=cluster, kind=CLIENT_METRICS)
-    assert (drift.resource, drift.key, drift.desired, drift.actual) == ("apps", "interval.ms", "1000", "100")
+    """One write to the cluster's metadata; every broker then answers the subscription (DescribeConfigs, type 16)."""
+    cluster = Cluster.objects.create(
+        name="kprod", connector=ConnectorKind.KAFKA, bootstrap_servers=kafka_cluster.bootstrap()
+    )
+    name = f"apps-{uuid.uuid4().hex[:8]}"
+
+    def on_each_broker() -> list[dict[str, str]]:
+        out = []
+        for node in kafka_cluster.nodes:
+            with AdminClient(node.address("PLAINTEXT")) as client:
+                (result,) = client.describe_configs([(CLIENT_METRICS_RESOURCE, name, None)]).results
+            out.append({c.name: c.value for c in result.configs if c.config_source == SOURCE_CLIENT_METRICS})
+        return out
+
+    alter_subscription(cluster, name, {"metrics": "*", "interval.ms": "1000", "match": "client_id=app-1"}, None)
+    push.push_target(cluster.pk, None)
+    assert on_each_broker() == [{"metrics": "*", "interval.ms": "1000", "match": "client_id=app-1"}] * 3
+    alter_subscription(cluster, name, {"metrics": "*", "interval.ms": "1000"}, None)
+    push.push_target(cluster.pk, None)
+    assert [held.get("match") for held in on_each_broker()] == [None] * 3
+    # drift: changed with kafka-configs behind the portal's back
+    with AdminClient(kafka_cluster.nodes[1].address("PLAINTEXT")) as client:
+        client.incremental_alter_configs({(CLIENT_METRICS_RESOURCE, name): [("interval.ms", 0, "100")]})
+    assert push.reconcile_target(cluster, None, mode="report").status == "drift"
+    drift = Drift.objects.get(cluster=cluster, kind=CLIENT_METRICS, resource=name)
+    assert (drift.key, drift.desired, drift.actual) == ("interval.ms", "1000", "100")
+    alter_subscription(cluster, name, None, None)
+    push.push_target(cluster.pk, None)
 
 
 # ------------------------------------------------------------------ tenants' requests

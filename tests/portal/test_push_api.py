@@ -110,7 +110,8 @@ def test_pushes_are_listed_per_version_and_broker_with_filters(w: dict[str, Any]
     ]
     first = everything[-1]
     assert set(first) == {
-        *("cluster", "version", "broker", "state", "attempts", "error_code", "error", "applied_at", "updated")
+        *("cluster", "version", "broker", "state", "attempts", "error_code", "error", "answers"),
+        *("applied_at", "updated"),
     }
     assert (first["state"], first["attempts"], first["error_code"], first["error"]) == ("applied", 1, "", "")
     assert first["applied_at"] is not None and request.applied_version == 1

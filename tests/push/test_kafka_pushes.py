@@ -1,19 +1,25 @@
-"""Pushes to a Kafka cluster through the portal's pipeline, against brokers that speak Kafka's wire protocol.
+"""Pushes to a real Apache Kafka cluster through the portal's pipeline (the session's 3-broker KRaft cluster).
 
-No Kafka broker runs here: each broker is the suite's responder (tests/connectors/kafka_responder.py), which
-decodes the real request bytes with kafka-python's protocol classes and answers real response bytes.
+A Kafka cluster is one push target: its quotas and dynamic configs live in the metadata log, so one write through
+any broker reaches every broker. "Applied" means every broker answers the new version's values from its own
+metadata; the push row keeps each broker's answer. Reconcile finds drift both ways, including quotas someone set
+directly on Kafka, which an admin adopts into desired state or removes by re-applying it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import uuid
 
 import pytest
 import redis
+from confluent_kafka.admin import AdminClient as ConfluentAdmin
+from confluent_kafka.admin import NewTopic
 
 from quotas import push, workflow
 from quotas.choices import ConnectorKind
-from quotas.connectors.base import PushError
+from quotas.connectors.base import Delta, PushError, Target
+from quotas.connectors.kafka import KafkaConnector
+from quotas.connectors.kafka_client import BROKER_RESOURCE, MATCH_EXACT, AdminClient
 from quotas.models import (
     Alteration,
     AuditEntry,
@@ -21,156 +27,236 @@ from quotas.models import (
     Cluster,
     ConfigOp,
     ConfigResource,
+    DesiredStateVersion,
     Drift,
     OwnedName,
     Push,
     QuotaOp,
     QuotaRequest,
+    QuotaValue,
     Tenant,
+    TopicConfig,
     alter_client_quotas,
     alter_configs,
 )
-from tests.connectors.kafka_responder import KafkaResponder
 from tests.portal.people import make_user
 
 pytestmark = pytest.mark.django_db
-ALTER_CLIENT_QUOTAS, INCREMENTAL_ALTER_CONFIGS = 49, 44
-INVALID_REQUEST, POLICY_VIOLATION = 42, 44
 PBR = "producer_byte_rate"
 
 
-@pytest.fixture
-def brokers() -> Iterator[list[KafkaResponder]]:
-    responders = [KafkaResponder(broker_id=i).start() for i in (1, 2)]
-    yield responders
-    for r in responders:
-        r.stop()
-        assert r.errors == []
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
-def cluster(brokers: list[KafkaResponder], engine_redis: redis.Redis) -> Cluster:
-    c = Cluster.objects.create(name="kprod", connector=ConnectorKind.KAFKA)
-    for r in brokers:
-        Broker.objects.create(cluster=c, broker_id=r.broker_id, host=r.address)
+def cluster(kafka_cluster, engine_redis: redis.Redis) -> Cluster:  # type: ignore[no-untyped-def]
+    """A Kafka cluster of the portal: bootstrap servers, and its brokers as registered by an admin."""
+    c = Cluster.objects.create(name=unique("kprod"), connector=ConnectorKind.KAFKA)
+    for node in kafka_cluster.nodes:
+        Broker.objects.create(cluster=c, broker_id=node.node_id, host=node.address("PLAINTEXT"))
     return c
 
 
-def approved_request(cluster: Cluster, value: float = 4000) -> QuotaRequest:
-    tenant = Tenant.objects.create(name="team-a")
-    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="svc-*")
+@pytest.fixture
+def bare_kafka(kafka_cluster) -> None:  # type: ignore[no-untyped-def]
+    """The shared Kafka cluster with no quota or managed config left by other tests (a full push of nothing), so
+    that reconcile sees only what a test puts there."""
+    connector = KafkaConnector()
+    try:
+        connector.apply(Target("bare", None, kafka_cluster.bootstrap()), Delta(1, -1, True, {}))
+    finally:
+        connector.close()
+
+
+def quotas_on(address: str, user: str) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:
+    """What one broker answers from its own metadata for ``user``'s entities."""
+    with AdminClient(address) as client:
+        response = client.describe_client_quotas([("user", MATCH_EXACT, user)], strict=False)
+    return {
+        tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)): {v.key: v.value for v in entry.values}
+        for entry in response.entries
+    }
+
+
+def each_broker(cluster: Cluster) -> list[str]:
+    return [b.host for b in cluster.brokers.order_by("broker_id")]
+
+
+def approved_request(cluster: Cluster, user: str, value: float = 4000) -> QuotaRequest:
+    tenant = Tenant.objects.create(name=unique("team"))
+    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern=f"{user}*")
     OwnedName.objects.create(tenant=tenant, entity_type="client-id", pattern="app")
-    alice, admin = make_user("alice"), make_user("root", staff=True)
+    alice, admin = make_user(unique("alice")), make_user(unique("root"), staff=True)
     tenant.members.add(alice)
-    r = workflow.submit(alice, tenant, cluster, user="svc-1", client_id="app", key=PBR, value=value)
+    r = workflow.submit(alice, tenant, cluster, user=user, client_id="app", key=PBR, value=value)
     return workflow.approve(admin, r.pk)
 
 
-def push_all(cluster: Cluster) -> list[push.PushOutcome | PushError]:
-    out: list[push.PushOutcome | PushError] = []
-    for b in cluster.brokers.all():
-        try:
-            out.append(push.push_target(cluster.pk, b.pk))
-        except PushError as e:
-            out.append(e)
-    return out
-
-
-def test_an_approved_quota_goes_out_as_alter_client_quotas_to_every_broker(
-    cluster: Cluster, brokers: list[KafkaResponder]
-) -> None:
-    request = approved_request(cluster)
+def test_an_approved_quota_is_one_push_to_the_cluster_and_every_broker_answers_it(cluster: Cluster) -> None:
+    user = unique("svc")
+    request = approved_request(cluster, user)
     assert request.state == "applying"
-    push_all(cluster)
-    for r in brokers:
-        (sent,) = r.requests_of(ALTER_CLIENT_QUOTAS)
-        (entry,) = sent.entries
-        assert sorted((e.entity_type, e.entity_name) for e in entry.entity) == [("client-id", "app"), ("user", "svc-1")]
-        assert [(op.key, op.value, op.remove) for op in entry.ops] == [(PBR, 4000.0, False)]
-        assert r.quota({"user": "svc-1", "client-id": "app"}) == {PBR: 4000.0}
+    [row] = Push.objects.filter(cluster=cluster, version=request.applied_version)
+    assert row.broker is None  # one target: the cluster
+
+    outcome = push.push_target(cluster.pk, None)
+
+    assert outcome.target == f"{cluster.name}/cluster" and outcome.changed
+    row.refresh_from_db()
+    assert row.state == "applied"
+    assert row.answers == {str(b.broker_id): f"holds version {row.version}" for b in cluster.brokers.all()}
+    for address in each_broker(cluster):
+        assert quotas_on(address, user) == {(("client-id", "app"), ("user", user)): {PBR: 4000.0}}
     request.refresh_from_db()
     assert request.state == "applied"
-    assert set(Push.objects.values_list("state", flat=True)) == {"applied"}
 
 
-def test_the_next_push_sends_only_what_changed_and_removals_as_remove(
-    cluster: Cluster, brokers: list[KafkaResponder]
+def test_the_next_push_sends_what_changed_and_a_removal_leaves_every_broker(cluster: Cluster) -> None:
+    user, other = unique("svc"), unique("svc")
+    approved_request(cluster, user)
+    push.push_target(cluster.pk, None)
+    alter_client_quotas(cluster, [Alteration([("user", other)], [QuotaOp(PBR, 10)])])
+    alter_client_quotas(cluster, [Alteration([("user", user), ("client-id", "app")], [QuotaOp(PBR, remove=True)])])
+
+    outcome = push.push_target(cluster.pk, None)
+
+    assert outcome.mode == "delta"
+    for address in each_broker(cluster):
+        assert quotas_on(address, user) == {}
+        assert quotas_on(address, other) == {(("user", other),): {PBR: 10.0}}
+
+
+def test_broker_configs_reach_the_default_and_the_named_broker(cluster: Cluster) -> None:
+    alter_configs(cluster, ConfigResource(broker_id=None), [ConfigOp("max.connections.per.ip", 5000)], None)
+    alter_configs(cluster, ConfigResource(broker_id=2), [ConfigOp("leader.replication.throttled.rate", 10485760)], None)
+    try:
+        push.push_target(cluster.pk, None)
+        for b in cluster.brokers.order_by("broker_id"):
+            with AdminClient(b.host) as client:
+                own = client.describe_configs([(BROKER_RESOURCE, str(b.broker_id), None)]).results[0]
+            dynamic = {c.name: c.value for c in own.configs if c.config_source in (2, 3)}  # broker, default broker
+            assert dynamic["max.connections.per.ip"] == "5000"
+            assert dynamic.get("leader.replication.throttled.rate") == ("10485760" if b.broker_id == 2 else None)
+    finally:
+        alter_configs(cluster, ConfigResource(broker_id=None), [ConfigOp("max.connections.per.ip", op="DELETE")], None)
+        alter_configs(
+            cluster, ConfigResource(broker_id=2), [ConfigOp("leader.replication.throttled.rate", op="DELETE")], None
+        )
+        push.push_target(cluster.pk, None)
+
+
+def test_kafkas_refusal_keeps_the_push_pending_and_the_retry_lands_once_it_can(
+    kafka_cluster,
+    cluster: Cluster,  # type: ignore[no-untyped-def]
 ) -> None:
-    request = approved_request(cluster)
-    push_all(cluster)
-    alter_client_quotas(cluster, [Alteration([("user", "svc-2")], [QuotaOp(PBR, 10)])])
-    alter_client_quotas(cluster, [Alteration([("user", "svc-1"), ("client-id", "app")], [QuotaOp(PBR, remove=True)])])
-    push_all(cluster)
-    for r in brokers:
-        second = r.requests_of(ALTER_CLIENT_QUOTAS)[1]
-        ops = {
-            tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)): [(o.key, o.remove) for o in entry.ops]
-            for entry in second.entries
-        }
-        assert ops == {(("user", "svc-2"),): [(PBR, False)], (("client-id", "app"), ("user", "svc-1")): [(PBR, True)]}
-        assert r.quota({"user": "svc-1", "client-id": "app"}) == {}
-    assert request.state == "applying"  # as approved; the first push_all settled it in the database
+    """A throttled-replicas list for a topic not created yet: Kafka answers UNKNOWN_TOPIC_OR_PARTITION (retriable);
+    once the topic exists, the retry (what the task does with backoff) lands."""
+    topic = unique("orders")
+    alter_configs(cluster, ConfigResource(topic=topic), [ConfigOp("leader.replication.throttled.replicas", "*")], None)
+    version = TopicConfig.objects.get(cluster=cluster, topic=topic).cluster.desired_state.version
 
+    with pytest.raises(PushError) as raised:
+        push.push_target(cluster.pk, None)
 
-def test_broker_configs_go_out_as_incremental_alter_configs(cluster: Cluster, brokers: list[KafkaResponder]) -> None:
-    alter_configs(cluster, ConfigResource(broker_id=None), [ConfigOp("max.connections", 500)], None)
-    alter_configs(cluster, ConfigResource(broker_id=2), [ConfigOp("leader.replication.throttled.rate", 1000)], None)
-    push_all(cluster)
-    one, two = brokers
-    assert one.config(4, "") == {"max.connections": "500"} and one.config(4, "2") == {}
-    assert two.config(4, "") == {"max.connections": "500"}
-    assert two.config(4, "2") == {"leader.replication.throttled.rate": "1000"}
-    (sent,) = two.requests_of(INCREMENTAL_ALTER_CONFIGS)
-    assert sorted((r.resource_type, r.resource_name) for r in sent.resources) == [(4, ""), (4, "2")]
+    assert (raised.value.code, raised.value.retriable) == ("UNKNOWN_TOPIC_OR_PARTITION", True)
+    row = Push.objects.get(cluster=cluster, broker=None, version=version)
+    assert (row.state, row.attempts, row.error_code) == ("pending", 1, "UNKNOWN_TOPIC_OR_PARTITION")
+    admin = ConfluentAdmin({"bootstrap.servers": kafka_cluster.bootstrap()})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)])[topic].result(30)
 
+    push.push_target(cluster.pk, None)
 
-def test_an_error_response_fails_the_push_with_kafkas_error_name_and_fails_the_request(
-    cluster: Cluster, brokers: list[KafkaResponder]
-) -> None:
-    brokers[1].fail_next(ALTER_CLIENT_QUOTAS, POLICY_VIOLATION, "quota too large for the policy")
-    request = approved_request(cluster)
-    first, second = push_all(cluster)
-    assert isinstance(second, PushError) and not second.retriable and second.code == "POLICY_VIOLATION"
-    row = Push.objects.get(broker__broker_id=2, version=request.applied_version)
-    assert (row.state, row.error_code, row.attempts) == ("failed", "POLICY_VIOLATION", 1)
-    assert "quota too large" in row.error
-    assert Push.objects.get(broker__broker_id=1, version=request.applied_version).state == "applied"
-    request.refresh_from_db()
-    assert request.state == "failed" and "broker 2 refused the push: POLICY_VIOLATION" in request.failure
-    assert AuditEntry.objects.filter(action="push_failed", comment__startswith="POLICY_VIOLATION").exists()
-
-
-def test_a_dropped_connection_is_retriable_and_the_retry_lands(cluster: Cluster, brokers: list[KafkaResponder]) -> None:
-    brokers[0].drop_next(ALTER_CLIENT_QUOTAS)
-    request = approved_request(cluster)
-    failed, _ = push_all(cluster)
-    assert isinstance(failed, PushError) and failed.retriable
-    row = Push.objects.get(broker__broker_id=1, version=request.applied_version)
-    assert (row.state, row.attempts, row.error_code) == ("pending", 1, failed.code)
-    push_all(cluster)  # what the task's retry does
     row.refresh_from_db()
     assert (row.state, row.attempts, row.error_code) == ("applied", 2, "")
-    request.refresh_from_db()
-    assert request.state == "applied"
+    admin.delete_topics([topic])[topic].result(30)
 
 
-def test_drift_on_a_kafka_broker_is_described_and_healed(cluster: Cluster, brokers: list[KafkaResponder]) -> None:
-    approved_request(cluster)
-    push_all(cluster)
-    one = brokers[0]
-    one.set_quota({"user": "svc-1", "client-id": "app"}, PBR, 1.0)  # changed with kafka-configs, behind our back
-    one.set_config(4, "", "max.connections", "7")
-    one.set_config(4, "", "num.io.threads", "16")  # not the portal's business: not drift
+def test_a_quota_set_directly_on_kafka_is_drift_that_an_admin_adopts(cluster: Cluster, bare_kafka: None) -> None:
+    user, stranger = unique("svc"), unique("set-by-hand")
+    approved_request(cluster, user)
+    push.push_target(cluster.pk, None)
+    with AdminClient(each_broker(cluster)[0]) as client:  # kafka-configs behind the portal's back
+        client.alter_client_quotas([({"user": stranger}, {PBR: 777.0})])
+        client.alter_client_quotas([({"user": user, "client-id": "app"}, {PBR: 1.0})])
 
-    outcomes = {o.target: o.status for o in push.reconcile_all(mode="report")}
-    assert outcomes == {"kprod/broker-1": "drift", "kprod/broker-2": "in-sync"}
-    assert sorted((d.kind, d.key, d.status, d.desired, d.actual) for d in Drift.objects.all()) == [
-        ("broker", "max.connections", "extra", None, "7"),
-        ("quota", PBR, "different", "4000.0", "1.0"),
-    ]
-    broker = Broker.objects.get(cluster=cluster, broker_id=1)
-    push.heal(cluster, broker, None)
-    assert one.quota({"user": "svc-1", "client-id": "app"}) == {PBR: 4000.0}
-    assert "max.connections" not in one.config(4, "") and one.config(4, "")["num.io.threads"] == "16"
-    assert {o.status for o in push.reconcile_all(mode="report")} == {"in-sync"}
-    assert set(Drift.objects.values_list("resolution", flat=True)) == {"healed"}
+    outcomes = push.reconcile_all(mode="report")
+
+    assert {o.target: o.status for o in outcomes if o.target.startswith(cluster.name)} == {
+        f"{cluster.name}/cluster": "drift"
+    }
+    rows = {(d.resource, d.status, d.desired, d.actual): d for d in Drift.objects.filter(cluster=cluster)}
+    extra = rows[(f'{{"user":"{stranger}"}}', "extra", None, "777.0")]
+    different = rows[(f'{{"client-id":"app","user":"{user}"}}', "different", "4000.0", "1.0")]
+    admin = make_user(unique("root"), staff=True)
+
+    version = push.adopt(cluster, [extra.pk, different.pk], admin)
+
+    assert QuotaValue.objects.get(entity__cluster=cluster, entity__user=stranger, key=PBR).value == 777
+    assert QuotaValue.objects.get(entity__cluster=cluster, entity__user=user, entity__client_id="app").value == 1
+    assert DesiredStateVersion.objects.get(cluster=cluster).version == version
+    assert set(Drift.objects.filter(cluster=cluster).values_list("resolution", flat=True)) == {"adopted"}
+    adopted = AuditEntry.objects.filter(cluster=cluster, action="drift_adopted").order_by("key", "entity")
+    assert {(a.actor_name, a.entity) for a in adopted} == {
+        (admin.username, f"/config/users/{stranger}"),
+        (admin.username, f"/config/users/{user}/clients/app"),
+    }
+    push.push_target(cluster.pk, None)  # the adopted version changes nothing on the cluster
+    assert {o.status for o in push.reconcile_all(mode="report") if o.target.startswith(cluster.name)} == {"in-sync"}
+    alter_client_quotas(cluster, [Alteration([("user", stranger)], [QuotaOp(PBR, remove=True)])])
+    push.push_target(cluster.pk, None)
+
+
+def test_drift_an_admin_does_not_want_is_removed_by_re_applying(cluster: Cluster, bare_kafka: None) -> None:
+    stranger = unique("set-by-hand")
+    alter_client_quotas(cluster, [Alteration([("user", unique("svc"))], [QuotaOp(PBR, 5000)])])
+    push.push_target(cluster.pk, None)
+    with AdminClient(each_broker(cluster)[1]) as client:
+        client.alter_client_quotas([({"user": stranger}, {PBR: 5.0})])
+    push.reconcile_all(mode="report")
+    assert Drift.objects.filter(cluster=cluster, status="extra", resolved_at=None).count() == 1
+
+    push.heal(cluster, None, None)
+
+    for address in each_broker(cluster):
+        assert quotas_on(address, stranger) == {}
+    assert set(Drift.objects.filter(cluster=cluster).values_list("resolution", flat=True)) == {"healed"}
+
+
+def test_a_cluster_behind_scram_is_pushed_with_the_password_from_the_environment(
+    kafka_cluster,
+    engine_redis: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """What a platform team sets to point the portal at its cluster: SASL bootstrap servers, the mechanism and user
+    in the cluster's settings, the password in the workers' environment (never in the database)."""
+    creds = kafka_cluster.admin_credentials()
+    secured = Cluster.objects.create(
+        name=unique("ksecure"),
+        connector=ConnectorKind.KAFKA,
+        bootstrap_servers=kafka_cluster.bootstrap("SASL_PLAINTEXT"),
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_username=creds["username"],
+    )
+    user = unique("svc")
+    alter_client_quotas(secured, [Alteration([("user", user)], [QuotaOp(PBR, 2048)])])
+
+    with pytest.raises(PushError) as missing:
+        push.push_target(secured.pk, None)
+    assert (missing.value.code, missing.value.retriable) == ("SASL_AUTHENTICATION_FAILED", False)
+    assert secured.password_env in missing.value.message
+
+    monkeypatch.setenv(secured.password_env, "not-the-password")
+    with pytest.raises(PushError) as refused:
+        push.push_target(secured.pk, None)
+    assert refused.value.code == "SASL_AUTHENTICATION_FAILED" and "not-the-password" not in str(refused.value)
+
+    monkeypatch.setenv(secured.password_env, creds["password"])
+    outcome = push.push_target(secured.pk, None)
+
+    assert sorted(outcome.answers) == sorted(str(n.node_id) for n in kafka_cluster.nodes)
+    for node in kafka_cluster.nodes:
+        assert quotas_on(node.address("PLAINTEXT"), user) == {(("user", user),): {PBR: 2048.0}}
+    alter_client_quotas(secured, [Alteration([("user", user)], [QuotaOp(PBR, remove=True)])])
+    push.push_target(secured.pk, None)
