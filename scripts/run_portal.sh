@@ -6,7 +6,9 @@
 #
 #   PORTAL_PORT (default 8000)   QUOTAS_REDIS_PORT (default 6390)
 #   DEMO=0: no demo data and no load generator (default 1)
-#   Logs: .run/celery-worker.log, .run/pipeline-worker.log, .run/relay.log, .run/loadgen.log, .run/demo-data.log
+#   KAFKA=0: no Apache Kafka cluster; the demo's prod is then an engine cluster too (default 1)
+#   Logs: .run/celery-worker.log, .run/pipeline-worker.log, .run/relay.log, .run/loadgen.log, .run/demo-data.log,
+#         .run/kafka-traffic.log, and the brokers' under .run/kafka/dev/
 
 set -euo pipefail
 
@@ -18,6 +20,7 @@ source scripts/bootstrap.sh
 PORTAL_PORT="${PORTAL_PORT:-8000}"
 REDIS_PORT="${QUOTAS_REDIS_PORT:-6390}"
 DEMO="${DEMO:-1}"
+KAFKA="${KAFKA:-1}"
 RUN="$ROOT/.run"
 mkdir -p "$RUN"
 
@@ -25,8 +28,10 @@ WORKER_PID=""
 PIPELINE_PID=""
 RELAY_PID=""
 LOADGEN_PID=""
+KAFKA_TRAFFIC_PID=""
 UVICORN_PID=""
 REDIS_STARTED=""
+KAFKA_STARTED=""
 
 # Stop a child we started: TERM, then KILL if it has not gone after $2 seconds.
 stop_pid() {
@@ -50,11 +55,15 @@ cleanup() {
     echo "run_portal: stopping" >&2
     stop_pid "$UVICORN_PID" 10
     stop_pid "$LOADGEN_PID" 10  # before Redis: it releases the connections it holds
+    stop_pid "$KAFKA_TRAFFIC_PID" 20
     stop_pid "$RELAY_PID" 10
     stop_pid "$WORKER_PID" 30
     stop_pid "$PIPELINE_PID" 30
     if [ -n "$REDIS_STARTED" ]; then
         stop_project_redis portal "$REDIS_PORT"
+    fi
+    if [ -n "$KAFKA_STARTED" ]; then
+        python -m devtools.kafka_cluster stop --name dev || true
     fi
 }
 trap cleanup EXIT
@@ -65,6 +74,17 @@ REDIS_STARTED=1
 QUOTAS_REDIS_URL="$(python -m devtools.redis_server start --name portal --port "$REDIS_PORT" --persist)"
 export QUOTAS_REDIS_URL
 echo "run_portal: Redis at $QUOTAS_REDIS_URL (data in .run/redis-portal)"
+
+# A real Apache Kafka 4.4 cluster (3 KRaft nodes, jars from Maven Central; devtools/kafka_cluster.py): the demo's
+# prod. The portal pushes to it as the super user over SASL/SCRAM; its password only lives in the environment.
+if [ "$KAFKA" != "0" ]; then
+    KAFKA_STARTED=1
+    KAFKA_FACTS="$(python -m devtools.kafka_cluster start --name dev)"
+    QUOTAS_DEMO_KAFKA="$(python -c 'import json,sys; print(json.load(sys.stdin)["bootstrap"]["SASL_PLAINTEXT"])' <<<"$KAFKA_FACTS")"
+    QUOTAS_KAFKA_PASSWORD_PROD="$(python -c 'import json,sys; print(json.load(open(json.load(sys.stdin)["credentials_file"]))["password"])' <<<"$KAFKA_FACTS")"
+    export QUOTAS_DEMO_KAFKA QUOTAS_KAFKA_PASSWORD_PROD
+    echo "run_portal: Apache Kafka at $QUOTAS_DEMO_KAFKA (SASL_PLAINTEXT; logs in .run/kafka/dev/node-*/logs)"
+fi
 
 python manage.py migrate --noinput
 
@@ -101,6 +121,12 @@ if [ "$DEMO" != "0" ]; then
     python manage.py loadgen >>"$RUN/loadgen.log" 2>&1 &
     LOADGEN_PID=$!
     echo "run_portal: load generator pid $LOADGEN_PID, log in .run/loadgen.log"
+    if [ "$KAFKA" != "0" ]; then
+        # real clients on the real prod, signed in as the demo principals; Kafka throttles those above quota
+        python manage.py kafka_traffic >>"$RUN/kafka-traffic.log" 2>&1 &
+        KAFKA_TRAFFIC_PID=$!
+        echo "run_portal: Kafka clients pid $KAFKA_TRAFFIC_PID, log in .run/kafka-traffic.log"
+    fi
 fi
 
 # In the background + wait, so that a signal to this script runs the trap at once.

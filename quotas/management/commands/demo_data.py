@@ -15,6 +15,7 @@ state from an earlier run (e.g. the Redis data was removed) get a push queued as
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from typing import Any
 
@@ -47,9 +48,13 @@ from quotas.models import (
     alter_configs,
     audited_alter,
 )
+from traffic.kafka_clients import DEMO_KAFKA_TRAFFIC, MECHANISM, demo_password
 from traffic.loadgen import KIB, MIB, STORM_IP
 
 DEMO_PASSWORD = "quota-demo"
+#: With the SASL_PLAINTEXT bootstrap servers of a Kafka cluster here (scripts/run_portal.sh starts one), ``prod`` is
+#: that real cluster, pushed to as ``QUOTAS_DEMO_KAFKA_USER`` (password in QUOTAS_KAFKA_PASSWORD_PROD); else engine.
+KAFKA_ENV, KAFKA_USER_ENV, KAFKA_CLUSTER = "QUOTAS_DEMO_KAFKA", "QUOTAS_DEMO_KAFKA_USER", "prod"
 
 #: username -> (role shown, staff, superuser, groups, tenant)
 USERS: dict[str, tuple[str, bool, bool, tuple[str, ...], str | None]] = {
@@ -134,6 +139,8 @@ class Command(BaseCommand):
             for cluster in clusters.values():
                 self._quotas(cluster, users["demo-admin"])
                 self._broker_configs(cluster, users["demo-admin"])
+            if clusters[KAFKA_CLUSTER].connector == ConnectorKind.KAFKA:
+                self._principals(clusters[KAFKA_CLUSTER])
             self._pending_request(clusters, users)
             self._boost(clusters, users, options["boost_minutes"])
             pushes: list[str] = []
@@ -199,13 +206,16 @@ class Command(BaseCommand):
     # ---- clusters
 
     def _cluster(self, name: str, spec: dict[str, Any]) -> Cluster:
+        kafka = kafka_settings() if name == KAFKA_CLUSTER else None
         cluster = Cluster.objects.filter(name=name).first()
         if cluster is None:
             cluster = Cluster.objects.create(
                 name=name, connector=ConnectorKind.ENGINE, scope=QuotaScope.PER_BROKER, **spec
             )
             self.done.append(f"cluster {name}")
-        elif cluster.connector != ConnectorKind.ENGINE:
+        if kafka is not None:
+            return self._kafka_cluster(cluster, kafka)
+        if cluster.connector != ConnectorKind.ENGINE:
             self.stderr.write(f"cluster {name} exists with the {cluster.connector} connector; the load needs engine")
         for listener, inter in LISTENERS:
             if not Listener.objects.filter(cluster=cluster, name=listener).exists():
@@ -218,6 +228,41 @@ class Command(BaseCommand):
                 Broker.objects.create(cluster=cluster, broker_id=broker_id, host=f"{name}-broker-{broker_id}:9092")
                 self.done.append(f"cluster {name}: broker {broker_id}")
         return cluster
+
+    def _kafka_cluster(self, cluster: Cluster, kafka: dict[str, str]) -> Cluster:
+        """``prod`` on the real Kafka cluster: its SASL bootstrap servers and user, its brokers as the metadata
+        names them (an engine ``prod`` of an earlier demo is switched over: desired state stays, pushes go to
+        Kafka from now on)."""
+        changed = [f for f, v in kafka.items() if getattr(cluster, f) != v]
+        if cluster.connector != ConnectorKind.KAFKA:
+            changed.append("connector")
+            cluster.connector = ConnectorKind.KAFKA
+        for f, v in kafka.items():
+            setattr(cluster, f, v)
+        if changed:
+            cluster.save()
+            self.done.append(f"cluster {cluster.name}: the real Kafka cluster at {cluster.bootstrap_servers}")
+        with _admin(cluster) as client:
+            addresses = client.describe_cluster().addresses
+        for broker_id, address in addresses.items():
+            broker, created = Broker.objects.get_or_create(cluster=cluster, broker_id=broker_id,
+                                                           defaults={"host": address})
+            if broker.host != address:
+                broker.host = address
+                broker.save(update_fields=["host"])
+            if created:
+                self.done.append(f"cluster {cluster.name}: broker {broker_id} at {address}")
+        return cluster
+
+    def _principals(self, cluster: Cluster) -> None:
+        """SCRAM credentials of the demo principals that run real clients (a demo's passwords, ``demo_password``)."""
+        users = sorted({spec.user for spec in DEMO_KAFKA_TRAFFIC})
+        with _admin(cluster) as client:
+            have = set(client.describe_user_scram_credentials(None))
+            missing = [u for u in users if u not in have]
+            if missing:
+                client.alter_user_scram_credentials([(u, MECHANISM, 8192, demo_password(u)) for u in missing])
+                self.done += [f"{cluster.name}: SCRAM credentials of {u}" for u in missing]
 
     def _quotas(self, cluster: Cluster, admin: Any) -> None:
         """Every demo quota that has no value yet, in one AlterClientQuotas batch (one version, audited)."""
@@ -236,6 +281,9 @@ class Command(BaseCommand):
 
     def _broker_configs(self, cluster: Cluster, admin: Any) -> None:
         for broker_id, configs in BROKER_CONFIGS.items():
+            if cluster.connector == ConnectorKind.KAFKA and broker_id is None:
+                # the real clients all connect from 127.0.0.1, some to every broker: room for them per IP
+                configs = {**configs, "max.connections.per.ip": "200"}
             broker = Broker.objects.get(cluster=cluster, broker_id=broker_id) if broker_id is not None else None
             have = set(BrokerConfig.objects.filter(cluster=cluster, broker=broker).values_list("key", flat=True))
             ops = [ConfigOp(key, value) for key, value in configs.items() if key not in have]
@@ -280,11 +328,17 @@ class Command(BaseCommand):
         """After the commit: make sure a push is on its way to every broker not at its cluster's newest version."""
         from quotas.connectors import connector_for
         from quotas.connectors.base import PushError
-        from quotas.push import enqueue_pushes, target_of
+        from quotas.push import enqueue_pushes, portal_applied_version, target_of
 
         lines = []
         for cluster in clusters:
             version = DesiredStateVersion.objects.get(cluster=cluster).version
+            if cluster.connector == ConnectorKind.KAFKA:  # one target: the cluster's metadata
+                if portal_applied_version(cluster, None) < version:
+                    enqueue_pushes(cluster.pk, [None])
+                    lines.append(f"{cluster.name}: the Kafka cluster is not yet at desired-state version {version}: "
+                                 "a push is queued for the Celery worker")
+                continue
             connector = connector_for(cluster.connector)
             behind = []
             for broker in Broker.objects.filter(cluster=cluster).order_by("broker_id"):
@@ -302,6 +356,29 @@ class Command(BaseCommand):
                     f"{version}: pushes queued for the Celery worker"
                 )
         return lines
+
+
+def kafka_settings() -> dict[str, str] | None:
+    """The Kafka settings of the demo's ``prod`` from the environment (scripts/run_portal.sh), or None: engine."""
+    bootstrap = os.environ.get(KAFKA_ENV, "").strip()
+    if not bootstrap:
+        return None
+    return {
+        "bootstrap_servers": bootstrap,
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": MECHANISM,
+        "sasl_username": os.environ.get(KAFKA_USER_ENV, "portal-admin"),
+    }
+
+
+def _admin(cluster: Cluster) -> Any:
+    """The portal's admin client to a Kafka cluster, as its pushes connect."""
+    from quotas.connectors.kafka_client import AdminClient
+    from quotas.push import kafka_credentials
+
+    creds = kafka_credentials(cluster)
+    return AdminClient(cluster.bootstrap_servers, security_protocol=creds.security_protocol,
+                       sasl_mechanism=creds.sasl_mechanism, sasl_username=creds.username, sasl_password=creds.password)
 
 
 def logins_text() -> str:

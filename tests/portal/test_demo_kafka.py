@@ -1,0 +1,80 @@
+"""The demo on a real Kafka cluster: ``prod`` is the session's 3-broker Kafka, its quotas are pushed there, the demo
+principals get SCRAM credentials, and the demo's real clients (``manage.py kafka_traffic``) are throttled by Kafka,
+which the live monitor's samples show with the quota that applies."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+import redis
+from django.core.management import call_command
+
+from quotas import push
+from quotas.connectors.kafka_client import MATCH_EXACT, AdminClient
+from quotas.engine.monitor import entity_key
+from quotas.management.commands.demo_data import KAFKA_ENV
+from quotas.models import Cluster
+from traffic.kafka_clients import DEMO_KAFKA_TRAFFIC
+
+pytestmark = pytest.mark.django_db
+KIB = 1024
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def kafka_demo(kafka_cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> Cluster:  # type: ignore[no-untyped-def]
+    """What scripts/run_portal.sh exports before demo_data: the SASL bootstrap servers and the portal's password."""
+    monkeypatch.setenv(KAFKA_ENV, kafka_cluster.bootstrap("SASL_PLAINTEXT"))
+    monkeypatch.setenv("QUOTAS_KAFKA_PASSWORD_PROD", kafka_cluster.admin_credentials()["password"])
+    call_command("demo_data", stdout=io.StringIO(), stderr=io.StringIO())
+    return Cluster.objects.get(name="prod")
+
+
+def test_prod_is_the_real_cluster_with_its_quotas_and_the_principals_credentials(
+    kafka_cluster,
+    kafka_demo: Cluster,  # type: ignore[no-untyped-def]
+) -> None:
+    assert kafka_demo.connector == "kafka" and kafka_demo.security_protocol == "SASL_PLAINTEXT"
+    assert sorted(kafka_demo.brokers.values_list("broker_id", flat=True)) == sorted(
+        n.node_id for n in kafka_cluster.nodes
+    )
+    assert Cluster.objects.get(name="staging").connector == "engine"  # both connectors in the demo
+
+    push.push_target(kafka_demo.pk, None)
+
+    for node in kafka_cluster.nodes:
+        with AdminClient(node.address("PLAINTEXT")) as client:
+            held = client.describe_client_quotas([("user", MATCH_EXACT, "svc-payments-api")], strict=True)
+            creds = client.describe_user_scram_credentials(sorted({s.user for s in DEMO_KAFKA_TRAFFIC}))
+        assert [(v.key, v.value) for e in held.entries for v in e.values] == [("producer_byte_rate", 512 * KIB)]
+        assert all(mechanisms for mechanisms in creds.values())
+    # a second run changes nothing and pushes nothing new
+    out = io.StringIO()
+    call_command("demo_data", stdout=out, stderr=io.StringIO())
+    assert "nothing changed" in out.getvalue()
+
+
+def test_the_demo_clients_are_throttled_by_kafka_and_the_monitor_shows_it(
+    kafka_demo: Cluster, engine_redis: redis.Redis
+) -> None:
+    push.push_target(kafka_demo.pk, None)
+
+    call_command("kafka_traffic", duration=15, status_every=60, stdout=io.StringIO())
+
+    # svc-payments-api asks for 1 MiB/s against its own (user-level) 512 KiB/s per broker: Kafka throttles it
+    rows = [json.loads(f[b"d"]) for _id, f in engine_redis.xrange(entity_key("prod", "produce", "svc-payments-api:"))]
+    assert rows, "no sample of svc-payments-api's produce sensor"
+    assert {r["src"] for r in rows} == {"client"} and {r["bound"] for r in rows} == {512 * KIB}
+    assert max(r["thr_max"] for r in rows) > 0
+    # svc-analytics-loader asks for 256 KiB/s under the <default> user's 2 MiB/s (its own sensor): never throttled
+    key = entity_key("prod", "produce", "svc-analytics-loader:")
+    loader = [json.loads(f[b"d"]) for _id, f in engine_redis.xrange(key)]
+    assert loader and {r["bound"] for r in loader} == {2 * 1024 * KIB}
+    assert max(r["thr_max"] for r in loader) == 0
