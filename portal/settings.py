@@ -215,6 +215,8 @@ QUOTAS_PUSH_LOCK_S = float(os.environ.get("QUOTAS_PUSH_LOCK_S", 60.0))
 # Reconcile compares every broker with desired state this often; "report" records drift, "heal" re-applies.
 QUOTAS_RECONCILE_SECONDS = float(os.environ.get("QUOTAS_RECONCILE_SECONDS", 60.0))
 QUOTAS_DRIFT_MODE = os.environ.get("QUOTAS_DRIFT_MODE", "report")
+# /metrics (portal/metrics.py): open when empty, else "Authorization: Bearer <token>" is required.
+QUOTAS_METRICS_TOKEN = os.environ.get("QUOTAS_METRICS_TOKEN", "")
 if QUOTAS_DRIFT_MODE not in ("report", "heal"):
     raise ImproperlyConfigured(f"QUOTAS_DRIFT_MODE is 'report' or 'heal', not {QUOTAS_DRIFT_MODE!r}.")
 

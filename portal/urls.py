@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from portal import views
+from portal import metrics, views
 from portal.api import CurrentUserView
 from telemetry_ui import sink
 
@@ -19,6 +19,7 @@ urlpatterns = [
     ),
     path("logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("api/me/", CurrentUserView.as_view(), name="api-me"),
     path("api/monitor/", include("telemetry_ui.urls")),
     # KIP-714 telemetry sink (telemetry_ui/sink.py): what a Kafka client's telemetry reporter talks to.
