@@ -274,7 +274,8 @@ def test_overview_for_a_tenant_shows_only_its_entities_and_no_drift(w: dict[str,
     assert "Nothing of yours is throttled now." in text(nobody)
 
 
-def test_overview_with_10000_entities_is_fast_and_queries_do_not_grow(w: dict[str, Any]) -> None:
+def test_overview_with_10000_entities_caps_its_tables_and_queries_do_not_grow(w: dict[str, Any]) -> None:
+    """Its speed is measured by benchmarks/overview_bench.py (no timing here: shared machines vary)."""
     now = now_ms()
     client = w["redis"]
     for b in range(3):  # 10,000 entities on each of 3 brokers: 30,000 samples in the latest hash
@@ -286,17 +287,10 @@ def test_overview_with_10000_entities_is_fast_and_queries_do_not_grow(w: dict[st
     queries_with: dict[str, int] = {}
     for who, session in sessions.items():
         session.get("/monitor/")  # warm up (templates, connections)
-        timings = []
-        for _ in range(3):
-            with CaptureQueriesContext(connection) as queries:
-                started = time.perf_counter()
-                response = session.get("/monitor/")
-                timings.append(time.perf_counter() - started)
-            assert response.status_code == 200
+        with CaptureQueriesContext(connection) as queries:
+            response = session.get("/monitor/")
+        assert response.status_code == 200
         queries_with[who] = len(queries)
-        best = min(timings)
-        print(f"overview with 30,000 samples of 10,000 entities, {who}: {best * 1000:.0f} ms, {len(queries)} queries")
-        assert best < 1.5  # the target is < 300 ms (see the printed figure); shared CI machines vary
         rows = throttled_rows(response)
         assert len(rows) == 25  # capped
         (hm,) = bootstrap(response, "monitor-overview-data")["heatmaps"]
