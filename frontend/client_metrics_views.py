@@ -66,9 +66,11 @@ def _act(request: HttpRequest, cluster: Cluster) -> str:
         outcome = alter_subscription(cluster, name, _configs(post), user, create_only=post.get("mode") == "create")
         return f"Subscription {name} saved (desired-state version {outcome.version})."
     if action == "request":
-        tenant = tenants_of(user).filter(name=post.get("tenant", "")).first()
-        if tenant is None:
-            raise Refused(403, "Choose a tenant you are a member of.")
+        tenant = None  # not named: the person's only tenant (workflow.choose_tenant says so when there are several)
+        if post.get("tenant"):
+            tenant = tenants_of(user).filter(name=post["tenant"]).first()
+            if tenant is None:
+                raise Refused(403, "Choose a tenant you are a member of.")
         delete = post.get("operation") == "delete"
         configs = None if delete else _configs(post)
         made = workflow.submit_subscription(

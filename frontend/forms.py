@@ -2,12 +2,13 @@
 
 The request form only shapes what a browser sends (every value arrives as text) into the body the API
 receives; the API's own serializer and then ``quotas.workflow.submit`` judge it, so a page and an API call
-are refused for the same reasons with the same messages. No rule is restated here.
+are refused for the same reasons with the same messages. No rule is restated here: the value goes as the
+text typed (``1.5 MiB/s``), which the API parses (``quotas.engine.units``), and a member of one tenant is
+not asked which (the workflow infers it).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
@@ -15,6 +16,7 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from quotas.api.serializers import QuotaRequestCreateSerializer
 from quotas.engine.entities import QuotaType
+from quotas.engine.units import BYTE_RATE_FORMS
 from quotas.models import Cluster, RequestState, tenants_of
 
 #: The keys a user/client-id request can name (connection_creation_rate is for ip entities, set by admins).
@@ -53,25 +55,6 @@ class AuditFilterForm(forms.Form):
     request = forms.IntegerField(label="Request #", required=False, min_value=1)
 
 
-def _not_a_number(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _number_or_text(text: str) -> Any:
-    """What the API would receive had the person typed ``text`` as the JSON value: a number, else the text.
-
-    The API never coerces ``"100"`` (the engine refuses a string), but a browser only sends strings, so a
-    string that is a JSON number becomes that number; anything else reaches the engine as text and is
-    refused there with the API's message. NaN and Infinity are not JSON numbers (the API's parser refuses
-    them), so they stay text too.
-    """
-    try:
-        parsed = json.loads(text, parse_constant=_not_a_number)
-    except ValueError:
-        return text
-    return parsed if isinstance(parsed, int | float) and not isinstance(parsed, bool) else text
-
-
 class QuotaRequestForm(forms.Form):
     """Ask for one quota key on a user/client-id entity; validated by the API's serializer and the workflow."""
 
@@ -95,8 +78,16 @@ class QuotaRequestForm(forms.Form):
     value = forms.CharField(
         label="Value",
         required=False,
-        help_text="A number > 0: bytes/s for byte rates (whole numbers), percent for request_percentage.",
-        widget=forms.TextInput(attrs={"inputmode": "decimal", "required": True, "autocomplete": "off"}),
+        help_text=f"Byte rates: {BYTE_RATE_FORMS}. request_percentage: percent (50 or 50 %); "
+        "controller_mutation_rate: mutations/s.",
+        widget=forms.TextInput(
+            attrs={
+                "required": True,
+                "autocomplete": "off",
+                "data-quota-value": "id_key",  # units.js shows what it understood, for the key chosen there
+                "aria-describedby": "value-understood",
+            }
+        ),
     )
     reason = forms.CharField(
         label="Reason", required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="What the admin reads."
@@ -110,23 +101,23 @@ class QuotaRequestForm(forms.Form):
 
     def __init__(self, *args: Any, actor: AbstractBaseUser, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        tenants = list(tenants_of(actor).values_list("name", flat=True))
-        self.fields["tenant"].widget.choices = [(t, t) for t in tenants]
-        if len(tenants) != 1:
-            self.fields["tenant"].widget.choices.insert(0, ("", "Choose a tenant"))
+        tenants = list(tenants_of(actor).order_by("name").values_list("name", flat=True))
+        #: A member of one tenant is never asked which: the page names it and the workflow infers it.
+        self.only_tenant = tenants[0] if len(tenants) == 1 else None
+        self.fields["tenant"].widget.choices = [("", "Choose a tenant"), *((t, t) for t in tenants)]
         clusters = list(Cluster.objects.values_list("name", flat=True))
         self.fields["cluster"].widget.choices = [("", "Choose a cluster"), *((c, c) for c in clusters)]
         self.validated: dict[str, Any] | None = None
 
     def api_body(self) -> dict[str, Any]:
-        """The JSON body the API would get: empty optional fields absent, the value as a number when it is one."""
+        """The JSON body the API would get: empty optional fields absent, the value as typed (the API parses it)."""
         data = self.cleaned_data
         body: dict[str, Any] = {"reason": data.get("reason", "")}
         for name in ("tenant", "cluster", "user", "client_id", "key", "expires_at"):
             if data.get(name):
                 body[name] = data[name]
         if data.get("value", "").strip():
-            body["value"] = _number_or_text(data["value"].strip())
+            body["value"] = data["value"].strip()
         return body
 
     def clean(self) -> dict[str, Any]:

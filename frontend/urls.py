@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from frontend import client_metrics_views, history_views, monitor_views, telemetry_views, views
+from frontend import client_metrics_views, credentials_views, history_views, monitor_views, telemetry_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -21,6 +21,7 @@ urlpatterns = [
     path("clusters/<str:name>/", views.cluster_detail, name="cluster-detail"),
     path("clusters/<str:name>/client-metrics/", client_metrics_views.client_metrics, name="client-metrics"),
     path("tenants/", views.tenant_list, name="tenant-list"),
+    path("credentials/", credentials_views.credentials, name="credentials"),
     path("drift/", views.drift, name="drift"),
     path("drift/reapply/", views.drift_reapply, name="drift-reapply"),
     path("monitor/", monitor_views.overview, name="monitor-overview"),

@@ -221,7 +221,8 @@ def request_new(request: HttpRequest) -> HttpResponse:
                     expires_at=body["expires_at"],
                 )
             except workflow.WorkflowError as e:
-                form.add_error(None, e.message)
+                shown = e.field in form.fields and not (e.field == "tenant" and form.only_tenant)
+                form.add_error(e.field if shown else None, e.message)  # beside the field to change, if on the page
                 status = e.status
             else:
                 messages.success(request, f"Request #{created.pk} submitted; an admin decides on it.")

@@ -7,7 +7,8 @@
 - ``GET /api/clusters/<cluster>/usage-history/?entity=<tags>&days=7``: the entity's hourly rollups per quota type.
 
 Admins and auditors may preview and read every entity (a preview changes nothing); a tenant member the entities
-its tenants own (403 PERMISSION_DENIED). A bad key or value is 400 with the engine's (Kafka's) message.
+its tenants own (403 PERMISSION_DENIED). The value may be text with a unit (``1.5 MiB/s``, as on the request form);
+text in no accepted form is 400 naming the forms, and a bad key or number is 400 with the engine's (Kafka's) message.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from rest_framework.views import APIView
 from history import services
 from history.models import ImpactPreview
 from quotas.api.errors import ApiError, ErrorSerializer
-from quotas.api.serializers import PassThroughNumberField
+from quotas.api.serializers import QuotaValueField, with_parsed_value
 from quotas.api.views import get_cluster
 from telemetry_ui.monitoring import check_tags, load_viewer
 
@@ -40,7 +41,11 @@ class PreviewCreateSerializer(serializers.Serializer):
         max_length=255, required=False, allow_null=True, default=None, help_text="A client-id, or none."
     )
     key = serializers.CharField(help_text="producer_byte_rate, consumer_byte_rate, request_percentage, ...")
-    value = PassThroughNumberField(help_text="The proposed value: a finite number > 0; integral for byte rates.")
+    value = QuotaValueField(help_text="The proposed value: a finite number > 0 (whole bytes/s for byte rates), or "
+                            "text with a unit such as 1.5 MiB/s.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        return with_parsed_value(attrs)
 
 
 class PreviewSerializer(serializers.ModelSerializer):

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import re
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,9 +27,12 @@ from history.models import ImpactPreview, PreviewState, UsageRollup
 from quotas.engine.config import CLIENT_ID, USER, EntityRef
 from quotas.engine.entities import DEFAULT, entity_path, validate_quota_value
 from quotas.engine.monitor import CONNECTION
+from quotas.engine.units import unit_label
 from quotas.models import Cluster, QuotaRequest, QuotaValue, RequestState
 from quotas.models.tenants import entity_owned_by, member_tenants, owned_by_any, sees_everything
 from quotas.workflow import PermissionDenied
+
+log = logging.getLogger(__name__)
 
 #: The Celery task that runs one preview (``history.tasks.preview``), on the ``pipeline`` queue.
 PREVIEW_TASK = "history.tasks.preview"
@@ -218,9 +223,39 @@ def run_preview(pk: int) -> dict[str, Any]:
 
 
 def _fail(pk: int, code: str, message: str) -> None:
+    """Record a failure in words for the person who asked (the pipeline's own message, which names server files,
+    goes to the worker's log for the operator)."""
+    shown = for_people(code, message)
+    if shown != message:
+        log.warning("preview %s failed: %s: %s", pk, code, message)
     ImpactPreview.objects.filter(pk=pk).update(
-        state=PreviewState.FAILED, error_code=code[:32], error_message=message, updated=timezone.now()
+        state=PreviewState.FAILED, error_code=code[:32], error_message=shown, updated=timezone.now()
     )
+
+
+#: Failures whose pipeline message names server files or Spark internals, said so a person can act on them.
+PERSON_MESSAGES = {
+    "MISSING_INPUT": "No traffic of this cluster has been landed yet, so there is nothing to replay. Usage is "
+    "landed every {landing_s:g} s (QUOTAS_LANDING_SECONDS); ask again after that.",
+    "CORRUPT_INPUT": "Part of the landed Parquet history cannot be read, so the preview cannot be computed; an "
+    "operator finds the damaged files named in the pipeline worker's log.",
+    "SPARK_UNAVAILABLE": "Spark could not start for the preview (Java or PySpark missing on the pipeline worker); "
+    "an operator finds the reason in the pipeline worker's log.",
+    "PIPELINE_ERROR": "The impact job failed; the pipeline worker's log has the details. Ask again shortly.",
+}
+#: An absolute file path or a Java/Python stack frame: never shown to a person.
+_SERVER_DETAIL = re.compile(
+    r"(?:file:)?/(?:[\w.@+-]+/)+[\w.@+-]*"  # an absolute path
+    r"|\bat [\w.$]+\([^)]*\)"  # a Java stack frame
+    r"|Traceback \(most recent call last\)"
+)
+
+
+def for_people(code: str, message: str) -> str:
+    """The failure as the API and the pages show it: no server path, no stack trace, a sentence to act on."""
+    if code in PERSON_MESSAGES and (code != "PIPELINE_ERROR" or _SERVER_DETAIL.search(message)):
+        return PERSON_MESSAGES[code].format(landing_s=float(settings.QUOTAS_LANDING_SECONDS))
+    return _SERVER_DETAIL.sub("<server file>", message)
 
 
 def _level(user: str | None, client_id: str | None) -> int:
@@ -251,7 +286,6 @@ def earlier_quotas(preview: ImpactPreview) -> list[str]:
     return sorted(found)
 
 
-UNITS = {"produce": "B/s", "fetch": "B/s", "request": "% of a thread", "controller_mutation": "mutations/s"}
 
 
 def summary(preview: ImpactPreview | None) -> dict[str, Any] | None:
@@ -259,7 +293,7 @@ def summary(preview: ImpactPreview | None) -> dict[str, Any] | None:
     if preview is None or preview.state != PreviewState.DONE or not preview.result:
         return None
     r = dict(preview.result)
-    r["unit"] = UNITS.get(r.get("quota_type", ""), "/s")
+    r["unit"] = unit_label(r.get("quota_type", ""))  # pages show each figure in it (quotas.engine.units)
     r["is_bucket"] = r.get("quota_type") == "controller_mutation"  # the advice's "peak" is a token level there
     r["earlier"] = earlier_quotas(preview)
     advice = (r.get("advice") or {}).get("entities") or []
@@ -272,7 +306,21 @@ def summary(preview: ImpactPreview | None) -> dict[str, Any] | None:
     for name in ("history_from_ms", "history_to_ms"):
         if name in r:
             r[name.removesuffix("_ms")] = datetime.fromtimestamp(r[name] / 1000, UTC)
+    if "history_from_ms" in r and "history_to_ms" in r:
+        r["covered"] = covered_text(r["history_to_ms"] - r["history_from_ms"])
     return r
+
+
+def covered_text(span_ms: float) -> str:
+    """How much traffic a preview replayed, in words a person reads at a glance ("based on 3 min of traffic")."""
+    seconds = max(0.0, span_ms / 1000)
+    if seconds < 120:
+        return f"based on {seconds:.0f} s of traffic"
+    if seconds < 2 * 3600:
+        return f"based on {seconds / 60:.0f} min of traffic"
+    if seconds < 2 * 86400:
+        return f"based on {seconds / 3600:.1f} h of traffic"
+    return f"based on {seconds / 86400:.1f} days of traffic"
 
 
 # ------------------------------------------------------------------ rollups

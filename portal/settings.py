@@ -274,6 +274,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RequestStateEnum": "quotas.models.requests.RequestState",
         "PushStateEnum": "quotas.models.pushes.PushState",
+        "ScramMechanismEnum": "quotas.models.scram.SCRAM_MECHANISM_CHOICES",
     },
 }
 

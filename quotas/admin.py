@@ -19,6 +19,7 @@ from quotas.models import (
     QuotaEntity,
     QuotaRequest,
     QuotaValue,
+    ScramCredential,
     Tenant,
     TopicConfig,
 )
@@ -133,3 +134,13 @@ class QuotaRequestAdmin(ReadOnlyAdmin):
 class AuditEntryAdmin(ReadOnlyAdmin):
     list_display = ["created", "actor_name", "action", "tenant", "cluster", "entity", "key", "before", "after"]
     list_filter = ["action", "tenant", "cluster"]
+
+
+@admin.register(ScramCredential)
+class ScramCredentialAdmin(ReadOnlyAdmin):
+    """Who has SCRAM credentials and when they were set; changed only through quotas.scram (Kafka holds them)."""
+
+    list_display = ["cluster", "user", "mechanism", "iterations", "tenant", "created", "created_by_name", "rotated",
+                    "rotated_by_name"]
+    list_filter = ["cluster", "mechanism", "tenant"]
+    search_fields = ["user"]

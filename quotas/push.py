@@ -276,6 +276,12 @@ def _target_lock(connector: Connector, cluster: Cluster, broker: Broker | None) 
     return _client().lock(name, timeout=settings.QUOTAS_PUSH_LOCK_S, blocking_timeout=settings.QUOTAS_PUSH_LOCK_S)
 
 
+def portal_lock(name: str, timeout_s: float, wait_s: float) -> Any:
+    """A lock in the portal's Redis (``portal:<name>``, released after ``timeout_s`` at the latest), for other work
+    on a Kafka cluster that Kafka cannot order either (e.g. ``quotas.scram``'s changes of one principal)."""
+    return _client().lock(f"portal:{name}", timeout=timeout_s, blocking_timeout=wait_s)
+
+
 def _held(connector: Connector, target: Target, cluster: Cluster, broker: Broker | None) -> int:
     held = connector.applied_version(target)
     return portal_applied_version(cluster, broker) if held is None else held

@@ -14,17 +14,21 @@ PERMISSION_DENIED (the caller may not), CONFLICT (the request is no longer in a 
 from __future__ import annotations
 
 import logging
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from quotas.choices import QuotaScope
 from quotas.engine.config import CLIENT_ID, USER, EntityRef
-from quotas.engine.entities import validate_quota_value
+from quotas.engine.entities import DEFAULT, PRECEDENCE, ClientEntity, QuotaOverrides, entity_path, validate_quota_value
 from quotas.engine.errors import QuotaEngineError
+from quotas.engine.units import UnitError, format_byte_rate, format_exact, parse_quota_value
 from quotas.models import (
     TRANSITIONS,
     Alteration,
@@ -33,8 +37,10 @@ from quotas.models import (
     AuditAction,
     Cluster,
     Decision,
+    DesiredStateVersion,
     Push,
     PushState,
+    QuotaEntity,
     QuotaOp,
     QuotaRequest,
     QuotaValue,
@@ -48,6 +54,7 @@ from quotas.models import (
     is_auditor,
     match_owned_by,
     record,
+    tenants_of,
 )
 from quotas.models.client_metrics import ClientMetricsSubscription, validate
 
@@ -55,14 +62,18 @@ log = logging.getLogger(__name__)
 
 
 class WorkflowError(Exception):
-    """A refused transition; ``code`` and ``status`` become the API's error body and HTTP status."""
+    """A refused transition; ``code`` and ``status`` become the API's error body and HTTP status.
+
+    ``field`` names the body field to change, when one is to blame (the API's ``details``, a form's field).
+    """
 
     code = "INVALID_REQUEST"
     status = 400
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.field = field
 
 
 class InvalidRequest(WorkflowError):
@@ -102,6 +113,36 @@ def _refuse_auditor(actor: AbstractBaseUser) -> None:
         raise PermissionDenied("Auditors read everything and change nothing; use an admin or member account.")
 
 
+def choose_tenant(
+    actor: AbstractBaseUser, tenant: Tenant | None, owns: Callable[[Tenant], bool] | None = None
+) -> Tenant:
+    """The tenant a request is for: the one named, which the actor must be a member of, else the actor's only one.
+
+    A member of one tenant never has to name it; a member of several is asked to choose, with the choices named
+    (and, through ``owns``, which of them own what is asked for), rather than having one picked for them.
+    """
+    if tenant is not None:
+        if not tenant.members.filter(pk=actor.pk).exists():
+            raise PermissionDenied(
+                f"You are not a member of tenant {tenant.name!r}; ask one of its members or an admin.", "tenant"
+            )
+        return tenant
+    mine = list(tenants_of(actor).prefetch_related("owned_names").order_by("name"))
+    if len(mine) == 1:
+        return mine[0]
+    if not mine:
+        raise PermissionDenied(
+            "You are not a member of any tenant; an admin adds you to your team's tenant (/api/tenants/).", "tenant"
+        )
+    names = ", ".join(t.name for t in mine)
+    owners = [t.name for t in mine if owns is not None and owns(t)]
+    hint = f"; {', '.join(owners)} {'owns' if len(owners) == 1 else 'own'} what you ask for" if owners else ""
+    raise InvalidRequest(
+        f"You are a member of {len(mine)} tenants, {names}: name the one this request is for in tenant{hint}.",
+        "tenant",
+    )
+
+
 def _load(request_id: int) -> QuotaRequest:
     try:
         return QuotaRequest.objects.select_related("tenant", "cluster", "requested_by").get(pk=request_id)
@@ -114,7 +155,7 @@ def _load(request_id: int) -> QuotaRequest:
 
 def submit(
     actor: AbstractBaseUser,
-    tenant: Tenant,
+    tenant: Tenant | None,
     cluster: Cluster,
     *,
     user: str | None,
@@ -128,14 +169,17 @@ def submit(
     """A tenant member asks for ``key = value`` on a user/client-id entity its tenant owns.
 
     The engine's rules judge the entity and the value now, so an admin only ever decides on a change
-    that can be applied. ``expires_at`` (in the future) makes the request a time-boxed boost.
+    that can be applied; a value may be text in a form the key takes (``1.5 MiB/s``, ``quotas.engine.units``).
+    ``tenant`` None: the actor's only tenant (``choose_tenant``). ``expires_at`` (in the future) makes the
+    request a time-boxed boost.
     """
     _refuse_auditor(actor)
-    if not tenant.members.filter(pk=actor.pk).exists():
-        raise PermissionDenied(f"You are not a member of tenant {tenant.name!r}; ask one of its members or an admin.")
+    tenant = choose_tenant(actor, tenant, lambda t: entity_owned_by(t, user, client_id) is None)
     try:
         ref = EntityRef.parse({k: v for k, v in ((USER, user), (CLIENT_ID, client_id)) if v is not None})
-        checked = validate_quota_value(key, value, ref.kind)
+        checked = validate_quota_value(key, parse_quota_value(key, value), ref.kind)
+    except UnitError as e:
+        raise InvalidRequest(e.message, "value") from e
     except QuotaEngineError as e:
         raise InvalidRequest(e.message) from e
     why_not = entity_owned_by(tenant, ref.user, ref.client_id)
@@ -250,6 +294,7 @@ def apply(actor: AbstractBaseUser | None, request: QuotaRequest) -> None:
     (the rules changed since submission), the request is ``failed``.
     """
     with transaction.atomic():
+        DesiredStateVersion.lock(request.cluster)  # the value replaced is read under the lock every change takes
         previous = _current_value(request)
         try:
             with transaction.atomic():
@@ -295,28 +340,58 @@ def settle_pushed(cluster: Cluster) -> list[int]:
     return moved
 
 
-def expire_boosts(now: datetime | None = None) -> list[int]:
-    """Every applied boost whose expiry has come gets its previous value back (or its key removed); audited.
+def _boosts_applied_after(request: QuotaRequest) -> list[QuotaRequest]:
+    """The boosts of the same entity and key applied after ``request`` and not ended, oldest first.
 
-    Only a value still equal to the boost's is restored: if someone changed it since, their change stands
-    and the entry says so. Each boost is expired in its own transaction, so one failure does not hold the rest.
+    Applied after: a newer desired-state version, or the same one (a boost asking for the value in force changes
+    nothing) approved later.
+    """
+    approved = Approval.objects.filter(request=request).values_list("pk", flat=True).first() or 0
+    after = Q(applied_version__gt=request.applied_version) | Q(
+        applied_version=request.applied_version, approval__pk__gt=approved
+    )
+    rows = QuotaRequest.objects.filter(
+        after,
+        cluster_id=request.cluster_id,
+        user=request.user,
+        client_id=request.client_id,
+        key=request.key,
+        expires_at__isnull=False,
+        state__in=(RequestState.APPLYING, RequestState.APPLIED),
+    )
+    return list(rows.exclude(pk=request.pk).order_by("applied_version", "approval__pk"))
+
+
+def _shown(request: QuotaRequest, value: float | None) -> str:
+    return "no value" if value is None else format_exact(request.key, value)
+
+
+def expire_boosts(now: datetime | None = None) -> list[int]:
+    """Every applied boost whose expiry has come ends; audited. Overlapping boosts of one entity and key stack.
+
+    A boost applied while another was in force replaced that one's value, so ``previous_value`` says what it
+    gives back. When a boost ends:
+
+    - if a later boost was applied on top of it (its ``previous_value`` is this boost's value), the later one now
+      gives back what this one replaced (its ``previous_value`` is handed down), and the value is left alone; so
+      however many boosts overlap, and in whatever order they end, the last to end gives back the value from
+      before the first;
+    - else, if the value is still the boost's own, its ``previous_value`` comes back (or the key is removed);
+    - else someone changed it during the boost (an admin, a request without expiry): that change stands.
+
+    Each boost is expired in its own transaction, under the cluster's version lock (as approvals), so one failure
+    does not hold the rest and an approval never reads a value half-way through an expiry.
     """
     now = now or timezone.now()
-    due = QuotaRequest.objects.filter(state=RequestState.APPLIED, expires_at__lte=now).values_list("pk", flat=True)
+    due = QuotaRequest.objects.filter(state=RequestState.APPLIED, expires_at__lte=now).order_by("expires_at", "pk")
     expired = []
-    for pk in list(due):
+    for pk in list(due.values_list("pk", flat=True)):
         try:
             with transaction.atomic():
                 request = _load(pk)
+                DesiredStateVersion.lock(request.cluster)
                 _move(request, RequestState.EXPIRED)  # CONFLICT when another worker expired it first
-                current = _current_value(request)
-                if current == request.value:
-                    restore = [_alteration(request, request.previous_value)]
-                    note = f"boost #{request.pk} expired; previous value restored"
-                    audited_alter(request.cluster, restore, None, request=request, comment=note)
-                    note = "previous value restored"
-                else:
-                    note = f"value changed since the boost (now {current!r}); left as it is"
+                note = _end_boost(request)
                 record(AuditAction.EXPIRED, None, request=request, before="applied", after="expired", comment=note)
         except Conflict:
             continue
@@ -325,6 +400,26 @@ def expire_boosts(now: datetime | None = None) -> list[int]:
             continue
         expired.append(pk)
     return expired
+
+
+def _end_boost(request: QuotaRequest) -> str:
+    """Give back what an ending boost replaced, or hand it to the boost on top of it; returns the audit note."""
+    later = _boosts_applied_after(request)
+    if later:
+        above = later[0]
+        if above.previous_value == request.value:
+            QuotaRequest.objects.filter(pk=above.pk).update(previous_value=request.previous_value)
+            gives = _shown(request, request.previous_value)
+            return f"boost #{above.pk}, applied on top of this one, now gives back {gives} when it ends"
+        replaced = _shown(request, above.previous_value)
+        return f"value changed after the boost (boost #{above.pk} replaced {replaced}); left as it is"
+    current = _current_value(request)
+    if current != request.value:
+        return f"value changed since the boost (now {current!r}); left as it is"
+    restore = [_alteration(request, request.previous_value)]
+    note = f"boost #{request.pk} expired; previous value restored"
+    audited_alter(request.cluster, restore, None, request=request, comment=note)
+    return "previous value restored"
 
 
 # ------------------------------------------------------------------ client-metrics subscription requests
@@ -378,7 +473,7 @@ def _check_subscription_owner(tenant: Tenant, cluster: Cluster, name: str, match
 
 def submit_subscription(
     actor: AbstractBaseUser,
-    tenant: Tenant,
+    tenant: Tenant | None,
     cluster: Cluster,
     *,
     name: str,
@@ -389,11 +484,13 @@ def submit_subscription(
 
     Kafka's rules judge the configs now (so an admin only decides on a change that can be applied), and the
     match must select only the tenant's own client-ids (``match_owned_by``); deleting needs the existing
-    subscription to be the tenant's.
+    subscription to be the tenant's. ``tenant`` None: the actor's only tenant (``choose_tenant``).
     """
     _refuse_auditor(actor)
-    if not tenant.members.filter(pk=actor.pk).exists():
-        raise PermissionDenied(f"You are not a member of tenant {tenant.name!r}; ask one of its members or an admin.")
+    asked = None if configs is None else configs.get("match")
+    tenant = choose_tenant(
+        actor, tenant, lambda t: isinstance(asked, str) and bool(asked) and match_owned_by(t, asked) is None
+    )
     if configs is None:
         if not ClientMetricsSubscription.objects.filter(cluster=cluster, name=name).exists():
             raise InvalidRequest(f"Cluster {cluster.name!r} has no client-metrics subscription {name!r} to delete.")
@@ -514,11 +611,32 @@ def _settle_subscriptions(cluster: Cluster) -> None:
 
 #: Byte-rate keys and the cluster capacity they draw on.
 CAPACITY_FIELD = {"producer_byte_rate": "capacity_in_bytes_per_s", "consumer_byte_rate": "capacity_out_bytes_per_s"}
+#: Stand-ins for "a principal / client-id the cluster's quotas do not name" (a client of a user-level quota, the
+#: users of a client-id quota): they match no configured name, so they resolve as any such name would.
+OTHER_USER, OTHER_CLIENT = "\x00another principal", "\x00another client-id"
+
+Pair = tuple[str | None, str | None]
+
+
+@dataclass(frozen=True)
+class DefaultShare:
+    """A quota naming ``<default>`` and how many of the known entities it applies to (each its own sensor, so it
+    counts once for each), with the request and without it; ``value`` None: it exists only without the request."""
+
+    entity: str
+    value: float | None
+    applies_to: int
+    applies_to_without: int
 
 
 @dataclass(frozen=True)
 class CapacityCheck:
-    """What a byte-rate request does to the cluster's granted total, in bytes/s the cluster really carries."""
+    """What a byte-rate request does to the cluster's granted total, in bytes/s the cluster really carries.
+
+    The total is counted over the ``known`` entities (the principal/client-id combinations this cluster's quotas
+    name, and the request's): each gets the quota Kafka applies to it (8-level precedence), and each sensor
+    counts once, so a ``<default>`` counts once for every known entity it applies to (``defaults``).
+    """
 
     key: str
     scope: str
@@ -527,53 +645,120 @@ class CapacityCheck:
     capacity: int | None
     granted_without: float
     granted_with: float
+    known: int = 0
+    defaults: tuple[DefaultShare, ...] = ()
 
     @property
     def exceeds(self) -> bool:
         return self.capacity is not None and self.granted_with > self.capacity
 
     @property
+    def counted(self) -> str:
+        """How the total was counted, in a sentence an approver can check."""
+        per = (
+            f"x {self.multiplier} broker{'s' if self.multiplier != 1 else ''} (quotas are per broker)"
+            if self.scope == QuotaScope.PER_BROKER
+            else "once (one cluster-wide budget)"
+        )
+        shares = "; ".join(
+            f"{d.entity} = {format_byte_rate(d.value)} applies to {d.applies_to} of them"
+            + (f" ({d.applies_to_without} without the request)" if d.applies_to_without != d.applies_to else "")
+            for d in self.defaults
+            if d.value is not None
+        )
+        return (
+            f"Over {self.known} known entit{'y' if self.known == 1 else 'ies'} (the principal/client-id combinations "
+            f"this cluster's quotas name, and the request's), each with the quota Kafka applies to it, each sensor "
+            f"once{'; ' + shares if shares else ''}; {per}."
+        )
+
+    @property
     def warning(self) -> str | None:
-        if not self.exceeds:
+        if not self.exceeds or self.capacity is None:
             return None
         return (
-            f"With this request the cluster grants {self.granted_with:,.0f} B/s of {self.key}, above its capacity of "
-            f"{self.capacity:,} B/s (without it: {self.granted_without:,.0f} B/s)."
+            f"With this request the cluster grants {format_byte_rate(self.granted_with)} "
+            f"({format_exact(self.key, self.granted_with)}) of {self.key}, above its capacity of "
+            f"{format_byte_rate(self.capacity)} ({format_exact(self.key, self.capacity)}); without it: "
+            f"{format_byte_rate(self.granted_without)} ({format_exact(self.key, self.granted_without)})."
         )
+
+
+def _known_pairs(entities: Iterable[Pair]) -> set[tuple[str, str]]:
+    """The (principal, client-id) pairs the entities name; a part left out or ``<default>`` is another name."""
+    known = set()
+    for user, client_id in entities:
+        named_user = user if user not in (None, DEFAULT) else None
+        named_client = client_id if client_id not in (None, DEFAULT) else None
+        if named_user is None and named_client is None:
+            continue  # only defaults: it names nobody
+        known.add((named_user or OTHER_USER, named_client or OTHER_CLIENT))
+    return known
+
+
+def granted_total(values: dict[Pair, float], known: Iterable[tuple[str, str]]) -> tuple[float, Counter[Pair]]:
+    """The bytes/s granted to the known (principal, client-id) pairs, as Kafka resolves them, and how many sensors
+    each entity supplied.
+
+    Each pair gets the quota of the most specific level holding one (``QuotaOverrides``, the engine's 8 levels);
+    pairs sharing a sensor (a user-level quota covers all its clients) count once. Pairs no quota applies to add
+    nothing.
+    """
+    overrides = QuotaOverrides()
+    for (user, client_id), value in values.items():
+        overrides.update(ClientEntity(user, client_id), value)
+    sensors: dict[str, tuple[float, Pair]] = {}
+    for user, client_id in known:
+        resolved = overrides.resolve(user, client_id)
+        if resolved.bound is None or resolved.level is None:
+            continue
+        u, c = PRECEDENCE[resolved.level - 1]
+        sensors[resolved.tags] = (resolved.bound, (user if u == "u" else u, client_id if c == "c" else c))
+    supplied: Counter[Pair] = Counter(entity for _, entity in sensors.values())
+    return sum(bound for bound, _ in sensors.values()), supplied
 
 
 def capacity_check(request: QuotaRequest) -> CapacityCheck | None:
     """The cluster's granted total of the request's byte-rate key, without and with the request.
 
     Kafka enforces byte rates per broker, so a per-broker value is worth value x brokers; a cluster-wide
-    value is worth itself. Entities naming ``<default>`` are left out of the total: how many clients they
-    cover is unknown. None for keys that are not byte rates (no capacity to compare with).
+    value is worth itself. ``<default>`` quotas count once per known entity they apply to (``granted_total``).
+    For an applied request, "without" puts back the value it replaced. None for keys that are not byte rates
+    (no capacity to compare with).
     """
-    from quotas.engine.entities import DEFAULT
-
     if request.key not in CAPACITY_FIELD:
         return None
     cluster = request.cluster
     brokers = cluster.brokers.count()
     multiplier = max(brokers, 1) if cluster.scope == QuotaScope.PER_BROKER else 1
-    rows = (
-        QuotaValue.objects.filter(entity__cluster=cluster, entity__ip__isnull=True, key=request.key)
-        .exclude(entity__user=DEFAULT)
-        .exclude(entity__client_id=DEFAULT)
+    rows = QuotaValue.objects.filter(entity__cluster=cluster, entity__ip__isnull=True, key=request.key)
+    values: dict[Pair, float] = {
+        (u, c): v for u, c, v in rows.values_list("entity__user", "entity__client_id", "value")
+    }
+    entities = QuotaEntity.objects.filter(cluster=cluster, ip__isnull=True).values_list("user", "client_id")
+    mine: Pair = (request.user, request.client_id)
+    known = _known_pairs([*entities, mine])
+    with_, without = dict(values), dict(values)
+    with_[mine] = request.value
+    if request.state == RequestState.APPLIED:
+        without.pop(mine, None)
+        if request.previous_value is not None:
+            without[mine] = request.previous_value
+    granted_with, supplied = granted_total(with_, known)
+    granted_without, supplied_without = granted_total(without, known)
+    defaults = tuple(
+        DefaultShare(entity_path(*pair), with_.get(pair), supplied.get(pair, 0), supplied_without.get(pair, 0))
+        for pair in sorted({*with_, *without}, key=lambda pair: entity_path(*pair))
+        if DEFAULT in pair
     )
-    total = sum(rows.values_list("value", flat=True))
-    current = _current_value(request) if DEFAULT not in (request.user, request.client_id) else None
-    if request.state in (RequestState.APPLIED,):
-        # already in the total: "without" takes it back out (the value it replaced is unknown to the sum)
-        without, with_ = total - request.value + (request.previous_value or 0), total
-    else:
-        without, with_ = total, total - (current or 0) + request.value
     return CapacityCheck(
         key=request.key,
         scope=cluster.scope,
         brokers=brokers,
         multiplier=multiplier,
         capacity=getattr(cluster, CAPACITY_FIELD[request.key]),
-        granted_without=without * multiplier,
-        granted_with=with_ * multiplier,
+        granted_without=granted_without * multiplier,
+        granted_with=granted_with * multiplier,
+        known=len(known),
+        defaults=defaults,
     )

@@ -222,7 +222,14 @@ class SubscriptionRequestSerializer(serializers.ModelSerializer):
 class SubscriptionRequestCreateSerializer(SubscriptionBodySerializer):
     """Ask for a subscription (``operation`` set: create or replace) or for its removal (``delete``)."""
 
-    tenant = serializers.SlugRelatedField(slug_field="name", queryset=Tenant.objects.all())
+    tenant = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Tenant.objects.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Your tenant; leave it out when you are a member of one tenant only (a member of several names one).",
+    )
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
     name = serializers.CharField(max_length=NAME_MAX)
     operation = serializers.ChoiceField(choices=["set", "delete"], default="set")
@@ -409,7 +416,8 @@ class SubscriptionRequestViewSet(
     @extend_schema(
         summary="Ask for a client-metrics subscription, or its removal (a member of the tenant)",
         description=(
-            "Kafka's rules judge the configs now. The match must select only the tenant's own clients: a "
+            "Kafka's rules judge the configs now. `tenant` may be left out by a member of one tenant; a member of "
+            "several names one. The match must select only the tenant's own clients: a "
             "client_id entry that is a literal client-id the tenant owns, or '<prefix>.*' inside one of its "
             "'<prefix>*' patterns; other selectors only narrow it. Replacing or deleting an existing subscription "
             "needs its current match to be the tenant's too."

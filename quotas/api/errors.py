@@ -91,7 +91,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 
     The engine's typed errors (QuotaValidationError & co.) keep their Kafka code: 400, or 503
     when Redis is unreachable. The workflow's refusals keep theirs (INVALID_REQUEST 400,
-    PERMISSION_DENIED 403, CONFLICT 409). Anything else unhandled stays a 500 from Django.
+    PERMISSION_DENIED 403, CONFLICT 409), with ``details`` naming the field to change when one is to blame.
+    Anything else unhandled stays a 500 from Django.
     """
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(*exc.args)
@@ -101,7 +102,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         http = status.HTTP_503_SERVICE_UNAVAILABLE if isinstance(exc, EngineUnavailable) else 400
         exc = ApiError(exc.code, exc.message, status_code=http)
     elif isinstance(exc, WorkflowError):
-        exc = ApiError(exc.code, exc.message, status_code=exc.status)
+        details = {exc.field: [exc.message]} if exc.field else None
+        exc = ApiError(exc.code, exc.message, details, status_code=exc.status)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

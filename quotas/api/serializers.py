@@ -2,8 +2,11 @@
 self-service quota requests and the audit trail.
 
 Request serializers only shape the JSON; Kafka's rules (entity types, keys, values) are
-judged by the engine in ``quotas.models.quotas``, so a value such as ``"100"`` reaches the
-engine untouched and is refused there with Kafka's message, never silently coerced.
+judged by the engine in ``quotas.models.quotas``, so in AlterClientQuotas (Kafka's own API, whose
+values are doubles) a value such as ``"100"`` reaches the engine untouched and is refused there with
+Kafka's message, never silently coerced. Quota requests and previews are written by people: their
+value may also be text in a form the key takes (``1.5 MiB/s``, ``1536 KiB/s``, ``1572864``; parsed by
+``quotas.engine.units``), and other text is refused naming the accepted forms.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from rest_framework import serializers
 from quotas.choices import ConnectorKind, EntityType, MatchType, QuotaScope
 from quotas.engine.config import CLIENT_ID, USER
 from quotas.engine.entities import DEFAULT
+from quotas.engine.units import UnitError, is_byte_rate, parse_quota_value
 from quotas.models import (
     AlterOutcome,
     Approval,
@@ -163,6 +167,31 @@ class PassThroughNumberField(serializers.Field):
 
     def to_representation(self, value: Any) -> Any:
         return value
+
+
+@extend_schema_field(
+    {
+        "oneOf": [{"type": "number", "format": "double"}, {"type": "string"}],
+        "description": "A number, or text with a unit: byte rates as 1572864, 1536 KiB/s, 1.5 MiB/s or 2 GiB/s "
+        "(binary units B/s, KiB/s, MiB/s, GiB/s; any case; '/s' optional); request_percentage as 50 or 50 %; "
+        "controller_mutation_rate as 10 or 10 mutations/s.",
+        "example": "1.5 MiB/s",
+    }
+)
+class QuotaValueField(PassThroughNumberField):
+    """A quota value as a person writes it: a number, or text in a form the key takes (``with_parsed_value``)."""
+
+
+def with_parsed_value(attrs: dict[str, Any]) -> dict[str, Any]:
+    """``attrs`` with a text ``value`` made a number in the key's unit (``1.5 MiB/s`` -> 1572864).
+
+    Text the key does not take is refused here, naming the accepted forms (400 INVALID_REQUEST, ``details.value``);
+    numbers are left to the engine's rules.
+    """
+    try:
+        return {**attrs, "value": parse_quota_value(attrs.get("key", ""), attrs.get("value"))}
+    except UnitError as e:
+        raise serializers.ValidationError({"value": [e.message]}) from e
 
 
 class EntityComponentSerializer(serializers.Serializer):
@@ -528,9 +557,32 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
         approval = getattr(obj, "approval", None)
         return None if approval is None else ApprovalSerializer(approval).data
 
+    def to_representation(self, instance: QuotaRequest) -> dict[str, Any]:
+        """Byte rates are whole bytes/s (Kafka's LONG): answered as integers, not as doubles."""
+        data = super().to_representation(instance)
+        if is_byte_rate(instance.key):
+            for name in ("value", "previous_value"):
+                if isinstance(data.get(name), float) and data[name].is_integer():
+                    data[name] = int(data[name])
+        return data
+
+
+class DefaultShareSerializer(serializers.Serializer):
+    entity = serializers.CharField(help_text="The config path naming <default>, e.g. /config/users/<default>.")
+    value = serializers.FloatField(allow_null=True, help_text="Its value, bytes/s; null: removed by the request.")
+    applies_to = serializers.IntegerField(
+        help_text="Known entities it applies to with the request (each its own sensor); it counts once for each."
+    )
+    applies_to_without = serializers.IntegerField(help_text="The same, without the request.")
+
 
 class CapacitySerializer(serializers.Serializer):
-    """The cluster's granted total of a byte-rate key without and with the request, in bytes/s it carries."""
+    """The cluster's granted total of a byte-rate key without and with the request, in bytes/s it carries.
+
+    Counted over the known entities (the principal/client-id combinations the cluster's quotas name, and the
+    request's), each with the quota Kafka applies to it, each sensor once: a <default> counts once for every
+    known entity it applies to (``defaults``); then x brokers for per_broker clusters.
+    """
 
     key = serializers.CharField()
     scope = serializers.CharField(help_text="per_broker: values count once per broker; cluster_wide: once.")
@@ -539,6 +591,9 @@ class CapacitySerializer(serializers.Serializer):
     capacity = serializers.IntegerField(allow_null=True, help_text="The cluster's capacity; null = unknown.")
     granted_without = serializers.FloatField()
     granted_with = serializers.FloatField()
+    known = serializers.IntegerField(help_text="Known entities the total was counted over.")
+    defaults = DefaultShareSerializer(many=True, help_text="The <default> quotas of the key and whom they apply to.")
+    counted = serializers.CharField(help_text="How the total was counted, in words.")
     exceeds = serializers.BooleanField()
     warning = serializers.CharField(allow_null=True)
 
@@ -601,7 +656,14 @@ class QuotaRequestDetailSerializer(QuotaRequestSerializer):
 class QuotaRequestCreateSerializer(serializers.Serializer):
     """Submit a request: one key of one user/client-id entity of a cluster, for a tenant you are a member of."""
 
-    tenant = serializers.SlugRelatedField(slug_field="name", queryset=Tenant.objects.all())
+    tenant = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Tenant.objects.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Your tenant; leave it out when you are a member of one tenant only (a member of several names one).",
+    )
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
     user = serializers.CharField(
         required=False, allow_null=True, default=None, help_text="A principal your tenant owns."
@@ -613,11 +675,14 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
         help_text="A client-id your tenant owns, or '<default>' under an owned user.",
     )
     key = serializers.CharField(help_text="producer_byte_rate, consumer_byte_rate, request_percentage, ...")
-    value = PassThroughNumberField(help_text="A finite number > 0; integral for byte rates.")
+    value = QuotaValueField(help_text="A finite number > 0 (whole bytes/s for byte rates), or text: 1.5 MiB/s.")
     reason = serializers.CharField(required=False, allow_blank=True, default="")
     expires_at = serializers.DateTimeField(
         required=False, allow_null=True, default=None, help_text="Makes it a boost: the previous value returns then."
     )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        return with_parsed_value(attrs)
 
 
 class DecisionSerializer(serializers.Serializer):

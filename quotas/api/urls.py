@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from quotas.api import client_metrics, views
+from quotas.api import client_metrics, scram, views
 
 app_name = "quotas-api"
 
@@ -36,6 +36,19 @@ urlpatterns = [
         "clusters/<str:cluster>/client-metrics/<str:subscription>/",
         client_metrics.ClientMetricsDetailView.as_view(),
         name="client-metrics-detail",
+    ),
+    path(
+        "clusters/<str:cluster>/scram-credentials/", scram.ScramCredentialListView.as_view(), name="scram-credentials"
+    ),
+    path(
+        "clusters/<str:cluster>/scram-credentials/<str:user>/",
+        scram.ScramCredentialDetailView.as_view(),
+        name="scram-credentials-detail",
+    ),
+    path(
+        "clusters/<str:cluster>/scram-credentials/<str:user>/rotate/",
+        scram.ScramCredentialRotateView.as_view(),
+        name="scram-credentials-rotate",
     ),
     path("metrics/memory", views.MemoryMetricsView.as_view(), name="memory-metrics"),
     path("clusters/<str:cluster>/effective-quota", views.EffectiveQuotaView.as_view(), name="effective-quota"),

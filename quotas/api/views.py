@@ -820,7 +820,12 @@ class QuotaRequestViewSet(
         summary="Submit a quota request (a member of the tenant)",
         description=(
             "The entity must be owned by the tenant (its principal and client-id patterns); the value is judged by "
-            "Kafka's rules now. `expires_at` makes it a boost: at expiry the previous value comes back on its own."
+            "Kafka's rules now. `tenant` may be left out by a member of one tenant; a member of several names one "
+            "(400 INVALID_REQUEST naming the choices otherwise). `value` is a number or text with a unit: byte rates "
+            "as 1572864, 1536 KiB/s, 1.5 MiB/s or 2 GiB/s (binary units), stored as whole bytes/s; other text is "
+            "400 INVALID_REQUEST naming the accepted forms. `expires_at` makes it a boost: at expiry the previous "
+            "value comes back on its own; overlapping boosts of one entity stack, and the last to end gives back the "
+            "value from before the first."
         ),
         request=QuotaRequestCreateSerializer,
         responses={201: QuotaRequestSerializer, **ERRORS},

@@ -6,7 +6,8 @@ describe/alter/resolve operations over them), ``tenants`` (teams, what they own,
 ``requests`` (self-service requests and approvals), ``audit`` (the audit trail) and
 ``broker_configs`` (dynamic broker and topic configs: connection limits, replication throttles) and
 ``client_metrics`` (KIP-714 client-metrics subscriptions and tenants' requests for them) and
-``pushes`` (the change log by version, the push status per broker, and drift found on brokers).
+``pushes`` (the change log by version, the push status per broker, and drift found on brokers) and
+``scram`` (which SASL/SCRAM credentials the portal made on Kafka clusters; never a password).
 """
 
 from quotas.models.audit import AuditAction, AuditEntry, audited_alter, record
@@ -55,6 +56,7 @@ from quotas.models.quotas import (
     effective_ip_quota,
 )
 from quotas.models.requests import TRANSITIONS, Approval, Decision, QuotaRequest, RequestState
+from quotas.models.scram import ScramCredential
 from quotas.models.tenants import (
     ADMINS_GROUP,
     AUDITORS_GROUP,
@@ -106,6 +108,7 @@ __all__ = [
     "QuotaRequest",
     "QuotaValue",
     "RequestState",
+    "ScramCredential",
     "SubscriptionExists",
     "SubscriptionNotFound",
     "SubscriptionOutcome",

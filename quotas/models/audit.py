@@ -39,6 +39,9 @@ class AuditAction(models.TextChoices):
     DRIFT_HEALED = "drift_healed", "Desired state re-applied to a broker"
     DRIFT_ADOPTED = "drift_adopted", "What a broker held adopted into desired state"
     SUBSCRIPTION_ALTERED = "subscription_altered", "Client-metrics subscription changed"
+    SCRAM_CREATED = "scram_created", "SCRAM credential created"
+    SCRAM_ROTATED = "scram_rotated", "SCRAM credential rotated"
+    SCRAM_DELETED = "scram_deleted", "SCRAM credential deleted"
 
 
 class AuditEntry(models.Model):

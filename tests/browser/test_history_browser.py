@@ -47,7 +47,8 @@ def test_a_tenant_previews_a_proposal_and_the_admin_sees_it_beside_the_capacity_
         page.fill("#id_value", "lots")
         page.click("#preview-button")
         refusal = page.wait_for_selector("#preview-panel [role=alert]")
-        assert "must be a number" in refusal.inner_text()  # the engine's words, and nothing was queued
+        assert "is not a byte rate" in refusal.inner_text()  # the accepted forms are named; nothing was queued
+        assert "1.5 MiB/s" in refusal.inner_text()
         assert not ImpactPreview.objects.exists()
 
         page.fill("#id_value", "600")

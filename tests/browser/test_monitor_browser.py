@@ -124,6 +124,11 @@ def test_a_tenant_watches_its_entity_live_and_the_chart_gains_points_within_3s(
     names = sorted(t["name"] for t in rate)
     assert names == [f"broker {b}{what}" for b in range(3) for what in ("", " bound")]
     assert all(y == 2000 for t in rate if t["name"].endswith("bound") for y in t["y"])
+    # byte rates in binary units: the axis ticks, and the hover with the exact figure ("1.95 KiB/s (2,000 B/s)")
+    axis = page.evaluate("() => document.getElementById('plot-rate-produce').layout.yaxis")
+    assert axis["tickmode"] == "array" and any(t.endswith(("B/s", "KiB/s")) for t in axis["ticktext"]), axis
+    hover = page.evaluate("() => document.getElementById('plot-rate-produce').data.map(t => Array.from(t.customdata))")
+    assert "1.95 KiB/s (2,000 B/s)" in hover[[t["name"] for t in rate].index("broker 0 bound")]
     assert {"plot-throttle", "plot-frac"} <= set(page.eval_on_selector_all(".plot", "els => els.map(e => e.id)"))
 
     # the socket drops: the page reconnects from just before its newest point, with no gap and no double

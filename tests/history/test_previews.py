@@ -42,7 +42,8 @@ def expected(records_by_broker: dict[int, list], value: float, entity: tuple | N
     frames = []
     for broker, records in records_by_broker.items():
         pdf = pd.DataFrame(records, columns=["user", "client_id", "value", "t_ms"]).assign(
-            cluster=CLUSTER, broker=broker, quota_type="produce", seq=range(len(records)))
+            cluster=CLUSTER, broker=broker, quota_type="produce", seq=range(len(records))
+        )
         frames.append(pdf)
     rows = pd.concat([replay_frame(f, "produce", value, entity=entity) for f in frames])
     advised = advise(pd.concat(frames), 0.01, entity=entity)
@@ -95,7 +96,8 @@ def test_a_user_level_proposal_replays_all_its_clients_through_one_sensor(
     root = land(1, sorted(a1 + a2, key=lambda r: r[3]) + steady("svc-a-9", "app-a-1", 30))
     worker_factory(**worker_env(root))
     asked = api(world["alice"]).post(
-        "/api/previews/", {"cluster": CLUSTER, "user": "svc-a-1", "key": PBR, "value": 1500}, format="json")
+        "/api/previews/", {"cluster": CLUSTER, "user": "svc-a-1", "key": PBR, "value": 1500}, format="json"
+    )
     preview = finished(asked.json()["id"])
     assert preview.state == PreviewState.DONE, preview.error_message
     # Kafka's user-level quota: one sensor for every client-id of the user, here 2000 B/s against 1500
@@ -128,6 +130,7 @@ def test_no_history_and_corrupt_files_fail_with_their_code_and_a_message(
     broken = finished(alice.post("/api/previews/", {**ALICE, "value": 1000}, format="json").json()["id"])
     assert (broken.state, broken.error_code) == (PreviewState.FAILED, "CORRUPT_INPUT")
     assert "Parquet" in broken.error_message
+    assert str(root) not in broken.error_message and "/" not in broken.error_message.replace("'/'", "")
     again = alice.post("/api/previews/", {**ALICE, "value": 1000}, format="json")
     assert (again.status_code, again.json()["id"]) == (200, broken.pk)  # the same file stays corrupt: not rerun
 
@@ -155,6 +158,19 @@ def test_bad_proposals_are_refused_with_a_typed_error_and_nothing_is_queued(
     assert (answer.status_code, answer.json()["code"]) == (status, code), answer.content
     assert answer.json()["message"]
     assert not ImpactPreview.objects.exists()
+
+
+def test_a_proposal_may_be_written_with_a_unit_as_on_the_request_form(world: dict[str, Any], land: Callable) -> None:
+    land(1, steady("svc-a-1", "app-a-1", 1))
+    alice = api(world["alice"])
+    asked = alice.post("/api/previews/", {**ALICE, "value": "1.5 MiB/s"}, format="json")
+    assert asked.status_code == 202, asked.content
+    assert asked.json()["value"] == 1_572_864
+    again = alice.post("/api/previews/", {**ALICE, "value": 1_572_864}, format="json")
+    assert again.json()["id"] == asked.json()["id"]  # the same proposal, however it was written
+    refused = alice.post("/api/previews/", {**ALICE, "value": "1.5 MB/s"}, format="json")
+    assert (refused.status_code, refused.json()["code"]) == (400, "INVALID_REQUEST")
+    assert "1536 KiB/s, 1.5 MiB/s, 2 GiB/s" in refused.json()["details"]["value"][0]
 
 
 def test_a_preview_is_read_by_whoever_may_see_its_entity_only(world: dict[str, Any], land: Callable) -> None:
@@ -192,7 +208,9 @@ def test_the_preview_names_quotas_kafka_would_apply_first(world: dict[str, Any],
     # before a client-id's own quota (level 7): alice's pair (1), any user's own quota (3: svc-a-2 runs app-a-1
     # too) and the default user's (6)
     assert services.earlier_quotas(by_client) == [
-        "/config/users/<default>", "/config/users/svc-a-1/clients/app-a-1", "/config/users/svc-a-2",
+        "/config/users/<default>",
+        "/config/users/svc-a-1/clients/app-a-1",
+        "/config/users/svc-a-2",
     ]
     exact = services.ensure_preview(None, cluster, "svc-a-1", "app-a-1", PBR, 1000.0)  # level 1: nothing first
     assert services.earlier_quotas(exact) == []
@@ -203,9 +221,26 @@ def test_the_preview_names_quotas_kafka_would_apply_first(world: dict[str, Any],
 def test_the_job_reports_progress_from_start_to_done(world: dict[str, Any], land: Callable) -> None:
     root = land(1, steady("svc-a-1", "app-a-1", 20))
     seen: list[tuple[str, float]] = []
-    result = jobs.run("whatif", ["--root", str(root), "--cluster", CLUSTER, "--user", "svc-a-1", "--client-id",
-                                 "app-a-1", "--key", PBR, "--value", "500", "--advice-target", "0.01"],
-                      lambda stage, fraction: seen.append((stage, fraction)))
+    result = jobs.run(
+        "whatif",
+        [
+            "--root",
+            str(root),
+            "--cluster",
+            CLUSTER,
+            "--user",
+            "svc-a-1",
+            "--client-id",
+            "app-a-1",
+            "--key",
+            PBR,
+            "--value",
+            "500",
+            "--advice-target",
+            "0.01",
+        ],
+        lambda stage, fraction: seen.append((stage, fraction)),
+    )
     assert result["requests"] == 200
     stages = [s for s, _ in seen]
     for stage in ("reading the landed history", "replaying the history", "right-sizing", "done"):
@@ -219,3 +254,26 @@ def test_a_job_that_refuses_its_input_raises_its_code(world: dict[str, Any], lan
     with pytest.raises(jobs.JobFailed) as failed:
         jobs.run("whatif", ["--root", str(root), "--cluster", CLUSTER, "--user", "x", "--key", "bogus", "--value", "1"])
     assert failed.value.code == "INVALID_REQUEST" and "bogus" in failed.value.message
+
+
+def test_a_preview_before_anything_landed_says_when_to_ask_again_and_names_no_server_file(
+    world: dict[str, Any], worker_factory: Callable, tmp_path: Any
+) -> None:
+    """A fresh demo: nothing landed yet. The answer is a typed code and a sentence, never the landing path."""
+    worker_factory(**worker_env(tmp_path / "nothing-landed-yet"))
+    preview = finished(api(world["alice"]).post("/api/previews/", {**ALICE, "value": 600}, format="json").json()["id"])
+
+    assert (preview.state, preview.error_code) == (PreviewState.FAILED, "MISSING_INPUT")
+    assert "landed every" in preview.error_message and "ask again" in preview.error_message
+    assert str(tmp_path) not in preview.error_message
+
+
+def test_covered_text_says_how_much_traffic_a_preview_replayed() -> None:
+    from history.services import covered_text
+
+    assert [covered_text(ms) for ms in (45_000, 180_000, 3 * 3600_000, 3 * 86400_000)] == [
+        "based on 45 s of traffic",
+        "based on 3 min of traffic",
+        "based on 3.0 h of traffic",
+        "based on 3.0 days of traffic",
+    ]

@@ -91,3 +91,21 @@ def test_a_tenant_asks_an_admin_decides_and_the_request_is_applied(w: dict[str, 
     r.refresh_from_db()
     assert r.state == "applied" and ClientMetricsSubscription.objects.filter(name="mine").exists()
     assert browser(w["bob"]).post(PAGE, {"action": "withdraw", "request_id": r.pk}).status_code == 404
+
+
+def test_a_member_of_one_tenant_asks_without_naming_it_and_of_several_chooses(w: dict[str, Any]) -> None:
+    alice = browser(w["alice"])
+    body = text(alice.get(PAGE))
+    assert "Tenant: <strong>team-a</strong>" in body and 'name="tenant"' not in body
+    asked = alice.post(PAGE, {"action": "request", "name": "mine", "metrics": "*", "match": "client_id=app-1"})
+    assert asked.status_code == 302 and SubscriptionRequest.objects.get().tenant == w["a"]
+
+    Tenant.objects.create(name="team-b").members.add(w["alice"])
+    body = text(alice.get(PAGE))
+    assert '<option value="">Choose a tenant</option>' in body and '<option value="team-b">' in body
+    refused = alice.post(PAGE, {"action": "request", "name": "again", "metrics": "*", "match": "client_id=app-1"})
+    assert refused.status_code == 400
+    assert "You are a member of 2 tenants, team-a, team-b" in text(refused)
+    assert "; team-a owns what you ask for" in text(refused)
+    chosen = {"action": "request", "tenant": "team-a", "name": "again", "metrics": "*", "match": "client_id=app-1"}
+    assert alice.post(PAGE, chosen).status_code == 302

@@ -346,8 +346,9 @@ def test_request_page_shows_observed_rate_and_throttling_before_and_after_the_ch
     response = browser(w["alice"]).get(f"/requests/{req.pk}/")
     assert response.status_code == 200
     rows = effect_rows(response)
-    assert rows["Before"][1:] == ["9", "1,000", "1,200", "1,000", "400", "800", "50%"]
-    assert rows["After"][1:] == ["6", "3,000", "3,600", "5,000", "0", "0", "0%"]
+    assert rows["Before"][1:] == ["9", "1,000 B/s", "1.17 KiB/s", "1,000 B/s", "400", "800", "50%"]
+    assert rows["After"][1:] == ["6", "2.93 KiB/s", "3.52 KiB/s", "4.88 KiB/s", "0", "0", "0%"]
+    assert 'title="3,600 B/s">3.52 KiB/s<' in response.content.decode()  # the exact rate on hover
     assert f'href="/monitor/{CLUSTER}/entity/?e=svc-a-1:"' in text(response)
 
 

@@ -252,17 +252,19 @@ def test_entity_page_shows_effective_quota_with_levels_and_history(w: dict[str, 
     response = browser(w["alice"]).get(f"/entities/{pk}/")
     assert response.status_code == 200
     rows = parse(response).rows
-    assert ["producer_byte_rate", "1,000"] in rows  # stored on the entity
+    assert ["producer_byte_rate", "1,000 B/s"] in rows  # stored on the entity
     # effective, for svc-a-1 with any unconfigured client-id: level 3 (/config/users/svc-a-1)
     pbr = next(r for r in rows if r[0] == PBR and len(r) == 5)
-    assert pbr[1:4] == ["1,000", "3", "/config/users/svc-a-1"]
+    assert pbr[1:4] == ["1,000 B/s", "3", "/config/users/svc-a-1"]
     assert "1: /config/users/svc-a-1/clients/" in pbr[4] and "2: /config/users/svc-a-1/clients/<default>" in pbr[4]
     cbr = next(r for r in rows if r[0] == CBR and len(r) == 5)
     assert cbr[1:4] == ["unlimited", "—", "no entity (no quota)"]
     # the client-id can be chosen, because this entity applies to every client-id of svc-a-1
     rows = parse(browser(w["alice"]).get(f"/entities/{pk}/", {"as_client_id": "app-a-1"})).rows
     cbr = next(r for r in rows if r[0] == CBR and len(r) == 5)
-    assert cbr[1:4] == ["2,000", "1", "/config/users/svc-a-1/clients/app-a-1"]
+    assert cbr[1:4] == ["1.95 KiB/s", "1", "/config/users/svc-a-1/clients/app-a-1"]
+    page = browser(w["alice"]).get(f"/entities/{pk}/", {"as_client_id": "app-a-1"}).content.decode()
+    assert 'title="2,000 B/s">1.95 KiB/s<' in page  # the exact figure on hover
     # history: the audited change by the admin (tenant team-a owns the principal, so alice reads it)
     history = [r for r in rows if len(r) == 9 and r[2] == "Quota value changed"]
     assert history and history[0][1] == "root" and history[0][4].startswith("/config/users/svc-a-1")
@@ -280,7 +282,7 @@ def test_entity_page_refuses_other_tenants_and_admin_only_entities(w: dict[str, 
     for pk in (a_entity, default, ip):
         assert auditor.get(f"/entities/{pk}/").status_code == 200
     rows = parse(auditor.get(f"/entities/{ip}/")).rows
-    assert ["connection_creation_rate", "5", "1", "/config/ips/10.0.0.1", "—"] in rows
+    assert ["connection_creation_rate", "5 connections/s", "1", "/config/ips/10.0.0.1", "—"] in rows
 
 
 # ------------------------------------------------------------------ the request form, as the API
@@ -305,10 +307,10 @@ def test_request_form_submits_like_the_api(w: dict[str, Any]) -> None:
 
 # (form fields, API body changes, field the API names in details or None for a workflow refusal)
 REFUSALS = [
-    ({"value": "abc"}, {"value": "abc"}, None),
-    ({"value": "1.5"}, {"value": 1.5}, None),
+    ({"value": "abc"}, {"value": "abc"}, "value"),  # text in no accepted form: the unit parser names the forms
+    ({"value": "1.5"}, {"value": "1.5"}, "value"),  # 1.5 bytes/s is not a whole number of bytes
     ({"value": "-5"}, {"value": -5}, None),
-    ({"value": "NaN"}, {"value": "NaN"}, None),
+    ({"value": "NaN"}, {"value": "NaN"}, "value"),
     ({"key": "bogus"}, {"key": "bogus"}, None),
     ({"key": "connection_creation_rate"}, {"key": "connection_creation_rate"}, None),
     ({"user": "svc-b-1"}, {"user": "svc-b-1"}, None),
@@ -341,6 +343,48 @@ def test_request_form_refuses_as_the_api_does(
     assert "The request was not submitted" in text(response)
     assert not QuotaRequest.objects.exists()
     assert_accessible(response)
+
+
+def test_a_member_of_one_tenant_is_not_asked_which(w: dict[str, Any]) -> None:
+    client = browser(w["alice"])
+    page = client.get("/requests/new/")
+    assert 'name="tenant"' not in page.content.decode() and "Tenant: <strong>team-a</strong>" in text(page)
+    assert_accessible(page)
+    response = client.post("/requests/new/", {k: v for k, v in FORM.items() if k != "tenant"})
+    assert response.status_code == 302
+    assert QuotaRequest.objects.get().tenant == w["a"]
+
+
+def test_a_member_of_several_tenants_chooses_one(w: dict[str, Any]) -> None:
+    w["b"].members.add(w["alice"])
+    client = browser(w["alice"])
+    page = client.get("/requests/new/")
+    choices = [f.get("name") for f in parse(page).fields if f["tag"] == "select"]
+    assert "tenant" in choices and '<option value="team-b">team-b</option>' in page.content.decode()
+    response = client.post("/requests/new/", {**FORM, "tenant": ""})
+    assert response.status_code == 400 and not QuotaRequest.objects.exists()
+    assert "You are a member of 2 tenants, team-a, team-b: name the one this request is for" in text(response)
+    assert client.post("/requests/new/", FORM).status_code == 302
+    assert QuotaRequest.objects.get().tenant == w["a"]
+
+
+def test_the_request_form_takes_units_and_shows_what_it_understood(w: dict[str, Any]) -> None:
+    client = browser(w["alice"])
+    page = client.get("/requests/new/").content.decode()
+    # units.js renders "= 1,572,864 B/s (1.5 MiB/s)" into the output under the value as one types
+    assert "/static/frontend/units.js" in page and "<script>" not in page  # no inline script
+    value = next(f for f in parse(client.get("/requests/new/")).fields if f.get("name") == "value")
+    assert value["data-quota-value"] == "id_key" and value["aria-describedby"] == "value-understood"
+    assert '<output id="value-understood"' in page
+    assert "1536 KiB/s, 1.5 MiB/s, 2 GiB/s" in html.unescape(page)  # the accepted forms, in the help text
+    response = client.post("/requests/new/", {**FORM, "value": "1.5 MiB/s"})
+    assert response.status_code == 302
+    created = QuotaRequest.objects.get()
+    assert created.value == 1_572_864
+    detail = client.get(response["Location"]).content.decode()
+    assert '<span class="qty" title="1,572,864 B/s">1.5 MiB/s</span>' in detail
+    refused = client.post("/requests/new/", {**FORM, "value": "1.5 MB/s"})
+    assert refused.status_code == 400 and "decimal units such as MB/s are not taken" in text(refused)
 
 
 def test_auditor_cannot_submit(w: dict[str, Any]) -> None:
@@ -381,6 +425,17 @@ def test_approval_queue_shows_capacity_and_is_for_admins_and_auditors(w: dict[st
         assert browser(w[who]).get("/approvals/").status_code == 403
 
 
+def test_the_capacity_check_on_the_queue_counts_defaults_and_says_how(w: dict[str, Any]) -> None:
+    """svc-a-2 has no producer quota of its own: the <default> principal's 500 B/s is granted to it today."""
+    submitted(w, user="svc-a-2", value=2000)
+    page = text(browser(w["admin"]).get("/approvals/"))
+    # without: svc-a-1 1000 + svc-b-1 3000 + svc-a-2's default 500, x 3 brokers; with: 2000 instead of 500
+    assert 'title="13,500 B/s">13.18 KiB/s<' in page and 'title="18,000 B/s">17.58 KiB/s<' in page
+    assert "over 4 known entities" in page
+    assert "<code>/config/users/<default></code> = " in page
+    assert "applies to 0 of the 4 known entities with this request, 1 without it: counted once for each." in page
+
+
 def _csrf_client(user: Any, pk: int) -> tuple[Client, str]:
     client = browser(user, csrf=True)
     assert client.get(f"/requests/{pk}/").status_code == 200  # sets the CSRF cookie, as a browser would
@@ -409,7 +464,7 @@ def test_approve_needs_the_csrf_token_and_applies(w: dict[str, Any]) -> None:
         ("root", "submitted", "approved", "ok"),
     ]  # "applied" comes when every broker holds the version (tests/push)
     altered = [row for row in rows if len(row) == 9 and row[2] == "Quota value changed"]
-    assert altered and altered[0][6:8] == ["1000.0", "4000.0"]  # the audit entry: before and after
+    assert altered and altered[0][6:8] == ["1,000 B/s", "3.91 KiB/s"]  # the audit entry: before and after
     assert "Approved by root" in text(page)
 
 
@@ -538,7 +593,8 @@ def test_cluster_pages(w: dict[str, Any]) -> None:
     member = browser(w["alice"])
     rows = parse(member.get("/clusters/")).rows
     assert rows[1][:5] == ["prod", "", "Quota engine (Redis)", "Per broker (as Kafka)", "3"]
-    assert rows[1][5:8] == ["10,000", "50,000", "1"]
+    assert rows[1][5:8] == ["9.77 KiB/s", "48.83 KiB/s", "1"]
+    assert 'title="10,000 B/s">9.77 KiB/s<' in member.get("/clusters/").content.decode()  # exact on hover
     detail = member.get("/clusters/prod/")
     assert detail.status_code == 200
     assert ["0", "b0:9092"] in parse(detail).rows and ["INTERNAL", "yes"] in parse(detail).rows

@@ -7,6 +7,7 @@ of them may see and do.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from datetime import timedelta
 from typing import Any
@@ -129,7 +130,9 @@ def test_a_default_client_under_an_owned_user_is_allowed(world: dict[str, Any]) 
         ("alice", {"user": None, "client_id": "<default>"}, 403, "PERMISSION_DENIED", "Default entities"),
         ("alice", {"user": None}, 400, "INVALID_REQUEST", "at least one of user, client-id or ip"),
         ("alice", {"value": 10.5}, 400, "INVALID_REQUEST", "cannot be a fractional value"),
-        ("alice", {"value": "100"}, 400, "INVALID_REQUEST", "must be a number"),
+        ("alice", {"value": "lots"}, 400, "INVALID_REQUEST", "1536 KiB/s, 1.5 MiB/s, 2 GiB/s"),
+        ("alice", {"value": "1.3 B/s"}, 400, "INVALID_REQUEST", "not a whole number of bytes"),
+        ("alice", {"value": True}, 400, "INVALID_REQUEST", "must be a number"),
         ("alice", {"value": -1}, 400, "INVALID_REQUEST", "greater than 0"),
         ("alice", {"key": "connection_creation_rate"}, 400, "INVALID_REQUEST", "applies to ip entities"),
         ("alice", {"key": "producer_rate"}, 400, "INVALID_REQUEST", "Invalid configuration key"),
@@ -141,6 +144,111 @@ def test_a_default_client_under_an_owned_user_is_allowed(world: dict[str, Any]) 
 def test_submit_refusals(world: dict[str, Any], who: str, body: dict, status: int, code: str, fragment: str) -> None:
     assert_error(ask(world[who], **body), status, code, fragment)
     assert not QuotaRequest.objects.exists() and not AuditEntry.objects.exists()
+
+
+# ------------------------------------------------------------------ values in units
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "stored"),
+    [
+        (PBR, "1.5 MiB/s", 1_572_864),
+        (PBR, "1536 KiB/s", 1_572_864),
+        (PBR, "1572864", 1_572_864),
+        (PBR, 1_572_864, 1_572_864),
+        (CBR, "2 GiB/s", 2 * 1024**3),
+        (CBR, "512kib", 524_288),
+        ("request_percentage", "50 %", 50),
+        ("controller_mutation_rate", "2.5 mutations/s", 2.5),
+    ],
+)
+def test_a_value_may_be_written_with_its_unit_and_the_api_keeps_the_number(
+    world: dict[str, Any], key: str, value: Any, stored: float
+) -> None:
+    response = ask(world["alice"], key=key, value=value)
+    assert response.status_code == 201, response.json()
+    answered = response.json()["value"]
+    assert answered == stored and QuotaRequest.objects.get().value == stored
+    if key in (PBR, CBR):  # Kafka's LONG: whole bytes/s, answered as an integer
+        assert isinstance(answered, int)
+        detail = api(world["alice"]).get(f"/api/requests/{response.json()['id']}/").json()
+        assert isinstance(detail["value"], int) and detail["value"] == stored
+
+
+@pytest.mark.parametrize("value", ["lots", "1.5 MB/s", "1,5 MiB/s", "1e6", "NaN", "0.1 KiB/s", "1.3 B/s"])
+def test_text_in_no_accepted_form_is_refused_naming_the_forms(world: dict[str, Any], value: str) -> None:
+    response = ask(world["alice"], value=value)
+    assert_error(response, 400, "INVALID_REQUEST", "1536 KiB/s, 1.5 MiB/s, 2 GiB/s")
+    body = response.json()
+    assert body["message"].startswith("value: ") and "1572864" in body["message"]
+    assert list(body["details"]) == ["value"] and "B/s, KiB/s, MiB/s, GiB/s" in body["details"]["value"][0]
+    assert not QuotaRequest.objects.exists()
+
+
+def test_the_workflow_reads_units_too(world: dict[str, Any]) -> None:
+    assert submitted(world, value="6 MiB/s").value == 6 * 1024**2
+    with pytest.raises(workflow.InvalidRequest, match="not a whole number of bytes") as refused:
+        submitted(world, value="0.3 KiB/s")
+    assert refused.value.field == "value"
+
+
+# ------------------------------------------------------------------ which tenant
+
+
+def test_a_member_of_one_tenant_never_names_it(world: dict[str, Any]) -> None:
+    response = ask(world["alice"], tenant=None)
+    assert response.status_code == 201, response.json()
+    assert response.json()["tenant"] == "team-a"
+    body = {"cluster": "prod", "user": "svc-a-1", "key": PBR, "value": "1 MiB/s"}  # no tenant key at all
+    response = api(world["alice"]).post("/api/requests/", body, format="json")
+    assert response.status_code == 201 and response.json()["tenant"] == "team-a"
+    inferred = workflow.submit(world["bob"], None, world["cluster"], user="svc-b-1", client_id=None, key=PBR, value=10)
+    assert inferred.tenant == world["b"]
+
+
+def test_a_member_of_several_tenants_is_asked_which_naming_the_choices(world: dict[str, Any]) -> None:
+    world["b"].members.add(world["alice"])
+    response = ask(world["alice"], tenant=None)
+    assert_error(response, 400, "INVALID_REQUEST", "You are a member of 2 tenants, team-a, team-b")
+    body = response.json()
+    assert "name the one this request is for in tenant" in body["message"]
+    assert "; team-a owns what you ask for" in body["message"]  # svc-a-1 is team-a's
+    assert body["details"] == {"tenant": [body["message"]]}
+    assert not QuotaRequest.objects.exists()
+    # naming one of them is enough
+    assert ask(world["alice"], tenant="team-a").status_code == 201
+    assert ask(world["alice"], tenant="team-b", user="svc-b-1").status_code == 201
+
+
+def test_naming_a_tenant_one_is_not_a_member_of_is_still_refused(world: dict[str, Any]) -> None:
+    response = ask(world["bob"], tenant="team-a")
+    assert_error(response, 403, "PERMISSION_DENIED", "not a member of tenant 'team-a'")
+    assert response.json()["details"] == {"tenant": [response.json()["message"]]}
+    world["b"].members.add(world["alice"])  # a member of several names only its own
+    team_c = Tenant.objects.create(name="team-c")
+    assert_error(ask(world["alice"], tenant=team_c.name), 403, "PERMISSION_DENIED", "not a member of tenant 'team-c'")
+    assert_error(ask(world["alice"], tenant="nope"), 400, "INVALID_REQUEST", "tenant")
+
+
+def test_someone_in_no_tenant_is_told_so(world: dict[str, Any]) -> None:
+    assert_error(ask(world["admin"], tenant=None), 403, "PERMISSION_DENIED", "not a member of any tenant")
+    assert_error(ask(world["auditor"], tenant=None), 403, "PERMISSION_DENIED", "Auditors read everything")
+
+
+def test_subscription_requests_infer_the_tenant_too(world: dict[str, Any]) -> None:
+    OwnedName.objects.create(tenant=world["a"], entity_type="client-id", pattern="app-1")
+    body = {"cluster": "prod", "name": "mine", "metrics": "*", "match": "client_id=app-1"}
+    response = api(world["alice"]).post("/api/subscription-requests/", body, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["tenant"] == "team-a"
+    world["b"].members.add(world["alice"])
+    response = api(world["alice"]).post("/api/subscription-requests/", {**body, "name": "again"}, format="json")
+    assert_error(response, 400, "INVALID_REQUEST", "You are a member of 2 tenants, team-a, team-b")
+    assert "; team-a owns what you ask for" in response.json()["message"]
+    response = api(world["alice"]).post(
+        "/api/subscription-requests/", {**body, "name": "again", "tenant": "team-a"}, format="json"
+    )
+    assert response.status_code == 201
 
 
 # ------------------------------------------------------------------ approve, reject, withdraw
@@ -349,6 +457,103 @@ def test_boost_expiry_leaves_a_value_changed_since(world: dict[str, Any]) -> Non
     assert AuditEntry.objects.get(request=boost, action="expired").comment.startswith("value changed since")
 
 
+def _boost(world: dict[str, Any], value: int, until: Any, now: Any) -> QuotaRequest:
+    """A boost of svc-a-1's producer rate, approved and on every broker."""
+    request = submitted(world, value=value, expires_at=until, now=now)
+    workflow.approve(world["admin"], request.pk, now=now)
+    push_everywhere(world["cluster"])
+    request.refresh_from_db()
+    assert request.state == "applied"
+    return request
+
+
+ORDERS = [*itertools.permutations(range(2)), *itertools.permutations(range(3))]
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=["-".join(map(str, o)) for o in ORDERS])
+def test_overlapping_boosts_end_at_the_value_before_the_first_whatever_order_they_expire_in(
+    world: dict[str, Any], order: tuple[int, ...]
+) -> None:
+    """Boosts applied one on top of another (5000, then 8000, then 9000 over a base of 500): while any runs, the
+    entity has the value of the newest one still running; when the last ends, the base comes back."""
+    t0 = timezone.now()
+    cluster = world["cluster"]
+    alter_client_quotas(cluster, [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 500)])])
+    values = [5000, 8000, 9000][: len(order)]
+    ends = {boost: t0 + timedelta(hours=k + 1) for k, boost in enumerate(order)}  # order[k] ends k-th
+    boosts = [_boost(world, v, ends[i], t0) for i, v in enumerate(values)]
+    assert stored(cluster) == values[-1]
+    running = set(range(len(values)))
+    for k, ending in enumerate(order):
+        assert expire_boosts(now=t0 + timedelta(hours=k + 1)) == [boosts[ending].pk]
+        running.discard(ending)
+        expected = values[max(running)] if running else 500.0
+        assert stored(cluster) == expected, (order, k)
+        push_everywhere(cluster)
+    assert all(QuotaRequest.objects.get(pk=b.pk).state == "expired" for b in boosts)
+    trail = AuditEntry.objects.filter(action="quota_altered", key=PBR, entity="/config/users/svc-a-1")
+    assert trail.order_by("-pk").values_list("after", flat=True).first() == 500.0
+
+
+def test_a_boost_ending_under_a_later_one_hands_down_what_it_replaced(world: dict[str, Any]) -> None:
+    t0 = timezone.now()
+    alter_client_quotas(world["cluster"], [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 500)])])
+    first = _boost(world, 5000, t0 + timedelta(hours=1), t0)
+    second = _boost(world, 8000, t0 + timedelta(hours=2), t0)
+    assert second.previous_value == 5000.0  # it replaced the first boost's value
+    expire_boosts(now=t0 + timedelta(hours=1))
+    second.refresh_from_db()
+    assert second.previous_value == 500.0 and stored(world["cluster"]) == 8000.0  # the later one still runs
+    note = AuditEntry.objects.get(request=first, action="expired").comment
+    assert note == f"boost #{second.pk}, applied on top of this one, now gives back 500 B/s when it ends"
+    assert not AuditEntry.objects.filter(request=first, action="quota_altered", before=5000.0).exists()
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_a_manual_change_during_overlapping_boosts_still_stands(world: dict[str, Any], order: tuple[int, int]) -> None:
+    t0 = timezone.now()
+    cluster = world["cluster"]
+    alter_client_quotas(cluster, [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 500)])])
+    ends = {boost: t0 + timedelta(hours=k + 1) for k, boost in enumerate(order)}
+    _boost(world, 5000, ends[0], t0)
+    _boost(world, 8000, ends[1], t0)
+    alter_client_quotas(cluster, [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 7000)])])  # an admin, meanwhile
+    push_everywhere(cluster)
+    for k in range(2):
+        assert len(expire_boosts(now=t0 + timedelta(hours=k + 1))) == 1
+        assert stored(cluster) == 7000.0
+    assert expire_boosts(now=t0 + timedelta(hours=3)) == []
+
+
+def test_a_manual_change_between_two_boosts_is_what_the_second_gives_back(world: dict[str, Any]) -> None:
+    t0 = timezone.now()
+    cluster = world["cluster"]
+    alter_client_quotas(cluster, [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 500)])])
+    first = _boost(world, 5000, t0 + timedelta(hours=1), t0)
+    alter_client_quotas(cluster, [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 7000)])])  # stands
+    push_everywhere(cluster)
+    _boost(world, 9000, t0 + timedelta(hours=2), t0)
+    expire_boosts(now=t0 + timedelta(hours=1))
+    assert stored(cluster) == 9000.0
+    assert "left as it is" in AuditEntry.objects.get(request=first, action="expired").comment
+    expire_boosts(now=t0 + timedelta(hours=2))
+    assert stored(cluster) == 7000.0
+
+
+def test_a_boost_asking_for_the_value_in_force_still_stacks(world: dict[str, Any]) -> None:
+    """The second boost changes nothing (same value, same desired-state version): it still counts as on top."""
+    t0 = timezone.now()
+    cluster = world["cluster"]
+    alter_client_quotas(cluster, [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 500)])])
+    first = _boost(world, 5000, t0 + timedelta(hours=1), t0)
+    second = _boost(world, 5000, t0 + timedelta(hours=2), t0)
+    assert second.applied_version == first.applied_version
+    expire_boosts(now=t0 + timedelta(hours=1))
+    assert stored(cluster) == 5000.0  # the second still runs
+    expire_boosts(now=t0 + timedelta(hours=2))
+    assert stored(cluster) == 500.0
+
+
 def test_expiry_runs_every_minute_in_celery_beat() -> None:
     schedule = settings.CELERY_BEAT_SCHEDULE["expire-boosts"]
     assert schedule == {"task": "quotas.tasks.expire_boosts", "schedule": 60.0}
@@ -360,11 +565,7 @@ def test_expiry_runs_every_minute_in_celery_beat() -> None:
 
 def test_capacity_check_warns_above_the_cluster_capacity(world: dict[str, Any]) -> None:
     cluster = world["cluster"]  # per broker, 3 brokers, 10,000 B/s in
-    entries = [
-        Alteration([("user", "svc-b-1")], [QuotaOp(PBR, 1000)]),
-        Alteration([("user", "<default>")], [QuotaOp(PBR, 99999)]),  # covers unknown clients: not counted
-    ]
-    alter_client_quotas(cluster, entries)
+    alter_client_quotas(cluster, [Alteration([("user", "svc-b-1")], [QuotaOp(PBR, 1000)])])
     small, big = submitted(world, value=2000), submitted(world, value=3000)
     admin = api(world["admin"])
 
@@ -375,12 +576,81 @@ def test_capacity_check_warns_above_the_cluster_capacity(world: dict[str, Any]) 
 
     check = admin.get(f"/api/requests/{big.pk}/").json()["capacity"]
     assert (check["granted_without"], check["granted_with"]) == (3000.0, 12000.0)
-    assert check["exceeds"] is True and "above its capacity of 10,000 B/s" in check["warning"]
+    assert check["exceeds"] is True
+    assert "grants 11.72 KiB/s (12,000 B/s)" in check["warning"]
+    assert "above its capacity of 9.77 KiB/s (10,000 B/s)" in check["warning"]
 
     cluster.scope = "cluster_wide"  # one shared budget: the value counts once
     cluster.save()
     check = admin.get(f"/api/requests/{big.pk}/").json()["capacity"]
     assert (check["multiplier"], check["granted_with"], check["exceeds"]) == (1, 4000.0, False)
+
+
+def test_capacity_check_counts_a_default_once_for_each_known_entity_it_applies_to(world: dict[str, Any]) -> None:
+    """``<default>`` quotas are granted too: each known entity without a more specific quota gets one (its own
+    sensor), as Kafka's precedence decides; the check says how many entities are known and how it counted."""
+    cluster = world["cluster"]  # per broker, 3 brokers, 10,000 B/s in
+    alter_client_quotas(
+        cluster,
+        [
+            Alteration([("user", "svc-b-1")], [QuotaOp(PBR, 1000)]),  # level 3: svc-b-1's own
+            Alteration([("user", "svc-b-2"), ("client-id", "app-b-1")], [QuotaOp(PBR, 500)]),  # level 1
+            Alteration([("user", "svc-a-7")], [QuotaOp(CBR, 100)]),  # known, but no producer quota of its own
+            Alteration([("user", "<default>")], [QuotaOp(PBR, 200)]),  # level 6: every principal without its own
+            Alteration([("client-id", "<default>")], [QuotaOp(PBR, 300)]),  # level 8: every known one is taken
+        ],
+    )
+    request = submitted(world, value=2000)  # svc-a-1, which gets the <default> principal's 200 today
+
+    check = api(world["admin"]).get(f"/api/requests/{request.pk}/").json()["capacity"]
+    # known: svc-b-1, svc-b-2 with app-b-1, svc-a-7 and svc-a-1 (the request's)
+    assert check["known"] == 4
+    # without: 1000 + 500 + 200 (svc-a-7) + 200 (svc-a-1), x 3 brokers; with: svc-a-1's 2000 replaces its 200
+    assert (check["granted_without"], check["granted_with"]) == (5700.0, 11100.0)
+    assert check["exceeds"] is True
+    assert check["defaults"] == [
+        {"entity": "/config/clients/<default>", "value": 300.0, "applies_to": 0, "applies_to_without": 0},
+        # svc-a-7, and svc-a-1 too until the request gives it its own
+        {"entity": "/config/users/<default>", "value": 200.0, "applies_to": 1, "applies_to_without": 2},
+    ]
+    assert check["counted"].startswith("Over 4 known entities")
+    assert "/config/users/<default> = 200 B/s applies to 1 of them (2 without the request)" in check["counted"]
+    assert "x 3 brokers" in check["counted"]
+
+
+def test_capacity_check_counts_client_id_defaults_per_client_id(world: dict[str, Any]) -> None:
+    cluster = world["cluster"]
+    cluster.scope = "cluster_wide"  # one budget: counted once
+    cluster.save()
+    alter_client_quotas(
+        cluster,
+        [
+            Alteration([("client-id", "app-a-1")], [QuotaOp(PBR, 1000)]),
+            Alteration([("client-id", "app-a-2")], [QuotaOp(CBR, 64)]),  # known client-id, no producer quota
+            Alteration([("client-id", "<default>")], [QuotaOp(PBR, 300)]),
+        ],
+    )
+    request = submitted(world, user=None, client_id="app-a-3", value=700)
+    check = workflow.capacity_check(request)
+    assert check is not None and check.known == 3 and check.multiplier == 1
+    # app-a-1 its own 1000; app-a-2 and (without the request) app-a-3 the default's 300 each
+    assert (check.granted_without, check.granted_with) == (1600.0, 2000.0)
+    assert [(d.entity, d.applies_to, d.applies_to_without) for d in check.defaults] == [
+        ("/config/clients/<default>", 1, 2)
+    ]
+
+
+def test_capacity_check_of_an_applied_request_puts_back_the_value_it_replaced(world: dict[str, Any]) -> None:
+    alter_client_quotas(world["cluster"], [Alteration([("user", "<default>")], [QuotaOp(PBR, 400)])])
+    request = submitted(world, value=1500)
+    workflow.approve(world["admin"], request.pk)
+    push_everywhere(world["cluster"])
+    request.refresh_from_db()
+    assert request.state == "applied" and request.previous_value is None
+    check = workflow.capacity_check(request)
+    assert check is not None
+    # without it, svc-a-1 falls back to the <default> principal's 400
+    assert (check.granted_without, check.granted_with) == (1200.0, 4500.0)
 
 
 def test_capacity_check_replaces_the_current_value_and_uses_egress_for_consumers(world: dict[str, Any]) -> None:

@@ -44,6 +44,9 @@
   function Chart(host, id, title, yTitle, options, hour) {
     this.id = id;
     this.hour = !!hour;
+    // byte rates: binary-unit ticks and hover (units.js), the exact figure in the hover too
+    this.units = /^rate-(produce|fetch)$/.test(id) && window.QuotaUnits ? window.QuotaUnits : null;
+    this.ticks = "";
     this.keys = new Map(); // trace key -> index in the plot
     this.queue = Promise.resolve();
     this.section = document.createElement("section");
@@ -94,25 +97,32 @@
         self.keys.set(it.key, idx);
         // markers: a lone point (a burst of mutations, an hour with one minute) is visible too
         var base = { mode: "lines+markers", marker: { size: self.hour ? 5 : 3 } };
+        if (self.units) {
+          base.customdata = [];
+          base.hovertemplate = (it.spec.name || "") + ": %{customdata}<extra></extra>";
+        }
         fresh.push(Object.assign({ x: [], y: [], type: "scatter" }, base, it.spec));
       }
       var g = groups.get(idx);
-      if (!g) groups.set(idx, (g = { x: [], y: [] }));
+      if (!g) groups.set(idx, (g = { x: [], y: [], c: [] }));
       g.x.push(it.x);
       g.y.push(it.y);
+      if (self.units) g.c.push(isNum(it.y) ? self.units.formatByteRate(it.y) + " (" + self.units.formatExact(it.y) + ")" : "—");
     });
     this.queue = this.queue.then(function () {
       var steps = Promise.resolve();
       if (fresh.length) steps = steps.then(function () { return Plotly.addTraces(self.el, fresh); });
       return steps.then(function () {
-        var indices = [], xs = [], ys = [];
+        var indices = [], xs = [], ys = [], cs = [];
         groups.forEach(function (g, idx) {
           indices.push(idx);
           xs.push(g.x);
           ys.push(g.y);
+          cs.push(g.c);
         });
         if (!indices.length) return null;
-        return Plotly.extendTraces(self.el, { x: xs, y: ys }, indices, maxPoints);
+        var update = self.units ? { x: xs, y: ys, customdata: cs } : { x: xs, y: ys };
+        return Plotly.extendTraces(self.el, update, indices, maxPoints);
       }).then(function () {
         var update = self.id.indexOf("rate-") === 0 ? self.fitRate() : {};
         if (range) update["xaxis.range"] = range;
@@ -126,8 +136,23 @@
   };
 
   /* A bound far above the rate (a quota raised 100-fold) would flatten the rate against 0: then the y axis
-     follows the rate and a note says where the bound is. */
+     follows the rate and a note says where the bound is. Byte rates get their ticks in binary units. */
   Chart.prototype.fitRate = function () {
+    var update = this.fitRange();
+    if (!this.units) return update;
+    var top = this.capped ? this.rateMax * 1.3 : Math.max(this.rateMax, this.boundMax) * 1.05;
+    var axis = this.units.byteAxis(top);
+    var key = axis.tickvals.join(",");
+    if (key !== this.ticks) {
+      this.ticks = key;
+      update["yaxis.tickmode"] = axis.tickmode;
+      update["yaxis.tickvals"] = axis.tickvals;
+      update["yaxis.ticktext"] = axis.ticktext;
+    }
+    return update;
+  };
+
+  Chart.prototype.fitRange = function () {
     var rateMax = 0, boundMax = 0;
     (this.el.data || []).forEach(function (t) {
       var bound = / bound$/.test(t.name || "");
@@ -137,13 +162,16 @@
         else rateMax = Math.max(rateMax, v);
       });
     });
+    this.rateMax = rateMax;
+    this.boundMax = boundMax;
     if (rateMax > 0 && boundMax > 4 * rateMax) {
       this.capped = true;
       return {
         "yaxis.autorange": false,
         "yaxis.range": [0, rateMax * 1.3],
         annotations: [{ xref: "paper", yref: "paper", x: 1, y: 1, xanchor: "right", yanchor: "bottom", showarrow: false,
-          text: "bound up to " + boundMax.toLocaleString("en-US") + ", above the chart",
+          text: "bound up to " + (this.units ? this.units.formatByteRate(boundMax) : boundMax.toLocaleString("en-US")) +
+            ", above the chart",
           font: { size: 11, color: "#4f5869" } }],
       };
     }

@@ -1,5 +1,6 @@
 // The entity page's hourly usage: the Spark rollups (history.UsageRollup) drawn with Plotly, one pair of
-// charts per quota type: rate percentiles per hour, and the fraction of each hour spent throttled.
+// charts per quota type: rate percentiles per hour, and the fraction of each hour spent throttled. Byte rates
+// (produce, fetch) are ticked and hovered in binary units (units.js), with the exact bytes/s in the hover.
 (function () {
   "use strict";
   const CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
@@ -25,9 +26,17 @@
     plot.setAttribute("aria-label", quotaType + ": rate per hour and time throttled");
     section.append(h, plot);
     host.append(section);
-    const traces = LINES.map(([key, name, line]) => ({
-      x: s.t, y: s[key], name: name, type: "scatter", mode: "lines+markers", line: line, marker: { size: 4 },
-    }));
+    const units = window.QuotaUnits && window.QuotaUnits.isByteRate(quotaType) ? window.QuotaUnits : null;
+    const traces = LINES.map(([key, name, line]) => {
+      const trace = {
+        x: s.t, y: s[key], name: name, type: "scatter", mode: "lines+markers", line: line, marker: { size: 4 },
+      };
+      if (units) {
+        trace.customdata = s[key].map((v) => (typeof v === "number" ? units.formatByteRate(v) + " (" + units.formatExact(v) + ")" : "—"));
+        trace.hovertemplate = name + ": %{customdata}<extra></extra>";
+      }
+      return trace;
+    });
     traces.push({
       x: s.t, y: s.throttled_fraction.map((f) => 100 * f), name: "time throttled (%)", type: "bar", yaxis: "y2",
       opacity: 0.35, marker: { color: "#c2410c" },
@@ -36,7 +45,8 @@
       font: FONT, height: 320, margin: { l: 64, r: 56, t: 8, b: 70 }, hovermode: "x unified",
       legend: { orientation: "h", y: -0.25, font: { size: 11 } },
       xaxis: { type: "date", tickformat: "%m-%d %H:%M" },
-      yaxis: { title: { text: UNIT[quotaType] || "" }, rangemode: "tozero", automargin: true },
+      yaxis: Object.assign({ title: { text: UNIT[quotaType] || "" }, rangemode: "tozero", automargin: true },
+        units ? units.byteAxis(1.05 * Math.max(0, ...LINES.flatMap(([key]) => s[key].filter((v) => typeof v === "number")))) : {}),
       yaxis2: { title: { text: "throttled %" }, overlaying: "y", side: "right", range: [0, 100], dtick: 25,
                  showgrid: false },
     };

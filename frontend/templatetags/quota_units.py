@@ -1,0 +1,65 @@
+"""Template filters showing quota values in their units (``quotas.engine.units``): byte rates in binary units
+with the exact figure on hover, the other keys with their own unit.
+
+    {% load quota_units %}
+    {{ cluster.capacity_in_bytes_per_s|byte_rate }}    -> <span class="qty" title="10,000 B/s">9.77 KiB/s</span>
+    {{ req.value|quota_value:req.key }}                 -> 1.5 MiB/s, or 50 %, 10 mutations/s, 5 connections/s
+    {{ entry.after|audit_value:entry.key }}             -> as quota_value for numbers, else the text (a state)
+"""
+
+from __future__ import annotations
+
+import math
+
+from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from quotas.engine.entities import QUOTA_KEYS
+from quotas.engine.units import format_byte_rate, format_exact, format_quota_value, is_byte_rate, quota_key
+
+register = template.Library()
+
+
+def _number(value: object) -> float | int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+@register.filter
+def byte_rate(value: object) -> SafeString | str:
+    """A byte rate in the largest binary unit it reaches (``1.5 MiB/s``), the exact bytes/s in its ``title``."""
+    number = _number(value)
+    if number is None:
+        return "" if value is None else str(value)
+    return format_html(
+        '<span class="qty" title="{}">{}</span>', format_exact("producer_byte_rate", number), format_byte_rate(number)
+    )
+
+
+@register.filter
+def quota_value(value: object, key: str) -> SafeString | str:
+    """A value of a quota key (or a rate of a quota type: ``produce``, ``request``, ...) in its unit."""
+    number = _number(value)
+    if number is None:
+        return "" if value is None else str(value)
+    if is_byte_rate(key):
+        return byte_rate(number)
+    return format_html('<span class="qty">{}</span>', format_quota_value(quota_key(key), number))
+
+
+@register.filter
+def audit_value(value: object, key: str) -> SafeString | str:
+    """An audit entry's before/after: a quota value in its unit, anything else (a state, a config text) as it is."""
+    if value is None:
+        return "—"
+    if key in QUOTA_KEYS and isinstance(value, int | float) and not isinstance(value, bool):
+        return quota_value(value, key)
+    return str(value)
