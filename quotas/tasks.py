@@ -18,6 +18,7 @@ from django.conf import settings
 
 from pipeline import landing
 from quotas import push, targets, workflow
+from quotas.choices import ConnectorKind
 from quotas.connectors.base import PushError
 from quotas.models import Broker, Cluster
 
@@ -98,6 +99,12 @@ def land() -> dict[str, Any]:
             if url not in clients:
                 clients[url] = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=30)
             sources.append((clients[url], cluster))
+    # Kafka clusters: what their clients and the Prometheus source logged and sampled in the portal's Redis
+    url = settings.QUOTAS_REDIS_URL
+    for name in Cluster.objects.filter(connector=ConnectorKind.KAFKA).order_by("name").values_list("name", flat=True):
+        if url not in clients:
+            clients[url] = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=30)
+        sources.append((clients[url], name))
     try:
         result = landing.land_all(
             sources, Path(settings.QUOTAS_LANDING_ROOT), batch=settings.QUOTAS_LANDING_BATCH,

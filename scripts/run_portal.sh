@@ -101,8 +101,10 @@ if [ "$DEMO" != "0" ]; then
     python manage.py demo_data | tee "$RUN/demo-data.log"
 fi
 
-# The demo's hourly history fills sooner than production's 10 minutes (the Spark rollups job, history app).
+# The demo's hourly history fills sooner than production's 10 minutes (the Spark rollups job, history app), and its
+# traffic is landed every 20 s, so the first impact preview has history within the first minute.
 export QUOTAS_ROLLUPS_SECONDS="${QUOTAS_ROLLUPS_SECONDS:-120}"
+export QUOTAS_LANDING_SECONDS="${QUOTAS_LANDING_SECONDS:-20}"
 celery -A portal worker -Q celery -B -s "$RUN/celerybeat-schedule" -l info --logfile "$RUN/celery-worker.log" >>"$RUN/celery-worker.log" 2>&1 &
 WORKER_PID=$!
 echo "run_portal: Celery worker pid $WORKER_PID, log in .run/celery-worker.log"

@@ -73,6 +73,9 @@ DEMO_KAFKA_TRAFFIC: tuple[KafkaClientSpec, ...] = (
 #: (user, client-id, quota type) -> (sensor tags, bound or None): which quota applies to a client.
 SensorOf = Callable[[str, str, str], tuple[str, float | None]]
 Publish = Callable[[list[dict[str, Any]]], None]
+#: (quota type, broker id, [(user, client-id, bytes, t_ms)]): what the clients asked for, for the history
+Usage = Callable[[str, int, list[tuple[str, str, float, int]]], None]
+USAGE_FLUSH_S = 0.5
 
 
 @dataclass
@@ -94,6 +97,7 @@ class KafkaTraffic:
         *,
         sensor: SensorOf | None = None,
         publish: Publish | None = None,
+        usage: Usage | None = None,
         password: Callable[[str], str] = demo_password,
         mechanism: str = MECHANISM,
         stats_interval_ms: int = 1000,
@@ -103,6 +107,7 @@ class KafkaTraffic:
         self.specs = list(specs)
         self.sensor = sensor or (lambda user, client_id, qt: (f"{user}:{client_id}", None))
         self.publish = publish
+        self.usage = usage
         self.password = password
         self.mechanism = mechanism
         self.stats_interval_ms = stats_interval_ms
@@ -184,8 +189,10 @@ class KafkaTraffic:
         payload = b"x" * spec.message_bytes
         interval = spec.message_bytes / spec.rate
         due = time.monotonic()
+        log = _UsageLog(self, PRODUCE, spec, lambda: _leader(producer, spec.topic))
         try:
             while not self._stop.is_set():
+                log.maybe_flush()
                 now = time.monotonic()
                 if now < due:
                     self._stop.wait(min(due - now, 0.2))
@@ -193,6 +200,7 @@ class KafkaTraffic:
                     continue
                 try:
                     producer.produce(spec.topic, payload)
+                    log.add(len(payload))
                     due += interval
                 except BufferError:  # throttled: Kafka's clients keep the data in their buffer and wait
                     producer.poll(0.05)
@@ -201,20 +209,27 @@ class KafkaTraffic:
                 if time.monotonic() - due > 2.0:  # behind by more than two seconds: do not burst to catch up
                     due = time.monotonic()
         finally:
+            log.flush()
             producer.flush(5)
 
     def _fetch(self, spec: KafkaClientSpec) -> None:
         consumer = Consumer({**self.client_config(spec), "group.id": f"{spec.client_id}-group",
                              "enable.auto.commit": False, "auto.offset.reset": "earliest", "enable.partition.eof": True,
                              "fetch.max.bytes": 4 * MIB})
+        log = _UsageLog(self, FETCH, spec, lambda: _leader(consumer, spec.topic))
         try:
             consumer.assign([TopicPartition(spec.topic, 0, 0)])
             while not self._stop.is_set():
+                log.maybe_flush()
                 batch = consumer.consume(500, 0.5)
+                fetched = sum(len(m.value() or b"") for m in batch if m.error() is None)
+                if fetched:
+                    log.add(fetched)  # one consume() of a batch: what the fetches answered
                 if not batch or any(m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF
                                     for m in batch):
                     consumer.seek(TopicPartition(spec.topic, 0, 0))  # caught up: read it all again
         finally:
+            log.flush()
             consumer.close()
 
     def _mutate(self, spec: KafkaClientSpec) -> None:
@@ -300,3 +315,41 @@ class KafkaTraffic:
                 self.publish(samples)
             except Exception as e:  # noqa: BLE001 - the monitor's Redis being away must not stop the clients
                 self._note_error(spec, f"publishing samples: {e}")
+
+
+def _leader(client: Any, topic: str) -> int:
+    """The broker leading the topic's only partition (where the client's requests, and its quota, are)."""
+    partitions = client.list_topics(topic, timeout=10).topics[topic].partitions
+    return int(partitions[0].leader) if partitions else -1
+
+
+class _UsageLog:
+    """A client's usage records (one per message sent, one per batch fetched), flushed every half second to the
+    traffic's ``usage`` callback: what the history lands and the what-if replays for a real cluster."""
+
+    def __init__(self, traffic: KafkaTraffic, quota_type: str, spec: KafkaClientSpec, leader: Callable[[], int]):
+        self.traffic, self.quota_type, self.spec, self.leader = traffic, quota_type, spec, leader
+        self.records: list[tuple[str, str, float, int]] = []
+        self.flushed = time.monotonic()
+        self.broker: int | None = None
+
+    def add(self, value: float) -> None:
+        if self.traffic.usage is not None:
+            self.records.append((self.spec.user, self.spec.client_id, float(value), int(time.time() * 1000)))
+
+    def maybe_flush(self) -> None:
+        if time.monotonic() - self.flushed >= USAGE_FLUSH_S:
+            self.flush()
+
+    def flush(self) -> None:
+        self.flushed = time.monotonic()
+        if not self.records or self.traffic.usage is None:
+            return
+        records, self.records = self.records, []
+        try:
+            if self.broker is None or self.broker < 0:
+                self.broker = self.leader()
+            self.traffic.usage(self.quota_type, self.broker, records)
+        except Exception as e:  # noqa: BLE001 - the history is best effort: the clients keep going
+            self.broker = None
+            self.traffic._note_error(self.spec, f"logging usage: {e}")

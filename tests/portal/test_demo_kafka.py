@@ -12,8 +12,9 @@ import pytest
 import redis
 from django.core.management import call_command
 
-from quotas import push
+from quotas import push, tasks
 from quotas.connectors.kafka_client import MATCH_EXACT, AdminClient
+from quotas.engine import usage_log
 from quotas.engine.monitor import entity_key
 from quotas.management.commands.demo_data import KAFKA_ENV
 from quotas.models import Cluster
@@ -62,7 +63,7 @@ def test_prod_is_the_real_cluster_with_its_quotas_and_the_principals_credentials
 
 
 def test_the_demo_clients_are_throttled_by_kafka_and_the_monitor_shows_it(
-    kafka_demo: Cluster, engine_redis: redis.Redis
+    kafka_demo: Cluster, engine_redis: redis.Redis, settings: Any, tmp_path: Any
 ) -> None:
     push.push_target(kafka_demo.pk, None)
 
@@ -78,3 +79,12 @@ def test_the_demo_clients_are_throttled_by_kafka_and_the_monitor_shows_it(
     loader = [json.loads(f[b"d"]) for _id, f in engine_redis.xrange(key)]
     assert loader and {r["bound"] for r in loader} == {2 * 1024 * KIB}
     assert max(r["thr_max"] for r in loader) == 0
+
+    # what the clients asked for is logged at the partition's leader, and the landing task lands it for previews
+    batches = usage_log.read(engine_redis, "prod")
+    produced = [b for b in batches if b.quota_type == "produce" and "svc-payments-api" in b.users]
+    assert produced and {b.broker for b in produced} <= set(kafka_demo.brokers.values_list("broker_id", flat=True))
+    assert sum(v for b in produced for u, v in zip(b.users, b.values, strict=True) if u == "svc-payments-api") > 0
+    settings.QUOTAS_LANDING_ROOT = str(tmp_path)
+    landed = tasks.land()
+    assert list((tmp_path / "usage").rglob("*.parquet")), landed

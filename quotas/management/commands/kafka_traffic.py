@@ -1,9 +1,10 @@
 """``python manage.py kafka_traffic``: the demo's real clients on the demo's Kafka cluster (``traffic.kafka_clients``).
 
-The clients sign in as the demo principals (their SCRAM credentials are made by ``demo_data``); what they see of
-Kafka's throttling is published as live samples of the cluster, each with the quota that applies to it (the
-portal's effective-quota resolver, re-read every few seconds so an approved change shows at once). Runs until
-SIGTERM / SIGINT (or ``--duration`` seconds).
+The clients sign in as the demo principals (their SCRAM credentials are made by ``demo_data``); what they ask for
+is logged as usage (one record per message sent, per batch fetched, at the partition's leader) for the history
+and the what-if, and what they see of Kafka's throttling is published as live samples of the cluster, each with
+the quota that applies to it (the portal's effective-quota resolver, re-read every few seconds so an approved
+change shows at once). Runs until SIGTERM / SIGINT (or ``--duration`` seconds).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from quotas.choices import ConnectorKind
+from quotas.engine import usage_log
 from quotas.engine.monitor import Sampler
 from quotas.models import Cluster, effective_client_quotas
 from quotas.push import kafka_credentials
@@ -74,7 +76,11 @@ class Command(BaseCommand):
                 sampler = samplers.setdefault(broker_id, Sampler(client, cluster.name, broker_id, {}))
                 sampler.publish(rows, int(time.time() * 1000))
 
-        traffic = KafkaTraffic(cluster.name, bootstrap, DEMO_KAFKA_TRAFFIC, sensor=sensor, publish=publish)
+        def usage(quota_type: str, broker_id: int, records: list[tuple[str, str, float, int]]) -> None:
+            usage_log.append(client, cluster.name, broker_id, quota_type, records)
+
+        traffic = KafkaTraffic(cluster.name, bootstrap, DEMO_KAFKA_TRAFFIC, sensor=sensor, publish=publish,
+                               usage=usage)
         traffic.ensure_topics(creds.username, creds.password)
         refresh_bounds()
         stop = {"now": False}
