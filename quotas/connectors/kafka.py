@@ -16,6 +16,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from quotas.engine.config import EntityRef
@@ -41,6 +42,8 @@ from .kafka_client import (
     BROKER_RESOURCE,
     CLIENT_METRICS_RESOURCE,
     DEFAULT_CLIENT_ID,
+    MATCH_DEFAULT,
+    MATCH_EXACT,
     OP_DELETE,
     OP_SET,
     SOURCE_CLIENT_METRICS,
@@ -57,6 +60,10 @@ from .kafka_client import (
 RESOURCE_TYPE_OF_KIND = {BROKER: BROKER_RESOURCE, TOPIC: TOPIC_RESOURCE, CLIENT_METRICS: CLIENT_METRICS_RESOURCE}
 KIND_OF_RESOURCE_TYPE = {v: k for k, v in RESOURCE_TYPE_OF_KIND.items()}
 UNKNOWN_TOPIC_OR_PARTITION = 3
+#: How long a cluster's broker list (DescribeCluster) is trusted before it is asked again.
+BROKERS_TTL_S = 30.0
+#: Up to this many changed entities are verified one by one (an exact filter each), more with one full describe.
+VERIFY_ENTITIES_ONE_BY_ONE = 8
 
 class KafkaConnector:
     """Applies and describes the desired state of Kafka brokers (``Target.address`` is ``host:port``).
@@ -81,7 +88,10 @@ class KafkaConnector:
         self.managed = managed
         self.verify_timeout = verify_timeout
         self._clients: dict[tuple[str, Credentials], AdminClient] = {}
+        #: the brokers of a cluster (DescribeCluster), kept BROKERS_TTL_S and dropped when a verification fails
+        self._metadata: dict[tuple[str, Credentials], tuple[float, dict[int, str]]] = {}
         self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kafka-verify")
 
     def applied_version(self, target: Target) -> int | None:
         """Kafka does not store the portal's version; only the portal knows what it pushed."""
@@ -148,43 +158,57 @@ class KafkaConnector:
         broker, or for a cluster every broker of its metadata (at the address it advertises on this listener)."""
         if target.broker_id is not None:
             return {target.broker_id: client}
+        key = (target.address, target.credentials)
+        cached = self._metadata.get(key)
+        if cached is None or time.monotonic() - cached[0] > BROKERS_TTL_S:
+            cached = (time.monotonic(), dict(client.describe_cluster().addresses))
+            self._metadata[key] = cached
         return {
             node_id: self._client(Target(target.cluster, node_id, address, target.credentials))
-            for node_id, address in sorted(client.describe_cluster().addresses.items())
+            for node_id, address in sorted(cached[1].items())
         }
 
     def _verify(
         self, target: Target, brokers: Mapping[int, AdminClient], changes: Mapping[Item, str | None], version: int
     ) -> dict[str, str]:
         """A Kafka cluster holds its quotas and dynamic configs in its metadata log; a write is applied when every
-        broker answers the new values from its own copy. Ask each broker until it does; one still behind after
-        ``verify_timeout`` fails the push, retriably, naming the broker and what it still answers."""
+        broker answers the new values from its own copy. Ask the brokers (all at once) until each does, pausing 2,
+        4, 8 ... 50 ms between rounds; one still behind after ``verify_timeout`` fails the push, retriably, naming
+        the broker and what it still answers."""
         deadline = time.monotonic() + self.verify_timeout
         answers: dict[str, str] = {}
         pending = dict(brokers)
-        while True:
-            for node_id, broker_client in sorted(pending.items()):
-                behind = self._behind(broker_client, node_id, changes)
-                answers[str(node_id)] = f"holds version {version}" if behind is None else behind
-                if behind is None:
-                    del pending[node_id]
-            if not pending:
-                return answers
-            if time.monotonic() >= deadline:
-                detail = "; ".join(f"broker {b}: {answers[str(b)]}" for b in sorted(pending))
-                raise PushError(
-                    "REQUEST_TIMED_OUT",
-                    f"{target.label}: after {self.verify_timeout:g}s not every broker answers version {version}: "
-                    f"{detail}",
-                    retriable=True,
-                )
-            time.sleep(0.05)
+        pause = 0.002
+        try:
+            while True:
+                asked = {b: self._pool.submit(self._behind, c, b, changes) for b, c in sorted(pending.items())}
+                for node_id, future in asked.items():
+                    behind = future.result()
+                    answers[str(node_id)] = f"holds version {version}" if behind is None else behind
+                    if behind is None:
+                        del pending[node_id]
+                if not pending:
+                    return answers
+                if time.monotonic() >= deadline:
+                    detail = "; ".join(f"broker {b}: {answers[str(b)]}" for b in sorted(pending))
+                    raise PushError(
+                        "REQUEST_TIMED_OUT",
+                        f"{target.label}: after {self.verify_timeout:g}s not every broker answers version {version}: "
+                        f"{detail}",
+                        retriable=True,
+                    )
+                time.sleep(pause)
+                pause = min(0.05, pause * 2)
+        except KafkaClientError:
+            self._metadata.pop((target.address, target.credentials), None)  # a broker left: ask the metadata again
+            raise
 
     def _behind(self, client: AdminClient, node_id: int, changes: Mapping[Item, str | None]) -> str | None:
         """None when the broker answers every changed item's new value (its own configs included), else the first
-        item it still answers otherwise."""
+        item it still answers otherwise. Only what changed is asked: the changed entities' quotas (each with an
+        exact, strict filter; all quotas when many changed) and the changed config keys of their resources."""
         named = {i for i in changes if i.kind != BROKER or i.resource in (DEFAULT_BROKER_RESOURCE, str(node_id))}
-        held = self._describe(client, {i: "" for i in named}, {node_id: client})
+        held = self._held(client, named)
         for item in sorted(named):
             want, have = changes[item], held.get(item)
             if item.kind == QUOTA and want is not None and have is not None:
@@ -195,12 +219,41 @@ class KafkaConnector:
                 return f"{_item_text(item)} is {have if have is not None else 'unset'} (wants {want or 'unset'})"
         return None
 
+    def _held(self, client: AdminClient, items: set[Item]) -> State:
+        """What ``client``'s broker answers for ``items``: their entities' quotas and their configs' keys."""
+        state: State = {}
+        entities = sorted({i.resource for i in items if i.kind == QUOTA})
+        if len(entities) > VERIFY_ENTITIES_ONE_BY_ONE:
+            filters: list[list[tuple[str, int, str | None]]] = [[]]
+        else:
+            filters = [
+                [(t, MATCH_DEFAULT if n is None else MATCH_EXACT, n) for t, n in _entity_components(e).items()]
+                for e in entities
+            ]
+        for components in filters:
+            response = client.describe_client_quotas(components, strict=bool(components))
+            if response.error_code:
+                raise KafkaBrokerError(response.error_code, response.error_message)
+            for entry in response.entries or ():
+                resource = _entity_field({e.entity_type: e.entity_name for e in entry.entity})
+                for value in entry.values:
+                    state[Item(QUOTA, resource, value.key)] = repr(float(value.value))
+        keys: dict[tuple[int, str], set[str]] = {}
+        for i in items:
+            if i.kind in RESOURCE_TYPE_OF_KIND:
+                keys.setdefault((RESOURCE_TYPE_OF_KIND[i.kind], i.resource), set()).add(i.key)
+        if keys:
+            response = client.describe_configs([(t, n, sorted(k)) for (t, n), k in sorted(keys.items())])
+            state.update(self._configs(list(response.results)))
+        return state
+
     def close(self) -> None:
         """Close every broker connection."""
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             client.close()
+        self._metadata.clear()
 
     def _client(self, target: Target) -> AdminClient:
         key = (target.address, target.credentials)

@@ -132,3 +132,20 @@ def test_pipeline_benchmark_quick_run_reports_its_figures() -> None:
     assert figures <= summary.keys()
     assert all(summary[k] > 0 for k in figures)
     assert summary["rollup_out_rows"]["minute"] > 0 and summary["rollup_out_rows"]["hour"] > 0
+
+
+@pytest.mark.timeout(300)
+def test_kafka_push_benchmark_quick_run_reports_its_ratio(kafka_cluster) -> None:  # type: ignore[no-untyped-def]
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/kafka_push_bench.py", "--quick", "--bootstrap", kafka_cluster.bootstrap(),
+         "--changes", "10", "--batches", "2", "--batch", "10"],
+        cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["changes"] == 10 and summary["bare_changes"] == 10 and summary["verified"] is True
+    assert summary["kafka_push_ratio"] > 0 and summary["portal_changes_per_s"] > 0 and summary["bare_changes_per_s"] > 0
+    assert summary["kafka_push_p99_ms"] >= summary["kafka_push_p50_ms"] > 0
+    assert summary["bare_p99_ms"] >= summary["bare_p50_ms"] > 0
+    assert summary["batch_changes"] == 20 and summary["batch_p99_ms"] >= summary["batch_p50_ms"] > 0
+    assert summary["kafka_push_batch_ratio"] > 0 and "target_met" in summary
