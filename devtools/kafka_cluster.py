@@ -5,7 +5,8 @@ The jars come from Maven Central through the pinned Maven project ``devtools/kaf
 ``.run/kafka/<name>/``: ``cluster.json`` (ports, pids, cluster id), ``credentials.json`` (the portal's
 super user, mode 0600) and ``node-N/`` (``server.properties``, ``log4j2.xml``, ``data/``, ``logs/server.log``).
 
-    python -m devtools.kafka_cluster start [--name NAME] [--fresh]   # one JSON line with the cluster's facts
+    python -m devtools.kafka_cluster start [--name NAME] [--fresh] [--no-jmx-exporter]   # one JSON line of facts
+    python -m devtools.kafka_cluster start ... --telemetry-endpoint http://127.0.0.1:8000/v1/metrics  # KIP-714 plugin
     python -m devtools.kafka_cluster status [--name NAME]            # the same for a running cluster, or exit 1
     python -m devtools.kafka_cluster stop [--name NAME]
 
@@ -20,6 +21,21 @@ Listeners per node: ``PLAINTEXT`` (also inter-broker), ``SASL_PLAINTEXT`` with S
 SCRAM-SHA-512, and ``CONTROLLER``. The super user ``portal-admin`` gets SCRAM credentials of both mechanisms at
 format time (``--add-scram``) and is listed in ``super.users`` with ``User:ANONYMOUS``; no authorizer is
 configured, so ACLs are out of scope and every authenticated or PLAINTEXT client may do everything.
+
+Kafka's own metrics: each node runs the Prometheus JMX exporter java agent (``.run/kafka/agent/``, fetched by the
+pom) on a free loopback port of its own (``ports.JMX_EXPORTER`` of each node in the facts and ``cluster.json``;
+``http://127.0.0.1:<port>/metrics``) with the rules of ``devtools/kafka/jmx-exporter.yml`` (the quota sensors,
+connection quotas and throttle histograms, in jmx-monitoring-stacks naming). On by default; ``jmx_exporter=False``
+(``--no-jmx-exporter``) leaves it out, and so does an agent jar that cannot be had (with a warning).
+
+Client telemetry (KIP-714): with a telemetry endpoint (``telemetry_endpoint=``, ``--telemetry-endpoint`` or
+``QUOTAS_KAFKA_TELEMETRY_ENDPOINT``) every broker runs the portal's plugin ``PortalTelemetryExporter`` (Java source
+and Maven project in ``devtools/kafka/plugin/``, built by :func:`ensure_plugin_jar` into ``.run/kafka/plugin/``
+when its sources change, offline when Maven can): it is on the brokers' classpath and ``metric.reporters``, and
+forwards every pushed payload to that OTLP/HTTP receiver (the portal's ``POST /v1/metrics``) with the header
+``X-Quotas-Cluster: <telemetry_cluster>`` (default: this cluster's name). Without an endpoint the plugin stays off
+(and Kafka answers no client a telemetry subscription). :meth:`KafkaCluster.exporter_stats` reads its counters
+(JMX ``kafka.server:type=portal-telemetry-exporter``).
 
 No Django, and nothing from the portal's packages: the tests, the benchmarks and the scripts use it alike.
 """
@@ -57,6 +73,19 @@ LIB_DIR = KAFKA_DIR / "lib"
 AGENT_DIR = KAFKA_DIR / "agent"
 LIB_STAMP = KAFKA_DIR / "lib.sha256"
 JMX_AGENT_JAR = AGENT_DIR / "jmx_prometheus_javaagent.jar"
+#: The KIP-714 broker plugin: its Maven project, where its jar lands (on the brokers' classpath) and its class.
+PLUGIN_POM = POM.parent / "plugin" / "pom.xml"
+PLUGIN_DIR = KAFKA_DIR / "plugin"
+PLUGIN_JAR = PLUGIN_DIR / "portal-telemetry-exporter.jar"
+PLUGIN_STAMP = KAFKA_DIR / "plugin.sha256"
+PLUGIN_CLASS = "quotaportal.kafka.telemetry.PortalTelemetryExporter"
+JMX_REPORTER_CLASS = "org.apache.kafka.common.metrics.JmxReporter"
+PLUGIN_STATS_CLASS = "quotaportal.kafka.telemetry.StatsTool"
+TELEMETRY_ENDPOINT_ENV = "QUOTAS_KAFKA_TELEMETRY_ENDPOINT"
+TELEMETRY_TOKEN_ENV = "QUOTAS_KAFKA_TELEMETRY_TOKEN"
+#: The exporter's rules, kept in the project; the port name of each node's exporter in ``ports``.
+JMX_EXPORTER_RULES = POM.parent / "jmx-exporter.yml"
+JMX_EXPORTER = "JMX_EXPORTER"
 
 SUPER_USER = "portal-admin"
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -124,7 +153,8 @@ def ensure_kafka_jars(pom: Path = POM, lib_dir: Path = LIB_DIR, agent_dir: Path 
 
     Runs no Maven at all when the stamp matches, so later runs work offline. The copy goes to a temporary
     folder that replaces ``lib_dir`` only when complete, so an interrupted fetch never leaves half a classpath.
-    The JMX exporter agent goes to ``agent_dir``; failing to get it is only a warning (nothing needs it yet).
+    The JMX exporter agent goes to ``agent_dir``; failing to get it is only a warning (the brokers then run
+    without it; :func:`ensure_jmx_agent` tries again).
     """
     if jars_ready(pom, lib_dir):
         return lib_dir
@@ -141,11 +171,11 @@ def ensure_kafka_jars(pom: Path = POM, lib_dir: Path = LIB_DIR, agent_dir: Path 
         _log(f"fetching Apache Kafka {KAFKA_VERSION} jars from Maven Central into {lib_dir} (see {log})")
         started = time.monotonic()
         base = [mvn, "-B", "-ntp", "-f", str(pom), f"-Dkafka.lib.dir={tmp}", f"-Dkafka.agent.dir={agent_dir}"]
-        # Both copies in one Maven run (one JVM start); if that fails, the classpath alone, since nothing needs
-        # the JMX exporter agent yet.
+        # Both copies in one Maven run (one JVM start); if that fails, the classpath alone: the brokers can run
+        # without the JMX exporter agent.
         if _run_logged([*base, "dependency:copy-dependencies", "dependency:copy@jmx-agent"], log) != 0:
             shutil.rmtree(tmp, ignore_errors=True)
-            _log(f"warning: the JMX exporter agent could not be fetched (not needed yet); see {log}")
+            _log(f"warning: the JMX exporter agent could not be fetched (brokers run without it); see {log}")
             code = _run_logged([*base, "dependency:copy-dependencies"], log, append=True)
             if code != 0 or not any(tmp.glob("kafka_2.13-*.jar")):
                 raise KafkaError(f"mvn dependency:copy-dependencies failed (exit {code}):\n{_tail(log)}")
@@ -160,6 +190,88 @@ def ensure_kafka_jars(pom: Path = POM, lib_dir: Path = LIB_DIR, agent_dir: Path 
         _log(f"{len(list(lib_dir.glob('*.jar')))} jars in {time.monotonic() - started:.1f}s")
         (lib_dir.parent / f"{lib_dir.name}.sha256").write_text(want + "\n")
     return lib_dir
+
+
+def ensure_jmx_agent(pom: Path = POM, agent_dir: Path = AGENT_DIR) -> Path | None:
+    """The JMX exporter agent jar, copied by Maven when it is missing (the jars' fetch may have gone without it);
+    None, with a warning, when it cannot be had."""
+    jar = agent_dir / JMX_AGENT_JAR.name
+    if jar.is_file():
+        return jar
+    with _file_lock(LIB_DIR.parent / ".fetch.lock"):
+        if jar.is_file():
+            return jar
+        mvn = shutil.which("mvn")
+        log = LIB_DIR.parent / "maven-agent.log"
+        if mvn is not None:
+            _run_logged([mvn, "-B", "-ntp", "-f", str(pom), f"-Dkafka.agent.dir={agent_dir}",
+                         "dependency:copy@jmx-agent"], log)
+    if jar.is_file():
+        return jar
+    _log(f"warning: no JMX exporter agent at {jar} (see {log}); the brokers run without it")
+    return None
+
+
+def plugin_sources_sha256(pom: Path = PLUGIN_POM) -> str:
+    """A sha256 of the plugin's Maven project: its pom and every file under ``src/`` (names and contents)."""
+    digest = hashlib.sha256()
+    root = pom.parent
+    for path in [pom, *sorted(p for p in (root / "src").rglob("*") if p.is_file())]:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def plugin_ready(pom: Path = PLUGIN_POM, jar: Path = PLUGIN_JAR, stamp: Path = PLUGIN_STAMP) -> bool:
+    """True when ``jar`` was built from the plugin's sources as they are now."""
+    return jar.is_file() and stamp.is_file() and stamp.read_text().strip() == plugin_sources_sha256(pom)
+
+
+def ensure_plugin_jar(pom: Path = PLUGIN_POM, jar: Path = PLUGIN_JAR, stamp: Path = PLUGIN_STAMP) -> Path:
+    """Build the KIP-714 broker plugin with Maven unless ``jar`` is current (a sha256 of its sources in ``stamp``).
+
+    ``mvn -o package`` first (no network once Maven's own plugins are in ~/.m2), online only when that fails; the
+    build happens under ``.run/kafka/plugin-build`` and the jar replaces ``jar`` only when complete.
+    """
+    if plugin_ready(pom, jar, stamp):
+        return jar
+    with _file_lock(KAFKA_DIR / ".fetch.lock"):
+        if plugin_ready(pom, jar, stamp):
+            return jar
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise KafkaError("Maven (mvn) is not installed: run `bash scripts/bootstrap.sh` (ensure_maven)")
+        want = plugin_sources_sha256(pom)
+        build_dir = KAFKA_DIR / "plugin-build"
+        log = KAFKA_DIR / "plugin-maven.log"
+        _log(f"building the KIP-714 broker plugin ({pom.parent}; see {log})")
+        started = time.monotonic()
+        base = [mvn, "-B", "-ntp", "-f", str(pom), f"-Dplugin.build.dir={build_dir}", "clean", "package"]
+        code = _run_logged([base[0], "-o", *base[1:]], log)
+        if code != 0:  # the first build: Maven's own plugins come from Maven Central once
+            code = _run_logged(base, log, append=True)
+        built = build_dir / jar.name
+        if code != 0 or not built.is_file():
+            raise KafkaError(f"building the broker plugin failed (exit {code}):\n{_tail(log)}")
+        jar.parent.mkdir(parents=True, exist_ok=True)
+        tmp = jar.with_suffix(".tmp")
+        shutil.copyfile(built, tmp)
+        tmp.replace(jar)
+        stamp.write_text(want + "\n")
+        _log(f"broker plugin {jar} built in {time.monotonic() - started:.1f}s")
+    return jar
+
+
+def exporter_stats_of(pid: int, jar: Path = PLUGIN_JAR, timeout: float = 60.0) -> dict[str, Any] | None:
+    """The plugin's counters in the broker JVM ``pid`` (JMX ``kafka.server:type=portal-telemetry-exporter``, read
+    by the plugin's StatsTool through the JDK's attach API), e.g. ``{"enqueued", "sent", "dropped", "failed",
+    "rejected", "queuedepth", "queuecapacity", "lasterror", ...}``; None when the broker runs no exporter."""
+    cmd = [java_executable(), *TOOL_JVM_OPTS, "-cp", str(jar), PLUGIN_STATS_CLASS, str(pid)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+    if proc.returncode == 2:
+        return None
+    if proc.returncode != 0:
+        raise KafkaError(f"reading the exporter's counters of process {pid} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout)
 
 
 def _run_logged(cmd: Sequence[str], log: Path, append: bool = False) -> int:
@@ -310,6 +422,12 @@ class KafkaNode:
         return f"127.0.0.1:{self.ports[listener]}"
 
     @property
+    def metrics_url(self) -> str | None:
+        """The node's JMX exporter (``/metrics``, Prometheus text), or None when it runs without one."""
+        port = self.ports.get(JMX_EXPORTER)
+        return f"http://127.0.0.1:{port}/metrics" if port else None
+
+    @property
     def formatted(self) -> bool:
         return (self.data_dir / "meta.properties").is_file()
 
@@ -340,8 +458,9 @@ class KafkaCluster:
 
     ``jvm_opts`` and ``server_properties`` add to every node's JVM options and ``server.properties``; each may be
     a callable taking the :class:`KafkaNode` (ports and folder known), for settings that differ per node such
-    as a ``-javaagent:`` with its own port. A cluster started by another process is taken over by
-    :meth:`load` (``status``/``stop`` from the command line).
+    as a ``-javaagent:`` with its own port. ``jmx_exporter`` (default on) runs the Prometheus JMX exporter agent on
+    each node (port ``JMX_EXPORTER``, rules :data:`JMX_EXPORTER_RULES`). A cluster started by another process is
+    taken over by :meth:`load` (``status``/``stop`` from the command line).
     """
 
     def __init__(
@@ -353,6 +472,10 @@ class KafkaCluster:
         heap_opts: Sequence[str] = DEFAULT_HEAP_OPTS,
         jvm_opts: JvmOpts = (),
         server_properties: ServerProps | None = None,
+        jmx_exporter: bool = True,
+        telemetry_endpoint: str | None = None,
+        telemetry_cluster: str | None = None,
+        telemetry_token: str | None = None,
         start_timeout: float = 120.0,
         stop_timeout: float = 30.0,
         root: Path = KAFKA_DIR,
@@ -365,6 +488,13 @@ class KafkaCluster:
         self.heap_opts = list(heap_opts)
         self.jvm_opts = jvm_opts
         self.server_properties = server_properties
+        # the KIP-714 plugin: on with an endpoint (None: $QUOTAS_KAFKA_TELEMETRY_ENDPOINT; "" = off)
+        if telemetry_endpoint is None:
+            telemetry_endpoint = os.environ.get(TELEMETRY_ENDPOINT_ENV, "")
+        self.telemetry_endpoint = telemetry_endpoint.strip() or None
+        self.telemetry_cluster = telemetry_cluster or name
+        self.telemetry_token = telemetry_token if telemetry_token is not None else os.environ.get(TELEMETRY_TOKEN_ENV)
+        self.jmx_exporter = jmx_exporter
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.dir = root / name
@@ -413,6 +543,9 @@ class KafkaCluster:
         self.started_at = state.get("started_at")
         self.owner_pid = state.get("owner_pid")
         self.timings = dict(state.get("timings") or {})
+        telemetry = state.get("telemetry") or {}
+        self.telemetry_endpoint = telemetry.get("endpoint") or None
+        self.telemetry_cluster = telemetry.get("cluster") or self.name
         self.nodes = [
             KafkaNode(
                 node_id=n["id"], dir=Path(n["dir"]), ports={k: int(v) for k, v in n["ports"].items()},
@@ -476,6 +609,11 @@ class KafkaCluster:
             "sasl_mechanisms": list(SCRAM_MECHANISMS),
             "super_user": SUPER_USER,
             "credentials_file": str(self.credentials_file),
+            "telemetry": (
+                {"endpoint": self.telemetry_endpoint, "cluster": self.telemetry_cluster, "exporter": PLUGIN_CLASS}
+                if self.telemetry_endpoint else None
+            ),
+            "jmx_exporter_rules": str(JMX_EXPORTER_RULES) if any(n.metrics_url for n in self.nodes) else None,
             "nodes": [n.facts() for n in self.nodes],
             "started_at": self.started_at,
             "owner_pid": self.owner_pid,
@@ -519,6 +657,8 @@ class KafkaCluster:
         for node_id in range(1, self.size + 1):
             old = old_ports.get(node_id, {})
             ports = {listener: pick(old.get(listener)) for listener in LISTENERS}
+            if self.jmx_exporter:
+                ports[JMX_EXPORTER] = pick(old.get(JMX_EXPORTER))
             self.nodes.append(KafkaNode(node_id=node_id, dir=self.dir / f"node-{node_id}", ports=ports))
 
     def _properties(self, node: KafkaNode) -> dict[str, str]:
@@ -588,6 +728,33 @@ class KafkaCluster:
 </Configuration>
 """
 
+    def _telemetry_properties(self) -> dict[str, str]:
+        """The KIP-714 plugin's broker settings (none without an endpoint)."""
+        if not self.telemetry_endpoint:
+            return {}
+        props = {
+            # Kafka 4 drops its own JmxReporter when metric.reporters is set: it must stay listed, or every metric of
+            # Kafka's Metrics registry (quota sensors, socket-server-metrics, ...) vanishes from JMX
+            "metric.reporters": f"{JMX_REPORTER_CLASS},{PLUGIN_CLASS}",
+            "portal.telemetry.endpoint": self.telemetry_endpoint,
+            "portal.telemetry.cluster": self.telemetry_cluster,
+            "portal.telemetry.queue.capacity": "1000",
+            "portal.telemetry.request.timeout.ms": "5000",
+        }
+        if self.telemetry_token:
+            props["portal.telemetry.token"] = self.telemetry_token
+        return props
+
+    def _classpath(self) -> str:
+        """The brokers' classpath: Kafka's jars, and the plugin's when the plugin is on."""
+        if self.telemetry_endpoint:
+            return f"{classpath()}{os.pathsep}{PLUGIN_DIR / '*'}"
+        return classpath()
+
+    def exporter_stats(self) -> dict[int, dict[str, Any] | None]:
+        """Each running node's plugin counters (:func:`exporter_stats_of`), by node id."""
+        return {n.node_id: exporter_stats_of(n.pid) for n in self.nodes if n.pid is not None and n.is_running()}
+
     def _extra_properties(self, node: KafkaNode) -> dict[str, str]:
         extra = self.server_properties(node) if callable(self.server_properties) else (self.server_properties or {})
         return {str(k): str(v) for k, v in extra.items()}
@@ -597,7 +764,11 @@ class KafkaCluster:
         node.data_dir.mkdir(parents=True, exist_ok=True)
         node.server_properties = self._extra_properties(node)
         node.jvm_opts = list(self.jvm_opts(node) if callable(self.jvm_opts) else self.jvm_opts)
-        props = {**self._properties(node), **node.server_properties}
+        if JMX_EXPORTER in node.ports:  # the agent serves /metrics on loopback only
+            node.jvm_opts.insert(
+                0, f"-javaagent:{JMX_AGENT_JAR}=127.0.0.1:{node.ports[JMX_EXPORTER]}:{JMX_EXPORTER_RULES}"
+            )
+        props = {**self._properties(node), **self._telemetry_properties(), **node.server_properties}
         node.config_file.write_text(
             f"# written by devtools/kafka_cluster.py at each start of cluster {self.name!r}; edits are overwritten\n"
             + "".join(f"{k}={v}\n" for k, v in props.items())
@@ -615,7 +786,7 @@ class KafkaCluster:
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={log_config}",
             f"-Dkafka.logs.dir={node.log_file.parent}",
-            "-cp", classpath(),
+            "-cp", classpath() if tool else self._classpath(),
             main_class,
             *args,
         ]
@@ -628,6 +799,10 @@ class KafkaCluster:
         t0 = time.monotonic()
         self.timings = {}
         ensure_kafka_jars()
+        if self.jmx_exporter and ensure_jmx_agent() is None:
+            self.jmx_exporter = False
+        if self.telemetry_endpoint:
+            ensure_plugin_jar()
         self.timings["jars"] = time.monotonic() - t0
         self.dir.parent.mkdir(parents=True, exist_ok=True)
         with _file_lock(self.dir.parent / f".{self.name}.lock"):
@@ -839,10 +1014,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="dev", help="the cluster (folder .run/kafka/NAME); default dev")
     parser.add_argument("--fresh", action="store_true", help="start: wipe the cluster's data first")
     parser.add_argument("--timeout", type=float, default=120.0, help="start: seconds to wait for every broker")
+    parser.add_argument("--no-jmx-exporter", dest="jmx_exporter", action="store_false",
+                        help="start: no Prometheus JMX exporter agent on the brokers")
+    parser.add_argument("--telemetry-endpoint", default=None,
+                        help=f"start: the KIP-714 plugin's OTLP/HTTP receiver, e.g. http://127.0.0.1:8000/v1/metrics "
+                        f"(default ${TELEMETRY_ENDPOINT_ENV}; none: the plugin is off)")
+    parser.add_argument("--telemetry-cluster", default=None,
+                        help="start: the portal's name of this cluster, sent as X-Quotas-Cluster (default NAME)")
     args = parser.parse_args(argv)
     try:
         if args.action == "start":
-            cluster = KafkaCluster(args.name, fresh=args.fresh, start_timeout=args.timeout).start()
+            cluster = KafkaCluster(
+                args.name, fresh=args.fresh, start_timeout=args.timeout, jmx_exporter=args.jmx_exporter,
+                telemetry_endpoint=args.telemetry_endpoint, telemetry_cluster=args.telemetry_cluster,
+            ).start()
             print(json.dumps(cluster.facts()), flush=True)
             for node in cluster.nodes:
                 node.proc = None  # the nodes run on after this command; nothing to reap here

@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 from history import services
 from history.models import ImpactPreview
 from quotas.api.errors import ApiError, ErrorSerializer
-from quotas.api.serializers import QuotaValueField, with_parsed_value
+from quotas.api.serializers import KEY_MAX, QuotaValueField, with_parsed_value
 from quotas.api.views import get_cluster
 from telemetry_ui.monitoring import check_tags, load_viewer
 
@@ -40,7 +40,9 @@ class PreviewCreateSerializer(serializers.Serializer):
     client_id = serializers.CharField(
         max_length=255, required=False, allow_null=True, default=None, help_text="A client-id, or none."
     )
-    key = serializers.CharField(help_text="producer_byte_rate, consumer_byte_rate, request_percentage, ...")
+    key = serializers.CharField(
+        max_length=KEY_MAX, help_text="producer_byte_rate, consumer_byte_rate, request_percentage, ..."
+    )
     value = QuotaValueField(help_text="The proposed value: a finite number > 0 (whole bytes/s for byte rates), or "
                             "text with a unit such as 1.5 MiB/s.")
 

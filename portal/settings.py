@@ -6,7 +6,10 @@ Environment variables:
 - ``QUOTAS_REDIS_URL``: the project's Redis (Celery broker and results, Channels layer,
   quota engine); default ``redis://127.0.0.1:6390/0``, the project-local Redis that
   ``scripts/run_portal.sh`` starts.
-- ``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG`` (1/true/yes/on), ``ALLOWED_HOSTS`` (comma-separated).
+- ``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG`` (1/true/yes/on; development only: refused with a public host in
+  ``ALLOWED_HOSTS``), ``ALLOWED_HOSTS`` (comma-separated).
+- ``QUOTAS_SECURE_COOKIES`` (1 behind TLS: session and CSRF cookies are ``Secure``), ``QUOTAS_MAX_BODY_BYTES``,
+  ``QUOTAS_LOGIN_*`` (sign-in throttling): see "Edge limits and security headers" below.
 """
 
 import os
@@ -45,6 +48,14 @@ DEBUG = env_bool("DJANGO_DEBUG", default=False)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost")
 
+# DEBUG shows tracebacks with local variables and settings to whoever triggers an error: a development switch, so
+# it is refused where the portal answers to other hosts than this machine.
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]", ".localhost"}
+if DEBUG and not set(ALLOWED_HOSTS) <= LOCAL_HOSTS:
+    raise ImproperlyConfigured(
+        f"DJANGO_DEBUG is for local development only; ALLOWED_HOSTS names {sorted(set(ALLOWED_HOSTS) - LOCAL_HOSTS)}."
+    )
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -65,9 +76,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "portal.security.ContentSecurityPolicyMiddleware",  # QUOTAS_CSP on every response
     "django.middleware.security.SecurityMiddleware",
     # Right after SecurityMiddleware, as whitenoise documents: uvicorn serves no static files itself.
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # /api/: oversized bodies are 413 before anything reads them, and every error is JSON (portal/errors.py).
+    "portal.errors.ApiErrorMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -165,6 +179,13 @@ QUOTAS_TELEMETRY_HEAP_BYTES = int(os.environ.get("QUOTAS_TELEMETRY_HEAP_BYTES", 
 QUOTAS_TELEMETRY_DIRECT_BYTES = int(os.environ.get("QUOTAS_TELEMETRY_DIRECT_BYTES", 64 * 1024 * 1024))
 QUOTAS_TELEMETRY_QUEUE_SIZE = int(os.environ.get("QUOTAS_TELEMETRY_QUEUE_SIZE", 1000))
 QUOTAS_TELEMETRY_TIMEOUT_MS = int(os.environ.get("QUOTAS_TELEMETRY_TIMEOUT_MS", 5_000))
+# OTLP/HTTP metrics receiver (telemetry_ui/otlp_receiver.py, POST /v1/metrics): what the KIP-714 broker plugin and
+# OpenTelemetry Collectors send to. A bearer token is required when QUOTAS_OTLP_TOKEN is set; the cluster comes from
+# the X-Quotas-Cluster header, else QUOTAS_OTLP_DEFAULT_CLUSTER.
+QUOTAS_OTLP_TOKEN = os.environ.get("QUOTAS_OTLP_TOKEN", "")
+QUOTAS_OTLP_DEFAULT_CLUSTER = os.environ.get("QUOTAS_OTLP_DEFAULT_CLUSTER", "")
+QUOTAS_OTLP_MAX_BYTES = int(os.environ.get("QUOTAS_OTLP_MAX_BYTES", 4 * 1024 * 1024))
+QUOTAS_OTLP_MAX_DECODED_BYTES = int(os.environ.get("QUOTAS_OTLP_MAX_DECODED_BYTES", 64 * 1024 * 1024))
 # Where accepted pushes land as JSON lines for the pipeline.
 QUOTAS_LANDING_ROOT = Path(os.environ.get("QUOTAS_LANDING_ROOT", str(RUN_DIR / "landing")))
 # quotas.tasks.land: usage, samples and telemetry as Parquet under QUOTAS_LANDING_ROOT (pipeline/landing.py)
@@ -220,6 +241,31 @@ QUOTAS_METRICS_TOKEN = os.environ.get("QUOTAS_METRICS_TOKEN", "")
 if QUOTAS_DRIFT_MODE not in ("report", "heal"):
     raise ImproperlyConfigured(f"QUOTAS_DRIFT_MODE is 'report' or 'heal', not {QUOTAS_DRIFT_MODE!r}.")
 
+# --- Notifications (quotas/notify.py): email and tenants' webhooks ----------------------------
+# Links in mails and webhook bodies point here.
+PORTAL_BASE_URL = os.environ.get("PORTAL_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+# Mail is printed by the worker (console backend) unless EMAIL_HOST names an SMTP server or EMAIL_BACKEND says else.
+EMAIL_BACKEND = os.environ.get(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if os.environ.get("EMAIL_HOST")
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", 25))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS")
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL")
+EMAIL_TIMEOUT = float(os.environ.get("EMAIL_TIMEOUT", 10))
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "quota-portal@localhost")
+# Webhook deliveries: each attempt waits this long for an answer; at most this many attempts, retried after
+# base * 2**n seconds (jittered, capped); 4xx other than 408/429 are not retried.
+QUOTAS_WEBHOOK_TIMEOUT_S = float(os.environ.get("QUOTAS_WEBHOOK_TIMEOUT_S", 5.0))
+QUOTAS_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("QUOTAS_WEBHOOK_MAX_ATTEMPTS", 8))
+QUOTAS_WEBHOOK_RETRY_BASE_S = float(os.environ.get("QUOTAS_WEBHOOK_RETRY_BASE_S", 2.0))
+QUOTAS_WEBHOOK_RETRY_MAX_S = float(os.environ.get("QUOTAS_WEBHOOK_RETRY_MAX_S", 600.0))
+
 # Run by the `beat` service (docker-compose.yml) or `celery -A portal beat`.
 CELERY_BEAT_SCHEDULE = {
     # Time-boxed boosts end on time (within a minute) without anyone acting: the previous value comes back.
@@ -261,6 +307,54 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "quotas.api.errors.exception_handler",
 }
 
+# --- Edge limits and security headers ---------------------------------------------------------
+# Bodies over this are refused before they are parsed: 413 REQUEST_TOO_LARGE under /api/ (portal/errors.py). The
+# telemetry sink's own limit (Kafka's telemetry.max.bytes) stays the one that decides for pushes.
+QUOTAS_MAX_BODY_BYTES = int(os.environ.get("QUOTAS_MAX_BODY_BYTES", 1024 * 1024))
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(QUOTAS_MAX_BODY_BYTES, QUOTAS_TELEMETRY_MAX_BYTES)
+# Sign-in throttling (portal/login.py): failures per account and per address within the window, counted in Redis.
+QUOTAS_LOGIN_MAX_FAILURES = int(os.environ.get("QUOTAS_LOGIN_MAX_FAILURES", 5))
+QUOTAS_LOGIN_MAX_FAILURES_PER_ADDRESS = int(os.environ.get("QUOTAS_LOGIN_MAX_FAILURES_PER_ADDRESS", 20))
+QUOTAS_LOGIN_WINDOW_S = int(os.environ.get("QUOTAS_LOGIN_WINDOW_S", 300))
+# Cookies: never readable by scripts (the pages send the CSRF token from their forms), sent cross-site only on
+# top-level navigations, and Secure when the portal is served over TLS (QUOTAS_SECURE_COOKIES=1; off by default
+# because the development portal is plain http://127.0.0.1).
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("QUOTAS_SECURE_COOKIES", default=False)
+SESSION_COOKIE_HTTPONLY = CSRF_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
+# Headers set by SecurityMiddleware and XFrameOptionsMiddleware (Django's defaults, said here so they stay).
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SECURE_HSTS_SECONDS = int(os.environ.get("QUOTAS_HSTS_SECONDS", 0))  # e.g. 31536000 once TLS is there to stay
+# Content-Security-Policy (portal/security.py): the pages have no inline script or style; the exceptions, precisely:
+QUOTAS_CSP: dict[str, list[str]] = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": [
+        "'self'",
+        "'sha256-MMpT0iDxyjALd9PdfepImGX3DBfJPXZ4IlDWdPAgtn0='",  # Swagger UI's page (drf-spectacular's <style>)
+        # plotly.js (the charts) adds its rules through the CSSOM to <style> elements it creates empty: an empty
+        # <style> is allowed (no content can be injected that way), and so is the one with maplibre's CSS it bundles.
+        "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='",  # "" (an empty <style>)
+        "'sha256-ji27qzEtxXZW+7dun6UwjHXJ18e6WAin1VvNtkzIE/o='",  # plotly.js 4.1.1's bundled maplibre-gl CSS
+    ],
+    # plotly.js sets two style attributes by setAttribute: style="" (colorbars) and the image-rendering probe of its
+    # heatmaps; 'unsafe-hashes' lets exactly these two through, no other style attribute.
+    "style-src-attr": [
+        "'unsafe-hashes'",
+        "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='",  # style=""
+        "'sha256-AR/cKIZjWPcPmBUPDA6oti9XBiTbJvz0Cro2J1VzzS8='",  # style="image-rendering: optimizeSpeed; ..."
+    ],
+    "img-src": ["'self'", "data:"],  # Swagger UI's icons and plotly's PNG exports are data: URLs
+    "connect-src": ["'self'"],  # the API and /ws/monitor/ (CSP 3: 'self' covers ws:/wss: on the same host)
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
+
 SPECTACULAR_SETTINGS = {
     "TITLE": "Quota portal API",
     "DESCRIPTION": "Request, approve and watch client quotas on shared Kafka-style brokers.",
@@ -269,12 +363,19 @@ SPECTACULAR_SETTINGS = {
     # Swagger UI assets come from drf-spectacular-sidecar, served by us: no CDN needed.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # Every operation lists the errors any call may answer (quotas/api/errors.py), after the enum post-processing.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "quotas.api.errors.document_error_responses",
+    ],
     "REDOC_DIST": "SIDECAR",
     # Two models have a "state": name their enums after them.
     "ENUM_NAME_OVERRIDES": {
         "RequestStateEnum": "quotas.models.requests.RequestState",
         "PushStateEnum": "quotas.models.pushes.PushState",
         "ScramMechanismEnum": "quotas.models.scram.SCRAM_MECHANISM_CHOICES",
+        "DeliveryStateEnum": "quotas.models.webhooks.DeliveryState",
+        "WebhookEventEnum": "quotas.models.webhooks.WebhookEvent",
     },
 }
 

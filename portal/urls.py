@@ -3,16 +3,17 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from portal import metrics, views
 from portal.api import CurrentUserView
-from telemetry_ui import sink
+from portal.login import ThrottledAdminAuthenticationForm, ThrottledLoginView
+from telemetry_ui import otlp_receiver, sink
 
 urlpatterns = [
     path(
         "login/",
-        auth_views.LoginView.as_view(
+        ThrottledLoginView.as_view(
             template_name="frontend/login.html", redirect_authenticated_user=True, next_page="home"
         ),
         name="login",
@@ -25,10 +26,22 @@ urlpatterns = [
     # KIP-714 telemetry sink (telemetry_ui/sink.py): what a Kafka client's telemetry reporter talks to.
     path("telemetry/v1/<str:cluster>/get-subscriptions", sink.get_subscriptions, name="telemetry-get-subscriptions"),
     path("telemetry/v1/<str:cluster>/push", sink.push, name="telemetry-push"),
+    # OTLP/HTTP metrics receiver (telemetry_ui/otlp_receiver.py): the KIP-714 broker plugin, OpenTelemetry Collectors.
+    path("v1/metrics", otlp_receiver.export_metrics, name="otlp-metrics"),
     path("api/", include("quotas.api.urls")),
     path("api/", include("history.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/schema/swagger-ui/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    # The split view serves its start-up script as a file: no inline <script> for the Content-Security-Policy.
+    path("api/schema/swagger-ui/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="swagger-ui"),
     path("admin/", admin.site.urls),
     path("", include("frontend.urls")),
 ]
+
+# Django's error pages: JSON in the API's error shape under /api/, HTML elsewhere (portal/errors.py).
+handler400 = "portal.errors.bad_request"
+handler403 = "portal.errors.permission_denied"
+handler404 = "portal.errors.page_not_found"
+handler500 = "portal.errors.server_error"
+
+# The admin's sign-in counts and refuses as the portal's does (portal/login.py).
+admin.site.login_form = ThrottledAdminAuthenticationForm

@@ -4,6 +4,9 @@ Quota values are changed through the API (AlterClientQuotas), which validates th
 engine and bumps the desired-state version; the admin therefore shows them read-only.
 """
 
+import secrets
+
+from django import forms
 from django.contrib import admin
 from django.db.models import Model
 from django.http import HttpRequest
@@ -22,6 +25,8 @@ from quotas.models import (
     ScramCredential,
     Tenant,
     TopicConfig,
+    Webhook,
+    WebhookDelivery,
 )
 
 
@@ -144,3 +149,48 @@ class ScramCredentialAdmin(ReadOnlyAdmin):
                     "rotated_by_name"]
     list_filter = ["cluster", "mechanism", "tenant"]
     search_fields = ["user"]
+
+
+class WebhookForm(forms.ModelForm):
+    """The secret is write-only: typed when adding (or to replace it), never shown back."""
+
+    url = forms.URLField(max_length=1000, assume_scheme="https", help_text="The http(s) URL POSTed to.")
+    new_secret = forms.CharField(
+        label="Secret", required=False, min_length=16, max_length=256, strip=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="The HMAC-SHA256 signing key the receiver checks. Adding: leave empty to have one generated (it is "
+        "then shown nowhere: rotate it through the API to learn one). Changing: leave empty to keep it.",
+    )
+
+    class Meta:
+        model = Webhook
+        fields = ["tenant", "name", "url", "events", "active"]
+
+
+@admin.register(Webhook)
+class WebhookAdmin(admin.ModelAdmin):
+    """Tenants' webhooks; the secret is never displayed (``quotas.api.webhooks`` shows it once when made)."""
+
+    form = WebhookForm
+    list_display = ["name", "tenant", "active", "created", "created_by"]
+    list_filter = ["active", "tenant"]
+    search_fields = ["name", "tenant__name"]
+
+    def save_model(self, request: HttpRequest, obj: Webhook, form: WebhookForm, change: bool) -> None:
+        typed = form.cleaned_data.get("new_secret")
+        if typed:
+            obj.secret = typed
+        elif not obj.secret:
+            obj.secret = secrets.token_urlsafe(32)
+        if not change:
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
+    """The delivery log: written by the delivery task only."""
+
+    list_display = ["pk", "created", "webhook", "event", "request", "state", "attempts", "status_code",
+                    "last_attempt_at", "delivered_at"]
+    list_filter = ["state", "event", "webhook__tenant"]

@@ -8,6 +8,7 @@ nothing twice.
 from __future__ import annotations
 
 import logging
+import smtplib
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,13 @@ from typing import Any
 import redis
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 
 from pipeline import landing
-from quotas import push, targets, workflow
+from quotas import notify, push, targets, workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import PushError
-from quotas.models import Broker, Cluster
+from quotas.models import Broker, Cluster, WebhookDelivery
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,34 @@ def heal(self: Any, cluster_id: int, broker_pk: int | None, actor_id: int | None
         if not e.retriable:
             return {"failed": e.code, "message": e.message}
         raise self.retry(exc=e, countdown=push.backoff_s(self.request.retries)) from e
+
+
+@shared_task(bind=True, name="quotas.tasks.notify", acks_late=True, max_retries=5, ignore_result=True)
+def notify_request(
+    self: Any, request_id: int, state: str, actor_id: int | None = None, comment: str = "", at: str = ""
+) -> dict[str, Any]:
+    """Mail the people a request's move concerns and queue its webhook deliveries (``quotas.notify``); a mail
+    server that is down or refuses is retried with backoff a few times (webhooks are not queued twice)."""
+    try:
+        return notify.notify(request_id, state, actor_id, comment, at or timezone.now()).as_dict()
+    except (smtplib.SMTPException, OSError) as e:
+        countdown = notify.backoff_s(self.request.retries + 1)
+        log.warning("Mail of request #%s (%s) not sent (%s); retrying in %.1fs", request_id, state, e, countdown)
+        raise self.retry(exc=e, countdown=countdown) from e
+
+
+@shared_task(bind=True, name="quotas.tasks.deliver_webhook", acks_late=True, max_retries=None, ignore_result=True)
+def deliver_webhook(self: Any, delivery_id: int) -> dict[str, Any]:
+    """POST one webhook delivery; retried with exponential backoff and jitter while the receiver is down or answers
+    408, 429 or 5xx, up to QUOTAS_WEBHOOK_MAX_ATTEMPTS attempts (counted on the delivery row, so a redelivered
+    message does not reset them)."""
+    try:
+        outcome = notify.attempt(delivery_id)
+    except WebhookDelivery.DoesNotExist:
+        return {"skipped": "the delivery (or its webhook) no longer exists"}
+    if outcome.outcome == "retry":
+        raise self.retry(countdown=outcome.retry_in)
+    return outcome.as_dict()
 
 
 @shared_task(name="quotas.tasks.land", acks_late=True, ignore_result=True)

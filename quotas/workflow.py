@@ -48,6 +48,7 @@ from quotas.models import (
     SubscriptionRequest,
     Tenant,
     alter_subscription,
+    announce,
     audited_alter,
     entity_owned_by,
     is_admin,
@@ -200,6 +201,7 @@ def submit(
             expires_at=expires_at,
         )
         record(AuditAction.SUBMITTED, actor, request=request, after=RequestState.SUBMITTED, comment=reason)
+        announce(request, RequestState.SUBMITTED, actor, reason)
     return request
 
 
@@ -212,6 +214,7 @@ def withdraw(actor: AbstractBaseUser, request_id: int, comment: str = "") -> Quo
             raise PermissionDenied("Only the requester or a member of the request's tenant can withdraw it.")
         _move(request, RequestState.WITHDRAWN)
         record(AuditAction.WITHDRAWN, actor, request=request, before="submitted", after="withdrawn", comment=comment)
+        announce(request, RequestState.WITHDRAWN, actor, comment)
     return request
 
 
@@ -243,6 +246,7 @@ def approve(actor: AbstractBaseUser, request_id: int, comment: str = "", now: da
             request=request, approver=actor, decision=Decision.APPROVED, comment=comment, decided_at=now
         )
         record(AuditAction.APPROVED, actor, request=request, before="submitted", after="approved", comment=comment)
+        announce(request, RequestState.APPROVED, actor, comment, now)
         apply(actor, request)
     return request
 
@@ -263,6 +267,7 @@ def reject(actor: AbstractBaseUser, request_id: int, comment: str, now: datetime
             decided_at=now or timezone.now(),
         )
         record(AuditAction.REJECTED, actor, request=request, before="submitted", after="rejected", comment=comment)
+        announce(request, RequestState.REJECTED, actor, comment)
     return request
 
 
@@ -302,6 +307,7 @@ def apply(actor: AbstractBaseUser | None, request: QuotaRequest) -> None:
         except AlterationRejected as e:
             _move(request, RequestState.FAILED, failure=e.message)
             record(AuditAction.FAILED, actor, request=request, before="approved", after="failed", comment=e.message)
+            announce(request, RequestState.FAILED, actor, e.message)
             return
         _move(request, RequestState.APPLYING, previous_value=previous, applied_version=outcome.version)
         _settle(request)
@@ -316,10 +322,12 @@ def _settle(request: QuotaRequest) -> None:
         why = f"{where} refused the push: {failed.error_code}: {failed.error}"
         _move(request, RequestState.FAILED, failure=why)
         record(AuditAction.FAILED, None, request=request, before="applying", after="failed", comment=why)
+        announce(request, RequestState.FAILED, None, why)
     elif not rows.exclude(state=PushState.APPLIED).exists():
         _move(request, RequestState.APPLIED)
         comment = f"desired-state version {request.applied_version} is on every broker"
         record(AuditAction.APPLIED, None, request=request, before="applying", after="applied", comment=comment)
+        announce(request, RequestState.APPLIED, None, comment)
 
 
 def settle_pushed(cluster: Cluster) -> list[int]:
@@ -393,6 +401,7 @@ def expire_boosts(now: datetime | None = None) -> list[int]:
                 _move(request, RequestState.EXPIRED)  # CONFLICT when another worker expired it first
                 note = _end_boost(request)
                 record(AuditAction.EXPIRED, None, request=request, before="applied", after="expired", comment=note)
+                announce(request, RequestState.EXPIRED, None, note)
         except Conflict:
             continue
         except Exception:  # rolled back: the boost stays applied and the next run tries again

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make this checkout runnable: a Python 3.11+ virtualenv in .venv with requirements.txt
-# installed, redis-server, Java 17 and Maven on the PATH (run_tests.sh also calls ensure_chromium
+# installed, redis-server, Java 17, Maven and Prometheus on the PATH (run_tests.sh also calls ensure_chromium
 # for the browser tests). Safe to run again; fast when nothing changed.
 #
 # Sourced by run_portal.sh and run_tests.sh (then .venv/bin is put first on their PATH),
@@ -102,6 +102,16 @@ ensure_maven() {
     fi
 }
 
+# Kafka's own metrics: Debian's prometheus scrapes the brokers' JMX exporter (devtools/prometheus.py, the tests'
+# `prometheus` fixture, benchmarks/prometheus_bench.py). Installed without its recommends (no node exporter); the
+# package's own service is never used: the project starts its own Prometheus on a port of its own.
+ensure_prometheus() {
+    if ! command -v prometheus >/dev/null 2>&1; then
+        apt_install --no-install-recommends prometheus ||
+            echo "bootstrap: could not install prometheus; the tests that need it will fail saying so" >&2
+    fi
+}
+
 # For run_tests.sh: the browser tests (tests/browser/) drive the system's chromium through Playwright's driver
 # (the playwright pip package). Debian's chromium is installed with apt-get when none is on the PATH; no
 # browser is ever downloaded by Playwright ("playwright install" is never run). Not fatal: without a chromium
@@ -133,6 +143,7 @@ ensure_requirements
 ensure_redis_server
 ensure_java
 ensure_maven
+ensure_prometheus
 
 export VIRTUAL_ENV="$VENV"
 # Spark's Python workers run the venv's interpreter (pipeline/)

@@ -39,7 +39,7 @@ ruff check . || ruff_status=$?
 # The import contracts of pyproject.toml ([tool.importlinter]): which package may import which.
 contracts_status=0
 echo "run_tests: lint-imports" >&2
-lint-imports --no-cache || contracts_status=$?
+lint-imports --no-cache --no-logo || contracts_status=$?
 
 pytest_status=0
 python -m pytest "$@" || pytest_status=$?

@@ -35,6 +35,7 @@ INSTANCE_KEEP_MS = 10 * 60 * 1000
 INSTANCE_FIELDS = (
     "instance", "client_id", "software_name", "software_version", "source_address", "subscription_id",
     "push_interval_ms", "metrics", "last_get_ms", "last_push_ms", "pushes", "errors", "last_error", "terminated",
+    "principal",
 )
 
 
@@ -60,6 +61,7 @@ def new_record(instance: str) -> dict[str, Any]:
         "instance": instance, "client_id": None, "software_name": None, "software_version": None,
         "source_address": None, "subscription_id": None, "push_interval_ms": None, "metrics": [],
         "last_get_ms": None, "last_push_ms": None, "pushes": 0, "errors": 0, "last_error": None, "terminated": False,
+        "principal": None,
     }
 
 

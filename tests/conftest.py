@@ -14,7 +14,7 @@ import redis
 from devtools.redis_server import RedisServer
 from tests.redis_keys import keys_cleared
 
-pytest_plugins = ["tests.kafka_fixtures"]
+pytest_plugins = ["tests.kafka_fixtures", "tests.prometheus_fixtures"]
 
 
 def _point_portal_at(url: str) -> dict[str, object]:

@@ -8,6 +8,13 @@ start``) is recognised by its address, so its super user is known; for any other
 ``QUOTAS_KAFKA_SASL_BOOTSTRAP``, ``QUOTAS_KAFKA_USERNAME`` and ``QUOTAS_KAFKA_PASSWORD`` give SASL access (tests
 that need it are skipped without). Kafka that cannot be started fails the tests, with the logs' tails.
 
+The session's cluster runs the portal's KIP-714 broker plugin (``devtools/kafka/plugin/``): its brokers forward
+client telemetry to ``http://127.0.0.1:<port>/v1/metrics``, a port reserved when the cluster starts
+(``kafka_cluster.telemetry_endpoint``), with ``X-Quotas-Cluster: kip714`` (``kafka_cluster.telemetry_cluster``);
+``tests/kafka/test_kip714.py`` serves the portal there. Until something listens, the plugin's posts fail
+(counted, never in the brokers' way). A plugin that cannot be built leaves the cluster without it (reported; that
+test then fails with the reason).
+
 Registered from tests/conftest.py (``pytest_plugins``).
 """
 
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import struct
 import time
 from collections.abc import Iterator
@@ -26,6 +34,7 @@ from devtools.kafka_cluster import (
     SCRAM_MECHANISMS,
     KafkaCluster,
     KafkaError,
+    ensure_plugin_jar,
     local_cluster_for,
     metadata_brokers,
     run_kafka_tool,
@@ -36,6 +45,25 @@ from devtools.kafka_cluster import (
 KAFKA_SETUP_TIMEOUT_S = 360.0
 
 _report: list[str] = []
+#: The portal cluster name the session cluster's plugin sends (X-Quotas-Cluster).
+TELEMETRY_CLUSTER = "kip714"
+#: Why the session cluster runs without the KIP-714 plugin, when it does.
+plugin_problem: list[str] = []
+#: The bound (not listening) socket that keeps the receiver's port from every other server until it is released.
+_reserved: list[socket.socket] = []
+
+
+def _reserve_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    _reserved.append(sock)
+    return int(sock.getsockname()[1])
+
+
+def release_telemetry_port() -> None:
+    """Free the port reserved for the session cluster's OTLP receiver, right before a server binds it."""
+    while _reserved:
+        _reserved.pop().close()
 
 
 class ExternalKafka:
@@ -45,6 +73,8 @@ class ExternalKafka:
     def __init__(self, bootstrap: str) -> None:
         self.name = "external"
         self.nodes: list[Any] = []  # unknown: tests check the broker count instead of the ids
+        self.telemetry_endpoint: str | None = None  # not ours: whatever plugin it runs is unknown
+        self.telemetry_cluster = TELEMETRY_CLUSTER
         self._bootstrap = {"PLAINTEXT": bootstrap, "SASL_PLAINTEXT": os.environ.get("QUOTAS_KAFKA_SASL_BOOTSTRAP", "")}
 
     def bootstrap(self, listener: str = "PLAINTEXT") -> str:
@@ -124,7 +154,14 @@ def kafka_cluster() -> Iterator[KafkaCluster | ExternalKafka]:
         yield found if found is not None else ExternalKafka(external)
         return
     name = _session_cluster_name()
-    cluster = KafkaCluster(name, fresh=True)
+    endpoint: str | None = f"http://127.0.0.1:{_reserve_port()}/v1/metrics"
+    try:
+        ensure_plugin_jar()
+    except KafkaError as e:
+        plugin_problem.append(str(e))
+        _report.append(f"kafka: the KIP-714 broker plugin could not be built, the cluster runs without it: {e}")
+        endpoint = ""
+    cluster = KafkaCluster(name, fresh=True, telemetry_endpoint=endpoint, telemetry_cluster=TELEMETRY_CLUSTER)
     started = time.monotonic()
     try:
         cluster.start()
@@ -144,6 +181,7 @@ def kafka_cluster() -> Iterator[KafkaCluster | ExternalKafka]:
         if name != "test":
             shutil.rmtree(cluster.dir, ignore_errors=True)
         _report.append(f"kafka: cluster {name!r} stopped in {time.monotonic() - stopped:.1f}s")
+        release_telemetry_port()
 
 
 @pytest.hookimpl(trylast=True)

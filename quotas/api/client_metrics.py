@@ -30,7 +30,7 @@ from quotas import workflow
 from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.memory import memory_permits
 from quotas.api.pagination import DefaultCursorPagination
-from quotas.api.serializers import DecisionSerializer, PushSerializer
+from quotas.api.serializers import TEXT_MAX, DecisionSerializer, PushSerializer, check_kafka_string
 from quotas.api.views import (
     CLUSTER_PARAM,
     ERRORS,
@@ -134,7 +134,12 @@ class SubscriptionBodySerializer(serializers.Serializer):
             if named:
                 raise serializers.ValidationError("Give either configs or metrics/interval_ms/match, not both.")
             configs = attrs["configs"]
-            return {"configs": {k: ",".join(v) if isinstance(v, list) else v for k, v in configs.items()}}
+            named = {k: ",".join(v) if isinstance(v, list) else v for k, v in configs.items()}
+        for key, value in named.items():  # each is a Kafka config value: a protocol STRING
+            try:
+                check_kafka_string(value)
+            except serializers.ValidationError as e:
+                raise serializers.ValidationError({key: e.detail}) from e
         return {"configs": named}
 
 
@@ -233,7 +238,7 @@ class SubscriptionRequestCreateSerializer(SubscriptionBodySerializer):
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
     name = serializers.CharField(max_length=NAME_MAX)
     operation = serializers.ChoiceField(choices=["set", "delete"], default="set")
-    reason = serializers.CharField(required=False, allow_blank=True, default="")
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=TEXT_MAX)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         keep = {k: attrs[k] for k in ("tenant", "cluster", "name", "operation", "reason")}

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
@@ -57,15 +59,59 @@ class ResourceExhausted(ApiError):
         self.wait = retry_after
 
 
+def too_large() -> ApiError:
+    """413 REQUEST_TOO_LARGE: a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``, refused before it is read or parsed.
+
+    Kafka names its size refusals ``*_TOO_LARGE`` (MESSAGE_TOO_LARGE, the sink's TELEMETRY_TOO_LARGE); not retriable.
+    """
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    message = f"The request body is larger than {limit} bytes, the most the API accepts; send less."
+    return ApiError("REQUEST_TOO_LARGE", message, {"limit_bytes": limit, "retriable": False}, status_code=413)
+
+
 class ErrorSerializer(serializers.Serializer):
     """The body of every error response (for the schema)."""
 
     code = serializers.CharField(
         help_text="INVALID_REQUEST, INVALID_CONFIG, NOT_FOUND, PERMISSION_DENIED, NOT_AUTHENTICATED, CONFLICT, "
-        "RESOURCE_EXHAUSTED (503, retry after Retry-After seconds), ..."
+        "RESOURCE_EXHAUSTED (503, retry after Retry-After seconds), REQUEST_TOO_LARGE (413), METHOD_NOT_ALLOWED, "
+        "THROTTLED (429), UNKNOWN_SERVER_ERROR (500), ..."
     )
     message = serializers.CharField(help_text="What went wrong and what to change.")
     details = serializers.JSONField(allow_null=True, help_text="Per-field or per-entry errors, when there are any.")
+
+
+_METHODS = ("get", "put", "post", "delete", "patch")
+
+
+def document_error_responses(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """drf-spectacular hook: each operation lists the errors any API call may answer, in the Error shape.
+
+    Beyond the ones a view documents: 401 (every operation needs a token or a session), 403 (the role, or CSRF with
+    a session), 400 for an operation with parameters or a body, 404 for one with a path parameter (no such name, or
+    not one the caller may see), 413 and 415 for one with a body (too large, not JSON). Listed rather than left to a
+    ``default`` response, so a status nobody documented still shows up (the schema fuzz test checks every answer).
+    """
+    if "Error" not in result.get("components", {}).get("schemas", {}):
+        return result
+    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    for path, item in result.get("paths", {}).items():
+        for method, operation in item.items():
+            if method not in _METHODS or not path.startswith("/api/"):
+                continue
+            parameters = [*item.get("parameters", []), *operation.get("parameters", [])]
+            statuses = {"401": "Not authenticated.", "403": "Not allowed."}
+            if parameters or "requestBody" in operation:
+                statuses["400"] = "A bad parameter or body."
+            if "{" in path:
+                statuses["404"] = "No such object, or not one you may see."
+            if "requestBody" in operation:
+                statuses["413"] = "The body is larger than the API accepts (REQUEST_TOO_LARGE)."
+                statuses["415"] = "A body in a media type the operation does not read."
+            responses = operation.setdefault("responses", {})
+            for status_code, description in statuses.items():
+                responses.setdefault(status_code, {"description": description, **error})
+    return result
 
 
 def _first_error(detail: Any, path: str = "") -> str:
@@ -98,6 +144,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = exceptions.NotFound(*exc.args)
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied(*exc.args)
+    elif isinstance(exc, RequestDataTooBig):  # raised lazily, when a parser reads the body
+        exc = too_large()
     elif isinstance(exc, QuotaEngineError):
         http = status.HTTP_503_SERVICE_UNAVAILABLE if isinstance(exc, EngineUnavailable) else 400
         exc = ApiError(exc.code, exc.message, status_code=http)

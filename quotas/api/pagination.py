@@ -1,6 +1,10 @@
 """Default pagination for the API."""
 
+from typing import Any
+
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
 
 
 class DefaultCursorPagination(CursorPagination):
@@ -16,3 +20,11 @@ class DefaultCursorPagination(CursorPagination):
     page_size_query_param = "page_size"
     max_page_size = 500
     ordering = "-pk"
+
+    def decode_cursor(self, request: Request) -> Any:
+        """A cursor that is not one of ours is a bad parameter (400 INVALID_REQUEST), not a missing page (DRF's 404)."""
+        try:
+            return super().decode_cursor(request)
+        except NotFound:
+            message = "cursor is not a cursor this API gave out; follow the `next` or `previous` URL of a page."
+            raise ValidationError({"cursor": [message]}) from None

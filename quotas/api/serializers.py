@@ -54,6 +54,27 @@ MAX_ALTER_ENTRIES = 1000
 #: One broker-config batch alters at most this many keys of one resource (Kafka has a few dozen dynamic ones).
 MAX_CONFIG_OPS = 200
 
+# Lengths, checked here so that a long name is a 400 naming the field and the limit, never a database error
+# (PostgreSQL refuses a value longer than its column with a 500; SQLite silently keeps it).
+#: Principal and client-id names: Kafka's own limit is its protocol STRING (32,767 bytes); the portal keeps them in
+#: 255-character columns (QuotaEntity, QuotaRequest), so that is the limit.
+NAME_MAX = QuotaEntity._meta.get_field("user").max_length or 255
+IP_MAX = QuotaEntity._meta.get_field("ip").max_length or 64
+#: Quota keys, entity types and config keys: the longest real one is about 50 characters.
+KEY_MAX = 255
+#: Config values travel as Kafka protocol STRINGs: at most 32,767 bytes in UTF-8.
+KAFKA_STRING_MAX_BYTES = 32767
+#: Reasons and comments, written and read by people.
+TEXT_MAX = 4000
+
+
+def check_kafka_string(value: Any) -> None:
+    """A config value Kafka could not carry (over 32,767 UTF-8 bytes, lists joined by commas) is refused here."""
+    text = ",".join(map(str, value)) if isinstance(value, list) else value
+    if isinstance(text, str) and len(text.encode("utf-8", "surrogatepass")) > KAFKA_STRING_MAX_BYTES:
+        message = f"Ensure this value has no more than {KAFKA_STRING_MAX_BYTES} bytes (UTF-8), Kafka's string limit."
+        raise serializers.ValidationError(message)
+
 
 # ------------------------------------------------------------------ clusters
 
@@ -120,7 +141,11 @@ class FilterComponentSerializer(serializers.Serializer):
     entity_type = serializers.ChoiceField(choices=EntityType.choices)
     match_type = serializers.ChoiceField(choices=MatchType.choices)
     match = serializers.CharField(
-        required=False, allow_null=True, default=None, help_text="The name, for match_type exact only."
+        required=False,
+        allow_null=True,
+        default=None,
+        max_length=NAME_MAX,
+        help_text="The name, for match_type exact only.",
     )
 
 
@@ -196,7 +221,7 @@ def with_parsed_value(attrs: dict[str, Any]) -> dict[str, Any]:
 
 class EntityComponentSerializer(serializers.Serializer):
     entity_type = serializers.CharField(help_text="user, client-id or ip (ip is never combined with the others).")
-    name = serializers.CharField(
+    name = serializers.CharField(  # its length is judged per entry with Kafka's answer (quotas.models.quotas)
         allow_null=True, allow_blank=True, help_text="The name; null or '<default>' for the default entity."
     )
 
@@ -287,6 +312,7 @@ class PassThroughConfigValueField(serializers.Field):
     """A config value exactly as sent (text, number, or a list for replica lists): the engine judges it."""
 
     def to_internal_value(self, data: Any) -> Any:
+        check_kafka_string(data)
         return data
 
     def to_representation(self, value: Any) -> Any:
@@ -381,11 +407,11 @@ class ConfigPageSerializer(serializers.Serializer):
 class EffectiveQuerySerializer(serializers.Serializer):
     """Who asks: a connection's user and client-id, or an IP address (never both)."""
 
-    user = serializers.CharField(required=False, help_text="The principal name the broker sees.")
+    user = serializers.CharField(required=False, max_length=NAME_MAX, help_text="The principal name the broker sees.")
     client_id = serializers.CharField(
-        required=False, allow_blank=True, help_text="The client-id the broker sees (may be empty)."
+        required=False, allow_blank=True, max_length=NAME_MAX, help_text="The client-id the broker sees (may be empty)."
     )
-    ip = serializers.CharField(required=False, help_text="An IPv4 or IPv6 address; alone.")
+    ip = serializers.CharField(required=False, max_length=IP_MAX, help_text="An IPv4 or IPv6 address; alone.")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "ip" in attrs:
@@ -666,17 +692,20 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
     )
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
     user = serializers.CharField(
-        required=False, allow_null=True, default=None, help_text="A principal your tenant owns."
+        required=False, allow_null=True, default=None, max_length=NAME_MAX, help_text="A principal your tenant owns."
     )
     client_id = serializers.CharField(
         required=False,
         allow_null=True,
         default=None,
+        max_length=NAME_MAX,
         help_text="A client-id your tenant owns, or '<default>' under an owned user.",
     )
-    key = serializers.CharField(help_text="producer_byte_rate, consumer_byte_rate, request_percentage, ...")
+    key = serializers.CharField(
+        max_length=KEY_MAX, help_text="producer_byte_rate, consumer_byte_rate, request_percentage, ..."
+    )
     value = QuotaValueField(help_text="A finite number > 0 (whole bytes/s for byte rates), or text: 1.5 MiB/s.")
-    reason = serializers.CharField(required=False, allow_blank=True, default="")
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=TEXT_MAX)
     expires_at = serializers.DateTimeField(
         required=False, allow_null=True, default=None, help_text="Makes it a boost: the previous value returns then."
     )
@@ -687,7 +716,11 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
 
 class DecisionSerializer(serializers.Serializer):
     comment = serializers.CharField(
-        required=False, allow_blank=True, default="", help_text="Required to reject: what the tenant should change."
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=TEXT_MAX,
+        help_text="Required to reject: what the tenant should change.",
     )
 
 

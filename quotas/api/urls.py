@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from quotas.api import client_metrics, scram, views
+from quotas.api import client_metrics, scram, views, webhooks
 
 app_name = "quotas-api"
 
@@ -15,6 +15,8 @@ router.register("audit", views.AuditEntryViewSet, basename="audit")
 router.register("pushes", views.PushViewSet, basename="push")
 router.register("drift", views.DriftViewSet, basename="drift")
 router.register("subscription-requests", client_metrics.SubscriptionRequestViewSet, basename="subscription-request")
+router.register("webhooks", webhooks.WebhookViewSet, basename="webhook")
+router.register("webhook-deliveries", webhooks.WebhookDeliveryViewSet, basename="webhook-delivery")
 
 # Kafka's admin operations keep their verb names, as RPCs on a cluster.
 urlpatterns = [

@@ -1,12 +1,13 @@
 """Views of the quota API.
 
-Clusters and their quotas: reads are open to any authenticated caller; writes
-(AlterClientQuotas, creating and updating clusters) are for admins (staff or the
-quota-admins group; never an auditor). Tenants, quota requests and the audit trail are
-scoped: admins and auditors see everything, a tenant member sees its tenants' rows only
-(others' rows answer NOT_FOUND, so their existence does not leak). Push status and drift are operational:
-admins and auditors read them (a member sees its own request's pushes on the request), and only admins
-re-apply desired state to a broker.
+Clusters: reads are open to any authenticated caller; writes (AlterClientQuotas, creating and
+updating clusters) are for admins (staff or the quota-admins group; never an auditor). Quota values
+are scoped like requests: a tenant member describes only the entities its tenants own (and the
+``<default>`` ones), and asks for the effective quota of its own principals and client-ids only.
+Tenants, quota requests and the audit trail are scoped: admins and auditors see everything, a tenant
+member sees its tenants' rows only (others' rows answer NOT_FOUND, so their existence does not leak).
+Push status and drift are operational: admins and auditors read them (a member sees its own request's
+pushes on the request), and only admins re-apply desired state to a broker.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ from quotas.models import (
     sees_everything,
     tenants_of,
 )
+from quotas.models.tenants import member_tenants, owned_by_any, quota_visible
 
 ERRORS = {
     400: ErrorSerializer,
@@ -377,7 +379,8 @@ class DescribeClientQuotasView(APIView):
             "Filter components: `exact` matches the name, `default` the default entity, `specified` any "
             "non-default name. `strict`: the entity has exactly the filtered entity types; otherwise it may have "
             "more. No components and strict=false lists every entity. Answers are paged by cursor: to read on, "
-            "POST the same body to the `next` URL."
+            "POST the same body to the `next` URL. Tenant members see only the entities their tenants own (every "
+            "named part) and the `<default>` ones; admins and auditors see all."
         ),
         parameters=[
             CLUSTER_PARAM,
@@ -393,10 +396,40 @@ class DescribeClientQuotasView(APIView):
         query.is_valid(raise_exception=True)
         components = [FilterComponent(**c) for c in query.validated_data["components"]]
         entities = describe_client_quotas(target, components, query.validated_data["strict"])
+        if not sees_everything(request.user):
+            entities = entities.filter(pk__in=visible_entity_pks(request.user, entities))
         paginator = EntityCursorPagination()
         with memory_permits(page_estimate(paginator, request, DESCRIBE_ROW_BYTES)):
             page = paginator.paginate_queryset(entities, request, view=self)
             return paginator.get_paginated_response(DescribeEntrySerializer(page, many=True).data)
+
+
+def visible_entity_pks(user: AbstractBaseUser, entities: QuerySet[Any]) -> list[int]:
+    """The ids of the described entities a member may read (``quota_visible``).
+
+    Ownership is by fnmatch pattern, which SQL cannot match portably: decided here over the filtered rows' names
+    only, then the page is read by key (as SCRAM credentials are), so cursor pages stay full.
+    """
+    tenants = member_tenants(user)
+    rows = entities.prefetch_related(None).order_by().values_list("pk", "user", "client_id", "ip")
+    return [pk for pk, u, c, ip in rows.iterator(chunk_size=2000) if quota_visible(tenants, u, c, ip)]
+
+
+def check_effective_scope(user: AbstractBaseUser, query: dict[str, Any]) -> None:
+    """A member asks only about its tenants' connections: the answer shows the values of the entities it covers.
+
+    403 PERMISSION_DENIED otherwise, as the monitor answers for another tenant's entity (ownership is decided from
+    the question, so nothing about what exists leaks).
+    """
+    if "ip" in query:
+        message = "Ip quotas belong to no tenant: admins and auditors read them; ask for a user and a client_id."
+        raise ApiError("PERMISSION_DENIED", message, {"ip": [message]}, status_code=403)
+    if not owned_by_any(member_tenants(user), query["user"], query["client_id"] or None):
+        message = (
+            f"None of your tenants owns the principal {query['user']!r} with the client-id {query['client_id']!r}; "
+            "you read the effective quota of your tenants' principals and client-ids (GET /api/tenants/ lists them)."
+        )
+        raise ApiError("PERMISSION_DENIED", message, status_code=403)
 
 
 class AlterClientQuotasView(APIView):
@@ -456,7 +489,8 @@ class EffectiveQuotaView(APIView):
         description=(
             "For user + client_id: each client key's value, the precedence level (1..8) and config path that "
             "supplied it, and the more specific levels that hold nothing. For ip: connection_creation_rate from "
-            "the ip itself (level 1) or the `<default>` ip (level 2)."
+            "the ip itself (level 1) or the `<default>` ip (level 2). Tenant members ask only for a principal and "
+            "client-id their tenants own (403 PERMISSION_DENIED otherwise, and for an ip)."
         ),
         parameters=[CLUSTER_PARAM, EffectiveQuerySerializer],
         responses={200: EffectiveResponseSerializer, **ERRORS},
@@ -466,6 +500,8 @@ class EffectiveQuotaView(APIView):
         query = EffectiveQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         q: dict[str, Any] = query.validated_data
+        if not sees_everything(request.user):
+            check_effective_scope(request.user, q)
         if "ip" in q:
             ip = normalize_ip(q["ip"])  # an invalid address is the engine's INVALID_REQUEST
             found = [effective_ip_quota(target, ip)]

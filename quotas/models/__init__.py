@@ -7,7 +7,8 @@ describe/alter/resolve operations over them), ``tenants`` (teams, what they own,
 ``broker_configs`` (dynamic broker and topic configs: connection limits, replication throttles) and
 ``client_metrics`` (KIP-714 client-metrics subscriptions and tenants' requests for them) and
 ``pushes`` (the change log by version, the push status per broker, and drift found on brokers) and
-``scram`` (which SASL/SCRAM credentials the portal made on Kafka clusters; never a password).
+``scram`` (which SASL/SCRAM credentials the portal made on Kafka clusters; never a password) and
+``webhooks`` (tenants' outgoing webhooks and their delivery log; ``quotas.notify`` sends them).
 """
 
 from quotas.models.audit import AuditAction, AuditEntry, audited_alter, record
@@ -55,13 +56,22 @@ from quotas.models.quotas import (
     effective_client_quotas,
     effective_ip_quota,
 )
-from quotas.models.requests import TRANSITIONS, Approval, Decision, QuotaRequest, RequestState
+from quotas.models.requests import (
+    TRANSITIONS,
+    Approval,
+    Decision,
+    QuotaRequest,
+    RequestState,
+    announce,
+    request_changed,
+)
 from quotas.models.scram import ScramCredential
 from quotas.models.tenants import (
     ADMINS_GROUP,
     AUDITORS_GROUP,
     OwnedName,
     Tenant,
+    admin_users,
     entity_owned_by,
     is_admin,
     is_auditor,
@@ -71,10 +81,18 @@ from quotas.models.tenants import (
     sees_everything,
     tenants_of,
 )
+from quotas.models.webhooks import (
+    REQUEST_EVENTS,
+    DeliveryState,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
+)
 
 __all__ = [
     "ADMINS_GROUP",
     "AUDITORS_GROUP",
+    "REQUEST_EVENTS",
     "TRANSITIONS",
     "AlterOutcome",
     "Alteration",
@@ -90,6 +108,7 @@ __all__ = [
     "ConfigOutcome",
     "ConfigResource",
     "Decision",
+    "DeliveryState",
     "DesiredChange",
     "DesiredStateVersion",
     "Drift",
@@ -115,9 +134,13 @@ __all__ = [
     "SubscriptionRequest",
     "Tenant",
     "TopicConfig",
+    "Webhook",
+    "WebhookDelivery",
+    "WebhookEvent",
     "alter_client_quotas",
     "alter_configs",
     "alter_subscription",
+    "announce",
     "audited_alter",
     "describe_client_quotas",
     "effective_client_quotas",
@@ -125,6 +148,7 @@ __all__ = [
     "entity_owned_by",
     "member_tenants",
     "owned_by_any",
+    "admin_users",
     "is_admin",
     "is_auditor",
     "match_owned_by",
@@ -132,6 +156,7 @@ __all__ = [
     "push_targets",
     "push_wanted",
     "record",
+    "request_changed",
     "sees_everything",
     "tenants_of",
 ]

@@ -42,6 +42,7 @@ class AuditAction(models.TextChoices):
     SCRAM_CREATED = "scram_created", "SCRAM credential created"
     SCRAM_ROTATED = "scram_rotated", "SCRAM credential rotated"
     SCRAM_DELETED = "scram_deleted", "SCRAM credential deleted"
+    WEBHOOK_CHANGED = "webhook_changed", "Tenant webhook created, changed, re-keyed or deleted"
 
 
 class AuditEntry(models.Model):

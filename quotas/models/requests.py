@@ -10,13 +10,22 @@ The state machine (transitions in ``quotas.workflow``)::
 Approving writes the desired state in the approval's transaction and moves the request to
 ``applying``; it becomes ``applied`` once every broker holds the desired-state version of the
 change (``quotas.push`` records that per broker).
+
+Every move is announced after its commit with ``request_changed`` (``announce``), which the notifications
+(``quotas.notify``: email, webhooks) listen to: the models know neither them nor Celery, and a transaction that
+rolls back announces nothing.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
-from django.db import models
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import models, transaction
 from django.db.models import Q
+from django.dispatch import Signal
+from django.utils import timezone
 
 from quotas.choices import QuotaKey
 from quotas.engine.entities import entity_path
@@ -111,3 +120,27 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.request_id} {self.decision} by {self.approver}"
+
+
+#: Sent after the commit that moved a quota request (or created it), with ``request_id``, ``state`` (the new
+#: one), ``actor_id`` (None: the portal itself, e.g. a push), ``comment`` (the reason, the decision's comment, why
+#: it failed) and ``at`` (when it moved). ``quotas.notify`` connects to it and queues the notifications.
+request_changed = Signal()
+
+
+def announce(
+    request: QuotaRequest, state: str, actor: AbstractBaseUser | None, comment: str = "", at: datetime | None = None
+) -> None:
+    """Send ``request_changed`` once the current transaction commits (nothing if it rolls back).
+
+    Outside a transaction it is sent at once; values are copied now, so later changes of ``request`` do not leak in.
+    """
+    sent = {
+        "request_id": request.pk,
+        "state": str(state),
+        "actor_id": actor.pk if actor is not None else None,
+        "comment": comment,
+        "at": at or timezone.now(),
+    }
+    # send_robust: a notification that cannot be queued must not turn a committed transition into an error
+    transaction.on_commit(lambda: request_changed.send_robust(sender=QuotaRequest, **sent))

@@ -90,6 +90,16 @@ def is_admin(user: AnyUser) -> bool:
     return bool(user.is_staff) or _in_group(user, ADMINS_GROUP)
 
 
+def admin_users() -> models.QuerySet:
+    """The accounts ``is_admin`` holds for, as a query (whom to tell that a request waits)."""
+    from django.contrib.auth import get_user_model
+
+    admins = get_user_model().objects.filter(is_active=True).filter(
+        models.Q(is_staff=True) | models.Q(groups__name=ADMINS_GROUP)
+    )
+    return admins.exclude(groups__name=AUDITORS_GROUP).distinct()
+
+
 def sees_everything(user: AnyUser) -> bool:
     """Admins and auditors read every tenant's requests and audit entries."""
     return is_admin(user) or is_auditor(user)
@@ -110,6 +120,27 @@ def member_tenants(user: AnyUser) -> list[Tenant]:
 def owned_by_any(tenants: Iterable[Tenant], user: str | None, client_id: str | None) -> bool:
     """Whether one of the tenants owns the entity (``entity_owned_by``): what a member may ask for and see."""
     return any(entity_owned_by(t, user, client_id) is None for t in tenants)
+
+
+def quota_visible(tenants: Iterable[Tenant], user: str | None, client_id: str | None, ip: str | None = None) -> bool:
+    """Whether a member of ``tenants`` may read the quotas of this entity (DescribeClientQuotas, its values).
+
+    Wider than asking for it (``owned_by_any``) by the defaults, which apply to the member's own clients too
+    and name nobody: an all-``<default>`` entity (``ip`` included) is visible to every member, and a default
+    part beside a named one (``/config/users/<default>/clients/app-1``) counts as owned. Every named part must be
+    owned by one tenant; named ips are nobody's, so members never read them.
+    """
+    from quotas.engine.entities import DEFAULT
+
+    if ip is not None:
+        return ip == DEFAULT
+    if user is None and client_id is None:
+        return False
+    if user in (None, DEFAULT) and client_id in (None, DEFAULT):
+        return True
+    if user == DEFAULT:  # the client-id is named here
+        return any(t.owns(EntityType.CLIENT_ID, str(client_id)) for t in tenants)
+    return owned_by_any(tenants, user, client_id)
 
 
 def owning_tenant(user: str | None, client_id: str | None) -> Tenant | None:

@@ -136,7 +136,33 @@ class Subscription:
 
     def matches(self, attributes: Mapping[str, str | None]) -> bool:
         """ClientMetricsInstanceMetadata.isMatch: every selector matches (no selector: every client)."""
-        return all(p.matches(attributes.get(p.key)) for p in self.match)
+        return is_match(attributes, self.match_patterns)
+
+
+def is_match(
+    attributes: Mapping[str, str | None], patterns: Mapping[str, MatchPattern | re.Pattern[str] | str]
+) -> bool:
+    """Kafka's ``ClientMetricsInstanceMetadata.isMatch(patterns)``, exactly.
+
+    The client's attributes are the six of ``MATCH_KEYS`` only (what Kafka's metadata map holds; any other entry
+    of ``attributes`` is ignored), each ``None`` when the client did not send it. No pattern: every client
+    matches. Otherwise every pattern must match its attribute whole; a pattern on a key that is not one of the
+    six, or on an attribute the client did not send, matches nothing (not even ``.*``), so the subscription
+    selects no client. Nothing is raised here: unknown keys are refused earlier, by validation.
+    """
+    for key, pattern in patterns.items():
+        value = attributes.get(key) if key in MATCH_KEYS else None
+        if value is None:
+            return False
+        if isinstance(pattern, MatchPattern):
+            compiled = pattern.pattern
+        elif isinstance(pattern, str):
+            compiled = re.compile(pattern)
+        else:
+            compiled = pattern
+        if compiled.fullmatch(value) is None:
+            return False
+    return True
 
 
 def validate_subscription(name: str, configs: Mapping[str, str]) -> Subscription:

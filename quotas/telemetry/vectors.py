@@ -8,6 +8,7 @@ default ``A``) built from the case config (``telemetry_max_bytes``, ``cache_expi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
@@ -23,7 +24,7 @@ from .manager import (
     RequestContext,
     compute_subscription_id,
 )
-from .subscriptions import Subscription, parse_match
+from .subscriptions import is_match
 
 Out = dict[str, Any]
 
@@ -190,12 +191,14 @@ def client_metrics_case(config: dict[str, Any]) -> Callable[[dict[str, Any]], Ou
             return {"subscription_id": compute_subscription_id(ordered, interval, cid)}
         if op == "is_match":
             attrs = {k[len("attr."):]: unquote(str(v)) for k, v in args.items() if k.startswith("attr.")}
-            pats = [f"{k[len('pat.'):]}={unquote(str(v))}" for k, v in args.items() if k.startswith("pat.")]
+            # isMatch takes any key -> Pattern map (validation is not its job): a key that is no client attribute
+            # matches nothing, it raises nothing
+            pats = {k[len("pat."):]: unquote(str(v)) for k, v in args.items() if k.startswith("pat.")}
             try:
-                patterns = tuple(parse_match(pats).values())
-            except SubscriptionValidationError as e:
-                return {"error": e.java_class, "message": e.message}
-            matched = Subscription("is_match", match=patterns).matches(attrs)
+                patterns = {k: re.compile(v) for k, v in pats.items()}
+            except re.error as e:
+                return {"error": "PatternSyntaxException", "message": str(e)}
+            matched = is_match(attrs, patterns)
             return {"match": matched, "matched": matched, "is_match": matched, "result": matched}
         raise UnsupportedOp(f"op {op!r}")
 

@@ -18,7 +18,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-PACKAGES = ("portal", "frontend", "history", "telemetry_ui", "quotas", "pipeline", "traffic", "conformance", "devtools")
+PACKAGES = (
+    "portal", "frontend", "history", "telemetry_ui", "quotas", "pipeline", "traffic", "conformance", "observe",
+    "devtools",
+)
 
 
 def lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:

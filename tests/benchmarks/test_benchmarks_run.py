@@ -78,6 +78,23 @@ def test_push_benchmark_quick_run_reports_its_ratio() -> None:
     assert summary["batch_ratio"] > 0 and summary["worker_concurrency"] >= 1
 
 
+@pytest.mark.timeout(300)
+def test_kafka_push_benchmark_quick_run_reports_its_ratio(kafka_cluster) -> None:  # type: ignore[no-untyped-def]
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/kafka_push_bench.py", "--quick", "--bootstrap", kafka_cluster.bootstrap(),
+         "--changes", "10", "--batches", "2", "--batch", "10"],
+        cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["changes"] == 10 and summary["bare_changes"] == 10 and summary["verified"] is True
+    assert summary["kafka_push_ratio"] > 0 and summary["portal_changes_per_s"] > 0 and summary["bare_changes_per_s"] > 0
+    assert summary["kafka_push_p99_ms"] >= summary["kafka_push_p50_ms"] > 0
+    assert summary["bare_p99_ms"] >= summary["bare_p50_ms"] > 0
+    assert summary["batch_changes"] == 20 and summary["batch_p99_ms"] >= summary["batch_p50_ms"] > 0
+    assert summary["kafka_push_batch_ratio"] > 0 and "target_met" in summary
+
+
 def test_monitor_benchmark_quick_run_reports_its_delays() -> None:
     proc = subprocess.run(
         [sys.executable, "benchmarks/monitor_bench.py", "--quick", "--seconds", "2", "--warmup", "1"],
@@ -134,18 +151,25 @@ def test_pipeline_benchmark_quick_run_reports_its_figures() -> None:
     assert summary["rollup_out_rows"]["minute"] > 0 and summary["rollup_out_rows"]["hour"] > 0
 
 
-@pytest.mark.timeout(300)
-def test_kafka_push_benchmark_quick_run_reports_its_ratio(kafka_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_prometheus_benchmark_quick_run_reports_its_lag() -> None:
     proc = subprocess.run(
-        [sys.executable, "benchmarks/kafka_push_bench.py", "--quick", "--bootstrap", kafka_cluster.bootstrap(),
-         "--changes", "10", "--batches", "2", "--batch", "10"],
-        cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,
+        [sys.executable, "benchmarks/prometheus_bench.py", "--quick", "--entities", "50", "--seconds", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )
-    assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-2000:]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "prometheus_lag_p99_ms" in proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert summary["changes"] == 10 and summary["bare_changes"] == 10 and summary["verified"] is True
-    assert summary["kafka_push_ratio"] > 0 and summary["portal_changes_per_s"] > 0 and summary["bare_changes_per_s"] > 0
-    assert summary["kafka_push_p99_ms"] >= summary["kafka_push_p50_ms"] > 0
-    assert summary["bare_p99_ms"] >= summary["bare_p50_ms"] > 0
-    assert summary["batch_changes"] == 20 and summary["batch_p99_ms"] >= summary["batch_p50_ms"] > 0
-    assert summary["kafka_push_batch_ratio"] > 0 and "target_met" in summary
+    assert summary["series"] == 150 and summary["samples_per_poll_min"] == 150
+    assert summary["prometheus_lag_p99_ms"] >= summary["prometheus_lag_p50_ms"] > 0
+    assert summary["lags_counted"] > 0 and "target_met" in summary
+
+
+def test_otlp_benchmark_quick_run_reports_its_ratio() -> None:
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/otlp_bench.py", "--quick", "--clients", "2", "--seconds", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["otlp_per_s"] > 0 and summary["trivial_per_s"] > 0 and summary["otlp_ratio"] > 0
+    assert summary["otlp_failed"] == 0 and summary["otlp_partial"] == 0 and summary["payload_bytes"] > 500

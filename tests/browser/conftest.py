@@ -202,8 +202,14 @@ def context(chromium: Any, portal: Portal) -> Iterator[Any]:
     """A fresh browser profile (no cookies) at 1366x768 for one test."""
     ctx = chromium.new_context(viewport=VIEWPORT, base_url=portal.url)
     ctx.set_default_timeout(15_000)
-    errors: list[str] = []  # uncaught JavaScript errors of any page: a test fails on them
-    ctx.on("page", lambda page: page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}")))
+    errors: list[str] = []  # uncaught JavaScript errors and Content-Security-Policy refusals: a test fails on them
+
+    def watch(page: Any) -> None:
+        page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
+        page.on("console", lambda m: errors.append(f"{page.url}: {m.text}") if "Content Security Policy" in m.text
+                else None)
+
+    ctx.on("page", watch)
     yield ctx
     ctx.close()
     assert not errors, errors

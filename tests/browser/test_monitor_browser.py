@@ -111,13 +111,14 @@ def test_a_tenant_watches_its_entity_live_and_the_chart_gains_points_within_3s(
         published = brokers.tick()
         assert published == 3  # one produce sample per broker (no mutation yet)
         started = time.monotonic()
-        page.wait_for_function(f"Number(document.getElementById('monitor-charts').dataset.points) >= {before + 3}",
-                               timeout=3000)
+        page.wait_for_function(  # a function, not an expression: Playwright evals expressions, which the CSP refuses
+            f"() => Number(document.getElementById('monitor-charts').dataset.points) >= {before + 3}", timeout=3000
+        )
         assert time.monotonic() - started < 3.0
         page.wait_for_timeout(1000)
     brokers.mutate("svc-a-1", "app-a-1", 100)  # 100 topic creations at once against 5/s (55 tokens): below zero
     assert brokers.tick() == 6
-    page.wait_for_function("document.getElementById('plot-tokens') && "
+    page.wait_for_function("() => document.getElementById('plot-tokens') && "
                            "document.getElementById('plot-tokens').data.length === 3", timeout=3000)
     assert all(t["y"][-1] < 0 for t in traces(page, "plot-tokens"))
     rate = traces(page, "plot-rate-produce")
@@ -137,7 +138,7 @@ def test_a_tenant_watches_its_entity_live_and_the_chart_gains_points_within_3s(
     brokers.produce("svc-a-1", "app-a-1", 1000)
     brokers.tick()  # published while the page is away (it comes back in the backfill)
     wait_live(page)
-    page.wait_for_function(f"Number(document.getElementById('monitor-charts').dataset.points) >= {drawn + 3}",
+    page.wait_for_function(f"() => Number(document.getElementById('monitor-charts').dataset.points) >= {drawn + 3}",
                            timeout=8000)
     for t in traces(page, "plot-rate-produce"):
         assert t["x"] == sorted(set(t["x"])), f"{t['name']} has a point twice or out of order"

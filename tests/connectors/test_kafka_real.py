@@ -20,6 +20,7 @@ from quotas.connectors.base import Applied, Delta, Item, PushError, Target
 from quotas.connectors.kafka import KafkaConnector
 from quotas.connectors.kafka_client import BROKER_RESOURCE, MATCH_EXACT, OP_SET, AdminClient
 from quotas.engine.config import EntityRef
+from tests.waiting import wait_for
 
 
 def quota(key: str, **entity: str) -> Item:
@@ -312,9 +313,14 @@ def test_the_refused_entry_is_the_error_and_the_valid_ones_are_applied(
             delta({quota("producer_byte_rate", user=bad): "10.5", quota("producer_byte_rate", user=good): "1000.0"}),
         )
     assert raised.value.code == "INVALID_REQUEST"
-    # Kafka applies each entry on its own: the valid one is there (an idempotent part; the retry re-sends it)
-    for held in held_by_each(connector, [each_broker[0]], [quota("producer_byte_rate", user=good)]):
-        assert held == {quota("producer_byte_rate", user=good): "1000.0"}
+    # Kafka applies each entry on its own: the valid one arrives (an idempotent part; the retry re-sends it), on
+    # each broker as soon as its metadata has the write
+    item = quota("producer_byte_rate", user=good)
+    wait_for(
+        "the valid entry on every broker",
+        lambda: held_by_each(connector, each_broker, [item]) == [{item: "1000.0"}] * 3,
+        timeout=20,
+    )
     connector.apply(cluster, delta({quota("producer_byte_rate", user=good): None}))
 
 

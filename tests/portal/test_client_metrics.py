@@ -34,6 +34,7 @@ from quotas.models import (
 from quotas.workflow import InvalidRequest, PermissionDenied
 from tests.portal.brokers import push_everywhere
 from tests.portal.people import api, roles
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
 URL = "/api/clusters/prod/client-metrics/"
@@ -275,6 +276,7 @@ def test_a_real_kafka_cluster_gets_subscriptions_as_client_metrics_resources(
     # drift: changed with kafka-configs behind the portal's back
     with AdminClient(kafka_cluster.nodes[1].address("PLAINTEXT")) as client:
         client.incremental_alter_configs({(CLIENT_METRICS_RESOURCE, name): [("interval.ms", 0, "100")]})
+    wait_for("the change on every broker", lambda: all(h.get("interval.ms") == "100" for h in on_each_broker()))
     assert push.reconcile_target(cluster, None, mode="report").status == "drift"
     drift = Drift.objects.get(cluster=cluster, kind=CLIENT_METRICS, resource=name)
     assert (drift.key, drift.desired, drift.actual) == ("interval.ms", "1000", "100")

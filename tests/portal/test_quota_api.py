@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -46,6 +47,15 @@ def staff() -> APIClient:
 @pytest.fixture
 def member() -> APIClient:
     return _client("tenant", staff=False)
+
+
+@pytest.fixture
+def reader() -> APIClient:
+    """An auditor: reads every tenant's quotas (members read their own: tests/portal/test_quota_isolation.py)."""
+    client = _client("auditor", staff=False)
+    user = get_user_model().objects.get(username="auditor")
+    user.groups.add(Group.objects.get_or_create(name="auditors")[0])
+    return client
 
 
 @pytest.fixture
@@ -179,9 +189,10 @@ def test_writes_are_for_staff_only(member: APIClient, cluster: Cluster) -> None:
         assert response.json()["code"] == "PERMISSION_DENIED"
         assert "staff" in response.json()["message"]
     assert counts() == before and version(cluster) == 0 and not Cluster.objects.filter(name="mine").exists()
-    # reads stay open to any authenticated caller
-    assert member.post("/api/clusters/prod/client-quotas/describe", {}, format="json").status_code == 200
-    assert member.get("/api/clusters/prod/effective-quota", {"ip": "10.0.0.1"}).status_code == 200
+    # a member still reads, scoped to what its tenants own (none here: an empty describe, no ip quotas)
+    described = member.post("/api/clusters/prod/client-quotas/describe", {}, format="json")
+    assert described.status_code == 200 and described.json()["results"] == []
+    assert member.get("/api/clusters/prod/effective-quota", {"ip": "10.0.0.1"}).status_code == 403
 
 
 # ------------------------------------------------------------------ AlterClientQuotas
@@ -432,26 +443,26 @@ def c(entity_type: str, match_type: str, match: str | None = None) -> dict[str, 
         ([c("user", "exact", "nobody")], False, []),
     ],
 )
-def test_describe_filters(member: APIClient, described: Cluster, components: list, strict: bool, expected: list):
-    assert entities_of(describe(member, components, strict)) == expected
+def test_describe_filters(reader: APIClient, described: Cluster, components: list, strict: bool, expected: list):
+    assert entities_of(describe(reader, components, strict)) == expected
 
 
-def test_describe_answers_values(member: APIClient, described: Cluster) -> None:
+def test_describe_answers_values(reader: APIClient, described: Cluster) -> None:
     seed(described, [({"user": "alice"}, "request_percentage", 12.5)])
-    response = describe(member, [c("user", "exact", "alice")], strict=True)
+    response = describe(reader, [c("user", "exact", "alice")], strict=True)
     values = {PBR: 1000.0, "request_percentage": 12.5}
     assert response.json()["results"] == [{"entity": {"user": "alice"}, "values": values}]
 
 
-def test_describe_pages_with_the_same_body(member: APIClient, described: Cluster) -> None:
+def test_describe_pages_with_the_same_body(reader: APIClient, described: Cluster) -> None:
     seen: list[dict[str, str]] = []
-    response = describe(member, [], page_size=2)
+    response = describe(reader, [], page_size=2)
     while True:
         seen += entities_of(response)
         assert len(response.json()["results"]) <= 2
         if response.json()["next"] is None:
             break
-        response = member.post(response.json()["next"], {"components": [], "strict": False}, format="json")
+        response = reader.post(response.json()["next"], {"components": [], "strict": False}, format="json")
     assert seen == [dict(parts) for parts, _, _ in FIXTURE]
 
 
@@ -466,8 +477,8 @@ def test_describe_pages_with_the_same_body(member: APIClient, described: Cluster
         ([c("user", "prefix", "a")], "not a valid choice"),
     ],
 )
-def test_describe_refuses_invalid_filters(member: APIClient, described: Cluster, components: list, fragment: str):
-    response = describe(member, components)
+def test_describe_refuses_invalid_filters(reader: APIClient, described: Cluster, components: list, fragment: str):
+    response = describe(reader, components)
     assert response.status_code == 400
     assert response.json()["code"] == "INVALID_REQUEST" and fragment in response.json()["message"]
 
@@ -493,10 +504,10 @@ def effective(client: APIClient, **query: str) -> dict[str, Any]:
     return response.json()
 
 
-def test_effective_quota_walks_the_eight_levels(staff: APIClient, member: APIClient, cluster: Cluster) -> None:
+def test_effective_quota_walks_the_eight_levels(staff: APIClient, reader: APIClient, cluster: Cluster) -> None:
     seed(cluster, [(parts, PBR, level * 1000) for level, (parts, _, _) in LEVELS.items()])
     for level, (parts, path, tags) in LEVELS.items():
-        body = effective(member, user=USER, client_id=CLIENT)
+        body = effective(reader, user=USER, client_id=CLIENT)
         assert (body["user"], body["client_id"], body["ip"]) == (USER, CLIENT, None)
         assert set(body["quotas"]) == {PBR, "consumer_byte_rate", "request_percentage", "controller_mutation_rate"}
         produce = body["quotas"][PBR]
@@ -508,12 +519,12 @@ def test_effective_quota_walks_the_eight_levels(staff: APIClient, member: APICli
         entity_parts = [{"entity_type": t, "name": n} for t, n in parts.items()]
         assert alter(staff, [{"entity": entity_parts, "ops": [remove_op(PBR)]}]).status_code == 200
 
-    produce = effective(member, user=USER, client_id=CLIENT)["quotas"][PBR]
+    produce = effective(reader, user=USER, client_id=CLIENT)["quotas"][PBR]
     assert (produce["value"], produce["level"], produce["entity"]) == (None, None, None)
     assert [s["level"] for s in produce["skipped"]] == list(range(1, 9))
 
 
-def test_effective_quota_per_key_and_for_other_clients(member: APIClient, cluster: Cluster) -> None:
+def test_effective_quota_per_key_and_for_other_clients(reader: APIClient, cluster: Cluster) -> None:
     seed(
         cluster,
         [
@@ -522,28 +533,28 @@ def test_effective_quota_per_key_and_for_other_clients(member: APIClient, cluste
             ({"client-id": D}, "request_percentage", 30),
         ],
     )
-    mine = effective(member, user=USER, client_id=CLIENT)["quotas"]
+    mine = effective(reader, user=USER, client_id=CLIENT)["quotas"]
     assert (mine[PBR]["level"], mine["consumer_byte_rate"]["level"], mine["request_percentage"]["level"]) == (1, 6, 8)
-    other = effective(member, user="bob", client_id="web")["quotas"]
+    other = effective(reader, user="bob", client_id="web")["quotas"]
     assert other[PBR]["value"] is None
     assert other["consumer_byte_rate"]["entity"] == "/config/users/<default>"
     assert other["request_percentage"]["entity"] == "/config/clients/<default>"
     # Kafka's quirk, kept by the engine: an empty client-id gives an empty sensor tag, and a client
     # quota with only client-id entities then applies to nobody, <default> included
-    anonymous_client = effective(member, user="bob", client_id="")["quotas"]["request_percentage"]
+    anonymous_client = effective(reader, user="bob", client_id="")["quotas"]["request_percentage"]
     assert (anonymous_client["value"], anonymous_client["tags"]) == (None, ":")
 
 
-def test_effective_quota_matches_sanitized_user_names(member: APIClient, cluster: Cluster) -> None:
+def test_effective_quota_matches_sanitized_user_names(reader: APIClient, cluster: Cluster) -> None:
     principal = "CN=alice smith,O=ACME"  # Kafka sanitizes user names (URL encoding) before matching
     seed(cluster, [({"user": principal}, PBR, 1000)])
-    produce = effective(member, user=principal, client_id="app")["quotas"][PBR]
+    produce = effective(reader, user=principal, client_id="app")["quotas"][PBR]
     assert (produce["value"], produce["level"]) == (1000.0, 3)
     assert produce["entity"] == f"/config/users/{principal}"
 
 
-def test_effective_quota_for_an_ip(member: APIClient, cluster: Cluster) -> None:
-    none = effective(member, ip="10.0.0.2")
+def test_effective_quota_for_an_ip(reader: APIClient, cluster: Cluster) -> None:
+    none = effective(reader, ip="10.0.0.2")
     assert none["ip"] == "10.0.0.2" and list(none["quotas"]) == ["connection_creation_rate"]
     rate = none["quotas"]["connection_creation_rate"]
     assert (rate["value"], rate["level"]) == (None, None)
@@ -553,10 +564,10 @@ def test_effective_quota_for_an_ip(member: APIClient, cluster: Cluster) -> None:
     ]
 
     seed(cluster, [({"ip": D}, "connection_creation_rate", 5), ({"ip": "::1"}, "connection_creation_rate", 10)])
-    rate = effective(member, ip="10.0.0.2")["quotas"]["connection_creation_rate"]
+    rate = effective(reader, ip="10.0.0.2")["quotas"]["connection_creation_rate"]
     assert (rate["value"], rate["level"], rate["entity"]) == (5.0, 2, "/config/ips/<default>")
     assert rate["skipped"] == [{"level": 1, "entity": "/config/ips/10.0.0.2"}]
-    body = effective(member, ip="0:0::1")  # any spelling of the address finds its entity
+    body = effective(reader, ip="0:0::1")  # any spelling of the address finds its entity
     rate = body["quotas"]["connection_creation_rate"]
     assert body["ip"] == "::1" and (rate["value"], rate["level"], rate["skipped"]) == (10.0, 1, [])
 
@@ -570,8 +581,8 @@ def test_effective_quota_for_an_ip(member: APIClient, cluster: Cluster) -> None:
         ({"ip": "not-an-ip"}, "not a valid IPv4 or IPv6 address"),
     ],
 )
-def test_effective_quota_refuses_unclear_questions(member: APIClient, cluster: Cluster, query: dict, fragment: str):
-    response = member.get("/api/clusters/prod/effective-quota", query)
+def test_effective_quota_refuses_unclear_questions(reader: APIClient, cluster: Cluster, query: dict, fragment: str):
+    response = reader.get("/api/clusters/prod/effective-quota", query)
     assert response.status_code == 400
     assert response.json()["code"] == "INVALID_REQUEST" and fragment in response.json()["message"]
 

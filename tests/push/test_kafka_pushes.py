@@ -40,6 +40,7 @@ from quotas.models import (
     alter_configs,
 )
 from tests.portal.people import make_user
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
 PBR = "producer_byte_rate"
@@ -179,6 +180,13 @@ def test_a_quota_set_directly_on_kafka_is_drift_that_an_admin_adopts(cluster: Cl
     with AdminClient(each_broker(cluster)[0]) as client:  # kafka-configs behind the portal's back
         client.alter_client_quotas([({"user": stranger}, {PBR: 777.0})])
         client.alter_client_quotas([({"user": user, "client-id": "app"}, {PBR: 1.0})])
+    wait_for(
+        "the quotas set by hand on every broker",
+        lambda: all(
+            quotas_on(a, stranger) and quotas_on(a, user) == {(("client-id", "app"), ("user", user)): {PBR: 1.0}}
+            for a in each_broker(cluster)
+        ),
+    )
 
     outcomes = push.reconcile_all(mode="report")
 
@@ -213,6 +221,7 @@ def test_drift_an_admin_does_not_want_is_removed_by_re_applying(cluster: Cluster
     push.push_target(cluster.pk, None)
     with AdminClient(each_broker(cluster)[1]) as client:
         client.alter_client_quotas([({"user": stranger}, {PBR: 5.0})])
+    wait_for("the quota set by hand on every broker", lambda: all(quotas_on(a, stranger) for a in each_broker(cluster)))
     push.reconcile_all(mode="report")
     assert Drift.objects.filter(cluster=cluster, status="extra", resolved_at=None).count() == 1
 

@@ -90,11 +90,11 @@ def start_relay(env: dict[str, str], log: Path) -> Service:
     return relay
 
 
-def start_server(env: dict[str, str], log: Path) -> tuple[Service, int]:
-    """uvicorn serving portal.asgi on a free port with ``env``, once it answers /healthz."""
+def start_server(env: dict[str, str], log: Path, port: int | None = None) -> tuple[Service, int]:
+    """uvicorn serving portal.asgi on ``port`` (default: a free one) with ``env``, once it answers /healthz."""
     import http.client
 
-    port = free_port()
+    port = port or free_port()
     server = Service(
         [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port", str(port),
          "--lifespan", "off", "--no-access-log", "--log-level", "warning"],

@@ -97,3 +97,98 @@ def test_match_regexes_must_match_the_whole_attribute() -> None:
     assert sub.matches({"client_id": "prod-1", "client_software_version": "3.5.2"})
     assert not sub.matches({"client_id": "x-prod-1", "client_software_version": "3.5.2"})
     assert not sub.matches({"client_id": "prod-1", "client_software_version": None})
+
+
+# ------------------------------------------------------------------ ClientMetricsInstanceMetadata.isMatch
+
+
+def _client(**overrides: str | None) -> dict[str, str | None]:
+    """The six attributes Kafka's metadata map holds for a client (ClientMetricsTestUtils.requestContext)."""
+    attrs: dict[str, str | None] = {
+        "client_instance_id": "vLlZ-sdZRAi4qNcYQMvFNw", "client_id": "producer-1",
+        "client_software_name": "apache-kafka-java", "client_software_version": "3.5.2",
+        "client_source_address": "127.0.0.1", "client_source_port": "56078",
+    }
+    attrs.update(overrides)
+    return attrs
+
+
+def test_is_match_as_kafkas_client_metrics_instance_metadata_test() -> None:
+    """ClientMetricsInstanceMetadataTest: valid, multiple, mismatch."""
+    import re
+
+    from quotas.telemetry.subscriptions import is_match
+
+    client = _client()
+    assert is_match(client, {})
+    for key, regex in [("client_id", ".*"), ("client_id", "producer-1"), ("client_id", "producer.*"),
+                       ("client_instance_id", "vLlZ-sdZRAi4qNcYQMvFNw"),
+                       ("client_software_name", "apache-kafka-java"), ("client_software_version", "3.5.2"),
+                       ("client_source_address", "127.0.0.1"), ("client_source_port", "56078")]:
+        assert is_match(client, {key: re.compile(regex)}), (key, regex)
+    every = {"client_id": "producer-1", "client_software_name": "apache-kafka-.*", "client_software_version": "3.5.2",
+             "client_source_address": "127.0.0.1", "client_source_port": "56078"}
+    assert is_match(client, every)
+    for key, wrong in [("client_id", "producer-2"), ("client_software_name", "apache-kafka-java-1"),
+                       ("client_software_version", "3.5.x"), ("client_source_address", "1.2.3.4"),
+                       ("client_source_port", "8080")]:
+        assert not is_match(client, {**every, key: wrong}), key
+
+
+def test_a_pattern_on_a_key_that_is_no_client_attribute_matches_no_client_and_raises_nothing() -> None:
+    """testIsMatchWithInvalidKeyFail: 'unknown' and '*' keys match nothing, even with '.*'; even when the caller's
+    mapping happens to hold such a key (Kafka's metadata holds the six attributes only)."""
+    from quotas.telemetry.subscriptions import MatchPattern, Subscription, is_match
+
+    assert not is_match(_client(), {"unknown": ".*"})
+    assert not is_match(_client(), {"*": ".*"})
+    assert not is_match({**_client(), "hostname": "h1"}, {"hostname": ".*"})
+    assert not is_match(_client(), {"client_id": ".*", "unknown": ".*"})
+    import re
+
+    odd = Subscription("odd", ("*",), 1000, (MatchPattern("hostname", ".*", re.compile(".*")),))
+    assert not odd.matches({**_client(), "hostname": "h1"})
+
+
+def test_an_attribute_the_client_did_not_send_matches_no_pattern_not_even_dot_star() -> None:
+    """testIsMatchWithNullValueFail: no client information, so software name and version are null."""
+    from quotas.telemetry.subscriptions import is_match
+
+    client = _client(client_software_name=None, client_software_version=None)
+    assert not is_match(client, {"client_software_name": ".*"})
+    assert not is_match(client, {"client_software_version": ".*"})
+    assert not is_match({"client_id": "producer-1"}, {"client_source_port": ".*"})  # absent = not sent
+    assert is_match(_client(client_id=""), {"client_id": ".*"})  # an empty client id was sent: '.*' matches it
+    assert not is_match(_client(client_id=""), {"client_id": ".+"})
+    sub = validate_subscription("s", {"metrics": "*", "match": "client_software_name=.*"})
+    assert not sub.matches(client) and sub.matches(_client())
+
+
+def test_the_manager_gives_a_client_only_the_subscriptions_whose_patterns_all_match() -> None:
+    from quotas.telemetry import ClientMetricsManager, RequestContext
+
+    m = ClientMetricsManager()
+    m.update_subscription("by-name", {"metrics": "org.a.", "interval.ms": "1000", "match": "client_software_name=.*"})
+    m.update_subscription("by-id", {"metrics": "org.b.", "interval.ms": "2000", "match": "client_id=app-.*"})
+    bare = RequestContext(client_id="app-1", source_address="127.0.0.1", source_port=5000, connection_id="c1")
+    r = m.get_telemetry_subscriptions(None, bare, 1_000_000)
+    assert r.error == "NONE" and r.requested_metrics == ["org.b."] and r.push_interval_ms == 2000
+    full = RequestContext(client_id="app-2", software_name="librdkafka", software_version="2.16.0",
+                          source_address="127.0.0.1", source_port=5001, connection_id="c2")
+    r = m.get_telemetry_subscriptions(None, full, 1_000_000)
+    assert sorted(r.requested_metrics) == ["org.a.", "org.b."] and r.push_interval_ms == 1000
+
+
+def test_the_conformance_is_match_op_takes_any_key_as_kafka_does() -> None:
+    from quotas.telemetry.vectors import client_metrics_case
+
+    step = client_metrics_case({})
+
+    def match(**args: str) -> object:
+        return step({"op": "is_match", "t_ms": 0, "args": {k.replace("__", "."): v for k, v in args.items()}})["match"]
+
+    assert match(attr__client_id="a", pat__client_id=".*") is True
+    assert match(attr__client_id="a", pat__unknown=".*") is False
+    assert match(attr__unknown="a", pat__unknown=".*") is False
+    assert match(attr__client_id="a", pat__client_software_name=".*") is False
+    assert match() is True

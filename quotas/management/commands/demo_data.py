@@ -172,6 +172,9 @@ class Command(BaseCommand):
             if created or not user.check_password(DEMO_PASSWORD):
                 user.set_password(DEMO_PASSWORD)
                 fixed.append("password")
+            if not user.email:  # notifications are mailed (the demo's worker prints them: console backend)
+                user.email = f"{username}@example.com"
+                fixed.append("email")
             if fixed:
                 user.save()
                 if not created:

@@ -1,0 +1,389 @@
+"""Telling people about their quota requests: email, and signed webhooks for tenants' chat tools.
+
+The workflow announces every move of a request after its commit (``quotas.models.request_changed``); this module
+listens (connected when imported, by ``QuotasConfig.ready``) and queues the Celery task ``quotas.tasks.notify`` by
+name, so a transaction that rolls back sends nothing and the request path never waits on a mail server or a
+receiver. The task (``notify``) then:
+
+- queues one delivery per active webhook of the request's tenant that hears the event (``request.<state>``): a
+  ``WebhookDelivery`` row holding the JSON body, delivered by ``quotas.tasks.deliver_webhook`` (``attempt``), which
+  signs it with the webhook's secret and retries with exponential backoff and jitter up to
+  ``QUOTAS_WEBHOOK_MAX_ATTEMPTS``; a request's event reaches a webhook once however often the task runs;
+- mails the requester when the request is approved, rejected, applied or failed, and the admins (``admin_users``;
+  never the requester, who may not approve it) when it waits. People without an email address get none.
+
+A receiver checks ``X-Quotas-Signature: sha256=<hex>``, the HMAC-SHA256 of the raw body under the secret
+(``signature``), and may drop repeats by ``X-Quotas-Delivery``. The secret is never logged, nor is the URL
+(for some chat tools it is a credential itself): logs name the webhook and the URL's host only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import random
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import kombu.exceptions
+import redis
+from celery import current_app
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.mail import EmailMessage, get_connection
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from quotas.engine.units import format_exact, format_quota_value
+from quotas.models import (
+    DeliveryState,
+    QuotaRequest,
+    RequestState,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
+    admin_users,
+    request_changed,
+)
+
+log = logging.getLogger(__name__)
+
+#: The Celery tasks, sent by name: the tasks sit above this module and call into it.
+NOTIFY_TASK = "quotas.tasks.notify"
+DELIVER_TASK = "quotas.tasks.deliver_webhook"
+
+#: Which moves are mailed to the requester, and which to the admins.
+TO_REQUESTER = frozenset({RequestState.APPROVED, RequestState.REJECTED, RequestState.APPLIED, RequestState.FAILED})
+TO_ADMINS = frozenset({RequestState.SUBMITTED})
+#: What a mail's subject says happened.
+HAPPENED = {
+    RequestState.SUBMITTED: "waits for approval",
+    RequestState.APPROVED: "approved",
+    RequestState.REJECTED: "rejected",
+    RequestState.APPLIED: "applied",
+    RequestState.FAILED: "failed",
+    RequestState.WITHDRAWN: "withdrawn",
+    RequestState.EXPIRED: "expired",
+}
+SIGNATURE_HEADER = "X-Quotas-Signature"
+ERROR_BYTES = 512  # of a refusing receiver's answer kept as the delivery's last error
+QUEUE_ERRORS = (kombu.exceptions.OperationalError, redis.exceptions.RedisError, OSError)
+
+
+def _on_request_changed(
+    sender: object, request_id: int, state: str, actor_id: int | None, comment: str, at: datetime, **_: object
+) -> None:
+    """A committed move of a request: queue its notifications. A queue that is down loses them (logged), never the
+    move itself."""
+    kwargs = {"request_id": request_id, "state": state, "actor_id": actor_id, "comment": comment,
+              "at": at.isoformat()}
+    try:
+        current_app.send_task(NOTIFY_TASK, kwargs=kwargs)
+    except QUEUE_ERRORS as e:
+        log.warning("Could not queue the notifications of request #%s (%s): %s", request_id, state, e)
+
+
+request_changed.connect(_on_request_changed, dispatch_uid="quotas.notify.enqueue")
+
+
+# ------------------------------------------------------------------ what is said
+
+
+def request_url(request_id: int) -> str:
+    return f"{settings.PORTAL_BASE_URL}/requests/{request_id}/"
+
+
+def event_of(state: str) -> str:
+    return f"request.{state}"
+
+
+def request_payload(
+    request: QuotaRequest, state: str, actor: AbstractBaseUser | None, comment: str, at: datetime
+) -> dict[str, Any]:
+    """The webhook body of one move: what moved, to what, by whom, why and when (values as numbers and as read)."""
+    return {
+        "event": event_of(state),
+        "request_id": request.pk,
+        "state": state,
+        "tenant": request.tenant.name,
+        "cluster": request.cluster.name,
+        "entity": request.entity,
+        "user": request.user,
+        "client_id": request.client_id,
+        "key": request.key,
+        "value": request.value,
+        "value_human": format_quota_value(request.key, request.value),
+        "expires_at": request.expires_at.isoformat() if request.expires_at else None,
+        "actor": actor.get_username() if actor is not None else "system",
+        "comment": comment,
+        "time": at.isoformat(),
+        "url": request_url(request.pk),
+    }
+
+
+def encode(payload: dict[str, Any]) -> str:
+    """The body's exact text: compact and key-sorted, so the signed bytes are the stored bytes."""
+    return json.dumps(payload, separators=(",", ":"), sort_keys=True)
+
+
+def signature(secret: str, body: bytes) -> str:
+    """``sha256=<hex>``: HMAC-SHA256 of the raw body under the webhook's secret (the X-Quotas-Signature header)."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def mail_subject(request: QuotaRequest, state: str) -> str:
+    value = format_quota_value(request.key, request.value)
+    return (
+        f"[{settings.PORTAL_NAME}] Request #{request.pk} {HAPPENED.get(state, state)}: "
+        f"{request.key} = {value} for {request.entity} on {request.cluster.name}"
+    )
+
+
+def mail_body(request: QuotaRequest, state: str, actor: AbstractBaseUser | None, comment: str) -> str:
+    who = actor.get_username() if actor is not None else "the portal"
+    lines = [
+        f"Quota request #{request.pk} of tenant {request.tenant.name} {HAPPENED.get(state, state)}"
+        + ("." if state == RequestState.SUBMITTED else f" ({who})."),
+        "",
+        f"  cluster:  {request.cluster.name}",
+        f"  entity:   {request.entity}",
+        f"  key:      {request.key}",
+        f"  value:    {format_quota_value(request.key, request.value)} ({format_exact(request.key, request.value)})",
+        f"  asked by: {request.requested_by.get_username()}",
+    ]
+    if request.expires_at is not None:
+        lines.append(f"  boost until: {request.expires_at:%Y-%m-%d %H:%M} UTC")
+    if comment:
+        label = {RequestState.SUBMITTED: "reason", RequestState.FAILED: "why"}.get(state, "comment")
+        lines.append(f"  {label + ':':<9} {comment}")
+    lines += ["", f"{'Decide' if state == RequestState.SUBMITTED else 'See it'} at {request_url(request.pk)}"]
+    return "\n".join(lines) + "\n"
+
+
+def recipients(request: QuotaRequest, state: str) -> list[str]:
+    """Whom a move is mailed to: the requester, or the admins other than the requester; only those with an email."""
+    if state in TO_REQUESTER:
+        who = request.requested_by
+        return [who.email] if who.is_active and who.email else []
+    if state in TO_ADMINS:
+        admins = admin_users().exclude(pk=request.requested_by_id).exclude(email="")
+        return sorted(set(admins.values_list("email", flat=True)))
+    return []
+
+
+# ------------------------------------------------------------------ the notify task
+
+
+@dataclass
+class Notified:
+    """What one move caused: mails sent, and the webhook deliveries queued (ids)."""
+
+    request_id: int
+    state: str
+    mailed: list[str] = field(default_factory=list)
+    deliveries: list[int] = field(default_factory=list)
+    skipped: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def notify(request_id: int, state: str, actor_id: int | None, comment: str, at: str | datetime) -> Notified:
+    """Queue the webhook deliveries of one move, then mail the people it concerns.
+
+    Safe to run again (the task is retried when the mail server is down): a delivery is made once per webhook and
+    event, so only mails may go out twice.
+    """
+    request = QuotaRequest.objects.select_related("tenant", "cluster", "requested_by").filter(pk=request_id).first()
+    if request is None:
+        return Notified(request_id, state, skipped="the request no longer exists")
+    actor = get_user_model().objects.filter(pk=actor_id).first() if actor_id is not None else None
+    when = datetime.fromisoformat(at) if isinstance(at, str) else at
+    done = Notified(request_id, state)
+    done.deliveries = fan_out(request, event_of(state), request_payload(request, state, actor, comment, when))
+    done.mailed = send_mails(request, state, actor, comment)
+    return done
+
+
+def send_mails(request: QuotaRequest, state: str, actor: AbstractBaseUser | None, comment: str) -> list[str]:
+    """One message per recipient (admins do not see each other's addresses), over one connection; SMTP errors
+    propagate so the task retries."""
+    to = recipients(request, state)
+    if not to:
+        return []
+    subject, body = mail_subject(request, state), mail_body(request, state, actor, comment)
+    with get_connection() as connection:
+        messages = [EmailMessage(subject, body, settings.DEFAULT_FROM_EMAIL, [address], connection=connection)
+                    for address in to]
+        connection.send_messages(messages)
+    return to
+
+
+def fan_out(request: QuotaRequest, event: str, payload: dict[str, Any]) -> list[int]:
+    """A delivery for each active webhook of the request's tenant that hears ``event``, queued after commit; returns
+    the ids of the new ones (an event of a request already queued for a webhook makes none)."""
+    made: list[int] = []
+    for hook in Webhook.objects.filter(tenant_id=request.tenant_id, active=True):
+        if not hook.hears(event):
+            continue
+        body = encode(payload)
+        try:
+            with transaction.atomic():
+                delivery = WebhookDelivery.objects.create(
+                    webhook=hook, event=event, request=request, body=body,
+                    body_sha256=hashlib.sha256(body.encode()).hexdigest(),
+                )
+        except IntegrityError:  # this event of this request was already queued for it (the task ran again)
+            continue
+        made.append(delivery.pk)
+    if made:
+        transaction.on_commit(lambda: _queue_deliveries(made))
+    return made
+
+
+def _queue_deliveries(ids: list[int]) -> None:
+    for pk in ids:
+        try:
+            current_app.send_task(DELIVER_TASK, (pk,))
+        except QUEUE_ERRORS as e:
+            log.warning("Could not queue webhook delivery %s: %s", pk, e)
+
+
+def ping(hook: Webhook, actor: AbstractBaseUser) -> WebhookDelivery:
+    """A test delivery to one webhook (inactive or not subscribed to ping: sent all the same, it was asked for)."""
+    payload = {"event": WebhookEvent.PING.value, "tenant": hook.tenant.name, "webhook": hook.name,
+               "actor": actor.get_username(), "time": timezone.now().isoformat()}
+    body = encode(payload)
+    delivery = WebhookDelivery.objects.create(
+        webhook=hook, event=WebhookEvent.PING, body=body, body_sha256=hashlib.sha256(body.encode()).hexdigest()
+    )
+    transaction.on_commit(lambda: _queue_deliveries([delivery.pk]))
+    return delivery
+
+
+# ------------------------------------------------------------------ delivering
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One POST of a delivery: ``outcome`` is delivered, retry (after ``retry_in`` s), failed or skipped."""
+
+    delivery: int
+    outcome: str
+    attempts: int = 0
+    status_code: int | None = None
+    error: str = ""
+    retry_in: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def retriable(status: int | None) -> bool:
+    """No answer (refused, timed out), 408, 429 and 5xx are worth another try; other answers will not change."""
+    return status is None or status in (408, 429) or status >= 500
+
+
+def backoff_s(attempts: int, retry_after: float | None = None) -> float:
+    """Exponential with jitter: uniform in [high/2, high], high = min(cap, base * 2**(attempts-1)); at least the
+    receiver's Retry-After (within the cap)."""
+    base, cap = settings.QUOTAS_WEBHOOK_RETRY_BASE_S, settings.QUOTAS_WEBHOOK_RETRY_MAX_S
+    high = min(cap, base * 2 ** min(max(attempts - 1, 0), 30))
+    wait = random.uniform(high / 2, high)
+    return max(wait, min(retry_after, cap)) if retry_after else wait
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer (a 3xx, not retried), never followed: the signed body goes only where it was set."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirects)
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        return max((parsedate_to_datetime(value) - timezone.now()).total_seconds(), 0.0)
+    except (TypeError, ValueError):
+        return None
+
+
+def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int | None, str, float | None]:
+    """POST once: (status or None when nothing answered, an error text, Retry-After seconds)."""
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with _opener.open(request, timeout=timeout) as answer:
+            return answer.status, "", None
+    except urllib.error.HTTPError as e:
+        try:
+            text = e.read(ERROR_BYTES).decode("utf-8", "replace").strip()
+        except OSError:
+            text = ""
+        finally:
+            e.close()
+        error = f"HTTP {e.code} {e.reason}" + (f": {text}" if text else "")
+        return e.code, error, _retry_after(e.headers.get("Retry-After") if e.headers else None)
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = e.reason if isinstance(e, urllib.error.URLError) else e
+        return None, f"no answer: {reason}", None
+
+
+def attempt(delivery_id: int) -> Attempt:
+    """Send a pending delivery once and record how it went (attempts, status, error, when the retry is due)."""
+    delivery = WebhookDelivery.objects.select_related("webhook__tenant").get(pk=delivery_id)
+    if delivery.state != DeliveryState.PENDING:
+        return Attempt(delivery.pk, "skipped", delivery.attempts, delivery.status_code, f"already {delivery.state}")
+    hook = delivery.webhook
+    now = timezone.now()
+    if not hook.active and delivery.event != WebhookEvent.PING:
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(
+            state=DeliveryState.FAILED, last_error="the webhook was deactivated", next_attempt_at=None
+        )
+        return Attempt(delivery.pk, "failed", delivery.attempts, None, "the webhook was deactivated")
+    body = delivery.body.encode()
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "quota-portal-webhooks/1",
+        "X-Quotas-Event": delivery.event,
+        "X-Quotas-Delivery": str(delivery.uuid),
+        SIGNATURE_HEADER: signature(hook.secret, body),
+    }
+    status, error, retry_after = post(hook.url, body, headers, settings.QUOTAS_WEBHOOK_TIMEOUT_S)
+    attempts = delivery.attempts + 1
+    done = timezone.now()
+    fields: dict[str, Any] = {"attempts": F("attempts") + 1, "status_code": status, "last_error": error,
+                              "last_attempt_at": now, "next_attempt_at": None}
+    if status is not None and 200 <= status < 300:
+        outcome, wait = "delivered", 0.0
+        fields.update(state=DeliveryState.DELIVERED, delivered_at=done, last_error="")
+    elif retriable(status) and attempts < settings.QUOTAS_WEBHOOK_MAX_ATTEMPTS:
+        outcome, wait = "retry", backoff_s(attempts, retry_after)
+        fields.update(next_attempt_at=done + timedelta(seconds=wait))
+    else:
+        outcome, wait = "failed", 0.0
+        fields.update(state=DeliveryState.FAILED)
+        if retriable(status):
+            fields["last_error"] = f"{error} (gave up after {attempts} attempts)"
+    WebhookDelivery.objects.filter(pk=delivery.pk, state=DeliveryState.PENDING).update(**fields)
+    if outcome != "delivered":
+        host = urlsplit(hook.url).hostname
+        log.info("Webhook %s (%s) delivery %s attempt %s: %s; %s", hook.pk, host, delivery.pk, attempts,
+                 error or status, outcome)
+    return Attempt(delivery.pk, outcome, attempts, status, fields["last_error"], wait)

@@ -1,0 +1,113 @@
+"""Every error under /api/ is JSON in the API's shape, whoever raises it (issue 20); the pages keep HTML."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.test import Client, RequestFactory
+from rest_framework.test import APIClient
+
+from portal import errors
+from portal.api import CurrentUserView
+from quotas.api.errors import exception_handler
+from quotas.models import Cluster
+from tests.portal.people import api, make_user
+
+pytestmark = pytest.mark.django_db
+
+ALTER = "/api/clusters/prod/client-quotas/alter"
+
+
+def assert_api_error(response: Any, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.content[:300]
+    assert response["Content-Type"].startswith("application/json"), response["Content-Type"]
+    body = json.loads(response.content)
+    assert set(body) == {"code", "message", "details"} and body["code"] == code and body["message"]
+    return body
+
+
+@pytest.fixture
+def admin() -> APIClient:
+    Cluster.objects.create(name="prod")
+    return api(make_user("root", staff=True))
+
+
+def test_unknown_api_routes_are_json_404s_and_unknown_pages_html(admin: APIClient) -> None:
+    for path in ("/api/no-such-thing/", "/api/clusters/prod/no-such-rpc", "/api/clusters/prod/client-quotas/"):
+        body = assert_api_error(admin.get(path), 404, "NOT_FOUND")
+        assert "/api/schema/" in body["message"]
+    assert_api_error(APIClient().get("/api/nothing-here"), 404, "NOT_FOUND")  # before authentication
+    page = Client().get("/no-such-page/")
+    assert page.status_code == 404 and page["Content-Type"].startswith("text/html")
+
+
+def test_a_body_over_the_limit_is_a_json_413(admin: APIClient, settings: Any) -> None:
+    five_mb = b"{\"entries\": [], \"pad\": \"" + b"x" * (5 * 1024 * 1024) + b"\"}"  # the issue's 5 MB request
+    body = assert_api_error(admin.post(ALTER, five_mb, content_type="application/json"), 413, "REQUEST_TOO_LARGE")
+    assert body["details"] == {"limit_bytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE, "retriable": False}
+    assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE == 1024 * 1024
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 100
+    for content_type in ("application/json", "application/x-www-form-urlencoded", "text/plain"):
+        response = admin.post(ALTER, b"a" * 101, content_type=content_type)
+        assert_api_error(response, 413, "REQUEST_TOO_LARGE")
+    assert admin.post(ALTER, {"entries": []}, format="json").status_code == 200  # under it: as before
+
+
+def test_a_body_found_too_large_while_parsing_is_413_too() -> None:
+    """Django raises RequestDataTooBig lazily (multipart fields, request.body): DRF's handler and handler400 say 413."""
+    response = exception_handler(RequestDataTooBig("too big"), {})
+    assert response is not None and response.status_code == 413 and response.data["code"] == "REQUEST_TOO_LARGE"
+    api_request = RequestFactory().post("/api/requests/")
+    assert_api_error(errors.bad_request(api_request, RequestDataTooBig("x")), 413, "REQUEST_TOO_LARGE")
+    page = errors.bad_request(RequestFactory().post("/login/"), RequestDataTooBig("x"))
+    assert page.status_code == 413 and page["Content-Type"].startswith("text/html")
+
+
+def test_an_oversized_form_on_a_page_is_an_html_413(settings: Any) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = Client().post("/login/", {"username": "x" * 2000, "password": "y"})
+    assert response.status_code == 413 and response["Content-Type"].startswith("text/html")
+
+
+def test_requests_django_refuses_before_the_view_are_json_400s(admin: APIClient, settings: Any) -> None:
+    assert_api_error(admin.get("/api/me/", HTTP_HOST="evil.example"), 400, "INVALID_REQUEST")  # DisallowedHost
+    fields = "&".join(f"f{i}=1" for i in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1))
+    response = admin.post("/api/requests/", fields, content_type="application/x-www-form-urlencoded")
+    assert_api_error(response, 400, "INVALID_REQUEST")  # TooManyFieldsSent
+    assert_api_error(admin.post(ALTER, b"{not json", content_type="application/json"), 400, "INVALID_REQUEST")
+    assert_api_error(admin.get("/api/me/", CONTENT_LENGTH="lots"), 400, "INVALID_REQUEST")
+    page = Client().get("/login/", HTTP_HOST="evil.example")
+    assert page.status_code == 400 and not page["Content-Type"].startswith("application/json")
+
+
+def test_a_crash_under_the_api_is_a_json_500_without_details(monkeypatch: pytest.MonkeyPatch) -> None:
+    user = make_user("crash")
+
+    def boom(self: Any) -> Any:
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(CurrentUserView, "get_object", boom)
+    client = APIClient(raise_request_exception=False)
+    client.force_authenticate(user)
+    body = assert_api_error(client.get("/api/me/"), 500, "UNKNOWN_SERVER_ERROR")
+    assert "secret" not in body["message"]
+    page = errors.server_error(RequestFactory().get("/entities/"))
+    assert page.status_code == 500 and page["Content-Type"].startswith("text/html")
+
+
+def test_methods_not_allowed_are_json(admin: APIClient) -> None:
+    assert_api_error(admin.delete("/api/clusters/"), 405, "METHOD_NOT_ALLOWED")
+    assert_api_error(admin.put(ALTER, {}, format="json"), 405, "METHOD_NOT_ALLOWED")
+
+    def plain_view(request: HttpRequest) -> HttpResponse:
+        return HttpResponseNotAllowed(["GET"])  # what @require_GET answers: HTML-less text
+
+    response = errors.ApiErrorMiddleware(plain_view)(RequestFactory().post("/api/anything"))
+    body = assert_api_error(response, 405, "METHOD_NOT_ALLOWED")
+    assert response["Allow"] == "GET" and "POST" in body["message"]
+    page = errors.ApiErrorMiddleware(plain_view)(RequestFactory().post("/entities/"))
+    assert page.status_code == 405 and "json" not in page["Content-Type"]
