@@ -37,3 +37,8 @@ def targets_from_db(cluster_names: Sequence[str] | None = None) -> dict[str, lis
         if brokers:
             out[cluster.name] = brokers
     return out
+
+
+def kafka_cluster_names() -> list[str]:
+    """The Kafka clusters of the database: their clients' usage and samples live in the portal's own Redis."""
+    return list(Cluster.objects.filter(connector=ConnectorKind.KAFKA).order_by("name").values_list("name", flat=True))

@@ -20,7 +20,6 @@ from django.utils import timezone
 
 from pipeline import landing
 from quotas import notify, push, targets, workflow
-from quotas.choices import ConnectorKind
 from quotas.connectors.base import PushError
 from quotas.models import Broker, Cluster, WebhookDelivery
 
@@ -131,7 +130,7 @@ def land() -> dict[str, Any]:
             sources.append((clients[url], cluster))
     # Kafka clusters: what their clients and the Prometheus source logged and sampled in the portal's Redis
     url = settings.QUOTAS_REDIS_URL
-    for name in Cluster.objects.filter(connector=ConnectorKind.KAFKA).order_by("name").values_list("name", flat=True):
+    for name in targets.kafka_cluster_names():
         if url not in clients:
             clients[url] = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=30)
         sources.append((clients[url], name))

@@ -51,6 +51,7 @@ def root(tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch, redis_u
     brokers = ((A, (1, 2)), (B, (1,)))
     targets = {c: [BrokerTarget(c, i, redis_url, f"{c}.broker-{i}") for i in ids] for c, ids in brokers}
     monkeypatch.setattr("quotas.targets.targets_from_db", lambda names=None: targets)
+    monkeypatch.setattr("quotas.targets.kafka_cluster_names", lambda: [])  # no Kafka cluster in these worlds
     return settings.QUOTAS_LANDING_ROOT
 
 
