@@ -1,7 +1,9 @@
 // Run by tests/kafka/test_kip714.py in Java's source-file mode, with Kafka's jars and the plugin on the classpath:
 //   java -cp '.run/kafka/lib/*:.run/kafka/plugin/*' tests/kafka/java/ExporterDrops.java <endpoint> <pushes> <capacity>
+//        [<hold-ms>]
 // Hands <pushes> payloads to a PortalTelemetryExporter as a broker's request thread would, against an endpoint that
-// never answers, and prints one JSON line: the exporter's JMX counters and the longest exportMetrics call.
+// never answers, and prints one JSON line: the exporter's JMX counters and the longest exportMetrics call. With
+// <hold-ms>, the JVM (and its MBean) stays up that long after the line, for a JMX exporter agent to be scraped.
 
 import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.security.auth.KafkaPrincipal;
@@ -64,6 +66,10 @@ public class ExporterDrops {
             "{\"enqueued\":%d,\"dropped\":%d,\"sent\":%d,\"capacity\":%d,\"worst_export_us\":%d}",
             server.getAttribute(name, "Enqueued"), server.getAttribute(name, "Dropped"),
             server.getAttribute(name, "Sent"), server.getAttribute(name, "QueueCapacity"), worstNanos / 1000));
+        System.out.flush();
+        if (args.length > 3) {
+            Thread.sleep(Long.parseLong(args[3]));
+        }
         exporter.close();
     }
 }
