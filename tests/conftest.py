@@ -62,6 +62,24 @@ def redis_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A 3-master Redis Cluster of this session (``devtools.redis_cluster``), as a ``redis+cluster://`` URL."""
+    from devtools.redis_cluster import RedisCluster
+
+    with RedisCluster(name=f"pytest-{os.getpid()}") as cluster:
+        yield cluster.url
+
+
+@pytest.fixture(scope="session")
+def engine_redis_url(request: pytest.FixtureRequest, redis_url: str) -> str:
+    """The engine's Redis in the engine, conformance and push tests: the session's Redis, or the session's
+    Redis Cluster when ``QUOTAS_TEST_REDIS_CLUSTER=1`` (the portal's own Redis, Celery's, stays standalone)."""
+    if os.environ.get("QUOTAS_TEST_REDIS_CLUSTER", "0") not in ("", "0"):
+        return request.getfixturevalue("redis_cluster_url")
+    return redis_url
+
+
+@pytest.fixture(scope="session")
 def django_db_modify_db_settings(tmp_path_factory: pytest.TempPathFactory) -> None:
     """SQLite tests use a database file (in pytest's temp dir), not Django's shared-cache in-memory database.
 

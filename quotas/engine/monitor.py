@@ -43,7 +43,7 @@ import redis
 from .entities import QuotaType
 from .javamath import LONG_MAX_AS_DOUBLE
 from .managers import ClientQuotaManager
-from .redis_backend import decode_state, decode_throttle
+from .redis_backend import decode_state, decode_throttle, is_cluster
 
 FIREHOSE_LEN = 1_000  # broker ticks (each a whole tick's samples): minutes of ticks, all the relay ever needs
 MINUTES_KEPT = 120
@@ -146,10 +146,14 @@ class Sampler:
                 continue
             tags_list = list(sensors)
             keys = [m.sensor_key(tags) for tags in tags_list]
-            with self.client.pipeline(transaction=False) as p:
-                p.mget(keys)
-                p.mget([k + ":t" for k in keys])
-                states, throttles = p.execute()
+            if is_cluster(self.client):  # sensors live in many slots: MGET per slot (redis-py splits them)
+                states = self.client.mget_nonatomic(keys)
+                throttles = self.client.mget_nonatomic([k + ":t" for k in keys])
+            else:
+                with self.client.pipeline(transaction=False) as p:
+                    p.mget(keys)
+                    p.mget([k + ":t" for k in keys])
+                    states, throttles = p.execute()
             for tags, key, raw, thr in zip(tags_list, keys, states, throttles, strict=True):
                 if raw is None:
                     continue

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import redis
+from redis.commands.core import Script
+from redis.crc import key_slot
 
 from .decisions import (
     FULL_ANSWER,
@@ -47,6 +49,7 @@ _CLOCK = struct.Struct("<d")
 _SAMPLED_HEADER = struct.Struct("<qBBiiii")
 _TOKEN_BUCKET = struct.Struct("<dqdq")
 _THROTTLE = struct.Struct("<qddddddd")
+_SLOT_CACHE = 1 << 18  # sensor keys whose hash slot is remembered (crc16 in Python costs ~µs a key)
 MAX_CALL = 1000  # decisions per script call: keeps Lua's unpack() (stack limit ~8000) far from its limit
 _BIG_ENDIAN = sys.byteorder != "little"  # the wire is little endian; arrays are native
 
@@ -72,11 +75,57 @@ def redis_error(e: redis.exceptions.ResponseError, what: str) -> QuotaEngineErro
     return QuotaEngineError(f"{what}: {text}")
 
 
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+
+
+def is_cluster_url(url: str) -> bool:
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://host:port[,host:port...]``)."""
+    return url.startswith(CLUSTER_SCHEMES)
+
+
 def connect(url: str, timeout_s: float = 0.5) -> redis.Redis:
-    """A client whose every call gives up after ``timeout_s``: a decision never hangs on a dead Redis."""
+    """A client whose every call gives up after ``timeout_s``: a decision never hangs on a dead Redis.
+
+    ``redis+cluster://[user:password@]host:port[,host:port...]`` (``rediss+cluster://`` for TLS) gives a
+    :class:`redis.cluster.RedisCluster` that finds the slots from any of the nodes named; the engine then
+    splits each batch by hash slot (a script call may touch one slot only).
+    """
+    if is_cluster_url(url):
+        return _connect_cluster(url, timeout_s)
     return redis.Redis.from_url(
         url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry_on_timeout=False
     )
+
+
+def _connect_cluster(url: str, timeout_s: float) -> redis.Redis:
+    from urllib.parse import unquote, urlsplit
+
+    from redis.backoff import NoBackoff
+    from redis.cluster import ClusterNode, RedisCluster
+    from redis.retry import Retry
+
+    scheme, _, rest = url.partition("://")
+    auth, _, hosts = rest.rpartition("@")
+    hosts = hosts.split("/", 1)[0].split("?", 1)[0]
+    nodes = []
+    for part in hosts.split(","):
+        where = urlsplit("//" + part.strip())
+        if not where.hostname:
+            raise ValueError(f"{url!r}: each node is host:port, separated by commas")
+        nodes.append(ClusterNode(where.hostname, where.port or 6379))
+    user, _, password = auth.partition(":") if auth else ("", "", "")
+    return RedisCluster(
+        startup_nodes=nodes, username=unquote(user) or None, password=unquote(password) or None,
+        ssl=scheme.startswith("rediss"), socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 1),
+    )
+
+
+def is_cluster(client: object) -> bool:
+    """Whether ``client`` talks to a Redis Cluster (its script calls must stay within one slot)."""
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)
 
 
 def _le(a: array) -> bytes:
@@ -188,6 +237,56 @@ class RedisBackend:
         self.expiry_ms = expiry_ms
         self.script = client.register_script(DECIDE_LUA)
         self._sweep = client.register_script(SWEEP_LUA)
+        self.cluster = is_cluster(client)
+        self._slots: dict[str | bytes, int] = {}
+
+    # ---- Redis Cluster: a script call may touch one hash slot, so batches are split by slot ----
+
+    def _slot(self, key: str | bytes) -> int:
+        slot = self._slots.get(key)
+        if slot is None:
+            if len(self._slots) >= _SLOT_CACHE:
+                self._slots.clear()
+            slot = self._slots[key] = key_slot(key.encode() if isinstance(key, str) else key)
+        return slot
+
+    def by_slot(self, keys: Sequence[str | bytes]) -> list[list[int]]:
+        """The positions of ``keys`` grouped by hash slot, each group in its original order (one group when
+        the client is not a cluster's). A sensor's keys share one slot, so its decisions stay in sequence."""
+        if not self.cluster:
+            return [list(range(len(keys)))]
+        groups: dict[int, list[int]] = {}
+        for i, k in enumerate(keys):
+            groups.setdefault(self._slot(k), []).append(i)
+        return list(groups.values())
+
+    def _pipelined(self, script: Script, calls: Sequence[tuple[list, list]]) -> list:
+        """Script calls, each within one slot, as one pipeline per node: a round trip per node, not per call.
+
+        A call that a node did not run (NOSCRIPT after a restart, MOVED or ASK while slots move) is run again on
+        its own through the cluster client, which loads the script or follows the redirection; the calls that
+        ran are never repeated.
+        """
+        if len(calls) == 1:
+            return [script(keys=calls[0][0], args=calls[0][1])]
+        nodes = self.client.nodes_manager
+        by_node: dict[str, tuple[redis.Redis, list[int]]] = {}
+        for i, (keys, _) in enumerate(calls):
+            node = nodes.get_node_from_slot(self._slot(keys[0]))
+            by_node.setdefault(node.name, (node.redis_connection, []))[1].append(i)
+        results: list = [None] * len(calls)
+        for conn, idx in by_node.values():
+            with conn.pipeline(transaction=False) as p:
+                for i in idx:
+                    p.evalsha(script.sha, len(calls[i][0]), *calls[i][0], *calls[i][1])
+                for i, r in zip(idx, p.execute(raise_on_error=False), strict=True):
+                    results[i] = r
+        for i, r in enumerate(results):
+            if isinstance(r, (redis.exceptions.NoScriptError, redis.exceptions.AskError)):
+                results[i] = script(keys=calls[i][0], args=calls[i][1])
+            elif isinstance(r, Exception):
+                raise r
+        return results
 
     def sweep(self, pattern: str, now_ms: int, chunk: int = 500) -> int:
         """Delete the sensors matching ``pattern`` that went a whole expiry without a record.
@@ -203,18 +302,24 @@ class RedisBackend:
                     continue
                 batch.append(key)
                 if len(batch) >= chunk:
-                    deleted += int(self._sweep(keys=batch, args=[now_ms, self.expiry_ms]))
+                    deleted += self._sweep_keys(batch, now_ms)
                     batch = []
             if batch:
-                deleted += int(self._sweep(keys=batch, args=[now_ms, self.expiry_ms]))
+                deleted += self._sweep_keys(batch, now_ms)
         except UNAVAILABLE as e:
             raise EngineUnavailable(f"Redis is unreachable for the sensor sweep: {e}") from e
         except redis.exceptions.ResponseError as e:
             raise redis_error(e, "The sensor sweep failed") from e
         return deleted
 
+    def _sweep_keys(self, keys: list[bytes], now_ms: int) -> int:
+        calls = [([keys[i] for i in group], [now_ms, self.expiry_ms]) for group in self.by_slot(keys)]
+        return sum(int(n) for n in self._pipelined(self._sweep, calls))
+
     def execute(self, decisions: Sequence[Decision], full: bool = True) -> list[Outcome]:
         """Any mix of decisions, in order: one script call per 1,000. ``full=False`` skips window and sum."""
+        if self.cluster:
+            return self._execute_by_slot(decisions, full)
         outcomes: list[Outcome] = []
         for i in range(0, len(decisions), MAX_CALL):
             chunk = decisions[i : i + MAX_CALL]
@@ -223,6 +328,24 @@ class RedisBackend:
             keys, packed, sizes = pack_batch(chunk, full)
             outcomes += unpack_outcomes(self._call(keys, packed), chunk, sizes, full)
         return outcomes
+
+    def _execute_by_slot(self, decisions: Sequence[Decision], full: bool) -> list[Outcome]:
+        """On a cluster: one script call per slot (per 1,000 decisions of it), all in one pipeline."""
+        for d in decisions:
+            check_sampling(d.samples, d.window_ms)
+        calls, parts = [], []
+        for group in self.by_slot([d.key for d in decisions]):
+            for i in range(0, len(group), MAX_CALL):
+                idx = group[i : i + MAX_CALL]
+                chunk = [decisions[j] for j in idx]
+                keys, packed, sizes = pack_batch(chunk, full)
+                calls.append((keys, [packed, self.expiry_ms]))
+                parts.append((idx, chunk, sizes))
+        outcomes: list[Outcome | None] = [None] * len(decisions)
+        for raw, (idx, chunk, sizes) in zip(self._run(calls), parts, strict=True):
+            for j, o in zip(idx, unpack_outcomes(raw, chunk, sizes, full), strict=True):
+                outcomes[j] = o
+        return outcomes  # type: ignore[return-value]
 
     def record_columns(
         self, op: Op, kind: Kind, flags: int, samples: int, window_ms: int, aux: float | None,
@@ -236,6 +359,8 @@ class RedisBackend:
         if aux is not None:
             flags |= HAS_AUX
         flags |= HAS_BOUND
+        if self.cluster:
+            return self._record_by_slot(op, kind, flags, samples, window_ms, aux, keys, ts, values, bounds)
         if len(keys) <= MAX_CALL:
             return self._record_call(op, kind, flags, samples, window_ms, aux, keys, ts, values, bounds)
         bits, vals, throttles = bytearray(), [], []
@@ -251,17 +376,39 @@ class RedisBackend:
         self, op: Op, kind: Kind, flags: int, samples: int, window_ms: int, aux: float | None,
         keys: Sequence[str | bytes], ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
     ) -> tuple[bytes, Sequence[float], Sequence[float]]:
-        index: dict[str | bytes, int] = dict.fromkeys(keys)  # each sensor once, in first-seen order
-        for i, k in enumerate(index, 1):
-            index[k] = i
-        kis = [index[k] for k in keys]
-        segment = pack_segment(op, kind, flags, samples, window_ms, aux or 0.0, kis, ts, values, bounds)
-        bits, _, vals, _, throttles, _ = unpack_columns(self._call(list(index), segment), [len(kis)], False)
+        sensors, segment = _record_segment(op, kind, flags, samples, window_ms, aux, keys, ts, values, bounds)
+        bits, _, vals, _, throttles, _ = unpack_columns(self._call(sensors, segment), [len(keys)], False)
         return bits, vals, throttles
 
+    def _record_by_slot(
+        self, op: Op, kind: Kind, flags: int, samples: int, window_ms: int, aux: float | None,
+        keys: Sequence[str | bytes], ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
+    ) -> tuple[bytes, Sequence[float], Sequence[float]]:
+        """``record_columns`` on a cluster: a segment per slot, all in one pipeline, answers put back in order."""
+        calls, parts = [], []
+        for group in self.by_slot(keys):
+            for i in range(0, len(group), MAX_CALL):
+                idx = group[i : i + MAX_CALL]
+                sensors, segment = _record_segment(
+                    op, kind, flags, samples, window_ms, aux, [keys[j] for j in idx], [ts[j] for j in idx],
+                    [values[j] for j in idx], [bounds[j] for j in idx],
+                )
+                calls.append((sensors, [segment, self.expiry_ms]))
+                parts.append(idx)
+        n = len(keys)
+        bits, vals, throttles = bytearray(n), [0.0] * n, [0.0] * n
+        for raw, idx in zip(self._run(calls), parts, strict=True):
+            b, _, v, _, th, _ = unpack_columns(raw, [len(idx)], False)
+            for pos, j in enumerate(idx):
+                bits[j], vals[j], throttles[j] = b[pos], v[pos], th[pos]
+        return bytes(bits), vals, throttles
+
     def _call(self, keys: list, packed: bytes) -> bytes:
+        return self._run([(keys, [packed, self.expiry_ms])])[0]
+
+    def _run(self, calls: Sequence[tuple[list, list]]) -> list[bytes]:
         try:
-            return self.script(keys=keys, args=[packed, self.expiry_ms])
+            return self._pipelined(self.script, calls)
         except UNAVAILABLE as e:
             raise EngineUnavailable(f"Redis did not answer a quota decision (its outcome is unknown): {e}") from e
         except redis.exceptions.ResponseError as e:
@@ -290,6 +437,18 @@ class RedisBackend:
             throttled_ms_total=stats.throttled_ms,
         )
         return view
+
+
+def _record_segment(
+    op: Op, kind: Kind, flags: int, samples: int, window_ms: int, aux: float | None,
+    keys: Sequence[str | bytes], ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
+) -> tuple[list[str | bytes], bytes]:
+    """KEYS (each sensor once, in first-seen order) and the one segment of a ``record_columns`` call."""
+    index: dict[str | bytes, int] = dict.fromkeys(keys)
+    for i, k in enumerate(index, 1):
+        index[k] = i
+    kis = [index[k] for k in keys]
+    return list(index), pack_segment(op, kind, flags, samples, window_ms, aux or 0.0, kis, ts, values, bounds)
 
 
 def decode_state(kind: Kind, raw: bytes, samples: int, window_ms: int, t: int) -> dict[str, float | None]:

@@ -17,8 +17,9 @@ T0 = 1_700_000_000_000
 
 
 @pytest.fixture(scope="session")
-def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = connect(redis_url, timeout_s=5.0)
+def redis_client(engine_redis_url: str) -> Iterator[redis.Redis]:
+    """The engine's Redis: standalone, or a Redis Cluster with QUOTAS_TEST_REDIS_CLUSTER=1."""
+    client = connect(engine_redis_url, timeout_s=5.0)
     yield client
     client.close()
 

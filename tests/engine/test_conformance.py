@@ -44,9 +44,9 @@ def test_the_conformance_copies_are_here() -> None:
 
 @pytest.mark.parametrize("engine", ["model", "redis"])
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
-def test_replay_reproduces_file_exactly(path: Path, engine: str, redis_url: str) -> None:
+def test_replay_reproduces_file_exactly(path: Path, engine: str, engine_redis_url: str) -> None:
     doc = json.loads(path.read_text())
-    got = run_replay(path, engine, redis_url)
+    got = run_replay(path, engine, engine_redis_url)
     mismatches = []
     if "traces" in doc:
         assert [t["id"] for t in got["traces"]] == [t["id"] for t in doc["traces"]]
