@@ -238,6 +238,9 @@ QUOTAS_RECONCILE_SECONDS = float(os.environ.get("QUOTAS_RECONCILE_SECONDS", 60.0
 QUOTAS_DRIFT_MODE = os.environ.get("QUOTAS_DRIFT_MODE", "report")
 # /metrics (portal/metrics.py): open when empty, else "Authorization: Bearer <token>" is required.
 QUOTAS_METRICS_TOKEN = os.environ.get("QUOTAS_METRICS_TOKEN", "")
+# Which source feeds each Kafka cluster's live samples (quotas/management/live_sources.py): "prod=client" for a
+# cluster without Prometheus; an unlisted Kafka cluster's come from Prometheus (manage.py prometheus_source).
+QUOTAS_LIVE_SOURCES = os.environ.get("QUOTAS_LIVE_SOURCES", "")
 if QUOTAS_DRIFT_MODE not in ("report", "heal"):
     raise ImproperlyConfigured(f"QUOTAS_DRIFT_MODE is 'report' or 'heal', not {QUOTAS_DRIFT_MODE!r}.")
 

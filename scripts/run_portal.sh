@@ -7,8 +7,11 @@
 #   PORTAL_PORT (default 8000)   QUOTAS_REDIS_PORT (default 6390)
 #   DEMO=0: no demo data and no load generator (default 1)
 #   KAFKA=0: no Apache Kafka cluster; the demo's prod is then an engine cluster too (default 1)
+#   PROMETHEUS_INTERVAL_S (default 5): how often the project's Prometheus (.run/prometheus/dev/) scrapes the brokers'
+#     JMX exporters and the portal's /metrics; prod's live samples come from it (manage.py prometheus_source).
+#     PROMETHEUS=0 (or no prometheus installed): none, and prod's live samples are its demo clients' instead.
 #   Logs: .run/celery-worker.log, .run/pipeline-worker.log, .run/relay.log, .run/loadgen.log, .run/demo-data.log,
-#         .run/kafka-traffic.log, and the brokers' under .run/kafka/dev/
+#         .run/kafka-traffic.log, .run/prometheus-source.log, the brokers' under .run/kafka/dev/
 
 set -euo pipefail
 
@@ -21,6 +24,8 @@ PORTAL_PORT="${PORTAL_PORT:-8000}"
 REDIS_PORT="${QUOTAS_REDIS_PORT:-6390}"
 DEMO="${DEMO:-1}"
 KAFKA="${KAFKA:-1}"
+PROMETHEUS="${PROMETHEUS:-1}"
+PROMETHEUS_INTERVAL_S="${PROMETHEUS_INTERVAL_S:-5}"
 RUN="$ROOT/.run"
 mkdir -p "$RUN"
 
@@ -29,6 +34,8 @@ PIPELINE_PID=""
 RELAY_PID=""
 LOADGEN_PID=""
 KAFKA_TRAFFIC_PID=""
+PROM_SOURCE_PID=""
+PROMETHEUS_STARTED=""
 UVICORN_PID=""
 REDIS_STARTED=""
 KAFKA_STARTED=""
@@ -56,11 +63,15 @@ cleanup() {
     stop_pid "$UVICORN_PID" 10
     stop_pid "$LOADGEN_PID" 10  # before Redis: it releases the connections it holds
     stop_pid "$KAFKA_TRAFFIC_PID" 20
+    stop_pid "$PROM_SOURCE_PID" 10
     stop_pid "$RELAY_PID" 10
     stop_pid "$WORKER_PID" 30
     stop_pid "$PIPELINE_PID" 30
     if [ -n "$REDIS_STARTED" ]; then
         stop_project_redis portal "$REDIS_PORT"
+    fi
+    if [ -n "$PROMETHEUS_STARTED" ]; then
+        python -m devtools.prometheus stop --name dev || true
     fi
     if [ -n "$KAFKA_STARTED" ]; then
         python -m devtools.kafka_cluster stop --name dev || true
@@ -84,6 +95,20 @@ if [ "$KAFKA" != "0" ]; then
     QUOTAS_KAFKA_PASSWORD_PROD="$(python -c 'import json,sys; print(json.load(open(json.load(sys.stdin)["credentials_file"]))["password"])' <<<"$KAFKA_FACTS")"
     export QUOTAS_DEMO_KAFKA QUOTAS_KAFKA_PASSWORD_PROD
     echo "run_portal: Apache Kafka at $QUOTAS_DEMO_KAFKA (SASL_PLAINTEXT; logs in .run/kafka/dev/node-*/logs)"
+    # Prometheus (Debian's package, devtools/prometheus.py) scraping the brokers' JMX exporters and the portal's own
+    # /metrics (it answers once uvicorn is up). One source feeds prod's live samples: Kafka's own sensors from it,
+    # else (no Prometheus) what the demo's clients see (QUOTAS_LIVE_SOURCES, quotas/management/live_sources.py).
+    if [ "$PROMETHEUS" != "0" ] && command -v prometheus >/dev/null 2>&1; then
+        PROMETHEUS_STARTED=1
+        PROM_FACTS="$(python -m devtools.prometheus start --name dev --cluster dev --interval "${PROMETHEUS_INTERVAL_S}s" \
+            --target "portal=127.0.0.1:$PORTAL_PORT/metrics")"
+        QUOTAS_PROMETHEUS_URL="$(python -c 'import json,sys; print(json.load(sys.stdin)["url"])' <<<"$PROM_FACTS")"
+        export QUOTAS_PROMETHEUS_URL
+        echo "run_portal: Prometheus at $QUOTAS_PROMETHEUS_URL (every ${PROMETHEUS_INTERVAL_S}s; .run/prometheus/dev/)"
+    else
+        export QUOTAS_LIVE_SOURCES="${QUOTAS_LIVE_SOURCES:+$QUOTAS_LIVE_SOURCES,}prod=client"
+        echo "run_portal: no Prometheus (PROMETHEUS=0 or not installed): prod's live samples are its clients' view" >&2
+    fi
 fi
 
 python manage.py migrate --noinput
@@ -128,6 +153,14 @@ if [ "$DEMO" != "0" ]; then
         python manage.py kafka_traffic >>"$RUN/kafka-traffic.log" 2>&1 &
         KAFKA_TRAFFIC_PID=$!
         echo "run_portal: Kafka clients pid $KAFKA_TRAFFIC_PID, log in .run/kafka-traffic.log"
+        if [ -n "$PROMETHEUS_STARTED" ]; then
+            # Kafka's own quota sensors of prod, read from Prometheus each second, as its live samples; a series may
+            # be three scrapes old before it counts as gone
+            python manage.py prometheus_source --cluster prod --url "$QUOTAS_PROMETHEUS_URL" --match cluster=dev \
+                --window "$((PROMETHEUS_INTERVAL_S * 3))" >>"$RUN/prometheus-source.log" 2>&1 &
+            PROM_SOURCE_PID=$!
+            echo "run_portal: Prometheus source pid $PROM_SOURCE_PID, log in .run/prometheus-source.log"
+        fi
     fi
 fi
 

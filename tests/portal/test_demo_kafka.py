@@ -66,6 +66,7 @@ def test_the_demo_clients_are_throttled_by_kafka_and_the_monitor_shows_it(
     kafka_demo: Cluster, engine_redis: redis.Redis, settings: Any, tmp_path: Any
 ) -> None:
     push.push_target(kafka_demo.pk, None)
+    settings.QUOTAS_LIVE_SOURCES = "prod=client"  # the clients feed prod's live samples (default: Prometheus)
 
     call_command("kafka_traffic", duration=15, status_every=60, stdout=io.StringIO())
 

@@ -4,7 +4,10 @@ The clients sign in as the demo principals (their SCRAM credentials are made by 
 is logged as usage (one record per message sent, per batch fetched, at the partition's leader) for the history
 and the what-if, and what they see of Kafka's throttling is published as live samples of the cluster, each with
 the quota that applies to it (the portal's effective-quota resolver, re-read every few seconds so an approved
-change shows at once). Runs until SIGTERM / SIGINT (or ``--duration`` seconds).
+change shows at once), as ``"src": "client"``, when the cluster's live samples are its clients'
+(``QUOTAS_LIVE_SOURCES``, ``quotas.management.live_sources``); otherwise (the default: Prometheus feeds them) the
+clients only log their usage and what they saw goes to this command's log. Runs until SIGTERM / SIGINT (or
+``--duration`` seconds).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from django.core.management.base import BaseCommand, CommandError
 from quotas.choices import ConnectorKind
 from quotas.engine import usage_log
 from quotas.engine.monitor import Sampler
+from quotas.management.live_sources import CLIENT, live_source
 from quotas.models import Cluster, effective_client_quotas
 from quotas.push import kafka_credentials
 from traffic.kafka_clients import DEMO_KAFKA_TRAFFIC, KafkaTraffic
@@ -51,6 +55,10 @@ class Command(BaseCommand):
         if not creds.username or not creds.password:
             raise CommandError(f"Cluster {cluster.name!r} has no SASL user and password ({cluster.password_env}).")
         bootstrap = cluster.bootstrap_servers
+        try:
+            publishes = live_source(cluster.name) == CLIENT
+        except ValueError as e:
+            raise CommandError(str(e)) from e
         client = redis.Redis.from_url(settings.QUOTAS_REDIS_URL, socket_timeout=5)
         samplers: dict[int, Sampler] = {}
         bounds: dict[tuple[str, str, str], tuple[str, float | None]] = {}
@@ -79,8 +87,8 @@ class Command(BaseCommand):
         def usage(quota_type: str, broker_id: int, records: list[tuple[str, str, float, int]]) -> None:
             usage_log.append(client, cluster.name, broker_id, quota_type, records)
 
-        traffic = KafkaTraffic(cluster.name, bootstrap, DEMO_KAFKA_TRAFFIC, sensor=sensor, publish=publish,
-                               usage=usage)
+        traffic = KafkaTraffic(cluster.name, bootstrap, DEMO_KAFKA_TRAFFIC, sensor=sensor,
+                               publish=publish if publishes else None, usage=usage)
         traffic.ensure_topics(creds.username, creds.password)
         refresh_bounds()
         stop = {"now": False}
@@ -91,7 +99,9 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         traffic.start()
-        self.stdout.write(f"kafka_traffic: {len(DEMO_KAFKA_TRAFFIC)} clients on {cluster.name} ({bootstrap})")
+        self.stdout.write(f"kafka_traffic: {len(DEMO_KAFKA_TRAFFIC)} clients on {cluster.name} ({bootstrap}); live "
+                          + ("samples: what the clients see" if publishes else
+                             "samples come from Prometheus (QUOTAS_LIVE_SOURCES): the clients log their usage only"))
         started = last = read = time.monotonic()
         try:
             while not stop["now"]:

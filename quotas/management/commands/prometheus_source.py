@@ -8,6 +8,8 @@ with the quota the portal resolves for its sensor tags: ``effective_client_quota
 per-ip connection sensors), read in this thread and kept for a few seconds, so an approved change shows at once.
 Basic auth: ``--username`` with the password in ``$QUOTAS_PROMETHEUS_PASSWORD``; a bearer token in
 ``$QUOTAS_PROMETHEUS_TOKEN``. Runs until SIGTERM / SIGINT (or ``--duration`` seconds; ``--once`` prints one poll).
+One source feeds a cluster's live samples (``quotas.management.live_sources``): it refuses a cluster that
+``QUOTAS_LIVE_SOURCES`` gives to its clients.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from observe.kafka_quotas import Entity, Naming, PrometheusSource, SamplePublish
 from observe.prometheus import PrometheusClient, PrometheusError
 from quotas.choices import ConnectorKind
 from quotas.engine.monitor import CONNECTION
+from quotas.management.live_sources import PROMETHEUS, live_source
 from quotas.models import Cluster, effective_client_quotas, effective_ip_quota
 
 #: quota type of a sample -> the key whose bound it carries
@@ -117,6 +120,16 @@ class Command(BaseCommand):
             raise CommandError(f"No Kafka cluster named {options['cluster']!r}.")
         if not options["url"]:
             raise CommandError("No Prometheus URL: --url or $QUOTAS_PROMETHEUS_URL.")
+        try:
+            source_of_cluster = live_source(cluster.name)
+        except ValueError as e:
+            raise CommandError(str(e)) from e
+        if source_of_cluster != PROMETHEUS and not options["once"]:
+            raise CommandError(
+                f"Cluster {cluster.name!r}'s live samples come from its {source_of_cluster}s (QUOTAS_LIVE_SOURCES); "
+                f"two sources would overwrite each other's samples. Set {cluster.name}=prometheus there (or leave "
+                "the cluster out) to publish Kafka's own sensors."
+            )
         try:
             naming = Naming().with_overrides(_pairs(options["metric"], "--metric"), _pairs(options["label"], "--label"))
             client = PrometheusClient(
