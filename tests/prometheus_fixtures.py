@@ -1,8 +1,10 @@
 """pytest plugin: a real Prometheus scraping the session's Kafka cluster (``prometheus`` fixture).
 
 One project-local Prometheus (Debian's ``prometheus``, started by ``devtools.prometheus``) named ``pytest-<pid>``,
-scraping the JMX exporter of every node of the session's ``kafka_cluster`` each second, started the first time a
-test asks for it (once every target was scraped) and stopped, its folder removed, at the end of the session. A
+scraping the JMX exporter of every node of the session's ``kafka_cluster`` every 5 s (``IDLE_INTERVAL``), started the
+first time a test asks for it (once every target was scraped) and stopped, its folder removed, at the end of the
+session. A test that needs fresh samples each second asks for ``fast_prometheus``: 1 s scrapes for that test only
+(each scrape of three brokers costs CPU for the rest of the session otherwise). A
 cluster without the exporter (an external one, or one started with ``--no-jmx-exporter``) skips the tests that
 need it; no ``prometheus`` on the PATH fails them, naming the fix.
 
@@ -23,17 +25,18 @@ from devtools.kafka_cluster import JMX_EXPORTER
 from devtools.prometheus import PrometheusError, PrometheusServer
 
 _report: list[str] = []
+IDLE_INTERVAL, FAST_INTERVAL = "5s", "1s"
 
 
 @pytest.fixture(scope="session")
 def prometheus(kafka_cluster: Any) -> Iterator[PrometheusServer]:
-    """A running Prometheus (``.url``) scraping the session Kafka cluster's exporters every second, with the labels
+    """A running Prometheus (``.url``) scraping the session Kafka cluster's exporters every 5 s, with the labels
     ``cluster`` (the cluster's name) and ``broker`` (the node id)."""
     if not any(JMX_EXPORTER in getattr(n, "ports", {}) for n in kafka_cluster.nodes):
         pytest.skip(f"the Kafka cluster {kafka_cluster.name!r} runs without the JMX exporter")
     if shutil.which("prometheus") is None:
         pytest.fail("prometheus is not installed: run `bash scripts/bootstrap.sh` (ensure_prometheus)", pytrace=False)
-    server = PrometheusServer(f"pytest-{os.getpid()}", clusters=[kafka_cluster.name], scrape_interval="1s")
+    server = PrometheusServer(f"pytest-{os.getpid()}", clusters=[kafka_cluster.name], scrape_interval=IDLE_INTERVAL)
     started = time.monotonic()
     try:
         server.start()
@@ -50,6 +53,19 @@ def prometheus(kafka_cluster: Any) -> Iterator[PrometheusServer]:
     finally:
         server.stop()
         shutil.rmtree(server.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def fast_prometheus(prometheus: PrometheusServer) -> Iterator[PrometheusServer]:
+    """The session's Prometheus scraping every second during this test (back to every 5 s after it)."""
+    try:
+        prometheus.set_scrape_interval(FAST_INTERVAL)
+    except PrometheusError as e:
+        pytest.fail(str(e), pytrace=False)
+    try:
+        yield prometheus
+    finally:
+        prometheus.set_scrape_interval(IDLE_INTERVAL)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

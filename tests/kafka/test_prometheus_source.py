@@ -36,7 +36,8 @@ def wait_for_sample(source: PrometheusSource, tags: str, timeout: float = 30.0) 
     raise AssertionError(f"no throttled produce sample of {tags!r} within {timeout:.0f}s (last: {last})")
 
 
-def test_the_poller_returns_the_throttled_producers_sample(kafka_cluster: Any, prometheus: Any) -> None:
+def test_the_poller_returns_the_throttled_producers_sample(kafka_cluster: Any, fast_prometheus: Any) -> None:
+    prometheus = fast_prometheus
     client_id = f"prom-{uuid.uuid4().hex[:8]}"
     throttle_producer(kafka_cluster, client_id, user=USER)
     asked: list[Entity] = []
@@ -62,8 +63,9 @@ def test_the_poller_returns_the_throttled_producers_sample(kafka_cluster: Any, p
 
 @pytest.mark.django_db
 def test_the_command_publishes_kafkas_sensors_with_the_portals_quota(
-    kafka_cluster: Any, prometheus: Any, redis_url: str
+    kafka_cluster: Any, fast_prometheus: Any, redis_url: str
 ) -> None:
+    prometheus = fast_prometheus
     client_id = f"promcmd-{uuid.uuid4().hex[:8]}"
     name = f"promsrc-{uuid.uuid4().hex[:6]}"
     cluster = Cluster.objects.create(name=name, connector="kafka", bootstrap_servers=kafka_cluster.bootstrap())
