@@ -38,6 +38,10 @@ from quotas.models import (
     Cluster,
     Decision,
     DesiredStateVersion,
+    Plan,
+    PlanRequest,
+    PlanStale,
+    PlanState,
     Push,
     PushState,
     QuotaEntity,
@@ -58,6 +62,7 @@ from quotas.models import (
     tenants_of,
 )
 from quotas.models.client_metrics import ClientMetricsSubscription, validate
+from quotas.models.plans import apply_plan
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +96,7 @@ class Conflict(WorkflowError):
     status = 409
 
 
-def _move(request: QuotaRequest | SubscriptionRequest, to: str, **fields: object) -> None:
+def _move(request: QuotaRequest | SubscriptionRequest | PlanRequest, to: str, **fields: object) -> None:
     """Move ``request`` from the state it was read in to ``to``, or CONFLICT when someone moved it first.
 
     The conditional UPDATE is the race guard: it matches only while the row still holds the state we read.
@@ -221,7 +226,7 @@ def withdraw(actor: AbstractBaseUser, request_id: int, comment: str = "") -> Quo
 # ------------------------------------------------------------------ decisions
 
 
-def _check_decider(actor: AbstractBaseUser, request: QuotaRequest | SubscriptionRequest) -> None:
+def _check_decider(actor: AbstractBaseUser, request: QuotaRequest | SubscriptionRequest | PlanRequest) -> None:
     _refuse_auditor(actor)
     if not is_admin(actor):
         raise PermissionDenied("Only admins (staff or the quota-admins group) approve or reject requests.")
@@ -335,6 +340,7 @@ def settle_pushed(cluster: Cluster) -> list[int]:
     requests); returns the ids of the quota requests that moved."""
     moved = []
     _settle_subscriptions(cluster)
+    _settle_plan_requests(cluster)
     for pk in QuotaRequest.objects.filter(cluster=cluster, state=RequestState.APPLYING).values_list("pk", flat=True):
         try:
             with transaction.atomic():
@@ -738,21 +744,30 @@ def capacity_check(request: QuotaRequest) -> CapacityCheck | None:
     if request.key not in CAPACITY_FIELD:
         return None
     cluster = request.cluster
-    brokers = cluster.brokers.count()
-    multiplier = max(brokers, 1) if cluster.scope == QuotaScope.PER_BROKER else 1
     rows = QuotaValue.objects.filter(entity__cluster=cluster, entity__ip__isnull=True, key=request.key)
     values: dict[Pair, float] = {
         (u, c): v for u, c, v in rows.values_list("entity__user", "entity__client_id", "value")
     }
-    entities = QuotaEntity.objects.filter(cluster=cluster, ip__isnull=True).values_list("user", "client_id")
     mine: Pair = (request.user, request.client_id)
-    known = _known_pairs([*entities, mine])
     with_, without = dict(values), dict(values)
     with_[mine] = request.value
     if request.state == RequestState.APPLIED:
         without.pop(mine, None)
         if request.previous_value is not None:
             without[mine] = request.previous_value
+    return capacity_between(cluster, request.key, without, with_, [mine])
+
+
+def capacity_between(
+    cluster: Cluster, key: str, without: dict[Pair, float], with_: dict[Pair, float], extra: Iterable[Pair] = ()
+) -> CapacityCheck:
+    """The cluster's granted total of a byte-rate key for two sets of its quotas (entity -> value): without and
+    with a change (one request, or a whole plan). Counted over the known entities (those the cluster's quotas
+    name, plus ``extra`` and every entity of either set), each with the quota Kafka's precedence gives it."""
+    brokers = cluster.brokers.count()
+    multiplier = max(brokers, 1) if cluster.scope == QuotaScope.PER_BROKER else 1
+    entities = QuotaEntity.objects.filter(cluster=cluster, ip__isnull=True).values_list("user", "client_id")
+    known = _known_pairs([*entities, *extra, *with_, *without])
     granted_with, supplied = granted_total(with_, known)
     granted_without, supplied_without = granted_total(without, known)
     defaults = tuple(
@@ -761,13 +776,148 @@ def capacity_check(request: QuotaRequest) -> CapacityCheck | None:
         if DEFAULT in pair
     )
     return CapacityCheck(
-        key=request.key,
+        key=key,
         scope=cluster.scope,
         brokers=brokers,
         multiplier=multiplier,
-        capacity=getattr(cluster, CAPACITY_FIELD[request.key]),
+        capacity=getattr(cluster, CAPACITY_FIELD[key]),
         granted_without=granted_without * multiplier,
         granted_with=granted_with * multiplier,
         known=len(known),
         defaults=defaults,
     )
+
+
+# ------------------------------------------------------------------ grouped requests of plans (quotas as code)
+#
+# A tenant member's apply of a plan becomes one PlanRequest: an admin other than the requester approves it (every
+# change in one transaction and one desired-state version, ``apply_plan``) or rejects it, as a whole. Same states
+# and race guard as quota requests; the decision is kept on the row.
+
+
+class PlanStaleError(WorkflowError):
+    """The plan's values moved on since it was made; plan the file again (409 PLAN_STALE)."""
+
+    code = "PLAN_STALE"
+    status = 409
+
+
+def _plan_audit(
+    action: str, actor: AbstractBaseUser | None, request: PlanRequest, before: str | None, after: str, comment: str
+) -> None:
+    record(
+        action,
+        actor,
+        tenant=request.tenant,
+        cluster=request.cluster,
+        entity=request.path,
+        key="",
+        before=before,
+        after=after,
+        comment=f"plan request #{request.pk}" + (f": {comment}" if comment else ""),
+    )
+
+
+def _load_plan_request(request_id: int) -> PlanRequest:
+    try:
+        return PlanRequest.objects.select_related("tenant", "cluster", "requested_by", "plan").get(pk=request_id)
+    except PlanRequest.DoesNotExist:
+        raise InvalidRequest(f"No plan request #{request_id}.") from None
+
+
+def submit_plan(actor: AbstractBaseUser, plan: Plan, reason: str = "") -> PlanRequest:
+    """A tenant member asks for a whole plan (made for its tenant) as one request; the plan is then ``submitted``."""
+    _refuse_auditor(actor)
+    if plan.tenant is None:
+        raise InvalidRequest(f"Plan #{plan.pk} was made by an admin; an admin applies it directly.")
+    if not tenants_of(actor).filter(pk=plan.tenant_id).exists():
+        raise PermissionDenied(f"You are not a member of tenant {plan.tenant.name!r}, which plan #{plan.pk} is for.")
+    with transaction.atomic():
+        moved = Plan.objects.filter(pk=plan.pk, state=PlanState.PLANNED).update(
+            state=PlanState.SUBMITTED, updated=timezone.now()
+        )
+        if moved != 1:
+            raise Conflict(f"Plan #{plan.pk} was applied or submitted already; plan the file again for a new one.")
+        plan.state = PlanState.SUBMITTED
+        request = PlanRequest.objects.create(
+            plan=plan, tenant=plan.tenant, cluster=plan.cluster, requested_by=actor, reason=reason
+        )
+        _plan_audit(AuditAction.SUBMITTED, actor, request, None, RequestState.SUBMITTED, reason)
+    return request
+
+
+def approve_plan(
+    actor: AbstractBaseUser, request_id: int, comment: str = "", now: datetime | None = None
+) -> PlanRequest:
+    """An admin (not the requester) approves the whole plan: applied in the same transaction as one desired-state
+    version, then ``applying`` until every target holds it. Values the plan changes that moved on since it was
+    made refuse the approval (PLAN_STALE; the request stays submitted, to be rejected); other clusters' changes
+    landing meanwhile do not."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        request = _load_plan_request(request_id)
+        _check_decider(actor, request)
+        _move(request, RequestState.APPROVED, decided_by=actor, decision_comment=comment, decided_at=now)
+        _plan_audit(AuditAction.APPROVED, actor, request, "submitted", "approved", comment)
+        try:
+            version, _changed = apply_plan(
+                request.plan, actor, strict=False, tenant=request.tenant, comment=f"plan request #{request.pk}"
+            )
+        except PlanStale as e:
+            raise PlanStaleError(e.message) from e
+        _move(request, RequestState.APPLYING, applied_version=version)
+        _settle_plan_request(request)
+    return request
+
+
+def reject_plan(actor: AbstractBaseUser, request_id: int, comment: str, now: datetime | None = None) -> PlanRequest:
+    """An admin (not the requester) rejects the whole plan, saying why."""
+    if not comment.strip():
+        raise InvalidRequest("Say why in the comment: the tenant needs to know what to change.")
+    with transaction.atomic():
+        request = _load_plan_request(request_id)
+        _check_decider(actor, request)
+        _move(
+            request, RequestState.REJECTED, decided_by=actor, decision_comment=comment, decided_at=now or timezone.now()
+        )
+        _plan_audit(AuditAction.REJECTED, actor, request, "submitted", "rejected", comment)
+    return request
+
+
+def withdraw_plan(actor: AbstractBaseUser, request_id: int, comment: str = "") -> PlanRequest:
+    """The requester, or another member of its tenant, takes back a plan request nobody decided yet."""
+    _refuse_auditor(actor)
+    with transaction.atomic():
+        request = _load_plan_request(request_id)
+        if request.requested_by_id != actor.pk and not tenants_of(actor).filter(pk=request.tenant_id).exists():
+            raise PermissionDenied("Only the requester or a member of the request's tenant can withdraw it.")
+        _move(request, RequestState.WITHDRAWN)
+        _plan_audit(AuditAction.WITHDRAWN, actor, request, "submitted", "withdrawn", comment)
+    return request
+
+
+def _settle_plan_request(request: PlanRequest) -> None:
+    """As ``_settle``: applied once every target holds the version; failed when a target refused the push."""
+    rows = Push.objects.filter(cluster_id=request.cluster_id, version=request.applied_version)
+    failed = rows.filter(state=PushState.FAILED).select_related("broker").first()
+    if failed is not None:
+        where = f"broker {failed.broker.broker_id}" if failed.broker else "the cluster-wide namespace"
+        why = f"{where} refused the push: {failed.error_code}: {failed.error}"
+        _move(request, RequestState.FAILED, failure=why)
+        _plan_audit(AuditAction.FAILED, None, request, "applying", "failed", why)
+    elif not rows.exclude(state=PushState.APPLIED).exists():
+        _move(request, RequestState.APPLIED)
+        comment = f"desired-state version {request.applied_version} is on every broker"
+        _plan_audit(AuditAction.APPLIED, None, request, "applying", "applied", comment)
+
+
+def _settle_plan_requests(cluster: Cluster) -> None:
+    rows = PlanRequest.objects.filter(cluster=cluster, state=RequestState.APPLYING)
+    for pk in rows.values_list("pk", flat=True):
+        try:
+            with transaction.atomic():
+                request = _load_plan_request(pk)
+                if request.state == RequestState.APPLYING:
+                    _settle_plan_request(request)
+        except Conflict:
+            continue

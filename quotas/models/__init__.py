@@ -8,7 +8,8 @@ describe/alter/resolve operations over them), ``tenants`` (teams, what they own,
 ``client_metrics`` (KIP-714 client-metrics subscriptions and tenants' requests for them) and
 ``pushes`` (the change log by version, the push status per broker, and drift found on brokers) and
 ``scram`` (which SASL/SCRAM credentials the portal made on Kafka clusters; never a password) and
-``webhooks`` (tenants' outgoing webhooks and their delivery log; ``quotas.notify`` sends them).
+``webhooks`` (tenants' outgoing webhooks and their delivery log; ``quotas.notify`` sends them) and
+``plans`` (plans of quota files against desired state, and tenants' grouped requests to apply them).
 """
 
 from quotas.models.audit import AuditAction, AuditEntry, audited_alter, record
@@ -31,6 +32,7 @@ from quotas.models.client_metrics import (
     match_owned_by,
 )
 from quotas.models.clusters import Broker, Cluster, Listener, push_wanted
+from quotas.models.plans import Plan, PlanRequest, PlanStale, PlanState
 from quotas.models.pushes import (
     DesiredChange,
     DesiredStateVersion,
@@ -120,6 +122,10 @@ __all__ = [
     "InvalidConfig",
     "Listener",
     "OwnedName",
+    "Plan",
+    "PlanRequest",
+    "PlanStale",
+    "PlanState",
     "Push",
     "PushState",
     "QuotaEntity",
