@@ -2,7 +2,15 @@
 
 from django.urls import path
 
-from frontend import client_metrics_views, credentials_views, history_views, monitor_views, telemetry_views, views
+from frontend import (
+    client_metrics_views,
+    credentials_views,
+    history_views,
+    monitor_views,
+    plan_views,
+    telemetry_views,
+    views,
+)
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -16,6 +24,9 @@ urlpatterns = [
     path("requests/<int:pk>/withdraw/", views.request_withdraw, name="request-withdraw"),
     path("previews/<int:pk>/", history_views.preview_fragment, name="preview-fragment"),
     path("approvals/", views.approval_queue, name="approval-queue"),
+    path("plans/<int:pk>/", plan_views.plan_detail, name="plan-detail"),
+    path("plan-requests/<int:pk>/approve/", plan_views.plan_request_approve, name="plan-request-approve"),
+    path("plan-requests/<int:pk>/reject/", plan_views.plan_request_reject, name="plan-request-reject"),
     path("audit/", views.audit_log, name="audit-log"),
     path("clusters/", views.cluster_list, name="cluster-list"),
     path("clusters/<str:name>/", views.cluster_detail, name="cluster-detail"),

@@ -22,6 +22,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from frontend import plan_views
 from frontend.forms import (
     AuditFilterForm,
     DecisionForm,
@@ -66,6 +67,7 @@ from quotas.models import (
     sees_everything,
     tenants_of,
 )
+from quotas.models.tenants import quota_visible
 
 HISTORY_DAYS = 7  # the entity page's hourly history
 
@@ -90,10 +92,8 @@ def visible_audit(request: HttpRequest) -> QuerySet[AuditEntry]:
 
 
 def entity_visible(entity: QuotaEntity, tenants: list[Tenant]) -> bool:
-    """A member sees an entity one of its tenants owns (``entity_owned_by``: the rule for asking for it)."""
-    if entity.ip is not None:
-        return False
-    return owned_by_any(tenants, entity.user, entity.client_id)
+    """A member sees an entity its tenants own and the defaults, as the API's describe (``quota_visible``)."""
+    return quota_visible(tenants, entity.user, entity.client_id, entity.ip)
 
 
 def _member_tenants(request: HttpRequest) -> list[Tenant]:
@@ -172,10 +172,17 @@ def entity_detail(request: HttpRequest, pk: int) -> HttpResponse:
             context["probe"] = {"ip": entity.ip}
     else:
         user, client_id, editable = _probe(entity, request)
-        try:
-            context["effective"] = effective_client_quotas(entity.cluster, user, client_id)
-        except QuotaEngineError as e:
-            context["probe_error"] = e.message
+        if not sees_everything(request.user) and not owned_by_any(_member_tenants(request), user, client_id or None):
+            # a default entity's page: the member probes its own connections only (as GET .../effective-quota)
+            context["probe_error"] = (
+                f"None of your tenants owns the principal {user!r} with the client-id {client_id!r}; "
+                "type one of your tenants' principals and client-ids."
+            )
+        else:
+            try:
+                context["effective"] = effective_client_quotas(entity.cluster, user, client_id)
+            except QuotaEngineError as e:
+                context["probe_error"] = e.message
         context["probe"] = {"user": user, "client_id": client_id, "editable": editable}
     if entity.ip is None and DEFAULT not in (entity.user, entity.client_id):
         # a default part stands for many clients, each its own sensor: only named entities have one chart
@@ -328,7 +335,8 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
             "impact": history_services.summary(preview),
             "can_decide": is_admin(request.user) and r.requested_by_id != request.user.pk,
         })
-    return page(request, "frontend/approval_queue.html", {"rows": rows, "more": pending.count() > len(rows)})
+    context = {"rows": rows, "more": pending.count() > len(rows), "plan_rows": plan_views.pending_rows(request)}
+    return page(request, "frontend/approval_queue.html", context)
 
 
 # ------------------------------------------------------------------ audit, clusters, tenants

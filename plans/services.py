@@ -108,10 +108,14 @@ def _pairs(quotas: dict[EntityRef, dict[str, float]], key: str) -> dict[tuple[st
 
 
 def _capacity(check: Any) -> dict[str, Any]:
+    """The approval page's capacity check (``workflow.CapacityCheck``) as stored with the plan."""
     return {
         "key": check.key, "capacity": check.capacity, "granted_without": check.granted_without,
         "granted_with": check.granted_with, "exceeds": check.exceeds, "warning": check.warning,
-        "counted": check.counted, "brokers": check.brokers, "multiplier": check.multiplier,
+        "counted": check.counted, "brokers": check.brokers, "multiplier": check.multiplier, "known": check.known,
+        "scope": check.scope,
+        "defaults": [{"entity": d.entity, "value": d.value, "applies_to": d.applies_to,
+                      "applies_to_without": d.applies_to_without} for d in check.defaults],
     }
 
 
