@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "telemetry_ui",
     "history",
     "frontend",
+    "access_tokens",
 ]
 
 MIDDLEWARE = [
@@ -300,6 +301,8 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first, so an anonymous API call gets 401 with WWW-Authenticate, not 403.
         "rest_framework.authentication.TokenAuthentication",
+        # personal access tokens, "Authorization: Bearer qpt_..." (access_tokens/): revocable, scoped to a tenant
+        "access_tokens.authentication.AccessTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

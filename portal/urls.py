@@ -30,6 +30,8 @@ urlpatterns = [
     path("v1/metrics", otlp_receiver.export_metrics, name="otlp-metrics"),
     path("api/", include("quotas.api.urls")),
     path("api/", include("history.urls")),
+    path("api/", include("plans.urls")),  # quotas as code: state.yaml, plans, the quota file's JSON Schema
+    path("api/", include("access_tokens.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its start-up script as a file: no inline <script> for the Content-Security-Policy.
     path("api/schema/swagger-ui/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="swagger-ui"),

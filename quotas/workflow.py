@@ -128,7 +128,7 @@ def choose_tenant(
     (and, through ``owns``, which of them own what is asked for), rather than having one picked for them.
     """
     if tenant is not None:
-        if not tenant.members.filter(pk=actor.pk).exists():
+        if not tenants_of(actor).filter(pk=tenant.pk).exists():  # a tenant-scoped access token: that tenant only
             raise PermissionDenied(
                 f"You are not a member of tenant {tenant.name!r}; ask one of its members or an admin.", "tenant"
             )
@@ -215,7 +215,7 @@ def withdraw(actor: AbstractBaseUser, request_id: int, comment: str = "") -> Quo
     _refuse_auditor(actor)
     with transaction.atomic():
         request = _load(request_id)
-        if request.requested_by_id != actor.pk and not request.tenant.members.filter(pk=actor.pk).exists():
+        if request.requested_by_id != actor.pk and not tenants_of(actor).filter(pk=request.tenant_id).exists():
             raise PermissionDenied("Only the requester or a member of the request's tenant can withdraw it.")
         _move(request, RequestState.WITHDRAWN)
         record(AuditAction.WITHDRAWN, actor, request=request, before="submitted", after="withdrawn", comment=comment)
@@ -538,7 +538,7 @@ def withdraw_subscription(actor: AbstractBaseUser, request_id: int, comment: str
     _refuse_auditor(actor)
     with transaction.atomic():
         request = _load_subscription_request(request_id)
-        if request.requested_by_id != actor.pk and not request.tenant.members.filter(pk=actor.pk).exists():
+        if request.requested_by_id != actor.pk and not tenants_of(actor).filter(pk=request.tenant_id).exists():
             raise PermissionDenied("Only the requester or a member of the request's tenant can withdraw it.")
         _move(request, RequestState.WITHDRAWN)
         _sub_audit(AuditAction.WITHDRAWN, actor, request, "submitted", "withdrawn", comment)

@@ -126,6 +126,28 @@ ensure_chromium() {
     apt_install chromium || echo "bootstrap: could not install chromium; the browser tests will be skipped" >&2
 }
 
+# For run_tests.sh: the suite runs on PostgreSQL (devtools/postgres.py starts a project-local cluster with the server
+# binaries under /usr/lib/postgresql/<major>/bin). Debian's `postgresql` is installed with apt-get when no server is
+# there; the package's own cluster and service are never used.
+ensure_postgresql() {
+    if compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null 2>&1; then
+        return 0
+    fi
+    apt_install postgresql
+}
+
+# quotactl (pyproject.toml [project.scripts]): the project installed editable into the venv, so `quotactl` is on its
+# PATH and runs this checkout's code. Done again only when the script is missing or points at another checkout.
+ensure_project_installed() {
+    if [ -x "$VENV/bin/quotactl" ] && (cd / && "$VENV/bin/python" -c \
+        'import pathlib, sys, quotactl; sys.exit(pathlib.Path(quotactl.__file__).resolve().parents[1] != pathlib.Path(sys.argv[1]).resolve())' \
+        "$ROOT") 2>/dev/null; then
+        return 0
+    fi
+    echo "bootstrap: installing the project (quotactl) editable into $VENV" >&2
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q --no-deps -e "$ROOT"
+}
+
 # For the run scripts: stop the project-local Redis NAME on PORT and wait until the port is closed,
 # so that a Redis started right after on the same port is a new one, not the one still exiting.
 stop_project_redis() {
@@ -140,6 +162,7 @@ stop_project_redis() {
 
 ensure_venv
 ensure_requirements
+ensure_project_installed
 ensure_redis_server
 ensure_java
 ensure_maven

@@ -28,6 +28,15 @@ tenant_name_validator = RegexValidator(
 
 AnyUser = AbstractBaseUser | AnonymousUser
 
+#: Set on the request's user by a tenant-scoped personal access token (access_tokens.authentication): the request
+#: then acts as a member of that one tenant, with no admin or auditor role, whatever the account may do otherwise.
+TOKEN_TENANT_ATTR = "quota_token_tenant_id"
+
+
+def token_tenant_id(user: AnyUser) -> int | None:
+    """The tenant a tenant-scoped access token confines this request to; None without such a token."""
+    return getattr(user, TOKEN_TENANT_ATTR, None)
+
 
 class Tenant(models.Model):
     """A team that owns principals and client-ids and asks for quotas for them."""
@@ -80,12 +89,12 @@ def _in_group(user: AnyUser, name: str) -> bool:
 
 def is_auditor(user: AnyUser) -> bool:
     """Auditors read everything and change nothing (the group wins over staff, so an auditor account never writes)."""
-    return _in_group(user, AUDITORS_GROUP)
+    return token_tenant_id(user) is None and _in_group(user, AUDITORS_GROUP)
 
 
 def is_admin(user: AnyUser) -> bool:
     """Admins (staff or the quota-admins group, never an auditor) approve requests and change quotas directly."""
-    if not user.is_authenticated or not user.is_active or is_auditor(user):
+    if not user.is_authenticated or not user.is_active or is_auditor(user) or token_tenant_id(user) is not None:
         return False
     return bool(user.is_staff) or _in_group(user, ADMINS_GROUP)
 
@@ -109,7 +118,9 @@ def tenants_of(user: AnyUser) -> models.QuerySet[Tenant]:
     """The tenants the user is a member of."""
     if not user.is_authenticated:
         return Tenant.objects.none()
-    return Tenant.objects.filter(members=user)
+    scoped = token_tenant_id(user)
+    tenants = Tenant.objects.filter(members=user)
+    return tenants if scoped is None else tenants.filter(pk=scoped)
 
 
 def member_tenants(user: AnyUser) -> list[Tenant]:
