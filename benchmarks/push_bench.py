@@ -222,7 +222,9 @@ class Probe:
 
         original = quotas.push.enqueue_pushes
 
-        def enqueue_pushes(cluster_id: int, broker_pks: list[int | None] | None = None, *, force: bool = False) -> int:
+        def enqueue_pushes(
+            cluster_id: int, broker_pks: list[int | None] | None = None, *, force: bool = False, **kw: Any
+        ) -> int:
             self.commit_at.append(time.time())
             if self.suppress:
                 return 0
@@ -231,7 +233,7 @@ class Probe:
             if self.instrument is not None:
                 section, self.instrument.section = self.instrument.section, "enqueue"
             try:
-                sent = original(cluster_id, broker_pks, force=force)
+                sent = original(cluster_id, broker_pks, force=force, **kw)
             finally:
                 if self.instrument is not None and section is not None:
                     self.instrument.section = section

@@ -166,6 +166,9 @@ LOGIN_URL = "/login/"
 
 # --- Redis: one URL for Celery, Channels and the quota engine -------------------------------
 QUOTAS_REDIS_URL = os.environ.get("QUOTAS_REDIS_URL", "redis://127.0.0.1:6390/0")
+# The quota engine's Redis for engine brokers without an engine_url of their own; empty = QUOTAS_REDIS_URL.
+# A Redis Cluster is named redis+cluster://host:port[,host:port...] (Celery and Channels stay on QUOTAS_REDIS_URL).
+QUOTAS_ENGINE_REDIS_URL = os.environ.get("QUOTAS_ENGINE_REDIS_URL", "")
 
 # Large listings hold memory permits from the PIP-442 limiter (quotas/api/memory.py) while a page is built.
 QUOTAS_LIST_HEAP_BYTES = int(os.environ.get("QUOTAS_LIST_HEAP_BYTES", 64 * 1024 * 1024))
@@ -197,6 +200,8 @@ QUOTAS_LANDING_STALE_SECONDS = float(os.environ.get("QUOTAS_LANDING_STALE_SECOND
 # The pipeline's jobs, run by the history app as `python -m pipeline.<job>` (history/jobs.py)
 QUOTAS_SPARK_MASTER = os.environ.get("QUOTAS_SPARK_MASTER", "local[2]")  # or spark://..., yarn, k8s://...
 QUOTAS_PIPELINE_TIMEOUT_S = float(os.environ.get("QUOTAS_PIPELINE_TIMEOUT_S", "1800"))
+# Previews run in the pipeline worker's long-lived Spark session (pipeline/warm.py); 0: a subprocess each
+QUOTAS_SPARK_WARM = os.environ.get("QUOTAS_SPARK_WARM", "1") not in ("0", "false", "no")
 QUOTAS_ADVICE_TARGET = float(os.environ.get("QUOTAS_ADVICE_TARGET", "0.01"))  # throttled fraction the advice keeps
 # A request's page shows a finished preview this long before computing one on newer data
 QUOTAS_PREVIEW_MAX_AGE_S = float(os.environ.get("QUOTAS_PREVIEW_MAX_AGE_S", "3600"))
@@ -234,6 +239,9 @@ QUOTAS_PUSH_RETRY_MAX_S = float(os.environ.get("QUOTAS_PUSH_RETRY_MAX_S", 60.0))
 QUOTAS_ENGINE_TIMEOUT_S = float(os.environ.get("QUOTAS_ENGINE_TIMEOUT_S", 2.0))
 # Kafka cannot check our versions: one push per broker at a time, under a Redis lock held at most this long.
 QUOTAS_PUSH_LOCK_S = float(os.environ.get("QUOTAS_PUSH_LOCK_S", 60.0))
+# Connectors whose targets the committing process pushes itself (a thread, when the target's lock is free) instead
+# of a Celery task: Kafka, whose push time is its round trips. Comma-separated ("kafka,engine"); empty: none.
+QUOTAS_PUSH_DIRECT = [k for k in os.environ.get("QUOTAS_PUSH_DIRECT", "kafka").split(",") if k.strip()]
 # Reconcile compares every broker with desired state this often; "report" records drift, "heal" re-applies.
 QUOTAS_RECONCILE_SECONDS = float(os.environ.get("QUOTAS_RECONCILE_SECONDS", 60.0))
 QUOTAS_DRIFT_MODE = os.environ.get("QUOTAS_DRIFT_MODE", "report")

@@ -7,8 +7,11 @@ before it, a retried or late push is a no-op, and "exactly once in effect" rests
 (the engine's script, or a per-target lock for Kafka, which cannot check versions itself).
 
 Commits enqueue at most one pending push per target (a Redis flag cleared when the push starts), so a
-burst of changes costs a few pushes, not one each. The reconcile job (Celery beat) catches up targets
-that are behind, and compares those that are current with desired state: the differences are drift.
+burst of changes costs a few pushes, not one each. A target of a connector in ``QUOTAS_PUSH_DIRECT`` (Kafka:
+its round trips, not our work, make a push's time) is pushed by the committing process itself, in a thread,
+when its lock is free; a busy or failing target falls back to the Celery task. The reconcile job (Celery
+beat) catches up targets that are behind, and compares those that are current with desired state: the
+differences are drift.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from __future__ import annotations
 import logging
 import os
 import random
+import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +30,7 @@ import redis
 from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, F, Max, PositiveIntegerField, When
 from django.utils import timezone
 
@@ -184,10 +189,12 @@ def portal_applied_version(cluster: Cluster, broker: Broker | None) -> int:
 PUSH_TASK = "quotas.tasks.push_target"
 
 
-def _on_push_wanted(sender: object, cluster_id: int, broker_pks: list[int | None], **_: object) -> None:
+def _on_push_wanted(
+    sender: object, cluster_id: int, broker_pks: list[int | None], connector: str | None = None, **_: object
+) -> None:
     """A commit left targets behind (a new version, a new broker): pushes go out (``enqueue_pushes`` looked up at
     call time, so a benchmark may wrap it)."""
-    enqueue_pushes(cluster_id, broker_pks)
+    enqueue_pushes(cluster_id, broker_pks, connector=connector)
 
 
 push_wanted.connect(_on_push_wanted, dispatch_uid="quotas.push.enqueue")
@@ -197,15 +204,20 @@ def _flag(cluster_id: int, broker_pk: int | None) -> str:
     return f"portal:push-pending:{cluster_id}:{broker_pk if broker_pk is not None else 'cluster'}"
 
 
-def enqueue_pushes(cluster_id: int, broker_pks: list[int | None] | None = None, *, force: bool = False) -> int:
+def enqueue_pushes(
+    cluster_id: int, broker_pks: list[int | None] | None = None, *, force: bool = False, connector: str | None = None
+) -> int:
     """Make sure a push is on its way to each target (all of the cluster's by default); returns how many were sent.
 
     A target with a push already pending gets none (that push will read the newer state), unless ``force``.
-    A Redis failure here loses nothing: the change is in the database and reconcile pushes it.
+    ``connector`` (the cluster's kind, when the caller knows it) in ``QUOTAS_PUSH_DIRECT``: the push runs in this
+    process (``push_direct``) instead of a Celery task. A Redis failure here loses nothing: the change is in the
+    database and reconcile pushes it.
     """
     if broker_pks is None:
         cluster = Cluster.objects.get(pk=cluster_id)
         broker_pks = [b.pk if b is not None else None for b in push_targets(cluster)]
+    direct = not force and connector is not None and connector in settings.QUOTAS_PUSH_DIRECT
     try:
         with _client().pipeline(transaction=False) as p:
             for pk in broker_pks:
@@ -213,11 +225,75 @@ def enqueue_pushes(cluster_id: int, broker_pks: list[int | None] | None = None, 
             claimed = p.execute()
         due = [pk for pk, mine in zip(broker_pks, claimed, strict=True) if mine or force]
         for pk in due:
-            current_app.send_task(PUSH_TASK, (cluster_id, pk))
+            if not (direct and _submit_direct(cluster_id, pk)):
+                current_app.send_task(PUSH_TASK, (cluster_id, pk))
     except (redis.exceptions.RedisError, OSError, kombu.exceptions.OperationalError) as e:
         log.warning("Could not enqueue pushes to cluster %s (reconcile will): %s", cluster_id, e)
         return 0
     return len(due)
+
+
+# ------------------------------------------------------------------ direct pushes
+
+_direct: dict[int, ThreadPoolExecutor] = {}  # per process id: a pool made before a fork has no threads after it
+_direct_guard = threading.Lock()
+
+
+def _submit_direct(cluster_id: int, broker_pk: int | None) -> bool:
+    """Hand the push to this process's direct-push threads; False when they cannot take it (shutting down)."""
+    pid = os.getpid()
+    with _direct_guard:
+        pool = _direct.get(pid)
+        if pool is None:
+            pool = _direct[pid] = ThreadPoolExecutor(max_workers=4, thread_name_prefix="push-direct")
+    try:
+        pool.submit(push_direct, cluster_id, broker_pk)
+    except RuntimeError:  # the interpreter is exiting: the Celery task takes it
+        return False
+    return True
+
+
+def push_direct(cluster_id: int, broker_pk: int | None) -> PushOutcome | None:
+    """The committing process pushes a target it has just claimed (its pending flag set), in a thread of its own:
+    the task's body under the same per-target lock (waited for at most DIRECT_WAIT_S: the push before it is ending),
+    the flag cleared once the lock is held, so the version it reads covers every commit that found the flag set.
+    The Celery task stays the path for the rest: a target held longer (the task waits its turn), and a failed push
+    (retried with backoff, as the task's own failures are). Returns the outcome, or None when the task took it."""
+    try:
+        return push_target(cluster_id, broker_pk, direct=True)
+    except TargetBusy:
+        _to_task(cluster_id, broker_pk, claim=False)  # our flag is still set: the task clears it when it starts
+    except (Cluster.DoesNotExist, Broker.DoesNotExist):
+        pass
+    except PushError as e:
+        if e.retriable:
+            log.info("Direct push to cluster %s target %s failed (%s); the task retries it", cluster_id, broker_pk, e)
+            _to_task(cluster_id, broker_pk, claim=True, countdown=backoff_s(0))
+    except Exception:  # e.g. the database went away mid-push: nothing is lost, the task pushes it again
+        log.exception("Direct push to cluster %s target %s failed; the task takes it", cluster_id, broker_pk)
+        _to_task(cluster_id, broker_pk, claim=True)
+    finally:
+        connection.close()  # this thread's own connection: never left open between pushes
+    return None
+
+
+def _to_task(cluster_id: int, broker_pk: int | None, *, claim: bool, countdown: float | None = None) -> None:
+    try:
+        if claim and not claim_retry(cluster_id, broker_pk):
+            return  # another push to the target is already pending
+        current_app.send_task(PUSH_TASK, (cluster_id, broker_pk), countdown=countdown)
+    except (redis.exceptions.RedisError, OSError, kombu.exceptions.OperationalError) as e:
+        log.warning("Could not enqueue a push to cluster %s (reconcile will): %s", cluster_id, e)
+
+
+def wait_direct_pushes(timeout_s: float = 60.0) -> None:
+    """Wait until this process's direct pushes submitted so far are done (tests, and commands before they exit)."""
+    pool = _direct.get(os.getpid())
+    if pool is not None:
+        pool.submit(lambda: None).result(timeout_s)  # FIFO with max_workers threads: reaching it is not enough
+        with _direct_guard:
+            pool.shutdown(wait=True)
+            _direct.pop(os.getpid(), None)
 
 
 def _stale_flag(cluster_id: int, broker_pk: int | None) -> bool:
@@ -261,6 +337,14 @@ class PushOutcome:
 
 
 class _Unlocked:
+    """The engine orders pushes itself (its script checks versions): nothing to hold."""
+
+    def acquire(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
     def __enter__(self) -> None:
         return None
 
@@ -268,15 +352,26 @@ class _Unlocked:
         return None
 
 
-def _target_lock(connector: Connector, cluster: Cluster, broker: Broker | None) -> Any:
-    """Kafka cannot order writes: one push (or describe) per target at a time. The engine's script orders them."""
+def _target_lock(connector: Connector, cluster: Cluster, broker: Broker | None, wait_s: float | None = None) -> Any:
+    """Kafka cannot order writes: one push (or describe) per target at a time. The engine's script orders them.
+    Waited for ``wait_s`` (default QUOTAS_PUSH_LOCK_S)."""
     if not connector.needs_lock:
         return _Unlocked()
     name = f"portal:push-lock:{cluster.pk}:{broker.pk if broker is not None else 'cluster'}"
     # polled every 5 ms (redis-py's default 100 ms would add up to a tenth of a second to a push that waits)
     return _client().lock(
-        name, timeout=settings.QUOTAS_PUSH_LOCK_S, blocking_timeout=settings.QUOTAS_PUSH_LOCK_S, sleep=0.005
+        name, timeout=settings.QUOTAS_PUSH_LOCK_S, sleep=0.005,
+        blocking_timeout=settings.QUOTAS_PUSH_LOCK_S if wait_s is None else wait_s,
+        raise_on_release_error=False,  # expired meanwhile: logged by redis-py, the push stands
     )
+
+
+#: How long a direct push waits for the previous push of its target to end before handing over to the task.
+DIRECT_WAIT_S = 2.0
+
+
+class TargetBusy(Exception):
+    """A direct push found another push holding the target for longer than DIRECT_WAIT_S."""
 
 
 def portal_lock(name: str, timeout_s: float, wait_s: float) -> Any:
@@ -290,30 +385,42 @@ def _held(connector: Connector, target: Target, cluster: Cluster, broker: Broker
     return portal_applied_version(cluster, broker) if held is None else held
 
 
-def push_target(cluster_id: int, broker_pk: int | None, *, force: bool = False) -> PushOutcome:
+def push_target(cluster_id: int, broker_pk: int | None, *, force: bool = False, direct: bool = False) -> PushOutcome:
     """Bring one target to the cluster's current desired-state version; raises PushError when it cannot.
 
-    ``force`` writes the whole state even if the target claims the version (healing drift).
+    ``force`` writes the whole state even if the target claims the version (healing drift). ``direct`` (a push by
+    the committing process): the pending flag is cleared only once the lock is held, and TargetBusy (the flag left
+    set) is raised when another push holds the target for longer than DIRECT_WAIT_S.
     """
-    _client().delete(_flag(cluster_id, broker_pk))  # commits from now on enqueue a new push
+    if not direct:
+        _client().delete(_flag(cluster_id, broker_pk))  # commits from now on enqueue a new push
     cluster = Cluster.objects.get(pk=cluster_id)
     broker = Broker.objects.get(pk=broker_pk) if broker_pk is not None else None
     connector = connector_for(cluster.connector)
     try:
         target = target_of(cluster, broker)
     except PushError as e:
+        if direct:
+            _client().delete(_flag(cluster_id, broker_pk))
         _failed(cluster, broker, e)
         raise
-    lock = _target_lock(connector, cluster, broker)
+    lock = _target_lock(connector, cluster, broker, DIRECT_WAIT_S if direct else None)
+    if not lock.acquire():
+        if direct:
+            raise TargetBusy(target.label)
+        message = f"{target.label}: another push held it for {settings.QUOTAS_PUSH_LOCK_S:g}s"
+        raise PushError("CONCURRENT_TRANSACTIONS", message, retriable=True)
     try:
-        with lock:
-            outcome = _push_locked(connector, target, cluster, broker, force)
-    except redis.exceptions.LockError as e:
-        raise PushError("CONCURRENT_TRANSACTIONS", f"{target.label}: another push holds it: {e}", retriable=True) from e
+        if direct:  # the lock is ours: clear the flag before reading the version, as the task does
+            _client().delete(_flag(cluster_id, broker_pk))
+        outcome = _push_locked(connector, target, cluster, broker, force)
+        # under the lock: the next push reads what this one applied (Kafka's held version is the portal's rows)
+        _applied(cluster, broker, outcome)
     except PushError as e:
         _failed(cluster, broker, e)
         raise
-    _applied(cluster, broker, outcome)
+    finally:
+        lock.release()
     return outcome
 
 
@@ -360,9 +467,11 @@ def _applied(cluster: Cluster, broker: Broker | None, outcome: PushOutcome) -> N
             output_field=PositiveIntegerField(),
         )
     extra = {"answers": dict(outcome.answers)} if outcome.answers else {}
-    moved = _rows(cluster, broker, outcome.version).update(
-        state=PushState.APPLIED, applied_at=now, updated=now, error="", error_code="", attempts=attempts, **extra
-    )
+    with transaction.atomic():
+        Push.lock_target(cluster.pk, broker.pk if broker is not None else None)  # concurrent pushes take turns
+        moved = _rows(cluster, broker, outcome.version).update(
+            state=PushState.APPLIED, applied_at=now, updated=now, error="", error_code="", attempts=attempts, **extra
+        )
     if moved:
         workflow.settle_pushed(cluster)
     elif outcome.mode != "none":  # a broker added after the version was committed has no row for it yet
@@ -377,9 +486,11 @@ def _failed(cluster: Cluster, broker: Broker | None, e: PushError) -> None:
     push fails them."""
     state = PushState.PENDING if e.retriable else PushState.FAILED
     version = DesiredStateVersion.objects.get(cluster=cluster).version
-    n = _rows(cluster, broker, version).update(
-        state=state, error_code=e.code, error=e.message, updated=timezone.now(), attempts=F("attempts") + 1
-    )
+    with transaction.atomic():
+        Push.lock_target(cluster.pk, broker.pk if broker is not None else None)
+        n = _rows(cluster, broker, version).update(
+            state=state, error_code=e.code, error=e.message, updated=timezone.now(), attempts=F("attempts") + 1
+        )
     if n and not e.retriable:
         where = _where(cluster, broker)
         record(AuditAction.PUSH_FAILED, None, cluster=cluster, entity=where, comment=f"{e.code}: {e.message}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from django.db import models, transaction
+from django.db import connection, models, transaction
 from django.db.models import Q
 from django.db.models.signals import post_save
 from django.dispatch import receiver
@@ -132,6 +132,24 @@ class Push(models.Model):
         where = f"broker-{self.broker.broker_id}" if self.broker else "cluster"
         return f"{self.cluster.name}@{self.version} {where}: {self.state}"
 
+    @staticmethod
+    def lock_target(cluster_id: int, broker_pk: int | None) -> None:
+        """Inside a transaction: serialize the bookkeeping of one target's pushes until it ends.
+
+        Two workers may push one target at once (a commit during a push enqueues the next one); each then marks
+        the target's rows up to its version applied (or failed) with one UPDATE over overlapping rows, and two such
+        UPDATEs locking those rows in different orders would deadlock on PostgreSQL. A transaction-scoped advisory
+        lock per target (``pg_advisory_xact_lock``, keyed by the hash of ``quotas.push:<cluster>:<target>``) makes
+        them take turns; it is released at commit and needs no row to exist. SQLite's IMMEDIATE transactions
+        already run one at a time. What reaches the broker is ordered elsewhere: the engine script's version
+        check, the Redis lock of a Kafka cluster.
+        """
+        if connection.vendor != "postgresql":
+            return
+        key = f"quotas.push:{cluster_id}:{broker_pk if broker_pk is not None else 'cluster'}"
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+
 
 class DriftStatus(models.TextChoices):
     MISSING = "missing", "Missing on the broker"
@@ -213,9 +231,9 @@ def log_version(cluster: Cluster, version: int, changes: Mapping[Item, str | Non
     )
     targets = push_targets(cluster)
     Push.objects.bulk_create(Push(cluster=cluster, broker=b, version=version) for b in targets)
-    cluster_id, pks = cluster.pk, [b.pk if b is not None else None for b in targets]
+    cluster_id, pks, kind = cluster.pk, [b.pk if b is not None else None for b in targets], cluster.connector
 
     def after_commit() -> None:
-        push_wanted.send(sender=Cluster, cluster_id=cluster_id, broker_pks=pks)
+        push_wanted.send(sender=Cluster, cluster_id=cluster_id, broker_pks=pks, connector=kind)
 
     transaction.on_commit(after_commit)

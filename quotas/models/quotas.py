@@ -317,11 +317,86 @@ def alter_client_quotas(cluster: Cluster, entries: Sequence[Alteration], validat
 
     with transaction.atomic():
         state = DesiredStateVersion.lock(cluster)
-        changes: dict[Item, str | None] = {}
-        for ref, ops in validated:
-            changes.update(_apply(cluster, ref, ops))
+        changes = _apply_all(cluster, validated)
         version = state.bump(changes) if changes else state.version
     return AlterOutcome(version, bool(changes), results)
+
+
+def _apply_all(
+    cluster: Cluster, validated: Sequence[tuple[EntityRef, list[tuple[str, float | None]]]]
+) -> dict[Item, str | None]:
+    """Write validated entries in a few statements whatever their number (one change or a batch of 100 costs about
+    the same): their entities and values read at once, then inserted, updated and deleted in bulk. Runs under the
+    cluster's version lock, so no other change of the cluster interleaves. Returns the items that changed (None =
+    removed); an entity left without values is deleted."""
+    by_ref: dict[EntityRef, list[tuple[str, float | None]]] = {}
+    for ref, ops in validated:
+        by_ref.setdefault(ref, []).extend(ops)
+    if not by_ref:
+        return {}
+
+    def parts(ref: EntityRef) -> tuple[str | None, str | None, str | None]:
+        return ref.user, ref.client_id, ref.ip
+
+    match = Q()
+    for ref in by_ref:
+        match |= Q(user=ref.user, client_id=ref.client_id, ip=ref.ip)  # None: IS NULL
+    entities = {(e.user, e.client_id, e.ip): e for e in QuotaEntity.objects.filter(match, cluster=cluster).order_by()}
+    held: dict[tuple[int, str], QuotaValue] = {}
+    if entities:
+        for row in QuotaValue.objects.filter(entity__in=[e.pk for e in entities.values()]).order_by():
+            held[(row.entity_id, row.key)] = row
+    new = [
+        QuotaEntity(cluster=cluster, user=ref.user, client_id=ref.client_id, ip=ref.ip)
+        for ref, ops in by_ref.items()
+        if parts(ref) not in entities and any(value is not None for _, value in ops)
+    ]
+    if new:
+        QuotaEntity.objects.bulk_create(new)
+        entities.update({(e.user, e.client_id, e.ip): e for e in new})
+
+    changes: dict[Item, str | None] = {}
+    creates: list[QuotaValue] = []
+    updates: list[QuotaValue] = []
+    deletes: list[int] = []
+    emptied: set[int] = set()
+    for ref, ops in by_ref.items():
+        entity = entities.get(parts(ref))
+        if entity is None:
+            continue  # only removals, of an entity that holds nothing
+        resource = ref.field()
+        for key, value in ops:
+            row = held.get((entity.pk, key))
+            if value is None:
+                if row is not None:
+                    deletes.append(row.pk)
+                    del held[(entity.pk, key)]
+                    emptied.add(entity.pk)
+                    changes[Item(QUOTA, resource, key)] = None
+                continue
+            if row is None:
+                row = QuotaValue(entity=entity, key=key, value=value)
+                creates.append(row)
+                held[(entity.pk, key)] = row
+            elif row.value != value:
+                row.value = value
+                updates.append(row)
+            else:
+                continue
+            changes[Item(QUOTA, resource, key)] = repr(float(value))
+    if deletes:
+        QuotaValue.objects.filter(pk__in=deletes).delete()
+    if creates:
+        QuotaValue.objects.bulk_create(creates)
+    if len(updates) == 1:
+        QuotaValue.objects.filter(pk=updates[0].pk).update(value=updates[0].value)
+    elif updates:
+        QuotaValue.objects.bulk_update(updates, ["value"])
+    still = {entity_pk for entity_pk, _ in held}
+    gone = [pk for pk in emptied if pk not in still]
+    if gone:
+        QuotaEntity.objects.filter(pk__in=gone).delete()
+    return changes
 
 
 def _apply(cluster: Cluster, ref: EntityRef, ops: Iterable[tuple[str, float | None]]) -> dict[Item, str | None]:
