@@ -1,0 +1,117 @@
+"""Every page at a phone's size (390 x 844, a phone's browser), as an admin and as a tenant member: nothing makes
+the page scroll sideways except a chart or a wide table that says it scrolls (``data-scroll-x``), and axe-core
+(``axe-playwright-python``, run in the page) finds no serious or critical accessibility violation.
+
+One browser, one portal, one pass over the pages per person; every page is saved as
+``test-artifacts/screenshots/phone-<who>-<page>.png``, to look at.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from quotas import workflow
+from quotas.models import OwnedName, QuotaEntity, QuotaValue
+
+from .conftest import CLUSTER, Portal, log_in, screenshot
+
+# about a second a page; minutes on a loaded machine
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(600)]
+
+PHONE = {"width": 390, "height": 844}
+PBR = "producer_byte_rate"
+#: Where a page may scroll sideways: inside an element that says so (a wide table's wrapper, a chart).
+OVERFLOW = """() => {
+  const width = document.documentElement.clientWidth;
+  const name = (el) => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") +
+    (typeof el.className === "string" && el.className ? "." + el.className.trim().split(/\\s+/).join(".") : "");
+  const wide = [];
+  for (const el of document.body.querySelectorAll("*")) {
+    if (el.parentElement && el.parentElement.closest("[data-scroll-x]")) continue;  // inside a scroller
+    const r = el.getBoundingClientRect();
+    if (!r.width || !r.height) continue;
+    if (r.right > width + 1 || r.left < -1) {
+      const parent = el.parentElement;
+      const pr = parent ? parent.getBoundingClientRect() : null;
+      if (pr && (pr.right > width + 1 || pr.left < -1) && !parent.matches("body")) continue;  // its parent is named
+      wide.push(name(el) + " [" + Math.round(r.left) + ".." + Math.round(r.right) + "]");
+    }
+  }
+  return {scroll: document.documentElement.scrollWidth, width, inner: window.innerWidth, wide: wide.slice(0, 8)};
+}"""
+
+
+def pages(entity_pk: int, request_pk: int, admin: bool) -> dict[str, str]:
+    """The pages a person reaches from the menu, and one of each kind of detail page."""
+    found = {
+        "home": "/", "entities": "/entities/", "entity": f"/entities/{entity_pk}/", "requests": "/requests/",
+        "request": f"/requests/{request_pk}/", "new-request": f"/requests/new/?cluster={CLUSTER}&user=svc-a-1",
+        "audit": "/audit/", "clusters": "/clusters/", "cluster": f"/clusters/{CLUSTER}/", "tenants": "/tenants/",
+        "credentials": "/credentials/", "monitor": "/monitor/",
+        "monitor-entity": f"/monitor/{CLUSTER}/entity/?e=svc-a-1:app-a-1", "telemetry": "/telemetry/",
+        "telemetry-cluster": f"/telemetry/{CLUSTER}/",
+    }
+    if admin:
+        found |= {"approvals": "/approvals/", "drift": "/drift/",
+                  "client-metrics": f"/clusters/{CLUSTER}/client-metrics/"}
+    return found
+
+
+def test_every_page_fits_a_phone_and_axe_finds_nothing_serious(
+    world: dict[str, Any], chromium: Any, portal: Portal, celery_queue_clean: None
+) -> None:
+    from axe_playwright_python.sync_playwright import Axe
+
+    OwnedName.objects.create(tenant=world["a"], entity_type="client-id", pattern="app-a-*")
+    cluster = world["cluster"]
+    entity = QuotaEntity.objects.create(cluster=cluster, user="svc-a-1", client_id="app-a-1")
+    QuotaValue.objects.create(entity=entity, key=PBR, value=1_572_864)
+    default = QuotaEntity.objects.create(cluster=cluster, user="<default>", client_id=None)
+    QuotaValue.objects.create(entity=default, key=PBR, value=524_288)
+    done = workflow.submit(world["alice"], None, cluster, user="svc-a-1", client_id="app-a-1", key=PBR,
+                           value="2 MiB/s", reason="Black Friday load test")
+    workflow.approve(world["admin"], done.pk, "fine for the week")
+    waiting = workflow.submit(world["alice"], None, cluster, user="svc-a-2", client_id="app-a-2",
+                              key="consumer_byte_rate", value="768 KiB/s", reason="a new consumer group",
+                              expires_at=timezone.now() + timedelta(days=2))
+    axe = Axe()
+    problems: list[str] = []
+    for who, admin in (("admin", True), ("member", False)):
+        ctx = chromium.new_context(viewport=PHONE, is_mobile=True, has_touch=True, base_url=portal.url)
+        ctx.set_default_timeout(15_000)
+        errors: list[str] = []
+        ctx.on("page", lambda p, errors=errors: p.on("pageerror", lambda e: errors.append(f"{p.url}: {e}")))
+        page = ctx.new_page()
+        if admin:  # the login page, once, signed out
+            page.goto("/login/")
+            problems += check(page, axe, "login")
+        log_in(page, "root" if admin else "alice")
+        for name, path in pages(entity.pk, waiting.pk, admin).items():
+            answer = page.goto(path)
+            assert answer is not None and answer.status < 400, (path, answer and answer.status)
+            page.wait_for_load_state("load")
+            problems += check(page, axe, f"{who}-{name}")
+        ctx.close()
+        assert not errors, errors
+    assert not problems, "\n".join(problems)
+
+
+def check(page: Any, axe: Any, name: str) -> list[str]:
+    """What is wrong with the page as shown now: sideways scrolling, serious or critical axe violations."""
+    found = []
+    fit = page.evaluate(OVERFLOW)
+    if fit["scroll"] > fit["width"] or fit["inner"] > 390 or fit["wide"]:
+        found.append(f"{name} ({page.url}): {fit['scroll']} px wide on a {fit['width']} px screen: {fit['wide']}")
+    results = axe.run(page, options={"resultTypes": ["violations"]})
+    assert results.response["testEngine"]["name"] == "axe-core", results.response.keys()  # it ran in the page
+    for v in results.response["violations"]:
+        if v["impact"] in ("serious", "critical"):
+            targets = [", ".join(n["target"]) for n in v["nodes"][:4]]
+            found.append(f"{name} ({page.url}): axe {v['impact']} {v['id']}: {v['help']} at {targets}")
+    screenshot(page, "phone-" + re.sub(r"[^a-z0-9-]", "-", name))
+    return found
