@@ -34,6 +34,7 @@ from rest_framework.views import APIView
 from plans import services
 from quotas import quotafile, workflow
 from quotas.api.errors import ApiError, ErrorSerializer
+from quotas.api.serializers import DecisionSerializer
 from quotas.api.views import get_cluster
 from quotas.models import Plan, PlanRequest, PlanStale, PlanState, RequestState
 from quotas.models.plans import apply_plan
@@ -53,7 +54,7 @@ class FileErrorSerializer(serializers.Serializer):
 class InvalidFileSerializer(ErrorSerializer):
     """400 INVALID_QUOTAS_FILE: every problem of the file with its line and key."""
 
-    errors = FileErrorSerializer(many=True)
+    errors = FileErrorSerializer(many=True, required=False, help_text="INVALID_QUOTAS_FILE: every problem found.")
 
 
 class PlanCreateSerializer(serializers.Serializer):
@@ -71,7 +72,7 @@ class PlanCreateSerializer(serializers.Serializer):
     )
 
 
-class ChangeSerializer(serializers.Serializer):
+class PlanChangeSerializer(serializers.Serializer):
     action = serializers.ChoiceField(choices=[quotafile.ADD, quotafile.CHANGE, quotafile.REMOVE])
     section = serializers.ChoiceField(
         choices=[quotafile.QUOTA, quotafile.BROKER, quotafile.TOPIC, quotafile.CLIENT_METRICS]
@@ -114,7 +115,7 @@ class PlanSerializer(serializers.Serializer):
     applied_version = serializers.IntegerField(allow_null=True)
     request = serializers.IntegerField(allow_null=True, help_text="The grouped request, once submitted.")
     created = serializers.DateTimeField()
-    changes = ChangeSerializer(many=True, help_text="In Kafka's precedence order.")
+    changes = PlanChangeSerializer(many=True, help_text="In Kafka's precedence order.")
     summary = SummarySerializer()
 
 
@@ -130,11 +131,6 @@ class ApplyBodySerializer(serializers.Serializer):
     reason = serializers.CharField(
         required=False, allow_blank=True, default="", max_length=4000, help_text="A member's reason, for the admin."
     )
-
-
-class DecisionSerializer(serializers.Serializer):
-    comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000,
-                                    help_text="Required to reject: what the tenant should change.")
 
 
 class PlanRequestSerializer(serializers.ModelSerializer):
@@ -188,6 +184,7 @@ class StateExportView(APIView):
 
     @extend_schema(
         summary="Export the cluster's desired state as a quota file (YAML)",
+        operation_id="clusters_state_export",
         description="Admins and auditors get everything; a tenant member the quotas its tenants may read (owned "
         "entities and the <default> ones) and the client-metrics subscriptions selecting only its clients, without "
         "broker and topic configs. Planning the exported file unchanged gives no changes.",

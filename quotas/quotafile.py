@@ -170,7 +170,7 @@ class _Reader:
         try:
             return self.constructor.construct_object(node, deep=True)
         except (ConstructorError, ValueError) as e:
-            self.error(node, key, f"{key}: the value cannot be read ({e}).")
+            self.error(node, key, f"{key}: the value cannot be read ({getattr(e, 'problem', None) or e}).")
             return None
 
     def mapping(self, node: yaml.Node, key: str) -> list[tuple[str, yaml.Node, yaml.Node]] | None:
@@ -183,7 +183,11 @@ class _Reader:
             if not isinstance(k, yaml.ScalarNode):
                 self.error(k, key, f"A key of {key} must be plain text.")
                 continue
-            text = str(self.constructor.construct_object(k))
+            try:
+                text = str(self.constructor.construct_object(k))
+            except (ConstructorError, ValueError) as e:
+                self.error(k, key, f"A key of {key} cannot be read ({getattr(e, 'problem', None) or e}).")
+                continue
             if text in seen:
                 self.error(k, text, f"{text} is given twice in {key}; give each key once.")
                 continue
@@ -214,6 +218,8 @@ def read(text: str) -> QuotaState:
         raise InvalidQuotaFile([FileError(None, None, f"The file is longer than {MAX_TEXT} characters.")])
     try:
         documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except RecursionError:
+        raise InvalidQuotaFile([FileError(None, None, "The file nests deeper than a quota file ever does.")]) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         problem = getattr(e, "problem", None) or str(e)
