@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Lint and test: ruff over the whole tree, the import contracts (lint-imports), then pytest against a real project-local Redis
-# (127.0.0.1:${QUOTAS_TEST_REDIS_PORT:-6391}, no persistence), stopped on exit. The browser tests use the
-# system's chromium, installed with apt-get when missing (never "playwright install"); screenshots of the
+# (127.0.0.1:${QUOTAS_TEST_REDIS_PORT:-6391}, no persistence) and a project-local PostgreSQL (devtools/postgres.py:
+# initdb under .run/postgres-test/, a free port of 127.0.0.1, DATABASE_URL exported; `postgresql` installed with
+# apt-get when missing; a DATABASE_URL already set is used instead), both stopped on exit. A full run (no
+# arguments) then runs a few tests again on SQLite, the quick start's database (QUOTAS_SQLITE_TESTS=0 skips it).
+# The browser tests use the system's chromium, installed with apt-get when missing (never "playwright install"); screenshots of the
 # pages they visit are left in test-artifacts/screenshots/.
 # Arguments go to pytest, e.g.  bash scripts/run_tests.sh -q tests/portal
 # Exits non-zero when ruff or pytest fails (pytest's own status when pytest fails).
@@ -13,15 +16,20 @@ cd "$ROOT"
 # shellcheck source=scripts/bootstrap.sh
 source scripts/bootstrap.sh
 ensure_chromium
+ensure_postgresql
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python"  # the pipeline tests' Spark workers
 
 REDIS_PORT="${QUOTAS_TEST_REDIS_PORT:-6391}"
 REDIS_STARTED=""
+PG_STARTED=""
 
 cleanup() {
     trap - EXIT INT TERM
     if [ -n "$REDIS_STARTED" ]; then
         stop_project_redis test "$REDIS_PORT"
+    fi
+    if [ -n "$PG_STARTED" ]; then
+        python -m devtools.postgres stop --name test || true
     fi
 }
 trap cleanup EXIT
@@ -31,6 +39,13 @@ trap 'exit 143' TERM
 REDIS_STARTED=1
 QUOTAS_REDIS_URL="$(python -m devtools.redis_server start --name test --port "$REDIS_PORT")"
 export QUOTAS_REDIS_URL
+
+# PostgreSQL, as production runs: pytest-django makes its test database (test_quotas) on this server.
+if [ -z "${DATABASE_URL:-}" ]; then
+    PG_STARTED=1
+    DATABASE_URL="$(python -m devtools.postgres start --name test)"
+    export DATABASE_URL
+fi
 
 ruff_status=0
 echo "run_tests: ruff check ." >&2
@@ -43,6 +58,14 @@ lint-imports --no-cache --no-logo || contracts_status=$?
 
 pytest_status=0
 python -m pytest "$@" || pytest_status=$?
+
+# The quick start's embedded database keeps working: the workflow (its approval race included) and a real worker's
+# pushes once more on SQLite, after a full run.
+if [ "$#" -eq 0 ] && [ "${QUOTAS_SQLITE_TESTS:-1}" != "0" ] && [ "$pytest_status" -eq 0 ]; then
+    echo "run_tests: a short run on SQLite" >&2
+    env -u DATABASE_URL python -m pytest -q -p no:cacheprovider tests/portal/test_workflow.py \
+        tests/push/test_worker_pushes.py || pytest_status=$?
+fi
 
 if [ "$pytest_status" -ne 0 ]; then
     exit "$pytest_status"

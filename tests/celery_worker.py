@@ -1,7 +1,8 @@
-"""A real Celery worker process for the tests, on the test Redis and the test database file.
+"""A real Celery worker process for the tests, on the test Redis and the test database.
 
-The worker is a separate process group started with the same settings module; the tests commit their
-data (``transaction=True``), so the worker reads it from the SQLite file. Retries and the redelivery of
+The worker is a separate process group started with the same settings module, on the session's test
+database (``tests.database.database_url``: the SQLite file, or ``test_<name>`` on PostgreSQL); the tests
+commit their data (``transaction=True``), so the worker sees it. Retries and the redelivery of
 a killed worker's message are shortened by settings (environment) so the tests wait seconds, not minutes.
 Tests use the fixtures ``worker_factory`` and ``celery_queue_clean`` (a conftest imports them).
 """
@@ -17,9 +18,9 @@ from pathlib import Path
 
 import pytest
 import redis
-from django.db import connection
 
 from devtools.processes import stop_session
+from tests.database import database_url
 from tests.redis_keys import keys_cleared
 from tests.waiting import wait_for
 
@@ -32,15 +33,18 @@ CELERY = str(Path(sys.executable).with_name("celery"))
 class Worker:
     """A `celery worker` subprocess: start, stop (warm), kill (SIGKILL of its whole process group)."""
 
-    def __init__(self, redis_url: str, db_path: str, log: Path, queues: str = "celery", **env: str) -> None:
+    def __init__(
+        self, redis_url: str, database_url: str, log: Path, queues: str = "celery", name: str = "test", **env: str
+    ) -> None:
         self.redis_url = redis_url
+        self.name = name  # the node name's prefix: workers started side by side need distinct names
         self.queues = queues  # "celery" (pushes, beat tasks); "pipeline" runs the Spark jobs (history.tasks)
         self.log = log
         self.env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "portal.settings",
             "QUOTAS_REDIS_URL": redis_url,
-            "DATABASE_URL": f"sqlite:///{db_path}",
+            "DATABASE_URL": database_url,
             "QUOTAS_VISIBILITY_TIMEOUT_S": "3",
             "QUOTAS_UNACKED_RESTORE_S": "1",
             "QUOTAS_PUSH_RETRY_BASE_S": "0.2",
@@ -52,8 +56,8 @@ class Worker:
     def start(self) -> Worker:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [CELERY, "-A", "portal", "worker", "--pool", "prefork", "-c", "1", "-n", f"test-{os.getpid()}@%h",
-                 "-Q", self.queues,
+                [CELERY, "-A", "portal", "worker", "--pool", "prefork", "-c", "1",
+                 "-n", f"{self.name}-{os.getpid()}@%h", "-Q", self.queues,
                  "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"],
                 cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
@@ -93,11 +97,12 @@ def worker_factory(
     redis_url: str, engine_redis: redis.Redis, celery_queue_clean: None, tmp_path: Path, transactional_db: None
 ) -> Iterator[Callable[..., Worker]]:
     """Start workers on the test Redis and the test database; every one is stopped at the end."""
-    db_path = connection.settings_dict["NAME"]
+    url = database_url()
     started: list[Worker] = []
 
     def make(queues: str = "celery", **env: str) -> Worker:
-        w = Worker(redis_url, str(db_path), tmp_path / "worker.log", queues, **env)
+        n = len(started)  # each worker its own log and node name (a restarted one must not read the last "ready.")
+        w = Worker(redis_url, url, tmp_path / f"worker-{n}.log", queues, f"test{n}", **env)
         started.append(w)
         return w.start()
 

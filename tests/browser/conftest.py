@@ -27,12 +27,12 @@ from typing import Any
 import pytest
 import redis
 from django.contrib.auth import get_user_model
-from django.db import connection
 
 from devtools.processes import stop_session
 from devtools.redis_server import free_port
 from quotas.models import Cluster, OwnedName, Tenant
 from tests.celery_worker import celery_queue_clean  # noqa: F401 (a fixture)
+from tests.database import database_url
 from tests.redis_keys import keys_cleared
 from tests.waiting import wait_for
 
@@ -143,13 +143,12 @@ def _answers(url: str) -> bool:
 @pytest.fixture(scope="package")  # gone after the browser tests: a second relay would double every message
 def portal(django_db_setup: None, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Portal]:
     """uvicorn serving portal.asgi on a free port, with the relay beside it, on the test database and Redis."""
-    db_path = connection.settings_dict["NAME"]
     logs = tmp_path_factory.mktemp("browser-logs")
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.browser.settings",
         "BROWSER_TEST_STATIC_ROOT": str(tmp_path_factory.mktemp("static")),
-        "DATABASE_URL": f"sqlite:///{db_path}",
+        "DATABASE_URL": database_url(),  # the test database (SQLite file or PostgreSQL's test_<name>)
         "QUOTAS_REDIS_URL": redis_url,
         # the pipeline's landing area (impact previews read it; tests write usage there)
         "QUOTAS_LANDING_ROOT": str(tmp_path_factory.mktemp("landing")),

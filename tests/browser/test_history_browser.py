@@ -38,7 +38,7 @@ def test_a_tenant_previews_a_proposal_and_the_admin_sees_it_beside_the_capacity_
     root = Path(portal.env["QUOTAS_LANDING_ROOT"])
     start = int(time.time() * 1000) // H * H - H
     write_landing(None, root, "usage", usage("svc-a-1", "app-a-1", start, 60), "t_ms")
-    worker = Worker(portal.env["QUOTAS_REDIS_URL"], portal.env["DATABASE_URL"].removeprefix("sqlite:///"),
+    worker = Worker(portal.env["QUOTAS_REDIS_URL"], portal.env["DATABASE_URL"],
                     tmp_path / "worker.log", "pipeline", QUOTAS_LANDING_ROOT=str(root)).start()
     try:
         page = context.new_page()

@@ -202,7 +202,7 @@ def test_an_admin_approves_the_push_lands_everywhere_and_throttling_falls(
     brokers = Brokers(world["redis"], CLUSTER, [0, 1, 2])
     traffic = Traffic(brokers, "svc-a-1", "app-a-1", 8000)  # 8,000 bytes/s against 2,000 per broker
     traffic.start()
-    worker = Worker(portal.env["QUOTAS_REDIS_URL"], portal.env["DATABASE_URL"].removeprefix("sqlite:///"),
+    worker = Worker(portal.env["QUOTAS_REDIS_URL"], portal.env["DATABASE_URL"],
                     tmp_path / "worker.log").start()
     try:
         req = workflow.submit(world["alice"], world["a"], cluster, user="svc-a-1", client_id=None, key=PBR,

@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection
 from django.test import Client
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
@@ -28,6 +27,7 @@ from websockets.sync.client import ClientConnection, connect
 from devtools.processes import stop_session
 from devtools.redis_server import free_port
 from quotas.engine.monitor import Sampler
+from tests.database import database_url
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,6 @@ WATCH_TTL_S = 3.0
 
 def service_env(redis_url: str) -> dict[str, str]:
     """The environment of the relay and uvicorn: the test database file and Redis, short watch renewals."""
-    db = connection.settings_dict
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "portal.settings",
@@ -47,9 +46,8 @@ def service_env(redis_url: str) -> dict[str, str]:
         "QUOTAS_MONITOR_RENEW_S": str(RENEW_S),
         "QUOTAS_MONITOR_WATCH_TTL_S": str(WATCH_TTL_S),
         "PYTHONUNBUFFERED": "1",
+        "DATABASE_URL": database_url(),  # the test database, never the environment's own
     }
-    if db["ENGINE"] == "django.db.backends.sqlite3":
-        env["DATABASE_URL"] = f"sqlite:///{db['NAME']}"
     return env
 
 
