@@ -72,6 +72,8 @@ def _tenant_scope(actor: AbstractBaseUser, tenant_name: str | None, desired: quo
         named = Tenant.objects.filter(name=tenant_name).first()
         if named is None:
             raise InvalidRequest(f"No tenant named {tenant_name!r}.", "tenant")
+        if not tenants_of(actor).filter(pk=named.pk).exists():  # membership, as a tenant-scoped token narrows it
+            raise PermissionDenied(f"You are not a member of tenant {named.name!r}; plan for one of yours.", "tenant")
 
     def owns(t: Tenant) -> bool:
         return all(entity_owned_by(t, ref.user, ref.client_id) is None for ref in (desired.quotas or {}))

@@ -1,0 +1,1 @@
+"""The quota file core (quotas.quotafile), without Django."""
