@@ -9,3 +9,7 @@ class TelemetryUiConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "telemetry_ui"
     verbose_name = "Telemetry"
+
+    def ready(self) -> None:
+        # committed moves of quota requests go to the WebSockets of every replica (subscribe_requests)
+        from telemetry_ui import request_events  # noqa: F401

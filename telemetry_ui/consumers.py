@@ -55,6 +55,7 @@ from .monitoring import (
     now_ms,
     parse_instance,
     recent_async,
+    requests_group,
     tel_instance_group,
     tel_instance_key,
     tel_instances_key,
@@ -68,7 +69,7 @@ MAX_FRAME_CHARS = 16 * 1024
 MAX_SUBSCRIPTIONS = 200
 ACTIONS = (
     "subscribe", "unsubscribe", "subscribe_cluster", "unsubscribe_cluster", "subscribe_telemetry",
-    "unsubscribe_telemetry",
+    "unsubscribe_telemetry", "subscribe_requests", "unsubscribe_requests",
 )
 
 #: One redis.asyncio client per event loop (uvicorn runs one per process).
@@ -121,6 +122,7 @@ class MonitorConsumer(AsyncWebsocketConsumer):
 
     subs: dict[tuple[str, str], Subscription]
     cluster_subs: dict[str, Viewer]
+    request_subs: dict[str, Viewer]
     tel_subs: dict[tuple[str, str], TelemetrySub]
     renewer: asyncio.Task[None] | None = None
 
@@ -181,6 +183,8 @@ class MonitorConsumer(AsyncWebsocketConsumer):
             await self.mon_batch(message)
         elif kind == "tel.points":
             await self.tel_points(message)
+        elif kind == "req.changed":
+            await self.req_changed(message)
         else:
             await super().dispatch(message)
 
@@ -188,6 +192,7 @@ class MonitorConsumer(AsyncWebsocketConsumer):
         self.subs = {}
         self.cluster_subs = {}
         self.tel_subs = {}
+        self.request_subs = {}
         user = self.scope.get("user")
         await self.accept()  # accepted first, so the client sees the close code (a refused handshake has none)
         if user is None or not user.is_authenticated:
@@ -213,6 +218,12 @@ class MonitorConsumer(AsyncWebsocketConsumer):
             except Exception:
                 log.warning("could not leave cluster %s", cluster, exc_info=True)
         self.cluster_subs.clear()
+        for cluster in list(self.request_subs):
+            try:
+                await self.channel_layer.group_discard(requests_group(cluster), self.channel_name)
+            except Exception:
+                log.warning("could not leave the requests of %s", cluster, exc_info=True)
+        self.request_subs.clear()
         for cluster, instance in list(self.tel_subs):
             try:
                 await self._leave_telemetry(cluster, instance)
@@ -342,6 +353,33 @@ class MonitorConsumer(AsyncWebsocketConsumer):
         if self.cluster_subs.pop(cluster, None) is None:
             raise FrameError("NOT_FOUND", f"Not subscribed to the cluster {cluster!r}.")
         await self.channel_layer.group_discard(cluster_group(cluster), self.channel_name)
+
+    # ---- quota requests' moves (telemetry_ui.request_events sends them from whichever process committed them)
+
+    async def _subscribe_requests(self, msg: dict[str, Any]) -> None:
+        cluster, _ = await self._target(msg, with_entity=False)
+        await self._known_cluster(cluster)
+        viewer = await database_sync_to_async(load_viewer)(self.user)
+        if cluster not in self.request_subs:
+            await self.channel_layer.group_add(requests_group(cluster), self.channel_name)
+        self.request_subs[cluster] = viewer
+        await self.send(text_data=_dumps({"type": "subscribed_requests", "cluster": cluster}))
+
+    async def _unsubscribe_requests(self, msg: dict[str, Any]) -> None:
+        cluster, _ = await self._target(msg, with_entity=False)
+        if self.request_subs.pop(cluster, None) is None:
+            raise FrameError("NOT_FOUND", f"Not subscribed to the requests of {cluster!r}.")
+        await self.channel_layer.group_discard(requests_group(cluster), self.channel_name)
+
+    async def req_changed(self, event: dict[str, Any]) -> None:
+        cluster = event.get("cluster")
+        viewer = self.request_subs.get(cluster)  # type: ignore[arg-type]
+        if viewer is None:
+            return
+        if not viewer.everything and event.get("tenant_id") not in {t.pk for t in viewer.tenants}:
+            return  # a member sees its own tenants' requests only
+        frame = {k: event.get(k) for k in ("cluster", "request_id", "state", "tenant", "at")}
+        await self.send(text_data=_dumps({"type": "request", **frame}))
 
     # ---- client telemetry (KIP-714 pushes stored by the sink)
 

@@ -46,6 +46,11 @@ def cluster_group(cluster: str) -> str:
     return f"mon.cluster.{cluster}"
 
 
+def requests_group(cluster: str) -> str:
+    """The Channels group of the moves of a cluster's quota requests (``telemetry_ui.request_events``)."""
+    return f"req.cluster.{cluster}"
+
+
 def entity_group(cluster: str, tags: str) -> str:
     """The Channels group of one entity's points: tags may hold any character, group names may not, so a digest."""
     digest = hashlib.blake2b(f"{cluster}{WATCH_SEP}{tags}".encode(), digest_size=16).hexdigest()

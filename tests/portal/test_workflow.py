@@ -35,6 +35,8 @@ from quotas.models import (
     alter_client_quotas,
 )
 from quotas.tasks import expire_boosts
+from tests.database import database_url, on_postgres
+from tests.waiting import wait_for
 
 from .brokers import push_everywhere
 from .people import api, roles
@@ -409,6 +411,62 @@ def test_two_admins_approving_at_once_exactly_one_counts(world: dict[str, Any]) 
     assert Approval.objects.filter(request=request).count() == 1
     assert AuditEntry.objects.filter(request=request, action="approved").count() == 1
     assert AuditEntry.objects.filter(request=request, action="quota_altered").count() == 1
+    assert version(world["cluster"]) == 1 and stored(world["cluster"]) == 1000.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_deciders_queued_behind_the_first_get_conflict(world: dict[str, Any]) -> None:
+    """PostgreSQL's row locks, made to interleave: the first approval holds the request's row (its conditional
+    UPDATE) while it waits for the cluster's version lock, which the test holds from another connection; two more
+    deciders (an approval and a rejection) queue on that row lock. When the version lock goes, the first commits,
+    and each queued UPDATE re-reads the row (READ COMMITTED), matches 0 rows and answers CONFLICT: no deadlock,
+    no second decision, no database error reaching the caller."""
+    if not on_postgres():
+        pytest.skip("row-lock queueing is PostgreSQL's (scripts/run_tests.sh runs the suite on it); SQLite "
+                    "serializes whole transactions, which test_two_admins_approving_at_once_exactly_one_counts covers")
+    import psycopg
+
+    request = submitted(world)
+    outcomes: dict[str, str] = {}
+    table = DesiredStateVersion._meta.db_table
+
+    def decide(name: str, who: str, verb: str) -> None:
+        try:
+            args = (world[who], request.pk, "at once")
+            getattr(workflow, verb)(*args)
+            outcomes[name] = "ok"
+        except workflow.WorkflowError as e:
+            outcomes[name] = f"{e.code}: {e.message}"
+        except Exception as e:  # a deadlock or serialization error would land here: the test names it
+            outcomes[name] = f"{type(e).__name__}: {e}"
+        finally:
+            connections.close_all()
+
+    with psycopg.connect(database_url().replace("postgres://", "postgresql://", 1), autocommit=True) as watch:
+        def waiting() -> int:
+            row = watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchone()
+            return row[0] if row else 0
+
+        with psycopg.connect(database_url().replace("postgres://", "postgresql://", 1)) as holder:
+            holder.execute(f"SELECT version FROM {table} WHERE cluster_id = %s FOR UPDATE", [world["cluster"].pk])
+            threads = [threading.Thread(target=decide, args=("first", "admin", "approve"))]
+            threads[0].start()
+            wait_for("the first approval to wait for the version lock", lambda: waiting() == 1, 15, 0.02)
+            for args in (("second", "admin2", "approve"), ("third", "admin", "reject")):
+                threads.append(threading.Thread(target=decide, args=args))
+                threads[-1].start()
+            wait_for("both latecomers to queue on the request's row", lambda: waiting() == 3, 15, 0.02)
+            holder.commit()
+    for t in threads:
+        t.join(timeout=30)
+    assert outcomes["first"] == "ok", outcomes
+    for late in ("second", "third"):
+        assert outcomes[late] == f"CONFLICT: Request #{request.pk} was applying meanwhile (another change came " \
+            "first); reload it.", outcomes
+    assert Approval.objects.filter(request=request).count() == 1
+    assert AuditEntry.objects.filter(request=request, action__in=("approved", "rejected")).count() == 1
     assert version(world["cluster"]) == 1 and stored(world["cluster"]) == 1000.0
 
 
