@@ -27,6 +27,7 @@ from quotas.models import (
     OwnedName,
     Plan,
     PlanRequest,
+    Push,
     QuotaOp,
     QuotaValue,
     Tenant,
@@ -273,6 +274,8 @@ def test_an_admin_applies_a_plan_as_one_audited_version_pushed_to_every_broker(w
         ("quota_altered", CBR, "root"),
         ("subscription_altered", "interval.ms", "root"),
     ]
+    pending = Push.objects.filter(cluster=w["prod"], version=before + 1).values_list("broker__broker_id", "state")
+    assert sorted(pending) == [(1, "pending"), (2, "pending")]  # pushed like any change, once committed
     push_everywhere(w["prod"])
     for broker in (1, 2):
         held_version, items_held = NamespaceState(w["redis"], namespace_for_broker("prod", broker), broker).read()
@@ -447,3 +450,16 @@ def test_the_approval_queue_shows_a_grouped_request_with_its_impact_and_decides_
     assert answer.status_code == 302 and answer["Location"] == "/approvals/"
     assert version(w["prod"]) == before + 1 and PlanRequest.objects.get(pk=request_id).state == "applying"
     assert f'id="plan-req-{request_id}"' not in admin.get("/approvals/").content.decode()
+
+
+def test_a_member_changes_its_own_subscription_through_a_plan_and_no_one_elses(w: dict[str, Any]) -> None:
+    text = export(api(w["alice"])).replace("intervalMs: 60000", "intervalMs: 120000")
+    body = plan(api(w["alice"]), text)
+    assert moves(body) == [("change", "/config/client-metrics/team-a-basic", "interval.ms")]
+    request_id = api(w["alice"]).post(f"/api/plans/{body['id']}/apply/", {}, format="json").json()["request"]
+    api(w["admin"]).post(f"/api/plan-requests/{request_id}/approve/", {}, format="json")
+    assert export(api(w["admin"])).count("intervalMs: 120000") == 1
+
+    theirs = text.replace("match:\n  - client_id=app-1", "match:\n  - client_id=other-.*")
+    response = api(w["alice"]).post("/api/clusters/prod/plans/", {"document": theirs}, format="json")
+    assert response.status_code == 403 and "client_id=other-.*" in response.json()["message"], response.content
