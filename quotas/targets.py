@@ -32,7 +32,7 @@ def targets_from_db(cluster_names: Sequence[str] | None = None) -> dict[str, lis
                 if cluster.scope == QuotaScope.CLUSTER_WIDE
                 else namespace_for_broker(cluster.name, b.broker_id)
             )
-            url = b.engine_url or settings.QUOTAS_REDIS_URL
+            url = b.engine_url or settings.QUOTAS_ENGINE_REDIS_URL or settings.QUOTAS_REDIS_URL
             brokers.append(BrokerTarget(cluster.name, b.broker_id, url, ns, listeners, inter))
         if brokers:
             out[cluster.name] = brokers

@@ -17,7 +17,9 @@ def connector_for(kind: str) -> Connector:
     if kind == "engine":
         from quotas.connectors.engine import EngineConnector
 
-        made: Connector = EngineConnector(settings.QUOTAS_REDIS_URL, settings.QUOTAS_ENGINE_TIMEOUT_S)
+        made: Connector = EngineConnector(
+            settings.QUOTAS_ENGINE_REDIS_URL or settings.QUOTAS_REDIS_URL, settings.QUOTAS_ENGINE_TIMEOUT_S
+        )
     elif kind == "kafka":
         from quotas.connectors.kafka import KafkaConnector
 

@@ -17,6 +17,7 @@ from quotas.connectors.base import QUOTA, Delta, Item
 from quotas.connectors.engine import EngineConnector
 from quotas.engine.config import EntityRef, namespace_for_broker
 from quotas.engine.desired import NamespaceState
+from quotas.engine.redis_backend import connect
 from quotas.models import (
     AuditEntry,
     Broker,
@@ -29,6 +30,7 @@ from quotas.push import target_of
 from quotas.tasks import heal, reconcile
 from tests.celery_worker import Worker
 from tests.portal.brokers import set_quota
+from tests.redis_keys import delete_matching
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,16 +46,26 @@ def lone_redis() -> Iterator[RedisServer]:
 
 
 @pytest.fixture
-def cluster(redis_url: str, lone_redis: RedisServer) -> Cluster:
+def cluster(redis_url: str, engine_redis_url: str, lone_redis: RedisServer) -> Iterator[Cluster]:
+    """Brokers 0 and 1 on the engine's Redis (the portal's own, or with QUOTAS_TEST_REDIS_CLUSTER=1 the session's
+    Redis Cluster), broker 2 on a Redis of its own."""
+    shared = "" if engine_redis_url == redis_url else engine_redis_url
+    engine = connect(engine_redis_url, 5.0) if shared else None
+    if engine is not None:
+        delete_matching(engine, "qe:{prod.*}*")
     c = Cluster.objects.create(name="prod")
     for i in range(3):
-        Broker.objects.create(cluster=c, broker_id=i, host=f"b{i}:9092", engine_url=lone_redis.url if i == 2 else "")
-    return c
+        url = lone_redis.url if i == 2 else shared
+        Broker.objects.create(cluster=c, broker_id=i, host=f"b{i}:9092", engine_url=url)
+    yield c
+    if engine is not None:
+        delete_matching(engine, "qe:{prod.*}*")
+        engine.close()
 
 
 
 def state_of(cluster: Cluster, broker_id: int, url: str) -> NamespaceState:
-    return NamespaceState(redis.Redis.from_url(url), namespace_for_broker(cluster.name, broker_id), broker_id)
+    return NamespaceState(connect(url, 5.0), namespace_for_broker(cluster.name, broker_id), broker_id)
 
 
 def urls(cluster: Cluster, redis_url: str) -> dict[int, str]:
@@ -177,7 +189,7 @@ def test_drift_behind_the_portals_back_is_found_and_healed(
     wait_for("every broker at the last version", every_broker_at(cluster, redis_url, v))
 
     # someone edits broker 1's engine directly: a value changed, one removed, one added
-    tampered = state_of(cluster, 1, redis_url)
+    tampered = state_of(cluster, 1, urls(cluster, redis_url)[1])
     tampered.apply(v, {quota_item("alice"): "9999", quota_item("mallory"): "1e9"}, mode="force")
 
     outcomes: list[dict[str, Any]] = reconcile.delay().get(timeout=30)
