@@ -61,8 +61,9 @@ def string_hash(text: str) -> int:
 
 
 def entity_hash(entity: dict[str, str | None]) -> int:
-    """``ClientQuotaEntity.hashCode``: its HashMap's, the sum of ``key.hashCode() ^ value.hashCode()`` (null: 0)."""
-    total = 0
+    """``ClientQuotaEntity.hashCode``: ``Objects.hash(entries)``, 31 + the map's hash (the sum of
+    ``key.hashCode() ^ value.hashCode()``, null: 0)."""
+    total = 31
     for key, value in entity.items():
         total = (total + (string_hash(key) ^ (0 if value is None else string_hash(value)))) & _MASK
     return total
@@ -83,7 +84,11 @@ def _table_size(n: int) -> int:
 
 def hash_order(items: Sequence[T], hash_of: Callable[[T], int]) -> list[T]:
     """``items`` in the order a ``HashMap`` sized for them iterates them: by bucket, and within a bucket in the
-    order they were put (``items``' order; table growth keeps it)."""
+    order they were put (``items``' order; table growth keeps it).
+
+    For several entities in one bucket the put order is the order the broker answered them in, which follows the
+    broker's own map of every entity of the cluster; the portal cannot know it, so such ties keep ``items``' order.
+    """
     cap = _table_size(len(items))
 
     def bucket(item: T) -> int:
