@@ -1,5 +1,8 @@
-"""Running a pipeline job from the portal: ``python -m pipeline.<job>``, as an operator would, in a subprocess.
+"""Running a pipeline job from the portal: in the worker's long-lived Spark session (``run_warm``, the impact
+previews), or as ``python -m pipeline.<job>``, as an operator would, in a subprocess (``run``, the rollups).
 
+In the warm session (``pipeline.warm``) the JVM and Spark's Python workers outlive the job, so the next preview
+starts at once; the first one of a worker process starts them (a cold start, shown as a stage of its progress).
 A subprocess keeps the JVM out of the Celery worker (it starts and ends with the job, and a crash takes
 only the job down) and runs the same entry point as ``spark-submit`` would. It runs in a session of its own,
 so a timeout stops all of it, its JVM included. The job's JSON result is its stdout; its progress
@@ -22,6 +25,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from pipeline import warm
+from pipeline.errors import PipelineError
 from pipeline.processes import stop_session
 from pipeline.progress import parse_line
 
@@ -120,3 +125,59 @@ def run(
         return json.loads("".join(out))
     except ValueError:
         raise JobFailed("PIPELINE_ERROR", f"pipeline.{job} printed no JSON result.") from None
+
+
+def run_warm(
+    job: str,
+    args: Sequence[str],
+    on_progress: Callable[[str, float], None] | None = None,
+    timeout_s: float | None = None,
+    heartbeat: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Run ``pipeline.<job>`` in this process's long-lived Spark session (``pipeline.warm``), as ``run`` does.
+
+    The job reports its progress from Spark's threads; one thread of ours hands the newest report to
+    ``on_progress`` (so the database is written from one place), beats ``heartbeat`` every ``HEARTBEAT_S`` and,
+    past ``timeout_s``, cancels the job's Spark jobs (it then fails with ``REQUEST_TIMED_OUT``).
+    """
+    timeout_s = settings.QUOTAS_PIPELINE_TIMEOUT_S if timeout_s is None else timeout_s
+    newest: list[tuple[str, float] | None] = [None]
+    finished, timed_out = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        started = beat = time.monotonic()
+        try:
+            while True:
+                stop = finished.wait(0.1)
+                report, newest[0] = newest[0], None
+                if report is not None and on_progress is not None:
+                    try:
+                        on_progress(*report)
+                    except Exception:  # progress is best effort; the job goes on
+                        log.exception("Recording the progress of pipeline.%s failed", job)
+                if stop:
+                    return
+                now = time.monotonic()
+                if heartbeat is not None and now - beat >= HEARTBEAT_S:
+                    beat = now
+                    heartbeat()
+                if now - started > timeout_s and not timed_out.is_set():
+                    timed_out.set()
+                    warm.cancel()
+        finally:
+            connection.close()  # the one on_progress opened in this thread
+
+    def report(stage: str, fraction: float) -> None:
+        newest[0] = (stage, fraction)
+
+    watcher = threading.Thread(target=watch, name=f"{job}-warm-watch", daemon=True)
+    watcher.start()
+    try:
+        return warm.run(job, args, settings.QUOTAS_SPARK_MASTER, report)
+    except PipelineError as e:
+        if timed_out.is_set():
+            raise JobFailed("REQUEST_TIMED_OUT", f"pipeline.{job} did not finish within {timeout_s:.0f} s.") from None
+        raise JobFailed(e.code, e.message) from None
+    finally:
+        finished.set()
+        watcher.join(30)

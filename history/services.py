@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from history.jobs import JobFailed, run
+from history.jobs import JobFailed, run, run_warm
 from history.models import ImpactPreview, PreviewState, UsageRollup
 from quotas.engine.config import CLIENT_ID, USER, EntityRef
 from quotas.engine.entities import DEFAULT, entity_path, validate_quota_value
@@ -174,6 +174,9 @@ def preview_of_request(request: QuotaRequest, version: str | None = None) -> Imp
 def run_preview(pk: int) -> dict[str, Any]:
     """The Celery task's body: run pipeline.whatif (with advice) for the preview, recording progress and outcome.
 
+    It runs in the worker's long-lived Spark session (``history.jobs.run_warm``): the first preview of a worker
+    process starts Spark (the "starting Spark" stage of its progress), the next ones reuse it.
+
     Returns ``{"running_elsewhere": True}`` when another worker holds it (its heartbeat is fresh): the task then
     checks again later, so a redelivered message never leaves a preview whose worker died unfinished.
     """
@@ -181,14 +184,21 @@ def run_preview(pk: int) -> dict[str, Any]:
     if preview is None:
         return {"preview": pk, "skipped": "no such preview (deleted since it was queued)"}
     # Claim it: a message delivered twice (Redis redelivers a task running past the visibility timeout) must
-    # not run it twice; one whose worker died (no heartbeat for CLAIM_STALE_S) is taken over.
+    # not run it twice; one whose worker died (no heartbeat for CLAIM_STALE_S) is taken over. PostgreSQL:
+    # SELECT ... FOR UPDATE SKIP LOCKED, so a worker finding another one claiming the row passes on at once (it
+    # answers "running elsewhere" below) instead of queueing on the row lock; the UPDATE stays conditional, the
+    # whole guard on SQLite (no row locks; its IMMEDIATE transactions run one at a time).
     stale = timezone.now() - timedelta(seconds=CLAIM_STALE_S)
     claimable = Q(state=PreviewState.QUEUED) | Q(state=PreviewState.RUNNING, updated__lt=stale)
-    claimed = ImpactPreview.objects.filter(claimable, pk=pk).update(
-        state=PreviewState.RUNNING, stage="starting Spark", progress=0.0, updated=timezone.now()
-    )
+    with transaction.atomic():
+        free = ImpactPreview.objects.select_for_update(skip_locked=True).filter(claimable, pk=pk)
+        free = free.values_list("pk", flat=True)
+        claimed = ImpactPreview.objects.filter(claimable, pk__in=list(free)).update(
+            state=PreviewState.RUNNING, stage="starting", progress=0.0, updated=timezone.now()
+        )
     if not claimed:
-        if preview.state == PreviewState.RUNNING:
+        # a row another worker was claiming (skipped while locked) is running elsewhere too
+        if preview.state in (PreviewState.RUNNING, PreviewState.QUEUED):
             return {"preview": pk, "running_elsewhere": True}
         return {"preview": pk, "skipped": f"already {preview.state}"}
     last = [0.0]
@@ -209,7 +219,8 @@ def run_preview(pk: int) -> dict[str, Any]:
     if preview.client_id is not None:
         args.append(f"--client-id={preview.client_id}")
     try:
-        result = run("whatif", args, on_progress, heartbeat=heartbeat)
+        runner = run_warm if settings.QUOTAS_SPARK_WARM else run  # warm: the worker's Spark session, reused
+        result = runner("whatif", args, on_progress, heartbeat=heartbeat)
         ImpactPreview.objects.filter(pk=pk).update(
             state=PreviewState.DONE, progress=1.0, stage="done", result=result, updated=timezone.now()
         )

@@ -53,6 +53,8 @@ def expected(records_by_broker: dict[int, list], value: float, entity: tuple | N
 def test_a_member_previews_a_proposal_a_worker_replays_it_and_the_answer_is_cached(
     world: dict[str, Any], land: Callable, worker_factory: Callable
 ) -> None:
+    """... and the worker's next previews run in the Spark session the first one started (the same Spark
+    application: no new JVM), on the data landed since."""
     traffic = {1: steady("svc-a-1", "app-a-1", 60), 2: steady("svc-a-1", "app-a-1", 60, size=50.0)}
     other = steady("svc-a-1", "app-a-2", 60, size=5000.0)  # another client of the user: not this entity's
     land(1, traffic[1] + other)
@@ -87,6 +89,15 @@ def test_a_member_previews_a_proposal_a_worker_replays_it_and_the_answer_is_cach
     fresh = alice.post("/api/previews/", {**ALICE, "value": 600}, format="json")
     assert fresh.status_code == 202 and fresh.json()["id"] not in (preview.pk, other_value.json()["id"])
     assert ImpactPreview.objects.count() == 3
+
+    # the first preview started the worker's Spark session; the next ones ran in it, and read the new data
+    first, second, third = (finished(p.pk) for p in ImpactPreview.objects.order_by("pk"))
+    assert first.result["spark"]["warm"] is False and first.result["spark"]["jobs"] == 1
+    for later, jobs_run in ((second, 2), (third, 3)):
+        assert later.state == PreviewState.DONE, later.error_message
+        assert later.result["spark"] == {**first.result["spark"], "warm": True, "jobs": jobs_run}
+    assert second.result["value"] == 700
+    assert third.result["requests"] == got["requests"] + 100  # the 10 s landed since: 100 more records
 
 
 def test_a_user_level_proposal_replays_all_its_clients_through_one_sensor(

@@ -2,8 +2,9 @@
 // The server renders the preview (/previews/<id>/, frontend/_impact.html); this script only polls and swaps it in.
 (function () {
   "use strict";
-  const POLL_MS = 700;
-  const MAX_POLL_MS = 10000;
+  const POLL_MS = 250; // a warm preview takes a second or two: look often at first...
+  const FAST_FOR_MS = 5000;
+  const MAX_POLL_MS = 10000; // ...then less and less often (a cold start or a long history)
 
   function csrfToken() {
     const field = document.querySelector("input[name=csrfmiddlewaretoken]");
@@ -24,11 +25,12 @@
     holder.append(p);
   }
 
-  // Poll a running preview's fragment, less often the longer it runs (0.7 s up to 10 s), until it is finished,
-  // replaced (a newer ask) or gone from the page.
-  function follow(box, delay) {
+  // Poll a running preview's fragment every 0.25 s for 5 s, then less often the longer it runs (up to 10 s), until
+  // it is finished, replaced (a newer ask) or gone from the page.
+  function follow(box, delay, since) {
     if (!box || box.dataset.finished === "1") return;
-    const wait = delay || POLL_MS;
+    const started = since || Date.now();
+    const wait = Date.now() - started < FAST_FOR_MS ? POLL_MS : Math.max(delay || POLL_MS, POLL_MS);
     setTimeout(async function () {
       if (!box.isConnected) return;
       const holder = box.parentElement;
@@ -36,7 +38,7 @@
       try {
         response = await fetch(box.dataset.previewUrl, { headers: { Accept: "text/html" }, credentials: "same-origin" });
       } catch (e) {
-        follow(box, Math.min(wait * 2, MAX_POLL_MS)); // the network blinked: try again
+        follow(box, Math.min(wait * 2, MAX_POLL_MS), started); // the network blinked: try again
         return;
       }
       if (!box.isConnected) return;
@@ -49,7 +51,7 @@
       const next = template.content.querySelector(".impact");
       if (!next || !box.isConnected) return;
       box.replaceWith(next);
-      follow(next, Math.min(wait * 1.5, MAX_POLL_MS));
+      follow(next, Math.min(wait * 1.5, MAX_POLL_MS), started);
     }, wait);
   }
 
