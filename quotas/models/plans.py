@@ -332,7 +332,9 @@ def apply_plan(
                 audits.append({"action": AuditAction.SUBSCRIPTION_ALTERED, "tenant": tenant,
                                "entity": f"/config/client-metrics/{name}", "key": c["key"], "before": c["old"],
                                "after": c["new"]})
-        if not items:
+        if not items:  # nothing to change (an unchanged file): no new version, nothing to push
+            plan.state, plan.applied_version = PlanState.APPLIED, state.version
+            plan.save(update_fields=["state", "applied_version", "updated"])
             return state.version, False
         version = state.bump(items)
         note = f"plan #{plan.pk}" + (f" ({comment})" if comment else "") + f"; desired-state version {version}"

@@ -109,6 +109,11 @@ def test_export_then_plan_of_the_unchanged_file_changes_nothing(w: dict[str, Any
         assert plan(api(w[who]), text, prune=True)["changes"] == []  # the export is everything the planner changes
 
     text = export(api(w["admin"]))
+    before = version(w["prod"])
+    unchanged = plan(api(w["admin"]), text)
+    applied = api(w["admin"]).post(f"/api/plans/{unchanged['id']}/apply/", {}, format="json").json()
+    assert applied == {"state": "applied", "plan": unchanged["id"], "version": before, "changed": False}
+    assert version(w["prod"]) == before  # applying an unchanged file is a no-op: no version, no push
     doc = yaml.safe_load(text)
     jsonschema.validate(doc, api(w["admin"]).get("/api/schema/quotas-file.json").json())
     first = doc["quotas"][0]
