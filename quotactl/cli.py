@@ -124,8 +124,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr
 def _print_error(stream: TextIO, e: PortalError) -> None:
     out = Out(stream, use_color(stream))
     out.line(f"{out.paint('Error', 'error')}: {e.code}: {e.message}")
-    details = e.details if isinstance(e.details, dict) else {}
-    for error in details.get("errors") or []:  # a bad quota file: line and key of each error
+    for error in e.errors:  # a bad quota file: line and key of each error
         if isinstance(error, dict):
             where = f"line {error.get('line')}" if error.get("line") is not None else "file"
             key = f", {error['key']}" if error.get("key") else ""

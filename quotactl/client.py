@@ -20,6 +20,7 @@ class PortalError(Exception):
     message: str
     status: int = 0
     details: Any = field(default=None)
+    errors: list[Any] = field(default_factory=list)  # a bad quota file: [{line, key, message}]
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
@@ -101,7 +102,12 @@ def _error_of(status: int, raw: bytes, content_type: str) -> PortalError:
     except ValueError:
         body = None
     if isinstance(body, dict) and "code" in body and "message" in body:
-        return PortalError(str(body["code"]), str(body["message"]), status, body.get("details"))
+        errors = (
+            body.get("errors") or (body.get("details") or {}).get("errors")
+            if isinstance(body.get("details"), dict)
+            else body.get("errors")
+        )
+        return PortalError(str(body["code"]), str(body["message"]), status, body.get("details"), list(errors or []))
     if status == 404:
         return PortalError("NOT_FOUND", "The portal has no such endpoint; is --portal the portal's base URL?", status)
     return PortalError("HTTP_ERROR", f"The portal answered HTTP {status}.", status)
