@@ -10,7 +10,12 @@ Measured against the same Redis, one phase after the other:
 * throughput: rate and token-bucket decisions/s through the engine's own client path (2 processes, each
   looping ``record_many`` batches), with the Redis server time per decision from ``INFO commandstats``;
 * latency: p50/p99 of one decision (``record``) against one no-op ``EVALSHA``, interleaved on one connection;
-* memory: ``used_memory`` per rate entity whose 11-sample ring is full.
+* memory: ``used_memory`` per rate entity whose 11-sample ring is full;
+* cluster (``--cluster``, on by default when the benchmark starts its own Redis): the rate phase again on a
+  3-master Redis Cluster (``devtools.redis_cluster``, the masters pinned to the single Redis's CPU), so
+  ``cluster_rate_ratio`` = cluster decisions/s / single-Redis decisions/s; with the Redis time per decision on
+  each master, the keys and bytes per entity on the cluster, and decisions/s per shard (measured, and the capacity
+  of a shard with a core of its own, 1 / its Redis time per decision) for sizing.
 
 Without ``--redis-url`` it starts a private redis-server under ``.run/`` and always stops it. With
 ``--redis-url`` it resets that server's stats (``CONFIG RESETSTAT``) and writes keys under ``qe:{bench-*``,
@@ -47,6 +52,7 @@ from urllib.parse import unquote, urlparse  # noqa: E402
 
 import redis  # noqa: E402
 
+from devtools.redis_cluster import RedisCluster  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer  # noqa: E402
 from quotas.engine.entities import DEFAULT, QuotaType  # noqa: E402
 from quotas.engine.managers import ClientQuotaManager, ControllerMutationQuotaManager, UsageRecord  # noqa: E402
@@ -489,6 +495,95 @@ def measure_memory(client: redis.Redis, url: str, n: int, own_server: bool, chun
     }
 
 
+# ---- Redis Cluster ---------------------------------------------------------------------------------------
+
+
+class ClusterStats:
+    """A cluster's masters seen as one server for the stats the phases read (summed over the masters); key
+    commands go to the key's master through the cluster client."""
+
+    def __init__(self, cluster: RedisCluster) -> None:
+        self.nodes = [redis.Redis.from_url(u, socket_timeout=30) for u in cluster.node_urls]
+        self.keys = connect(cluster.url, timeout_s=30.0)
+
+    def config_resetstat(self) -> None:
+        for n in self.nodes:
+            n.config_resetstat()
+
+    def flushall(self) -> None:
+        for n in self.nodes:
+            n.flushall()
+
+    def dbsize(self) -> int:
+        return sum(int(n.dbsize()) for n in self.nodes)
+
+    def per_node(self, section: str) -> list[dict[str, Any]]:
+        return [n.info(section) for n in self.nodes]
+
+    def info(self, section: str) -> dict[str, Any]:
+        parts = self.per_node(section)
+        if section == "commandstats":
+            out: dict[str, Any] = {}
+            for part in parts:
+                for name, st in part.items():
+                    acc = out.setdefault(name, {"calls": 0, "usec": 0})
+                    acc["calls"] += int(st["calls"])
+                    acc["usec"] += int(st["usec"])
+            return out
+        summed: dict[str, Any] = {}
+        for part in parts:
+            for k, v in part.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    summed[k] = summed.get(k, 0) + v
+        return summed
+
+    def strlen(self, key: str) -> int:
+        return int(self.keys.strlen(key))
+
+    def memory_usage(self, key: str, samples: int = 0) -> int:
+        return int(self.keys.memory_usage(key, samples=samples) or 0)
+
+    def close(self) -> None:
+        for n in self.nodes:
+            n.close()
+        self.keys.close()
+
+
+def measure_cluster(args: argparse.Namespace, single: dict[str, Any], cpu: int | None) -> dict[str, Any]:
+    """The rate phase and the memory figure on a 3-master Redis Cluster, against the single Redis's rate phase."""
+    cluster = RedisCluster(name="bench", masters=3, cpus=str(cpu) if cpu is not None else None).start()
+    stats = ClusterStats(cluster)
+    try:
+        r = measure_throughput(
+            "rate", cluster.url, stats, args.batch, args.entities, args.seconds, False, not args.cold  # type: ignore[arg-type]
+        )
+        per_node = [stats_calls(st) for st in stats.per_node("commandstats")]
+        mem = measure_memory(stats, cluster.url, args.memory_entities, True)  # type: ignore[arg-type]
+    finally:
+        stats.close()
+        cluster.stop()
+    masters = len(per_node)
+    return {
+        "masters": masters,
+        "decisions_per_s": r["decisions_per_s"],
+        "ratio": r["decisions_per_s"] / single["decisions_per_s"],
+        "server_us": r["server_us"],
+        "script_calls": r["script_calls"],
+        "decisions": r["decisions"],
+        "decisions_per_call": r["decisions"] / max(1, r["script_calls"]),
+        "per_shard_decisions_per_s": r["decisions_per_s"] / masters,
+        "shard_capacity_per_s": 1e6 / r["server_us"] if r["server_us"] else 0.0,
+        "share_of_calls": [round(c / max(1, sum(per_node)), 3) for c in per_node],
+        "bytes_per_entity": mem["bytes_per_entity"],
+        "keys_per_entity": mem["keys"] / mem["entities"],
+        "degraded": r["degraded"],
+    }
+
+
+def stats_calls(commandstats: dict[str, Any]) -> int:
+    return sum(int(commandstats[n]["calls"]) for n in ("cmdstat_evalsha", "cmdstat_eval") if n in commandstats)
+
+
 # ---- report ----------------------------------------------------------------------------------------------
 
 
@@ -532,6 +627,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument(
+        "--cluster", action=argparse.BooleanOptionalAction, default=None,
+        help="also run the rate phase on a 3-master Redis Cluster (default: on when the benchmark starts its Redis)",
+    )
+    parser.add_argument(
         "--no-pin", dest="pin", action="store_false",
         help="do not give the started redis-server a CPU of its own (it is pinned by default on 2+ CPUs)",
     )
@@ -552,7 +651,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def run(args: argparse.Namespace, url: str, own_server: bool) -> dict[str, Any]:
+def run(args: argparse.Namespace, url: str, own_server: bool, redis_cpu: int | None = None) -> dict[str, Any]:
     """All phases in order against one Redis; prints a line per figure and returns the JSON summary."""
     client = connect(url, timeout_s=30.0)
     ep = endpoint(url)
@@ -651,6 +750,23 @@ def run(args: argparse.Namespace, url: str, own_server: bool) -> dict[str, Any]:
         delete_bench_keys(client)
     client.close()
 
+    clustered: dict[str, Any] | None = None
+    if args.cluster if args.cluster is not None else own_server:
+        clustered = measure_cluster(args, through["rate"], redis_cpu)
+        print(
+            f"cluster       rate on {clustered['masters']} masters (on the single Redis's CPU): "
+            f"{clustered['decisions_per_s']:,.0f} decisions/s = {clustered['ratio']:.3f} x one Redis "
+            f"(cluster_rate_ratio); {clustered['decisions_per_call']:.1f} decisions per script call (batches split by "
+            f"slot), server {clustered['server_us']:.2f} us/decision, calls per master {clustered['share_of_calls']}",
+            flush=True,
+        )
+        print(
+            f"{'':<13} per shard {clustered['per_shard_decisions_per_s']:,.0f} decisions/s measured, "
+            f"{clustered['shard_capacity_per_s']:,.0f} decisions/s with a core of its own (1 / server time); "
+            f"{clustered['keys_per_entity']:.2f} keys and {clustered['bytes_per_entity']:.1f} bytes per rate entity",
+            flush=True,
+        )
+
     figures = {
         "rate_ratio": through["rate"]["decisions_per_s"] / ceiling_ops,
         "token_bucket_ratio": through["token_bucket"]["decisions_per_s"] / ceiling_ops,
@@ -661,6 +777,19 @@ def run(args: argparse.Namespace, url: str, own_server: bool) -> dict[str, Any]:
     }
     targets = {name: check(name, value) for name, value in figures.items()}
     summary: dict[str, Any] = {k: round(v, 4) for k, v in figures.items()}
+    if clustered is not None:
+        summary.update(
+            cluster_rate_ratio=round(clustered["ratio"], 4),
+            cluster_masters=clustered["masters"],
+            cluster_rate_decisions_per_s=round(clustered["decisions_per_s"]),
+            cluster_server_us=round(clustered["server_us"], 3),
+            cluster_decisions_per_call=round(clustered["decisions_per_call"], 2),
+            cluster_decisions_per_s_per_shard=round(clustered["per_shard_decisions_per_s"]),
+            cluster_shard_capacity_per_s=round(clustered["shard_capacity_per_s"]),
+            cluster_bytes_per_rate_entity=round(clustered["bytes_per_entity"], 1),
+            cluster_keys_per_rate_entity=round(clustered["keys_per_entity"], 3),
+            cluster_degraded=clustered["degraded"],
+        )
     if scale is not None:
         summary.update(
             scale_entities=args.scale_entities,
@@ -716,6 +845,7 @@ def pin_cpus(server: RedisServer | None, wanted: bool) -> bool:
     if not wanted or server is None or server.proc is None or len(cpus) < 2:
         return False
     os.sched_setaffinity(server.proc.pid, {cpus[0]})
+    server.cpu = cpus[0]  # type: ignore[attr-defined]  # a cluster phase pins its masters there too
     os.sched_setaffinity(0, set(cpus[1:]))
     print(f"pinning       redis-server on CPU {cpus[0]}; clients and redis-benchmark on CPUs {cpus[1:]}", flush=True)
     return True
@@ -735,7 +865,7 @@ def main(argv: list[str] | None = None) -> int:
             server = RedisServer(name="bench").start()
             url = server.url
         pinned = pin_cpus(server, args.pin)
-        summary = run(args, url, own_server=server is not None)
+        summary = run(args, url, own_server=server is not None, redis_cpu=getattr(server, "cpu", None))
         summary["pinned"] = pinned
     except KeyboardInterrupt:
         print("engine_bench: interrupted", file=sys.stderr)
