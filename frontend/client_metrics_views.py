@@ -19,6 +19,7 @@ from django.views.decorators.http import require_http_methods
 
 from frontend.pages import Refused, not_found, page, portal_page
 from quotas import workflow
+from quotas.api.client_metrics import visible_subscriptions
 from quotas.engine.errors import QuotaEngineError
 from quotas.models import (
     ClientMetricsSubscription,
@@ -111,8 +112,9 @@ def client_metrics(request: HttpRequest, name: str) -> HttpResponse:
     edit = request.GET.get("edit")
     context = {
         "cluster": cluster,
-        "subscriptions": ClientMetricsSubscription.objects.filter(cluster=cluster),
-        "editing": ClientMetricsSubscription.objects.filter(cluster=cluster, name=edit).first() if edit else None,
+        "subscriptions": visible_subscriptions(request.user, ClientMetricsSubscription.objects.filter(cluster=cluster)),
+        "editing": ClientMetricsSubscription.objects.filter(cluster=cluster, name=edit).first()
+        if edit and is_admin(request.user) else None,
         "requests": [
             {"r": r, "can_decide": is_admin(request.user) and r.requested_by_id != request.user.pk}
             for r in _visible_requests(request, cluster)[:200]

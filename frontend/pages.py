@@ -17,6 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
+from quotas.api.errors import REDIS_DOWN
 from quotas.models import QuotaRequest, is_admin, is_auditor, sees_everything, tenants_of
 
 PAGE_SIZE = 50
@@ -61,6 +62,14 @@ def portal_page(view: View) -> View:
             return view(request, *args, **kwargs)
         except Refused as e:
             return page(request, "frontend/error.html", {"status": e.status, "message": e.message}, status=e.status)
+        except REDIS_DOWN as e:  # a page that needs Redis while it is down: say so, never a 500 or a stack trace
+            message = (
+                f"The portal's Redis cannot be reached right now ({type(e).__name__}), so this page cannot be shown. "
+                "Reload in a few seconds; the health check (/healthz) says when it is back."
+            )
+            response = page(request, "frontend/error.html", {"status": 503, "message": message}, status=503)
+            response["Retry-After"] = "5"
+            return response
 
     return wrapper
 

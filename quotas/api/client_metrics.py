@@ -54,7 +54,8 @@ from quotas.models import (
     sees_everything,
     tenants_of,
 )
-from quotas.models.client_metrics import INTERVAL, MATCH, METRICS, NAME_MAX
+from quotas.models.client_metrics import INTERVAL, MATCH, METRICS, NAME_MAX, subscription_visible
+from quotas.models.tenants import member_tenants
 
 SUBSCRIPTION_ROW_BYTES = 4 << 10  # a subscription: name, metric prefixes and match patterns (as configs)
 SUBSCRIPTION_REQUEST_ROW_BYTES = 6 << 10  # a request, its tenant, cluster, requester and decider
@@ -264,6 +265,16 @@ def _write(cluster: Cluster, name: str, configs: dict[str, Any] | None, user: An
         raise ApiError("CONFLICT", e.message + " PUT or PATCH it to change it.", status_code=409) from e
 
 
+def visible_subscriptions(user: Any, rows: QuerySet[ClientMetricsSubscription]) -> QuerySet[ClientMetricsSubscription]:
+    """Admins and auditors read every subscription; a member the shared ones and its tenants' own
+    (``subscription_visible``): another tenant's match names that tenant's client-ids."""
+    if sees_everything(user):
+        return rows.select_related("cluster")
+    tenants = member_tenants(user)
+    keep = [pk for pk, match in rows.values_list("pk", "match") if subscription_visible(tenants, match)]
+    return rows.filter(pk__in=keep).select_related("cluster")
+
+
 class ClientMetricsListView(APIView):
     """A cluster's client-metrics subscriptions (everyone authenticated reads; admins create)."""
 
@@ -282,7 +293,7 @@ class ClientMetricsListView(APIView):
     )
     def get(self, request: Request, cluster: str) -> Response:
         target = get_cluster(cluster)
-        rows = ClientMetricsSubscription.objects.filter(cluster=target).select_related("cluster")
+        rows = visible_subscriptions(request.user, ClientMetricsSubscription.objects.filter(cluster=target))
         paginator = SubscriptionCursorPagination()
         with memory_permits(page_estimate(paginator, request, SUBSCRIPTION_ROW_BYTES)):
             page = paginator.paginate_queryset(rows, request, view=self)
@@ -330,7 +341,11 @@ class ClientMetricsDetailView(APIView):
         responses={200: ClientMetricsSubscriptionSerializer, **ERRORS},
     )
     def get(self, request: Request, cluster: str, subscription: str) -> Response:
-        return Response(ClientMetricsSubscriptionSerializer(self._row(get_cluster(cluster), subscription)).data)
+        row = self._row(get_cluster(cluster), subscription)
+        if not visible_subscriptions(request.user, ClientMetricsSubscription.objects.filter(pk=row.pk)).exists():
+            message = f"Cluster {cluster!r} has no client-metrics subscription {subscription!r} you may read."
+            raise ApiError("NOT_FOUND", message, status_code=404)
+        return Response(ClientMetricsSubscriptionSerializer(row).data)
 
     @extend_schema(
         operation_id="replace_client_metrics",

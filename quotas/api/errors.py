@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import kombu.exceptions
+import redis
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
@@ -59,6 +61,29 @@ class ResourceExhausted(ApiError):
         self.wait = retry_after
 
 
+#: What "Redis is down" looks like to the portal: redis-py's connection errors, kombu's when Celery cannot publish.
+REDIS_DOWN: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    kombu.exceptions.OperationalError,
+)
+REDIS_RETRY_AFTER_S = 5
+
+
+def redis_unavailable(what: str = "") -> ApiError:
+    """503 REDIS_UNAVAILABLE: the portal's Redis (task queue, live data, engine) cannot be reached right now.
+
+    Retriable (``Retry-After``); what is in the database is unaffected, and ``/healthz`` says when Redis is back.
+    """
+    message = (
+        f"The portal's Redis cannot be reached right now{f' ({what})' if what else ''}, so this request could not "
+        f"be completed; try again in a few seconds (GET /healthz shows when Redis is back)."
+    )
+    error = ApiError("REDIS_UNAVAILABLE", message, {"retriable": True, "dependency": "redis"}, status_code=503)
+    error.wait = REDIS_RETRY_AFTER_S
+    return error
+
+
 def too_large() -> ApiError:
     """413 REQUEST_TOO_LARGE: a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``, refused before it is read or parsed.
 
@@ -74,7 +99,8 @@ class ErrorSerializer(serializers.Serializer):
 
     code = serializers.CharField(
         help_text="INVALID_REQUEST, INVALID_CONFIG, NOT_FOUND, PERMISSION_DENIED, NOT_AUTHENTICATED, CONFLICT, "
-        "RESOURCE_EXHAUSTED (503, retry after Retry-After seconds), REQUEST_TOO_LARGE (413), METHOD_NOT_ALLOWED, "
+        "RESOURCE_EXHAUSTED (503, retry after Retry-After seconds), REDIS_UNAVAILABLE (503, retriable), "
+        "REQUEST_TOO_LARGE (413), METHOD_NOT_ALLOWED, "
         "THROTTLED (429), UNKNOWN_SERVER_ERROR (500), ..."
     )
     message = serializers.CharField(help_text="What went wrong and what to change.")
@@ -105,6 +131,7 @@ def document_error_responses(result: dict[str, Any], generator: Any, request: An
                 statuses["400"] = "A bad parameter or body."
             if "{" in path:
                 statuses["404"] = "No such object, or not one you may see."
+            statuses["503"] = "A dependency is unreachable right now (REDIS_UNAVAILABLE & co.); retriable."
             if "requestBody" in operation:
                 statuses["413"] = "The body is larger than the API accepts (REQUEST_TOO_LARGE)."
                 statuses["415"] = "A body in a media type the operation does not read."
@@ -149,6 +176,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     elif isinstance(exc, QuotaEngineError):
         http = status.HTTP_503_SERVICE_UNAVAILABLE if isinstance(exc, EngineUnavailable) else 400
         exc = ApiError(exc.code, exc.message, status_code=http)
+    elif isinstance(exc, REDIS_DOWN):
+        exc = redis_unavailable()
     elif isinstance(exc, WorkflowError):
         details = {exc.field: [exc.message]} if exc.field else None
         exc = ApiError(exc.code, exc.message, details, status_code=exc.status)

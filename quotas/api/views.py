@@ -356,7 +356,9 @@ def enqueue_heal(cluster: Cluster, broker: Broker | None, actor: AbstractBaseUse
     from quotas.tasks import heal
 
     try:
-        result = heal.delay(cluster.pk, broker.pk if broker is not None else None, actor.pk)
+        # ignore_result: nobody waits for it, and sending it then needs no result-backend subscription (which, with
+        # Redis down, retries for 20 s and ends in a RuntimeError instead of failing fast)
+        result = heal.apply_async((cluster.pk, broker.pk if broker is not None else None, actor.pk), ignore_result=True)
     except (kombu.exceptions.KombuError, redis.exceptions.RedisError, OSError) as e:
         where = f"broker {broker.broker_id}" if broker is not None else "the cluster-wide namespace"
         message = f"The task queue is unreachable: nothing was queued for {where} of {cluster.name!r}; try again. ({e})"

@@ -285,6 +285,18 @@ def match_owned_by(tenant: Tenant, match: str) -> str | None:
     return None
 
 
+def subscription_visible(tenants: list[Tenant], match: str) -> bool:
+    """Whether a member of ``tenants`` may read a subscription (tenant isolation, issue 20).
+
+    One without a ``client_id`` selector collects every tenant's clients, the member's too: it is shared, like a
+    ``<default>`` quota. One that selects client-ids is visible only to a tenant that owns all it selects
+    (``match_owned_by``), so a member never reads which client-ids another tenant's subscription names.
+    """
+    if not any(key == CLIENT_ID_SELECTOR for key, _ in match_entries(match)):
+        return True
+    return any(match_owned_by(t, match) is None for t in tenants)
+
+
 class SubscriptionRequest(models.Model):
     """A tenant member's request to create, replace or delete a client-metrics subscription; an admin decides.
 

@@ -121,9 +121,12 @@ def test_only_admins_write_and_everyone_reads(w: dict[str, Any]) -> None:
     for who in ("alice", "bob", "auditor"):
         assert_error(api(w[who]).post(URL, {**SUB, "name": "x"}, format="json"), 403, "PERMISSION_DENIED", "")
         assert_error(api(w[who]).delete(URL + "app-metrics/"), 403, "PERMISSION_DENIED", "")
+    for who in ("alice", "auditor"):  # its match names alice's tenant's client-id: bob's tenant does not read it
         listed = api(w[who]).get(URL).json()["results"]
         assert [s["name"] for s in listed] == ["app-metrics"]
         assert api(w[who]).get(URL + "app-metrics/").json()["interval_ms"] == 60000
+    assert api(w["bob"]).get(URL).json()["results"] == []
+    assert_error(api(w["bob"]).get(URL + "app-metrics/"), 404, "NOT_FOUND", "you may read")
     assert_error(api(w["admin"]).post(URL, SUB, format="json"), 409, "CONFLICT", "already has")
     assert_error(api(w["admin"]).get(URL + "nope/"), 404, "NOT_FOUND", "no client-metrics subscription 'nope'")
     assert_error(api(w["admin"]).put(URL + "nope/", {"metrics": "*"}, format="json"), 404, "NOT_FOUND", "nope")

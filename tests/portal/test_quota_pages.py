@@ -220,11 +220,12 @@ def test_entity_list_is_scoped_to_the_members_tenants(w: dict[str, Any]) -> None
         "/config/users/<default>",
         "/config/ips/10.0.0.1",
     }
-    assert _paths(browser(w["alice"]).get("/entities/")) == {
+    assert _paths(browser(w["alice"]).get("/entities/")) == {  # its tenant's, and the defaults (as describe)
         "/config/users/svc-a-1",
         "/config/users/svc-a-1/clients/app-a-1",
+        "/config/users/<default>",
     }
-    assert _paths(browser(w["bob"]).get("/entities/")) == {"/config/users/svc-b-1"}
+    assert _paths(browser(w["bob"]).get("/entities/")) == {"/config/users/svc-b-1", "/config/users/<default>"}
     assert _paths(browser(w["auditor"]).get("/entities/")) == everything
     assert _paths(browser(w["admin2"]).get("/entities/")) == everything
     assert _paths(browser(make_user("nobody")).get("/entities/")) == set()
@@ -275,9 +276,10 @@ def test_entity_page_refuses_other_tenants_and_admin_only_entities(w: dict[str, 
     default = entity_pk(w["cluster"], user="<default>")
     ip = entity_pk(w["cluster"], ip="10.0.0.1")
     bob = browser(w["bob"])
-    for pk in (a_entity, default, ip, 999999):
+    for pk in (a_entity, ip, 999999):
         response = bob.get(f"/entities/{pk}/")
         assert response.status_code == 404 and "not one you may see" in text(response)
+    assert bob.get(f"/entities/{default}/").status_code == 200  # a default applies to bob's clients too
     auditor = browser(w["auditor"])
     for pk in (a_entity, default, ip):
         assert auditor.get(f"/entities/{pk}/").status_code == 200
