@@ -22,7 +22,6 @@ from history import services as history
 from history.models import ImpactPreview
 from quotas import quotafile
 from quotas.engine.config import EntityRef
-from quotas.engine.entities import DEFAULT
 from quotas.engine.units import BYTE_RATE_KEYS
 from quotas.models import Cluster, DesiredStateVersion, Plan, PlanState, Tenant
 from quotas.models.client_metrics import match_owned_by
@@ -179,6 +178,7 @@ def _store(
     current: quotafile.QuotaState, changes: list[quotafile.Change],
 ) -> Plan:
     after = quotafile.apply_changes(current, changes)
+    shadows = quotafile.Shadows(after)
     before = current.quotas or {}
     capacities = {}
     for key in {c.key for c in changes if c.section == quotafile.QUOTA and c.key in CAPACITY_FIELD}:
@@ -195,9 +195,13 @@ def _store(
         if c.section == quotafile.QUOTA and "ip" not in c.entity:
             ref = EntityRef.parse(c.entity)
             if c.new is not None:
-                body["warnings"] = quotafile.shadow_warnings(after, ref, c.key)
-            elif ref.user != DEFAULT or ref.client_id is not None:
-                body["warnings"] = _removal_note(after, ref, c.key)
+                body["warnings"] = shadows.warnings(ref, c.key)
+            else:
+                source = shadows.fallback(ref, c.key)
+                body["warnings"] = [
+                    f"After the removal no {c.key} quota applies to these clients (unlimited)." if source is None
+                    else f"After the removal these clients get {c.key} from {source}."
+                ]
             body["capacity"] = capacities.get(c.key)
             if c.key in BYTE_RATE_KEYS and c.new is not None:
                 previews.append((i, c))
@@ -214,24 +218,6 @@ def _store(
             summary={a: summary.get(a, 0) for a in (quotafile.ADD, quotafile.CHANGE, quotafile.REMOVE)},
         )
     return plan
-
-
-def _removal_note(after: dict[EntityRef, dict[str, float]], ref: EntityRef, key: str) -> list[str]:
-    """What the entity's clients get once its quota is removed (the next level of Kafka's precedence)."""
-    from quotas.engine.entities import ClientEntity, QuotaOverrides
-
-    overrides = QuotaOverrides()
-    for other, values in after.items():
-        if other.ip is None and key in values:
-            overrides.update(ClientEntity(other.user, other.client_id), values[key])
-    user = ref.user if ref.user not in (None, DEFAULT) else quotafile.OTHER_USER
-    client = ref.client_id if ref.client_id not in (None, DEFAULT) else quotafile.OTHER_CLIENT
-    resolved = overrides.resolve(user, client)
-    if resolved.level is None:
-        return [f"After the removal no {key} quota applies to these clients (unlimited)."]
-    source = quotafile._winner(resolved.level, user, client).replace(quotafile.OTHER_USER, "<user>").replace(
-        quotafile.OTHER_CLIENT, "<client-id>")
-    return [f"After the removal these clients get {key} from {source}."]
 
 
 # ------------------------------------------------------------------ reading plans

@@ -629,44 +629,94 @@ def _applies(ref: EntityRef, user: str, client_id: str) -> bool:
     return ref.user in (None, DEFAULT, user) and ref.client_id in (None, DEFAULT, client_id)
 
 
-def shadow_warnings(after: Mapping[EntityRef, Mapping[str, float]], ref: EntityRef, key: str) -> list[str]:
-    """Where another level would still win over ``ref``'s ``key`` after the plan: for each known client the entity
-    applies to, the engine's resolver (``QuotaOverrides.resolve``, Kafka's 8 levels) picks a more specific entity.
+#: How many entities a warning names before it counts the rest.
+NAMED_WINNERS = 5
 
-    Known clients are the principal/client-id pairs the cluster's quotas name (a part left out or ``<default>``
-    stands for any other name), so the warning names who is affected.
+
+def _who(user: str, client_id: str) -> str:
+    if user == OTHER_USER and client_id == OTHER_CLIENT:
+        return "any other client"
+    if client_id == OTHER_CLIENT:
+        return f"the clients of user {user!r}"
+    if user == OTHER_USER:
+        return f"client-id {client_id!r}"
+    return f"user {user!r} with client-id {client_id!r}"
+
+
+def _named(part: str | None, fallback: str | None, other: str) -> str:
+    """A name a client can have for this part: the entity's own, else the other entity's, else a stand-in."""
+    if part not in (None, DEFAULT):
+        return part
+    return fallback if fallback not in (None, DEFAULT) else other
+
+
+class Shadows:
+    """Which level wins for the clients an entity's quota is meant for, after a plan (built once per plan).
+
+    For each key it keeps the engine's resolver (``QuotaOverrides``, Kafka's 8 levels) over the state after the plan
+    and the entities holding the key, so each change costs one pass over the more specific entities, not over every
+    principal x client-id pair.
     """
-    if ref.ip is not None or key not in QUOTA_KEYS or key == "connection_creation_rate":
-        return []
-    overrides = QuotaOverrides()
-    names_u, names_c = {OTHER_USER}, {OTHER_CLIENT}
-    for other, values in after.items():
-        if other.ip is not None:
-            continue
-        if other.user not in (None, DEFAULT):
-            names_u.add(other.user)
-        if other.client_id not in (None, DEFAULT):
-            names_c.add(other.client_id)
-        if key in values:
-            overrides.update(ClientEntity(other.user, other.client_id), values[key])
-    mine = precedence_level(ref)
-    winners: dict[str, set[str]] = {}
-    for user in sorted(names_u):
-        for client_id in sorted(names_c):
-            if not _applies(ref, user, client_id):
+
+    def __init__(self, after: Mapping[EntityRef, Mapping[str, float]]) -> None:
+        self.after = after
+        self._keys: dict[str, tuple[QuotaOverrides, list[tuple[int, EntityRef]]]] = {}
+
+    def resolver(self, key: str) -> tuple[QuotaOverrides, list[tuple[int, EntityRef]]]:
+        if key not in self._keys:
+            overrides, holders = QuotaOverrides(), []
+            for ref, values in self.after.items():
+                if ref.ip is None and key in values:
+                    overrides.update(ClientEntity(ref.user, ref.client_id), values[key])
+                    holders.append((precedence_level(ref), ref))
+            self._keys[key] = (overrides, sorted(holders, key=lambda lr: entity_order(lr[1])))
+        return self._keys[key]
+
+    def warnings(self, ref: EntityRef, key: str) -> list[str]:
+        """Where a more specific level still wins over ``ref``'s ``key`` for some client it applies to: each entity
+        of an earlier level that can name the same client, checked with the resolver on a client both name."""
+        if ref.ip is not None or key not in QUOTA_KEYS or key == "connection_creation_rate":
+            return []
+        overrides, holders = self.resolver(key)
+        mine = precedence_level(ref)
+        winners: dict[str, list[str]] = {}
+        for level, other in holders:
+            if level >= mine:
+                continue
+            user = _named(other.user, ref.user, OTHER_USER)
+            client_id = _named(other.client_id, ref.client_id, OTHER_CLIENT)
+            if not _applies(ref, user, client_id) or not _applies(other, user, client_id):
                 continue
             resolved = overrides.resolve(user, client_id)
             if resolved.level is None or resolved.level >= mine:
                 continue
-            winner = _winner(resolved.level, user, client_id)
-            who = "any other client" if OTHER_USER in (user,) or OTHER_CLIENT in (client_id,) else \
-                f"user {user!r} with client-id {client_id!r}"
-            winners.setdefault(winner, set()).add(who)
-    return [
-        f"{entity_path(ref.user, ref.client_id, ref.ip)} {key} does not apply to {', '.join(sorted(who))}: "
-        f"{winner} (a more specific level in Kafka's precedence) still wins."
-        for winner, who in sorted(winners.items())
-    ]
+            winners.setdefault(_winner(resolved.level, user, client_id), []).append(_who(user, client_id))
+        path = entity_path(ref.user, ref.client_id, ref.ip)
+        out = [
+            f"{path} {key} does not apply to {', '.join(sorted(set(who)))}: {winner} (a more specific level in "
+            "Kafka's precedence) still wins."
+            for winner, who in list(winners.items())[:NAMED_WINNERS]
+        ]
+        if len(winners) > NAMED_WINNERS:
+            out.append(f"... and {len(winners) - NAMED_WINNERS} more entities of more specific levels win over "
+                       f"{path} {key} for their clients.")
+        return out
+
+    def fallback(self, ref: EntityRef, key: str) -> str | None:
+        """After ``ref``'s ``key`` is removed, the entity its clients get the key from (None: no quota applies)."""
+        overrides, _ = self.resolver(key)
+        user = ref.user if ref.user not in (None, DEFAULT) else OTHER_USER
+        client_id = ref.client_id if ref.client_id not in (None, DEFAULT) else OTHER_CLIENT
+        resolved = overrides.resolve(user, client_id)
+        if resolved.level is None:
+            return None
+        return _winner(resolved.level, user, client_id).replace(OTHER_USER, "<user>").replace(OTHER_CLIENT,
+                                                                                             "<client-id>")
+
+
+def shadow_warnings(after: Mapping[EntityRef, Mapping[str, float]], ref: EntityRef, key: str) -> list[str]:
+    """``Shadows(after).warnings(ref, key)`` for one change."""
+    return Shadows(after).warnings(ref, key)
 
 
 def _winner(level: int, user: str, client_id: str) -> str:

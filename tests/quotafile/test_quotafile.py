@@ -77,3 +77,21 @@ def test_errors_name_the_line_and_the_key(text: str, line: int, key: str) -> Non
     with pytest.raises(qf.InvalidQuotaFile) as caught:
         qf.read(text)
     assert (caught.value.errors[0].line, caught.value.errors[0].key) == (line, key), caught.value.errors
+
+
+def test_shadows_name_the_more_specific_levels_that_still_win_and_count_the_rest() -> None:
+    after = {EntityRef(user=f"u{i}"): {"producer_byte_rate": 1024.0} for i in range(8)}
+    after[EntityRef("<default>", "app-1")] = {"producer_byte_rate": 2048.0}
+    after[EntityRef(client_id="app-2")] = {"producer_byte_rate": 4096.0}
+    shadows = qf.Shadows(after)
+    warnings = shadows.warnings(EntityRef("<default>", "app-1"), "producer_byte_rate")
+    assert warnings[0] == ("/config/users/<default>/clients/app-1 producer_byte_rate does not apply to user 'u0' with "
+                           "client-id 'app-1': /config/users/u0 (a more specific level in Kafka's precedence) still "
+                           "wins.")
+    assert len(warnings) == qf.NAMED_WINNERS + 1 and warnings[-1].startswith("... and 3 more entities")
+    # a client-id quota (level 7) loses to every user quota for those users' clients, not for other users
+    level7 = shadows.warnings(EntityRef(client_id="app-2"), "producer_byte_rate")
+    assert "the clients of user" not in level7[0] and "user 'u0' with client-id 'app-2'" in level7[0]
+    assert shadows.warnings(EntityRef(user="u0"), "producer_byte_rate") == []  # nothing more specific
+    assert shadows.fallback(EntityRef("u0", "app-2"), "producer_byte_rate") == "/config/users/u0"
+    assert shadows.fallback(EntityRef(client_id="app-9"), "consumer_byte_rate") is None
