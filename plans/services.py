@@ -38,6 +38,9 @@ from quotas.workflow import CAPACITY_FIELD, InvalidRequest, PermissionDenied, ca
 
 #: How many refused entities a PERMISSION_DENIED message names.
 NAMED = 5
+#: The most impact previews one plan asks for (each is a Spark job on the pipeline queue): the first byte-rate
+#: changes in precedence order get one, the rest say why they have none.
+MAX_PREVIEWS = 20
 
 
 # ------------------------------------------------------------------ export
@@ -204,7 +207,13 @@ def _store(
                 ]
             body["capacity"] = capacities.get(c.key)
             if c.key in BYTE_RATE_KEYS and c.new is not None:
-                previews.append((i, c))
+                if len(previews) < MAX_PREVIEWS:
+                    previews.append((i, c))
+                else:
+                    body["warnings"].append(
+                        f"No impact preview: a plan previews its first {MAX_PREVIEWS} byte-rate changes; plan this "
+                        "change in a smaller file (or ask POST /api/previews/) to see its impact."
+                    )
         bodies.append(body)
     summary = Counter(c.action for c in changes)
     with transaction.atomic():

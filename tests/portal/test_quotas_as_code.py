@@ -468,3 +468,15 @@ def test_a_member_changes_its_own_subscription_through_a_plan_and_no_one_elses(w
     theirs = text.replace("match:\n  - client_id=app-1", "match:\n  - client_id=other-.*")
     response = api(w["alice"]).post("/api/clusters/prod/plans/", {"document": theirs}, format="json")
     assert response.status_code == 403 and "client_id=other-.*" in response.json()["message"], response.content
+
+
+def test_a_large_plan_previews_only_its_first_byte_rate_changes(w: dict[str, Any]) -> None:
+    from plans.services import MAX_PREVIEWS
+
+    items = "".join(f"  - entity: {{user: svc-a-{i:03}}}\n    producer_byte_rate: {i + 1} KiB/s\n"
+                    for i in range(MAX_PREVIEWS + 3))
+    body = plan(api(w["admin"]), HEAD + "quotas:\n" + items)
+    previewed = [c for c in body["changes"] if c["impact"] is not None]
+    assert [c["path"] for c in previewed] == [f"/config/users/svc-a-{i:03}" for i in range(MAX_PREVIEWS)]
+    rest = body["changes"][MAX_PREVIEWS:]
+    assert len(rest) == 3 and all("No impact preview" in c["warnings"][-1] for c in rest)
