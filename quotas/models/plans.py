@@ -39,7 +39,7 @@ from quotas.models.clusters import Broker, Cluster
 from quotas.models.pushes import DesiredStateVersion
 from quotas.models.quotas import QuotaValue, _apply
 from quotas.models.requests import RequestState
-from quotas.models.tenants import Tenant, owning_tenant
+from quotas.models.tenants import Tenant, entity_owned_by
 
 
 class PlanState(models.TextChoices):
@@ -290,24 +290,30 @@ def apply_plan(
             check_not_moved(plan)
         items: dict[Item, str | None] = {}
         audits: list[dict[str, Any]] = []
-        quota_ops: dict[EntityRef, list[tuple[str, float | None]]] = defaultdict(list)
+        quota_changes: dict[EntityRef, list[Mapping[str, Any]]] = defaultdict(list)
         config_ops: dict[tuple[str, str], list[tuple[str, Any, Any]]] = defaultdict(list)
         subscriptions: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for c in plan.changes:
             if c["section"] == quotafile.QUOTA:
-                ref = EntityRef.parse(c["entity"])
-                quota_ops[ref].append((c["key"], None if c["new"] is None else float(c["new"])))
+                quota_changes[EntityRef.parse(c["entity"])].append(c)
             elif c["section"] in (quotafile.BROKER, quotafile.TOPIC):
                 config_ops[(c["section"], c["entity"][c["section"]])].append((c["key"], c["old"], c["new"]))
             else:
                 subscriptions[c["entity"][quotafile.CLIENT_METRICS]].append(c)
-        for ref, ops in quota_ops.items():
+        loaded: list[list[Tenant]] = []
+
+        def tenants() -> list[Tenant]:  # read once, for the audit's owner of each entity (``owning_tenant``)
+            if not loaded:
+                loaded.append(list(Tenant.objects.prefetch_related("owned_names")))
+            return loaded[0]
+
+        for ref, entity_changes in quota_changes.items():
+            ops = [(c["key"], None if c["new"] is None else float(c["new"])) for c in entity_changes]
             changed = _apply(cluster, ref, ops)
             items.update(changed)
-            owner = tenant or owning_tenant(ref.user, ref.client_id)
-            for c in plan.changes:
-                if c["section"] == quotafile.QUOTA and EntityRef.parse(c["entity"]) == ref and \
-                        Item(QUOTA, ref.field(), c["key"]) in changed:
+            owner = tenant or _owner(tenants(), ref)
+            for c in entity_changes:
+                if Item(QUOTA, ref.field(), c["key"]) in changed:
                     audits.append({"action": AuditAction.QUOTA_ALTERED, "tenant": owner,
                                    "entity": entity_path(ref.user, ref.client_id, ref.ip), "key": c["key"],
                                    "before": c["old"] if c["old"] is None else float(c["old"]),
@@ -343,6 +349,14 @@ def apply_plan(
         plan.state, plan.applied_version = PlanState.APPLIED, version
         plan.save(update_fields=["state", "applied_version", "updated"])
     return version, True
+
+
+def _owner(tenants: list[Tenant], ref: EntityRef) -> Tenant | None:
+    """``owning_tenant`` over tenants already read: the single tenant owning every named part, else None."""
+    if ref.ip is not None:
+        return None
+    owners = [t for t in tenants if entity_owned_by(t, ref.user, ref.client_id) is None]
+    return owners[0] if len(owners) == 1 else None
 
 
 def _apply_subscription(cluster: Cluster, name: str, changes: Iterable[Mapping[str, Any]]) -> None:
