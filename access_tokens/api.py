@@ -134,6 +134,7 @@ class AccessTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
     """
 
     serializer_class = AccessTokenSerializer
+    queryset = AccessToken.objects.all()  # for the schema (the id's type); get_queryset scopes every request
 
     def get_queryset(self) -> QuerySet[AccessToken]:
         rows = AccessToken.objects.select_related("user", "tenant", "created_by", "revoked_by")

@@ -9,3 +9,6 @@ class AccessTokensConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "access_tokens"
     verbose_name = "Access tokens"
+
+    def ready(self) -> None:
+        from access_tokens import schema  # noqa: F401 (registers the OpenAPI security scheme)

@@ -37,7 +37,7 @@ def value_text(change: dict[str, Any], which: str) -> str:
         return str(shown)
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
-    return "null" if value is None else str(value)
+    return "-" if value is None else str(value)
 
 
 def entity_text(change: dict[str, Any]) -> str:
