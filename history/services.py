@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from history.jobs import JobFailed, run
+from history.jobs import JobFailed, run, run_warm
 from history.models import ImpactPreview, PreviewState, UsageRollup
 from quotas.engine.config import CLIENT_ID, USER, EntityRef
 from quotas.engine.entities import DEFAULT, entity_path, validate_quota_value
@@ -174,6 +174,9 @@ def preview_of_request(request: QuotaRequest, version: str | None = None) -> Imp
 def run_preview(pk: int) -> dict[str, Any]:
     """The Celery task's body: run pipeline.whatif (with advice) for the preview, recording progress and outcome.
 
+    It runs in the worker's long-lived Spark session (``history.jobs.run_warm``): the first preview of a worker
+    process starts Spark (the "starting Spark" stage of its progress), the next ones reuse it.
+
     Returns ``{"running_elsewhere": True}`` when another worker holds it (its heartbeat is fresh): the task then
     checks again later, so a redelivered message never leaves a preview whose worker died unfinished.
     """
@@ -191,7 +194,7 @@ def run_preview(pk: int) -> dict[str, Any]:
         free = ImpactPreview.objects.select_for_update(skip_locked=True).filter(claimable, pk=pk)
         free = free.values_list("pk", flat=True)
         claimed = ImpactPreview.objects.filter(claimable, pk__in=list(free)).update(
-            state=PreviewState.RUNNING, stage="starting Spark", progress=0.0, updated=timezone.now()
+            state=PreviewState.RUNNING, stage="starting", progress=0.0, updated=timezone.now()
         )
     if not claimed:
         # a row another worker was claiming (skipped while locked) is running elsewhere too
@@ -216,7 +219,8 @@ def run_preview(pk: int) -> dict[str, Any]:
     if preview.client_id is not None:
         args.append(f"--client-id={preview.client_id}")
     try:
-        result = run("whatif", args, on_progress, heartbeat=heartbeat)
+        runner = run_warm if settings.QUOTAS_SPARK_WARM else run  # warm: the worker's Spark session, reused
+        result = runner("whatif", args, on_progress, heartbeat=heartbeat)
         ImpactPreview.objects.filter(pk=pk).update(
             state=PreviewState.DONE, progress=1.0, stage="done", result=result, updated=timezone.now()
         )
