@@ -4,8 +4,8 @@
 # initdb under .run/postgres-test/, a free port of 127.0.0.1, DATABASE_URL exported; `postgresql` installed with
 # apt-get when missing; a DATABASE_URL already set is used instead), both stopped on exit. A full run (no
 # arguments) then runs a few tests again on SQLite, the quick start's database (QUOTAS_SQLITE_TESTS=0 skips it).
-# The browser tests use the system's chromium, installed with apt-get when missing (never "playwright install"); screenshots of the
-# pages they visit are left in test-artifacts/screenshots/.
+# The browser tests use the system's chromium, installed with apt-get when missing (never "playwright install");
+# screenshots of the pages they visit are left in test-artifacts/screenshots/.
 # Arguments go to pytest, e.g.  bash scripts/run_tests.sh -q tests/portal
 # Exits non-zero when ruff or pytest fails (pytest's own status when pytest fails).
 
