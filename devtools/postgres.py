@@ -87,6 +87,8 @@ class PostgresServer:
     def start(self) -> PostgresServer:
         if not (self.data / "PG_VERSION").exists():
             self._initdb()
+        elif (self.data / "postmaster.pid").exists():
+            self.stop()  # left running (or its pid file left) by a run that did not stop it: one server per folder
         # tuned for throw-away test data: no fsync, a small footprint on a shared 2-core machine
         options = (
             f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.dir} "
