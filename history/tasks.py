@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import redis
 from celery import shared_task
+from celery.signals import worker_process_init
 from django.conf import settings
 from redis.exceptions import LockError
 
 from history import services
+from pipeline import warm
 
 ROLLUPS_LOCK = "history:rollups:lock"
 
@@ -46,3 +49,13 @@ def rollups() -> dict[str, Any]:
         except LockError:  # it expired meanwhile: the run's own outcome matters more
             pass
         client.close()
+
+
+@worker_process_init.connect
+def prewarm_spark(**_: Any) -> None:
+    """With ``QUOTAS_SPARK_PREWARM`` (run_portal.sh sets it for the pipeline worker), each new worker process starts
+    its Spark session in the background, so even the first preview finds it warm (one asked meanwhile waits for it,
+    its progress bar in the "starting Spark" stage)."""
+    if settings.QUOTAS_SPARK_PREWARM and settings.QUOTAS_SPARK_WARM:
+        threading.Thread(target=warm.session, args=(settings.QUOTAS_SPARK_MASTER,), daemon=True,
+                         name="spark-prewarm").start()

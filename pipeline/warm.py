@@ -59,30 +59,34 @@ def _alive(warm: Warm) -> bool:
 def session(master: str, on_progress: ProgressFn | None = None) -> tuple[Warm, bool]:
     """The process's session on ``master`` and whether it was already running (warm); starts it when not.
 
-    While a cold start runs, ``on_progress("starting Spark", f)`` is called about twice a second with ``f``
-    moving from 0 towards ``COLD_SHARE`` (the JVM reports nothing while it starts).
+    While a cold start runs (this call's or a pre-warming thread's), ``on_progress("starting Spark", f)`` is called
+    about twice a second with ``f`` moving from 0 towards ``COLD_SHARE`` (the JVM reports nothing while it starts).
     """
     global _warm
-    with _lock:
-        if _warm is not None and _warm.master == master and _alive(_warm):
-            return _warm, True
-        if _warm is not None:
-            stop()
-        done = threading.Event()
-        ticker = None
-        if on_progress is not None:
-            ticker = threading.Thread(target=_tick_cold_start, args=(on_progress, done), daemon=True,
-                                      name="spark-cold-start")
-            ticker.start()
-        try:
-            spark = build_session(master, APP_NAME)
+    found = _warm
+    if found is not None and found.master == master and _alive(found):
+        return found, True
+    done = threading.Event()
+    ticker = None
+    if on_progress is not None:
+        ticker = threading.Thread(target=_tick_cold_start, args=(on_progress, done), daemon=True,
+                                  name="spark-cold-start")
+        ticker.start()
+    try:
+        with _lock:
+            if _warm is not None and _warm.master == master and _alive(_warm):
+                return _warm, False  # another thread (pre-warming) started it while this one waited
+            if _warm is not None:
+                stop()
+            # no console progress bar: the worker's log is for people, the progress goes to the preview
+            spark = build_session(master, APP_NAME, {"spark.ui.showConsoleProgress": "false"})
             spark.sparkContext.setLogLevel("WARN")
-        finally:
-            done.set()
-            if ticker is not None:
-                ticker.join(2)
-        _warm = Warm(spark, master, str(spark.sparkContext.applicationId))
-        return _warm, False
+            _warm = Warm(spark, master, str(spark.sparkContext.applicationId))
+            return _warm, False
+    finally:
+        done.set()
+        if ticker is not None:
+            ticker.join(2)
 
 
 def _tick_cold_start(on_progress: ProgressFn, done: threading.Event) -> None:

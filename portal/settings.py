@@ -202,6 +202,8 @@ QUOTAS_SPARK_MASTER = os.environ.get("QUOTAS_SPARK_MASTER", "local[2]")  # or sp
 QUOTAS_PIPELINE_TIMEOUT_S = float(os.environ.get("QUOTAS_PIPELINE_TIMEOUT_S", "1800"))
 # Previews run in the pipeline worker's long-lived Spark session (pipeline/warm.py); 0: a subprocess each
 QUOTAS_SPARK_WARM = os.environ.get("QUOTAS_SPARK_WARM", "1") not in ("0", "false", "no")
+# ...started as each pipeline worker process starts (history.tasks.prewarm_spark), not at the first preview
+QUOTAS_SPARK_PREWARM = os.environ.get("QUOTAS_SPARK_PREWARM", "0") not in ("0", "false", "no")
 QUOTAS_ADVICE_TARGET = float(os.environ.get("QUOTAS_ADVICE_TARGET", "0.01"))  # throttled fraction the advice keeps
 # A request's page shows a finished preview this long before computing one on newer data
 QUOTAS_PREVIEW_MAX_AGE_S = float(os.environ.get("QUOTAS_PREVIEW_MAX_AGE_S", "3600"))

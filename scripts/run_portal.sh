@@ -133,8 +133,9 @@ export QUOTAS_LANDING_SECONDS="${QUOTAS_LANDING_SECONDS:-20}"
 celery -A portal worker -Q celery -B -s "$RUN/celerybeat-schedule" -l info --logfile "$RUN/celery-worker.log" >>"$RUN/celery-worker.log" 2>&1 &
 WORKER_PID=$!
 echo "run_portal: Celery worker pid $WORKER_PID, log in .run/celery-worker.log"
-# The Spark jobs (impact previews, rollups) on a worker of their own: pushes never wait behind them.
-celery -A portal worker -Q pipeline -c 1 -n "pipeline@%h" -l info --logfile "$RUN/pipeline-worker.log" \
+# The Spark jobs (impact previews, rollups) on a worker of their own: pushes never wait behind them. It starts its
+# long-lived Spark session at once (QUOTAS_SPARK_PREWARM), so the first preview finds it warm too.
+QUOTAS_SPARK_PREWARM=1 celery -A portal worker -Q pipeline -c 1 -n "pipeline@%h" -l info --logfile "$RUN/pipeline-worker.log" \
     >>"$RUN/pipeline-worker.log" 2>&1 &
 PIPELINE_PID=$!
 echo "run_portal: pipeline worker pid $PIPELINE_PID, log in .run/pipeline-worker.log"
