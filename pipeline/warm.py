@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import PipelineError
+from .errors import BadArguments, PipelineError
 from .progress import Progress
 from .session import _translate, build_session
 
@@ -142,7 +142,10 @@ def run(job: str, argv: Sequence[str], master: str, on_progress: ProgressFn | No
     session has run, this one included). Raises the job's ``PipelineError`` (a bad argument before Spark starts).
     """
     module = importlib.import_module(f"pipeline.{job}")
-    args = module.parse(argv)
+    try:
+        args = module.parse(argv)
+    except SystemExit as e:  # argparse refused the arguments (its message went to stderr): not the worker's exit
+        raise BadArguments(f"pipeline.{job} refused its arguments (exit status {e.code}).") from None
     warm, was_warm = session(master, on_progress)
     progress = _CallbackProgress(on_progress, 0.0 if was_warm else COLD_SHARE)
     spark = warm.spark
