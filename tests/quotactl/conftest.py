@@ -18,9 +18,9 @@ from tests.telemetry.conftest import service_env, start_server
 ROOT_DIR = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def portal_url(redis_url: str, django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The base URL of a live portal for the module."""
+    """The base URL of a live portal, one for the session's quotactl tests."""
     logs = tmp_path_factory.mktemp("quotactl-portal")
     server, port = start_server(service_env(redis_url), logs / "uvicorn.log")
     try:
