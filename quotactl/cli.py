@@ -19,6 +19,7 @@ import argparse
 import os
 import sys
 import time
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -254,12 +255,17 @@ def _wait_pushes(portal: Portal, cluster: str, version: int, seconds: float, out
     try:
         while True:
             try:
-                rows = portal.pages("GET", f"/api/pushes/?cluster={cluster}&version={version}")
+                query = urllib.parse.urlencode({"cluster": cluster, "version": version})
+                rows = portal.pages("GET", f"/api/pushes/?{query}")
             except PortalError as e:
                 if e.code == "PERMISSION_DENIED":
                     out.line("Not waiting for the pushes: only admins and auditors read push status.")
                     return EXIT_OK
                 raise
+            if not rows:
+                bar.close()
+                out.line(f"Nothing to wait for: no broker or cluster target takes version {version} of {cluster}.")
+                return EXIT_OK
             applied = sum(1 for r in rows if r.get("state") == "applied")
             failed = [r for r in rows if r.get("state") == "failed"]
             bar.update(applied, max(1, len(rows)), f"{applied}/{len(rows)} targets")
