@@ -821,7 +821,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument(
         "--paced", type=int, default=None,
-        help=f"changes of the paced phase, one per commit at {PACE:g}/s (default 2000; --quick 200; 0 = skip)",
+        help=f"changes of the paced phase, one per commit at {PACE:g}/s (default 2000; --quick 100; 0 = skip)",
     )  # fmt: skip
     parser.add_argument("--concurrency", type=int, default=1, help="Celery worker processes (prefork -c; default 1)")
     parser.add_argument("--quick", action="store_true", help="a small run for a smoke test")
@@ -840,7 +840,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.batch is None:
         args.batch = 50 if args.quick else 100
     if args.paced is None:
-        args.paced = 200 if args.quick else 2000
+        args.paced = 100 if args.quick else 2000
     if args.profile_changes is None:
         args.profile_changes = 100 if args.quick else 1000
     if args.changes < 1 or args.batch < 0 or args.paced < 0 or args.concurrency < 1 or args.profile_changes < 1:

@@ -76,6 +76,7 @@ def test_push_benchmark_quick_run_reports_its_ratio() -> None:
     assert summary["raw_changes_per_s"] > 0 and summary["push_changes_per_s"] > 0 and summary["push_ratio"] > 0
     assert summary["latency_p99_ms"] >= summary["latency_p50_ms"]
     assert summary["batch_ratio"] > 0 and summary["worker_concurrency"] >= 1
+    assert summary["paced_changes"] == 100 and summary["paced_latency_p99_ms"] >= summary["paced_latency_p50_ms"] > 0
 
 
 @pytest.mark.timeout(300)
