@@ -112,6 +112,7 @@ def test_describe_and_alter_print_what_kafka_configs_prints(
         ["--entity-type", "users", "--entity-name", user, "--entity-type", "clients"],  # every client of the user
         ["--entity-type", "clients", "--entity-name", c3],
         ["--entity-type", "ips", "--entity-name", ip],
+        ["--user", user, "--client", c2],  # the entity flags
     ]
     for args in describes:
         theirs, mine = kafka(kafka_cluster, "--describe", *args), ours(portal_url, token, kafka_target, "--describe",
