@@ -54,8 +54,8 @@ def rollups() -> dict[str, Any]:
 @worker_process_init.connect
 def prewarm_spark(**_: Any) -> None:
     """With ``QUOTAS_SPARK_PREWARM`` (run_portal.sh sets it for the pipeline worker), each new worker process starts
-    its Spark session in the background, so even the first preview finds it warm (one asked meanwhile waits for it,
-    its progress bar in the "starting Spark" stage)."""
+    its Spark session in the background and runs a tiny replay in it, so even the first preview finds it warm (one
+    asked meanwhile waits for the start, its progress bar in the "starting Spark" stage)."""
     if settings.QUOTAS_SPARK_PREWARM and settings.QUOTAS_SPARK_WARM:
-        threading.Thread(target=warm.session, args=(settings.QUOTAS_SPARK_MASTER,), daemon=True,
+        threading.Thread(target=warm.prewarm, args=(settings.QUOTAS_SPARK_MASTER,), daemon=True,
                          name="spark-prewarm").start()

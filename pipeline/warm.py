@@ -89,6 +89,19 @@ def session(master: str, on_progress: ProgressFn | None = None) -> tuple[Warm, b
             ticker.join(2)
 
 
+def prewarm(master: str) -> Warm:
+    """Start the process's session and run a tiny replay in it, so the first real job also finds Spark's Python
+    workers running and the what-if kernel loaded (run in a thread as a worker process starts)."""
+    warm, _ = session(master)
+    from .whatif import summarize_proposal
+
+    rows = [("warm-up", 1, "u", "c", i, 1000 * i, 100.0) for i in range(20)]
+    usage = warm.spark.createDataFrame(rows, "cluster string, broker long, user string, client_id string, seq long, "
+                                             "t_ms long, value double")
+    summarize_proposal(usage, "produce", 50.0, entity=("u", "c"))
+    return warm
+
+
 def _tick_cold_start(on_progress: ProgressFn, done: threading.Event) -> None:
     started = time.monotonic()
     while True:
