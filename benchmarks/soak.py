@@ -194,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sockets", type=int, default=20)
     parser.add_argument("--every", type=float, default=0.5, help="seconds between two request + approval pairs")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
+    parser.add_argument("--run-dir", type=Path, default=RUN_DIR / NAME, help="logs, database, landing (emptied first)")
     args = parser.parse_args(argv)
+    global DIR
+    DIR = args.run_dir
 
     def run(server: RedisServer, cleanups: list[Any]) -> dict[str, Any]:
         shutil.rmtree(DIR, ignore_errors=True)
@@ -337,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {r}", flush=True)
         return summary
 
-    return run_bench(NAME, args.check, run)
+    return run_bench(DIR.name, args.check, run)
 
 
 if __name__ == "__main__":

@@ -11,19 +11,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.timeout(480)  # the demo's world is built and five services started before the 45 s run
 def test_a_short_soak_loses_nothing_logs_no_error_and_stays_bounded() -> None:
     proc = subprocess.run(
-        [sys.executable, "benchmarks/soak.py", "--seconds", "45", "--sockets", "20", "--every", "0.5"],
+        [sys.executable, "benchmarks/soak.py", "--seconds", "45", "--sockets", "20", "--every", "0.5",
+         "--run-dir", str(ROOT / ".run" / "soak-ci")],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["approved"] > 0 and summary["approved"] == summary["pairs"], summary["http_statuses"]
     assert (summary["lost"], summary["double_applied"], summary["http_5xx"]) == (0, 0, 0), summary
-    assert summary["log_error_lines"] == 0, summary["log_errors"]  # see .run/soak/<process>.log
+    assert summary["log_error_lines"] == 0, summary["log_errors"]  # see .run/soak-ci/<process>.log
     assert summary["ws_connected"] >= 20 and summary["ws_frames"] > 0 and summary["ws_disconnects"] == 0, summary
     for name, rss in summary["rss"].items():  # bounded: a short run only shows a leak that is fast
         assert rss["rss_end_mib"] < 1024, (name, rss)
