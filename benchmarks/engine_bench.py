@@ -15,7 +15,7 @@ Measured against the same Redis, one phase after the other:
   3-master Redis Cluster (``devtools.redis_cluster``, the masters pinned to the single Redis's CPU), so
   ``cluster_rate_ratio`` = cluster decisions/s / single-Redis decisions/s; with the Redis time per decision on
   each master, the keys and bytes per entity on the cluster, and decisions/s per shard (measured, and the capacity
-  of a shard with a core of its own, 1 / its Redis time per decision) for sizing.
+  of a shard with a core of its own, 1 / the Redis process CPU per decision) for sizing.
 
 Without ``--redis-url`` it starts a private redis-server under ``.run/`` and always stops it. With
 ``--redis-url`` it resets that server's stats (``CONFIG RESETSTAT``) and writes keys under ``qe:{bench-*``,
@@ -568,11 +568,14 @@ def measure_cluster(args: argparse.Namespace, single: dict[str, Any], cpu: int |
         "decisions_per_s": r["decisions_per_s"],
         "ratio": r["decisions_per_s"] / single["decisions_per_s"],
         "server_us": r["server_us"],
+        "process_us": r["server_process_us"],
         "script_calls": r["script_calls"],
         "decisions": r["decisions"],
         "decisions_per_call": r["decisions"] / max(1, r["script_calls"]),
         "per_shard_decisions_per_s": r["decisions_per_s"] / masters,
-        "shard_capacity_per_s": 1e6 / r["server_us"] if r["server_us"] else 0.0,
+        # a shard with a core of its own: 1 / the Redis process CPU per decision (CPU time, so a preempted script
+        # does not count its wait as commandstats' usec does)
+        "shard_capacity_per_s": 1e6 / r["server_process_us"] if r["server_process_us"] else 0.0,
         "share_of_calls": [round(c / max(1, sum(per_node)), 3) for c in per_node],
         "bytes_per_entity": mem["bytes_per_entity"],
         "keys_per_entity": mem["keys"] / mem["entities"],
@@ -757,12 +760,15 @@ def run(args: argparse.Namespace, url: str, own_server: bool, redis_cpu: int | N
             f"cluster       rate on {clustered['masters']} masters (on the single Redis's CPU): "
             f"{clustered['decisions_per_s']:,.0f} decisions/s = {clustered['ratio']:.3f} x one Redis "
             f"(cluster_rate_ratio); {clustered['decisions_per_call']:.1f} decisions per script call (batches split by "
-            f"slot), server {clustered['server_us']:.2f} us/decision, calls per master {clustered['share_of_calls']}",
+            f"slot), server {clustered['server_us']:.2f} us/decision in scripts, redis CPU "
+            f"{clustered['process_us']:.2f} us/decision (one Redis: {through['rate']['server_process_us']:.2f}), "
+            f"calls per master "
+            f"{clustered['share_of_calls']}",
             flush=True,
         )
         print(
             f"{'':<13} per shard {clustered['per_shard_decisions_per_s']:,.0f} decisions/s measured, "
-            f"{clustered['shard_capacity_per_s']:,.0f} decisions/s with a core of its own (1 / server time); "
+            f"{clustered['shard_capacity_per_s']:,.0f} decisions/s with a core of its own (1 / redis CPU); "
             f"{clustered['keys_per_entity']:.2f} keys and {clustered['bytes_per_entity']:.1f} bytes per rate entity",
             flush=True,
         )
@@ -783,6 +789,7 @@ def run(args: argparse.Namespace, url: str, own_server: bool, redis_cpu: int | N
             cluster_masters=clustered["masters"],
             cluster_rate_decisions_per_s=round(clustered["decisions_per_s"]),
             cluster_server_us=round(clustered["server_us"], 3),
+            cluster_process_server_us=round(clustered["process_us"], 3),
             cluster_decisions_per_call=round(clustered["decisions_per_call"], 2),
             cluster_decisions_per_s_per_shard=round(clustered["per_shard_decisions_per_s"]),
             cluster_shard_capacity_per_s=round(clustered["shard_capacity_per_s"]),
