@@ -190,7 +190,8 @@ def entity_detail(request: HttpRequest, pk: int) -> HttpResponse:
         context["monitor_url"] = _monitor_url(entity.cluster.name, tags)
         context["usage_history"] = {"tags": tags, "days": HISTORY_DAYS,
                                     "series": history_services.entity_history(
-                                        entity.cluster.name, tags, HISTORY_DAYS, sees_everything(request.user))}
+                                        entity.cluster.name, tags, HISTORY_DAYS, sees_everything(request.user)),
+                                    "resolution": history_services.history_resolution(entity.cluster.name)}
     context["history"] = visible_audit(request).filter(cluster=entity.cluster, entity=entity.path)[:200]
     context["requests"] = visible_requests(request).filter(
         cluster=entity.cluster, user=entity.user, client_id=entity.client_id

@@ -119,7 +119,8 @@ class UsageHistoryView(APIView):
         if not viewer.may_watch(tags):
             raise ApiError("PERMISSION_DENIED", f"Entity {tags!r} is not one your tenants own.", status_code=403)
         series = services.entity_history(found.name, tags, days, connections=viewer.everything)
-        body: dict[str, Any] = {"cluster": found.name, "entity": tags, "days": days, "series": series}
+        body: dict[str, Any] = {"cluster": found.name, "entity": tags, "days": days, "series": series,
+                                "resolution": services.history_resolution(found.name)}
         return Response(body)
 
 

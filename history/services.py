@@ -57,17 +57,19 @@ def proposal_of(cluster: Cluster, user: str | None, client_id: str | None, key: 
 
 
 def usage_version(root: Path | None = None) -> str:
-    """A fingerprint of the landed usage: it changes whenever a file lands in (or leaves) any partition.
+    """A fingerprint of what previews replay: the landed usage and samples (a real cluster watched through
+    Prometheus is replayed from its samples); it changes whenever a file lands in (or leaves) any partition.
 
     Landing writes each file under a ``_`` name and renames it into its ``date=/hour=`` folder, which moves
     the folder's mtime, so the folders' times are enough (hundreds of stats a month, not one per file).
     """
-    base = Path(root or settings.QUOTAS_LANDING_ROOT) / "usage"
     digest, count = hashlib.sha256(), 0
-    for directory, dirs, _files in os.walk(base):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
-        digest.update(f"{directory}:{os.stat(directory).st_mtime_ns}\n".encode())
-        count += 1
+    for dataset in ("usage", "samples"):
+        base = Path(root or settings.QUOTAS_LANDING_ROOT) / dataset
+        for directory, dirs, _files in os.walk(base):
+            dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+            digest.update(f"{directory}:{os.stat(directory).st_mtime_ns}\n".encode())
+            count += 1
     return f"{count}-{digest.hexdigest()[:40]}" if count > 1 else "none"
 
 
@@ -314,6 +316,9 @@ def summary(preview: ImpactPreview | None) -> dict[str, Any] | None:
         r["advised"] = {**top, "clients": len(advice), "target": target, "target_pct": 100 * target,
                         "over_peak": max(0.0, -top["headroom"])}
     r["throttled_pct"] = 100 * float(r.get("throttled_fraction", 0.0))
+    # replayed from a real cluster's sensors at Prometheus resolution, not from recorded requests
+    r["sampled"] = (r.get("resolution") or {}).get("source") == "prometheus"
+    r["step_ms"] = (r.get("resolution") or {}).get("step_ms")
     for name in ("history_from_ms", "history_to_ms"):
         if name in r:
             r[name.removesuffix("_ms")] = datetime.fromtimestamp(r[name] / 1000, UTC)
@@ -382,7 +387,59 @@ def load_rollups(directory: Path) -> int:
     with transaction.atomic():
         UsageRollup.objects.filter(granularity="hour", window_start__in=starts).delete()
         UsageRollup.objects.bulk_create(rows, batch_size=2000)
+    _record_resolutions(table)
     return len(rows)
+
+
+#: Redis hash: portal cluster -> JSON {"resolution_ms", "source"} of its newest loaded rollups.
+RESOLUTION_KEY = "history:rollups:resolution"
+SOURCE_WORDS = {"prometheus": "from Prometheus", "client": "from the clients' statistics",
+                "engine": "from the engine's sensors"}
+
+
+def _record_resolutions(table: list[dict[str, Any]]) -> None:
+    """Keep what each cluster's rollups rest on (the coarsest sample and its source), for the pages to say."""
+    import redis
+
+    found: dict[str, dict[str, Any]] = {}
+    for r in table:
+        res, source = r.get("resolution_ms"), r.get("source")
+        if res is None:
+            continue
+        mine = found.setdefault(r["cluster"], {"resolution_ms": int(res), "source": source})
+        if int(res) > mine["resolution_ms"]:
+            mine.update(resolution_ms=int(res), source=source)
+    if not found:
+        return
+    try:
+        client = redis.Redis.from_url(settings.QUOTAS_REDIS_URL, socket_connect_timeout=2, socket_timeout=5)
+        client.hset(RESOLUTION_KEY, mapping={c: json.dumps(v) for c, v in found.items()})
+        client.close()
+    except (redis.RedisError, OSError) as e:  # the rollups are loaded; only the words about them wait
+        log.warning("Recording the rollups' resolution failed: %s", e)
+
+
+def history_resolution(cluster: str) -> dict[str, Any]:
+    """What a cluster's hourly history rests on, in words: ``{"resolution_ms", "source", "text", "cannot_know"}``
+    (``text`` e.g. "per 5 s, from Prometheus"; the engine's per-second samples when nothing was recorded)."""
+    import redis
+
+    raw = None
+    try:
+        client = redis.Redis.from_url(settings.QUOTAS_REDIS_URL, socket_connect_timeout=2, socket_timeout=5)
+        raw = client.hget(RESOLUTION_KEY, cluster)
+        client.close()
+    except (redis.RedisError, OSError):
+        pass
+    found = json.loads(raw) if raw else {"resolution_ms": 1000, "source": "engine"}
+    res, source = int(found.get("resolution_ms") or 1000), found.get("source") or "engine"
+    every = "second" if res == 1000 else f"{res / 1000:g} s"
+    cannot = ([f"bursts shorter than {every}: the percentiles are over {every} averages (and Kafka's byte-rate is "
+               "itself a mean over its quota window, 11 s by default)",
+               "throttled time within a scrape: Kafka publishes a throttle-time average, not a total, so the time "
+               "throttled is estimated from it"] if source == "prometheus" else [])
+    return {"resolution_ms": res, "source": source,
+            "text": f"per {every}, {SOURCE_WORDS.get(source, 'from ' + str(source))}", "cannot_know": cannot}
 
 
 def entity_history(cluster: str, tags: str, days: int = 7, connections: bool = False) -> dict[str, list[Any]]:

@@ -17,6 +17,9 @@ scraped, and makes of each (broker, quota type, sensor) one sample in the format
 - ``thr_avg`` is Kafka's ``throttle-time`` (the mean of the throttle times it gave in its metrics window, 0 when
   none), ``thr_max`` the highest value of it in the query window, ``thr_frac`` an estimate: Kafka publishes no
   throttled-time total per entity, so it is ``thr_avg`` per second (capped at 1).
+- ``res_ms``: how long the sample stands for, the scrape interval seen in the window (the time between a series'
+  newest two scrapes, to 100 ms; None while a series has one): the history lands it, so rollups and previews know
+  their resolution (a broker is published once per scrape).
 - Connection quotas: ``q`` ``"connection"``, ``e`` ``"listener:<name>"`` (``accept_rate``, ``count`` summed over the
   network processors, the accept throttle time) or ``"ip:<address>"`` (``accept_rate``).
 
@@ -162,6 +165,7 @@ class _Acc:
     """What one poll read of one (broker, quota type, sensor)."""
 
     newest_ms: int = 0
+    res_ms: int | None = None  # the scrape interval seen (newest two scrapes of a series)
     values: dict[str, float | None] = field(default_factory=dict)  # field -> newest value
     thr_max: float = 0.0
     count: float | None = None  # connection count, summed over network processors
@@ -262,6 +266,9 @@ class PrometheusSource:
                 acc = accs[key] = _Acc()
                 entities[key] = entity
             acc.newest_ms = max(acc.newest_ms, newest_ms)
+            if len(points) >= 2:
+                step = int(round((float(newest_s) - float(points[-2][0])) * 10)) * 100
+                acc.res_ms = max(acc.res_ms or 0, step) or None
             value = _num(newest_text)
             if f == "count":  # one series per network processor
                 acc.count = (acc.count or 0.0) + (value or 0.0)
@@ -294,6 +301,7 @@ class PrometheusSource:
         s["thr_max"] = max(acc.thr_max, thr_avg)
         s["thr_frac"] = min(1.0, thr_avg / 1000.0)
         s["tokens"] = v.get("tokens") if q == MUTATION else None
+        s["res_ms"] = acc.res_ms
         return s
 
 

@@ -6,8 +6,10 @@ Layout under ``settings.QUOTAS_LANDING_ROOT``, partitioned by the UTC hour of ea
 - ``usage/``: cluster (string), broker (int32), quota_type (string), user (string), client_id (string),
   t_ms (int64), value (float64): every request's usage as recorded (``quotas/engine/usage_log.py``);
 - ``samples/``: t (int64), c (string), b (int32), q (string), e (string), rate, bound, util, thr_avg, thr_max,
-  thr_frac, tokens (float64, nullable): the monitor firehose ``mon:{<cluster>}:all`` (other fields of a
-  sample, e.g. the connection samples' ``accept_rate``/``count``, are not part of the contract);
+  thr_frac, tokens (float64, nullable), src (string: ``prometheus``, ``client``; null for the engine's), res_ms
+  (int64: how long the sample stands for, the Prometheus scrape interval; null = one second): the monitor firehose
+  ``mon:{<cluster>}:all`` (other fields of a sample, e.g. the connection samples' ``accept_rate``/``count``, are not
+  part of the contract; files landed before ``src``/``res_ms`` existed lack them: read with ``mergeSchema``);
 - ``telemetry/``: t (int64), c, instance, client_id, name (string), attrs (JSON text), point_t (int64),
   value (float64): one row per metric point of the sink's JSON-lines files, which share these directories
   until they are landed (read ``*.parquet`` only).
@@ -68,6 +70,7 @@ SAMPLE_FLOATS = ("rate", "bound", "util", "thr_avg", "thr_max", "thr_frac", "tok
 SAMPLES_SCHEMA = pa.schema(
     [("t", pa.int64()), ("c", pa.string()), ("b", pa.int32()), ("q", pa.string()), ("e", pa.string())]
     + [(name, pa.float64()) for name in SAMPLE_FLOATS]
+    + [("src", pa.string()), ("res_ms", pa.int64())]
 )
 TELEMETRY_SCHEMA = pa.schema([
     ("t", pa.int64()), ("c", pa.string()), ("instance", pa.string()), ("client_id", pa.string()),
@@ -205,6 +208,9 @@ def sample_tables(rows: Sequence[tuple[Any, dict[Any, Any]]], cluster: str) -> d
             c["e"].append(s.get("e"))
             for name in SAMPLE_FLOATS:
                 c[name].append(_float(s.get(name)))
+            c["src"].append(s.get("src"))
+            res = s.get("res_ms")
+            c["res_ms"].append(None if res is None else int(res))
     return {part: pa.table(c, schema=SAMPLES_SCHEMA) for part, c in cols.items()}
 
 

@@ -73,11 +73,15 @@ def _hidden(file: str, name: str) -> bool:
     return any(part.startswith(("_", ".")) for part in rest.split("/") if part)
 
 
-def read_dataset(spark: SparkSession, root: str, name: str) -> DataFrame:
-    """``<root>/<name>`` as a DataFrame, never reading in-progress files; typed errors when missing/corrupt."""
+def read_dataset(spark: SparkSession, root: str, name: str, merge_schema: bool = False) -> DataFrame:
+    """``<root>/<name>`` as a DataFrame, never reading in-progress files; typed errors when missing/corrupt.
+
+    ``merge_schema``: the union of the files' columns (a column added later is null in older files), instead of one
+    file's."""
     path = root.rstrip("/") + "/" + name
+    reader = spark.read.option("mergeSchema", "true") if merge_schema else spark.read
     try:
-        df = spark.read.parquet(path)
+        df = reader.parquet(path)
         files = df.inputFiles()
     except Exception as e:
         raise _translate(e, path) from e
@@ -86,7 +90,7 @@ def read_dataset(spark: SparkSession, root: str, name: str) -> DataFrame:
         raise MissingInput(f"No landed Parquet files under {path}.")
     if len(good) != len(files):  # Spark keeps _metadata/_common_metadata and '_x=y' names: read explicitly
         try:
-            df = spark.read.option("basePath", path).parquet(*good)
+            df = reader.option("basePath", path).parquet(*good)
         except Exception as e:
             raise _translate(e, path) from e
     return df

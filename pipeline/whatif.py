@@ -13,6 +13,11 @@ records go through their own sensor. The figures are computed in the Python work
 records sent there as numbers only) and one row comes back; ``replay_usage`` gives the per-record rows instead.
 ``--advice-target`` adds ``pipeline.advice``'s right-sizing for the same records. Progress goes to stderr as JSON
 lines (``pipeline.progress``).
+
+An entity with no usage records but with samples from Prometheus (a real Kafka cluster: Kafka's own sensors at the
+scrape interval, ``pipeline.usage.sampled_usage``) is replayed from those, as even traffic over each sample's
+interval. Either way ``resolution`` in the result says what the figures rest on ("per 5 s, from Prometheus") and
+what they cannot know at that resolution.
 """
 
 from __future__ import annotations
@@ -40,7 +45,16 @@ from .errors import BadArguments, NoHistory, PipelineError
 from .progress import Progress
 from .replay import never_throttled, replay_frame, replay_sorted
 from .session import base_parser, run_job
-from .usage import check_entity, governed, load_usage, share_sensors, valid_usage
+from .usage import (
+    check_entity,
+    governed,
+    load_usage,
+    load_usage_if_any,
+    resolution,
+    sampled_usage,
+    share_sensors,
+    valid_usage,
+)
 
 REPLAY_SCHEMA = (
     "cluster string, broker long, user string, client_id string, seq long, t_ms long, value double, "
@@ -338,8 +352,23 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
     progress = progress or Progress()
     progress.report("reading the landed history", 0.02)
     # one scan, cached: the clients behind the sensors, the replay, the advice and the skipped records all read it
-    selected = governed(load_usage(spark, args.root), args.cluster, args.quota_type, args.user, args.client_id,
-                        blank=False).cache()
+    usage = load_usage_if_any(spark, args.root)
+    selected = None
+    if usage is not None:
+        selected = governed(usage, args.cluster, args.quota_type, args.user, args.client_id, blank=False).cache()
+    basis = resolution("usage")
+    if selected is None or selected.isEmpty():
+        # no usage records (a real cluster watched through Prometheus): Kafka's sensors at the scrape interval
+        sampled = sampled_usage(spark, args.root, args.cluster, args.quota_type)
+        if sampled is not None:
+            if selected is not None:
+                selected.unpersist()
+            records, res_ms = sampled
+            selected = governed(records, args.cluster, args.quota_type, args.user, args.client_id,
+                                blank=False).cache()
+            basis = resolution("prometheus", res_ms)
+        elif selected is None:
+            load_usage(spark, args.root)  # raises the typed error of the missing usage
     entity = (args.user, args.client_id)
     good = share_sensors(valid_usage(selected), args.user, args.client_id)
     replay_end = 0.6 if args.advice_target is not None else 0.95
@@ -351,7 +380,9 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
         selected.unpersist()
         raise NoHistory(
             f"No recorded {args.quota_type} usage for {_entity_words(args)} on cluster {args.cluster!r} "
-            f"under {args.root}: nothing to replay yet (usage lands every few minutes while clients run)."
+            f"under {args.root}: nothing to replay yet (usage lands every few minutes while clients run; from "
+            "Prometheus, a sensor carries only the tags of the quota level that applies now, so an entity more "
+            "specific than that has no samples of its own)."
         )
     # the clients (user, client-id pairs) behind the sensors: a user's own quota puts all of its clients in one
     n_clients = valid_usage(selected).select("user", "client_id").distinct().count()
@@ -360,13 +391,13 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
         "value": args.value, "quota_type": args.quota_type, "brokers": s["brokers"], "clients": n_clients,
         "history_from_ms": s["history_from_ms"], "history_to_ms": s["history_to_ms"],
         "closed_loop": not args.open_loop, "skipped_records": int(selected.count() - s["requests"]),
-        **{name: s[name] for name in FIGURES},
+        "resolution": basis, **{name: s[name] for name in FIGURES},
     }
     if args.advice_target is not None:
         with progress.spark_action(spark, "right-sizing", replay_end, 0.98):
             advice = advise_usage(good, args.advice_target, args.samples, args.window_ms, entity)
             found = advice.orderBy("user", "client_id").toPandas()
-        result["advice"] = {"target": args.advice_target, "method": METHOD,
+        result["advice"] = {"target": args.advice_target, "method": METHOD, "resolution": basis["text"],
                             "entities": found.to_dict(orient="records")}
     selected.unpersist()
     progress.report("done", 1.0)

@@ -49,6 +49,11 @@ def test_the_poller_returns_the_throttled_producers_sample(kafka_cluster: Any, f
     with PrometheusClient(prometheus.url) as client:
         source = PrometheusSource(client, "prod", bound=bound, selector={"cluster": kafka_cluster.name})
         sample = wait_for_sample(source, f"{USER}:{client_id}")
+        # once Prometheus scraped the sensor twice, each sample says the interval it stands for
+        deadline, res = time.monotonic() + 15, set()
+        while not res and time.monotonic() < deadline:
+            res = {s["res_ms"] for s in source.poll().samples if s["e"] == f"{USER}:{client_id}"} - {None}
+            time.sleep(0.5)
 
     assert sample["src"] == "prometheus" and sample["c"] == "prod"
     assert sample["b"] in {n.node_id for n in kafka_cluster.nodes}
@@ -57,7 +62,8 @@ def test_the_poller_returns_the_throttled_producers_sample(kafka_cluster: Any, f
     assert sample["bound"] == 1024.0 and sample["rate"] > 0 and sample["util"] == sample["rate"] / 1024.0
     assert sample["tokens"] is None
     assert set(sample) == {"t", "c", "b", "q", "e", "rate", "bound", "util", "thr_avg", "thr_max", "thr_frac",
-                           "tokens", "src"}
+                           "tokens", "src", "res_ms"}
+    assert res == {1000}  # the scrape interval: each sample stands for one second of Kafka's sensor
     assert Entity("produce", f"{USER}:{client_id}", USER, client_id) in asked
 
 

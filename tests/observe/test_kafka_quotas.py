@@ -21,7 +21,8 @@ from quotas.engine import monitor
 from tests.redis_keys import keys_cleared
 
 NOW_MS = 1_800_000_000_000
-FIELDS = {"t", "c", "b", "q", "e", "rate", "bound", "util", "thr_avg", "thr_max", "thr_frac", "tokens", "src"}
+FIELDS = {"t", "c", "b", "q", "e", "rate", "bound", "util", "thr_avg", "thr_max", "thr_frac", "tokens", "src",
+          "res_ms"}
 
 
 class Answers:
@@ -77,11 +78,12 @@ def test_tags_come_back_from_the_labels_with_users_decoded() -> None:
     assert produce == {
         "t": NOW_MS, "c": "prod", "b": 2, "q": "produce", "e": "svc%40corp:app,1", "src": "prometheus",
         "rate": 4096.0, "bound": 1024.0, "util": 4.0, "thr_avg": 100.0, "thr_max": 250.0, "thr_frac": 0.1,
-        "tokens": None,
+        "tokens": None, "res_ms": 1000,  # scraped 1 s apart: each sample stands for a second
     }
     assert set(p.scraped_ms) == {NOW_MS - 500}  # when Prometheus scraped each sample's newest value
     fetch = by_key[(1, "fetch", "alice:")]
     assert fetch["thr_avg"] == 0.0 and fetch["thr_max"] == 0.0  # NaN: no throttle in Kafka's window
+    assert fetch["res_ms"] is None  # one scrape in the window: its interval is not known yet
     assert by_key[(1, "request", ":batch")]["rate"] == 12.5
     assert Entity("produce", "svc%40corp:app,1", "svc@corp", "app,1") in asked
     assert Entity("fetch", "alice:", "alice", None) in asked
