@@ -83,7 +83,7 @@ def test_every_page_fits_a_phone_and_axe_finds_nothing_serious(
     problems: list[str] = []
     for who, admin in (("admin", True), ("member", False)):
         ctx = chromium.new_context(viewport=PHONE, is_mobile=True, has_touch=True, base_url=portal.url)
-        ctx.set_default_timeout(15_000)
+        ctx.set_default_timeout(60_000)  # plotly.js and axe on a loaded machine: seconds, not a hang
         errors: list[str] = []
         ctx.on("page", lambda p, errors=errors: p.on("pageerror", lambda e: errors.append(f"{p.url}: {e}")))
         page = ctx.new_page()
