@@ -121,7 +121,7 @@ def _tenant(owner: Any, name: str | None) -> Tenant | None:
 
 @extend_schema_view(
     list=extend_schema(
-        summary="Personal access tokens (yours; admins: everyone's)",
+        summary="Personal access tokens (yours; admins and auditors: everyone's)",
         parameters=[OpenApiParameter("user", str, description="Admins: only this account's tokens.")],
     ),
     retrieve=extend_schema(summary="One personal access token (never its text)"),
@@ -138,7 +138,7 @@ class AccessTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
 
     def get_queryset(self) -> QuerySet[AccessToken]:
         rows = AccessToken.objects.select_related("user", "tenant", "created_by", "revoked_by")
-        if not is_admin(self.request.user):
+        if not sees_everything(self.request.user):  # admins and auditors read every token (never its text)
             return rows.filter(user=self.request.user)
         username = self.request.query_params.get("user")
         return rows.filter(user__username=username) if username else rows

@@ -161,6 +161,13 @@ POST    /api/webhooks/{id}/rotate-secret/                         A       200   
 GET     /api/webhook-deliveries/                                  A       see     see     403     403     401
 GET     /api/webhook-deliveries/{id}/                             A       see     see     403     403     401
 
+GET     /api/tokens/                                              A       see     see     see     hide    401
+GET     /api/tokens/                                              B       see     see     hide    see     401
+POST    /api/tokens/                                              -       201     201     201     201     401
+GET     /api/tokens/{id}/                                         A       see     see     see     404     401
+GET     /api/tokens/{id}/                                         B       see     see     404     see     401
+POST    /api/tokens/{id}/revoke/                                  A       200     403     200     404     401
+
 GET     /api/schema/quotas-file.json                              -       200     200     200     200     200
 GET     /api/clusters/{cluster}/state.yaml                        A       see     see     see     hide    401
 GET     /api/clusters/{cluster}/state.yaml                        B       see     see     hide    see     401
@@ -394,6 +401,12 @@ def world(django_db_setup: None, django_db_blocker: Any, redis_url: str) -> Iter
             asked = build_plan(member, cluster, plan_file(tag, 1250), False)
             grouped[obj] = workflow.submit_plan(member, asked).pk
         w["plan"], w["plan-request"] = plans, grouped
+        from access_tokens.models import AccessToken
+
+        w["token"] = {
+            obj: AccessToken.issue(member, f"token-{tag}", Tenant.objects.get(name=f"team-{tag}"), member)[0].pk
+            for obj, tag, member in (("A", "mxa", amy), ("B", "mxb", ben))
+        }
         w["clients"] = {}
         for role, user in (("admin", admin), ("auditor", auditor), ("A", amy), ("B", ben)):
             c = Client()
@@ -413,7 +426,7 @@ NAMES = {"A": "mxa", "B": "mxb"}
 #: Which world object a ``{pk}``/``{id}`` stands for, by the path's first part.
 ID_OF = {"requests": "request", "subscription-requests": "subscription-request", "previews": "preview",
          "webhooks": "webhook", "webhook-deliveries": "webhook-delivery", "entities": "entity", "plans": "plan",
-         "plan-requests": "plan-request"}
+         "plan-requests": "plan-request", "tokens": "token"}
 SUB = {"metrics": "org.apache.kafka.", "interval.ms": 60000}
 
 
@@ -493,6 +506,8 @@ def body_of(row: Row) -> dict[str, Any] | None:
         return {"cluster": CLUSTER, "name": f"sub-{tag}-3", "configs": {**SUB, "match": f"client_id=app-{tag}-3"}}
     if p == "/api/clusters/{cluster}/plans/":
         return {"document": plan_file(tag, 1300), "prune": False}
+    if p == "/api/tokens/":
+        return {"name": "matrix"}  # members: their only tenant; admins and auditors: all of their rights
     if p == "/api/previews/":
         return {"cluster": CLUSTER, "user": f"svc-{tag}-1", "client_id": None, **GOOD_QUOTA}
     if p == "/api/webhooks/":
