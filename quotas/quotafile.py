@@ -52,6 +52,8 @@ SUBSCRIPTION_FIELDS = ("name", "metrics", "intervalMs", "match")
 #: The file's sections and how a change names them.
 QUOTA, BROKER, TOPIC, CLIENT_METRICS = "quota", "broker", "topic", "client-metrics"
 ADD, CHANGE, REMOVE = "add", "change", "remove"
+#: libyaml's parser when PyYAML was built with it (the nodes keep their lines either way), else PyYAML's own.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: The most text a file may hold (the API's body limit is larger; a state file is far smaller).
 MAX_TEXT = 1 << 20
 
@@ -217,7 +219,7 @@ def read(text: str) -> QuotaState:
     if len(text) > MAX_TEXT:
         raise InvalidQuotaFile([FileError(None, None, f"The file is longer than {MAX_TEXT} characters.")])
     try:
-        documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        documents = list(yaml.compose_all(text, Loader=_LOADER))
     except RecursionError:
         raise InvalidQuotaFile([FileError(None, None, "The file nests deeper than a quota file ever does.")]) from None
     except yaml.YAMLError as e:
@@ -452,7 +454,7 @@ class _Flow(dict):
     """A mapping written in flow style (``{user: alice, client-id: app-1}``)."""
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # libyaml's emitter when PyYAML has it
     pass
 
 

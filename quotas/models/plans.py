@@ -24,7 +24,7 @@ from quotas.connectors.base import BROKER, CLIENT_METRICS, QUOTA, TOPIC, Item
 from quotas.engine.config import EntityRef
 from quotas.engine.entities import DEFAULT, entity_path
 from quotas.engine.errors import QuotaEngineError
-from quotas.models.audit import AuditAction, record
+from quotas.models.audit import AuditAction, AuditEntry
 from quotas.models.broker_configs import (
     BrokerConfig,
     ConfigOp,
@@ -37,9 +37,12 @@ from quotas.models.broker_configs import (
 from quotas.models.client_metrics import ClientMetricsSubscription
 from quotas.models.clusters import Broker, Cluster
 from quotas.models.pushes import DesiredStateVersion
-from quotas.models.quotas import QuotaValue, _apply
+from quotas.models.quotas import QuotaEntity, QuotaValue
 from quotas.models.requests import RequestState
 from quotas.models.tenants import Tenant, entity_owned_by
+
+#: Rows per bulk statement when a plan is applied.
+WRITE_CHUNK = 200
 
 
 class PlanState(models.TextChoices):
@@ -307,10 +310,13 @@ def apply_plan(
                 loaded.append(list(Tenant.objects.prefetch_related("owned_names")))
             return loaded[0]
 
+        validated = [
+            (ref, [(c["key"], None if c["new"] is None else float(c["new"])) for c in entity_changes])
+            for ref, entity_changes in quota_changes.items()
+        ]
+        changed = _write_quotas(cluster, validated)
+        items.update(changed)
         for ref, entity_changes in quota_changes.items():
-            ops = [(c["key"], None if c["new"] is None else float(c["new"])) for c in entity_changes]
-            changed = _apply(cluster, ref, ops)
-            items.update(changed)
             owner = tenant or _owner(tenants(), ref)
             for c in entity_changes:
                 if Item(QUOTA, ref.field(), c["key"]) in changed:
@@ -344,11 +350,76 @@ def apply_plan(
             return state.version, False
         version = state.bump(items)
         note = f"plan #{plan.pk}" + (f" ({comment})" if comment else "") + f"; desired-state version {version}"
-        for entry in audits:
-            record(entry.pop("action"), actor, cluster=cluster, comment=note, **entry)
+        name = actor.get_username() if actor is not None else "system"
+        AuditEntry.objects.bulk_create(  # as ``record`` writes them, in one statement per batch
+            (AuditEntry(actor=actor, actor_name=name, cluster=cluster, comment=note, **entry) for entry in audits),
+            batch_size=500,
+        )
         plan.state, plan.applied_version = PlanState.APPLIED, version
         plan.save(update_fields=["state", "applied_version", "updated"])
     return version, True
+
+
+def _write_quotas(
+    cluster: Cluster, validated: list[tuple[EntityRef, list[tuple[str, float | None]]]]
+) -> dict[Item, str | None]:
+    """Write a plan's quota changes in bulk (as ``alter_client_quotas``' writer does, whose per-entity OR lookup
+    grows too long for a whole file): the cluster's entities and values read once, then inserted, updated and
+    deleted in a few statements. Returns the items that changed (None = removed); an emptied entity is deleted."""
+    if not validated:
+        return {}
+    entities = {(e.user, e.client_id, e.ip): e for e in QuotaEntity.objects.filter(cluster=cluster).order_by()}
+    held = {(v.entity_id, v.key): v for v in QuotaValue.objects.filter(entity__cluster=cluster).order_by()}
+    new = [QuotaEntity(cluster=cluster, user=r.user, client_id=r.client_id, ip=r.ip) for r, ops in validated
+           if (r.user, r.client_id, r.ip) not in entities and any(v is not None for _, v in ops)]
+    if new:
+        QuotaEntity.objects.bulk_create(new, batch_size=WRITE_CHUNK)
+        if any(e.pk is None for e in new):  # a backend that does not return keys: read them back
+            entities = {(e.user, e.client_id, e.ip): e for e in QuotaEntity.objects.filter(cluster=cluster)}
+        else:
+            entities.update({(e.user, e.client_id, e.ip): e for e in new})
+    changes: dict[Item, str | None] = {}
+    creates, updates, deletes, emptied = [], [], [], set()
+    for ref, ops in validated:
+        entity = entities.get((ref.user, ref.client_id, ref.ip))
+        if entity is None:
+            continue
+        for key, value in ops:
+            row = held.get((entity.pk, key))
+            item = Item(QUOTA, ref.field(), key)
+            if value is None:
+                if row is not None:
+                    deletes.append(row.pk)
+                    del held[(entity.pk, key)]
+                    emptied.add(entity.pk)
+                    changes[item] = None
+                continue
+            if row is None:
+                held[(entity.pk, key)] = row = QuotaValue(entity=entity, key=key, value=value)
+                creates.append(row)
+            elif row.value != value:
+                row.value = value
+                updates.append(row)
+            else:
+                continue
+            changes[item] = repr(float(value))
+    for start in range(0, len(deletes), WRITE_CHUNK):
+        QuotaValue.objects.filter(pk__in=deletes[start:start + WRITE_CHUNK]).delete()
+    QuotaValue.objects.bulk_create(creates, batch_size=WRITE_CHUNK)
+    by_value: dict[float, list[int]] = defaultdict(list)
+    for row in updates:
+        by_value[row.value].append(row.pk)
+    if len(by_value) * 4 <= len(updates):  # a file often sets many entities to the same value: one UPDATE per value
+        for value, pks in by_value.items():
+            for start in range(0, len(pks), WRITE_CHUNK):
+                QuotaValue.objects.filter(pk__in=pks[start:start + WRITE_CHUNK]).update(value=value)
+    else:
+        QuotaValue.objects.bulk_update(updates, ["value"], batch_size=WRITE_CHUNK)
+    still = {entity_pk for entity_pk, _ in held}
+    gone = [pk for pk in emptied if pk not in still]
+    for start in range(0, len(gone), WRITE_CHUNK):
+        QuotaEntity.objects.filter(pk__in=gone[start:start + WRITE_CHUNK]).delete()
+    return changes
 
 
 def _owner(tenants: list[Tenant], ref: EntityRef) -> Tenant | None:
