@@ -341,11 +341,19 @@ def _apply_all(
     match = Q()
     for ref in by_ref:
         match |= Q(user=ref.user, client_id=ref.client_id, ip=ref.ip)  # None: IS NULL
-    entities = {(e.user, e.client_id, e.ip): e for e in QuotaEntity.objects.filter(match, cluster=cluster).order_by()}
+    # the entities and their values in one statement (a LEFT JOIN: an entity without values still comes back)
+    entities: dict[tuple[str | None, str | None, str | None], QuotaEntity] = {}
     held: dict[tuple[int, str], QuotaValue] = {}
-    if entities:
-        for row in QuotaValue.objects.filter(entity__in=[e.pk for e in entities.values()]).order_by():
-            held[(row.entity_id, row.key)] = row
+    rows = QuotaEntity.objects.filter(match, cluster=cluster).order_by().values_list(
+        "pk", "user", "client_id", "ip", "quota_values__pk", "quota_values__key", "quota_values__value"
+    )
+    for pk, user, client_id, ip, value_pk, key, value in rows:
+        entity = entities.get((user, client_id, ip))
+        if entity is None:
+            entity = entities[(user, client_id, ip)] = QuotaEntity(pk=pk, cluster=cluster, user=user,
+                                                                  client_id=client_id, ip=ip)
+        if value_pk is not None:
+            held[(pk, key)] = QuotaValue(pk=value_pk, entity=entity, key=key, value=value)
     new = [
         QuotaEntity(cluster=cluster, user=ref.user, client_id=ref.client_id, ip=ref.ip)
         for ref, ops in by_ref.items()
