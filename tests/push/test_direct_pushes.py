@@ -95,7 +95,7 @@ def test_concurrent_commits_land_each_version_once_in_order_directly_or_through_
     assert all(set(answers) == brokers for answers in rows.values_list("answers", flat=True))
     # in order: this process's pushes each started where an earlier push ended, versions only growing
     assert seen, "no commit was pushed by the committing process"
-    for (base, version), (next_base, next_version) in zip(seen, seen[1:], strict=False):
+    for (_, version), (next_base, next_version) in zip(seen, seen[1:], strict=False):
         assert next_base >= version and next_version > version, seen
     # what every broker answers is each user's value at the last version that changed it
     final: dict[str, float] = {}
@@ -104,5 +104,6 @@ def test_concurrent_commits_land_each_version_once_in_order_directly_or_through_
     for node in kafka_cluster.nodes:
         assert {u: answered(node.address("PLAINTEXT"), u) for u in users} == final
     alter_client_quotas(cluster, [Alteration([("user", u)], [QuotaOp(PBR, remove=True)]) for u in users])
-    wait_for("the test's quotas removed", lambda: answered(kafka_cluster.nodes[0].address("PLAINTEXT"), users[0]) is None)
+    first = kafka_cluster.nodes[0].address("PLAINTEXT")
+    wait_for("the test's quotas removed", lambda: answered(first, users[0]) is None)
     push.wait_direct_pushes()
