@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import models, transaction
 from django.db.models import Q
@@ -322,6 +323,10 @@ def alter_client_quotas(cluster: Cluster, entries: Sequence[Alteration], validat
     return AlterOutcome(version, bool(changes), results)
 
 
+#: Entities matched per statement by ``_apply_all`` (SQLite's expression depth limit is 1000).
+_MATCH_CHUNK = 200
+
+
 def _apply_all(
     cluster: Cluster, validated: Sequence[tuple[EntityRef, list[tuple[str, float | None]]]]
 ) -> dict[Item, str | None]:
@@ -338,15 +343,21 @@ def _apply_all(
     def parts(ref: EntityRef) -> tuple[str | None, str | None, str | None]:
         return ref.user, ref.client_id, ref.ip
 
-    match = Q()
-    for ref in by_ref:
-        match |= Q(user=ref.user, client_id=ref.client_id, ip=ref.ip)  # None: IS NULL
-    # the entities and their values in one statement (a LEFT JOIN: an entity without values still comes back)
+    # the entities and their values in one statement per chunk (a LEFT JOIN: an entity without values still comes
+    # back); chunked because SQLite refuses an OR of thousands of terms ("Expression tree is too large")
     entities: dict[tuple[str | None, str | None, str | None], QuotaEntity] = {}
     held: dict[tuple[int, str], QuotaValue] = {}
-    rows = QuotaEntity.objects.filter(match, cluster=cluster).order_by().values_list(
-        "pk", "user", "client_id", "ip", "quota_values__pk", "quota_values__key", "quota_values__value"
-    )
+    refs = list(by_ref)
+    rows: list[tuple[Any, ...]] = []
+    for start in range(0, len(refs), _MATCH_CHUNK):
+        match = Q()
+        for ref in refs[start : start + _MATCH_CHUNK]:
+            match |= Q(user=ref.user, client_id=ref.client_id, ip=ref.ip)  # None: IS NULL
+        rows.extend(
+            QuotaEntity.objects.filter(match, cluster=cluster).order_by().values_list(
+                "pk", "user", "client_id", "ip", "quota_values__pk", "quota_values__key", "quota_values__value"
+            )
+        )
     for pk, user, client_id, ip, value_pk, key, value in rows:
         entity = entities.get((user, client_id, ip))
         if entity is None:

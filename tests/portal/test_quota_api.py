@@ -236,6 +236,18 @@ def test_alter_sets_updates_and_removes(staff: APIClient, cluster: Cluster) -> N
     assert counts() == (0, 0)
 
 
+def test_a_batch_of_thousands_of_entities_is_one_version(cluster: Cluster) -> None:
+    """A big batch (a quotas file of a large cluster) is written whole, as one version, on every database: the
+    entities are matched in chunks (SQLite refuses one OR of thousands of terms)."""
+    seed(cluster, [({"user": f"u{i}"}, PBR, 1000.0) for i in range(0, 3000, 2)])  # every other one exists
+    before = version(cluster)
+    entries = [Alteration([("user", f"u{i}")], [QuotaOp(PBR, 2000.0)]) for i in range(3000)]
+    alter_client_quotas(cluster, entries)
+    assert version(cluster) == before + 1
+    assert counts() == (3000, 3000)
+    assert set(QuotaValue.objects.values_list("value", flat=True)) == {2000.0}
+
+
 def test_alter_ip_entities_are_stored_canonical(staff: APIClient, cluster: Cluster) -> None:
     entries = [
         {"entity": entity(ip="0:0::1"), "ops": [set_op("connection_creation_rate", 10)]},
