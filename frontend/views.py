@@ -15,7 +15,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.db.models import Q, QuerySet
+from django.contrib.auth import get_user_model
+from django.db.models import Prefetch, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -384,7 +385,9 @@ def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
 def tenant_list(request: HttpRequest) -> HttpResponse:
     """Tenants with their members and owned patterns; a member sees its own tenants (as the API)."""
     tenants = Tenant.objects.all() if sees_everything(request.user) else tenants_of(request.user)
-    return page(request, "frontend/tenant_list.html", {"tenants": tenants.prefetch_related("members", "owned_names")})
+    # members by name: without an ORDER BY, PostgreSQL returns them in whatever order it finds them
+    members = Prefetch("members", queryset=get_user_model().objects.order_by("username"))
+    return page(request, "frontend/tenant_list.html", {"tenants": tenants.prefetch_related(members, "owned_names")})
 
 
 # ------------------------------------------------------------------ pushes and drift
