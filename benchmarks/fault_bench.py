@@ -150,9 +150,9 @@ class Faults:
             self.last_end = time.perf_counter()
 
     def inject(self, kind: str) -> None:
+        if self.down_until:  # an outage is running: it ends now, so every scheduled fault is injected
+            self.down_until = time.perf_counter()
         self.ensure_up()
-        if self.down_until:  # an outage is running: it counts as this fault too
-            return
         self.counts[kind] += 1
         if kind == "worker_sigkill":
             self.worker.kill()
