@@ -60,6 +60,13 @@ def build_session(master: str = DEFAULT_MASTER, app_name: str = "quotas-pipeline
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         )
+        if master.startswith("spark://"):
+            # a standalone cluster's executors start their Python workers in a folder of their own: they import the
+            # jobs' modules (pipeline, quotas.engine) from where this process does (the same path on every worker)
+            root = str(Path(__file__).resolve().parent.parent)
+            builder = builder.config("spark.executorEnv.PYTHONPATH", os.pathsep.join(
+                p for p in (root, os.environ.get("PYTHONPATH", "")) if p
+            ))
         for key, value in (conf or {}).items():
             builder = builder.config(key, value)
         return builder.getOrCreate()
