@@ -2,18 +2,18 @@
 
     python -m pipeline.rollups --root R --out O [--since-ms T] [--master M]
 
-Input ``<root>/samples/``: one row per broker, entity and sample (t ms, c cluster, b broker, q quota type,
-e sensor tags "user:client", rate, bound, util, thr_avg, thr_max, thr_frac, tokens; ``src`` and ``res_ms``, the
-sample's source and how long it stands for: the engine's and the clients' samples are per second (no ``res_ms``:
-1000), the Prometheus source's per scrape interval, e.g. 5000 ms). Each sample is one slot of its resolution
-(``floor(t / res_ms)``); first each slot of an entity is summed over its brokers (a broker with two samples in one
-slot counts their mean: the rate = sum of the brokers' rates, throttled ms = sum of thr_frac x the slot's length,
-throttled fraction = mean of thr_frac, tokens = the lowest); then per minute and per hour: ``bytes`` (the rate x
-the slot's length, summed), ``rate_p50/p95/p99`` (exact percentiles, linear interpolation, over the slots, so over
-per-second rates or, from Prometheus, over 5 s averages: a burst shorter than a slot is not in them) and
-``rate_max``, ``throttle_ms`` (total throttled time), ``throttled_fraction`` (mean over the time covered),
-``tokens_min``, ``thr_max``, ``seconds`` (how many seconds the slots cover), ``resolution_ms`` (the coarsest slot in
-the window) and ``source`` (``prometheus``, ``client`` or ``engine``).
+Input ``<root>/samples/``: one row per broker, entity and sample (t ms, c cluster, b broker, q quota type, e sensor
+tags "user:client", rate, bound, util, thr_avg, thr_max, thr_frac, tokens; ``src`` and ``res_ms``, the sample's source
+and how long it stands for: the engine's and the clients' samples are per second (no ``res_ms``: 1000), the Prometheus
+source's per scrape interval, e.g. 5000 ms). Each sample is one slot of its resolution (``floor(t / res_ms)``); first
+each slot of an entity is summed over its brokers (a broker with two coarse samples in one slot counts their mean;
+per-second samples each count: the rate = sum of the brokers' rates, throttled ms = sum of thr_frac x the slot's
+length, throttled fraction = mean of thr_frac, tokens = the lowest); then per minute and per hour: ``bytes`` (the rate
+x the slot's length, summed), ``rate_p50/p95/p99`` (exact percentiles, linear interpolation, over the slots, so over
+per-second rates or, from Prometheus, over 5 s averages: a burst shorter than a slot is not in them) and ``rate_max``,
+``throttle_ms`` (total throttled time), ``throttled_fraction`` (mean over the time covered), ``tokens_min``,
+``thr_max``, ``seconds`` (how many seconds the slots cover), ``resolution_ms`` (the coarsest slot in the window) and
+``source`` (``prometheus``, ``client`` or ``engine``).
 ``--since-ms`` rolls up only the samples from T on (the portal passes the start of the newest hour it loaded;
 the date/hour partitions before it are not read).
 Output: Parquet under ``<out>/granularity=minute`` and ``<out>/granularity=hour`` (overwritten).
@@ -61,9 +61,11 @@ def per_second(samples: DataFrame) -> DataFrame:
         F.coalesce(F.col("thr_frac").cast("double"), F.lit(0.0)).alias("thr_frac"),
         F.col("thr_max").cast("double").alias("thr_max"), F.col("tokens").cast("double").alias("tokens"),
     )
-    # a broker's samples in one slot (polls at the edge of a scrape interval): their mean, so a slot is never
-    # counted twice
-    per_broker = s.groupBy(*ENTITY, "res_ms", "slot", "broker").agg(
+    # a broker's coarse samples in one slot (Prometheus polls at the edge of a scrape interval): their mean, so a
+    # slot is never counted twice; per-second samples each stand for their own second, as they always did (one
+    # landed late for a second already landed adds to it)
+    one_each = F.when(F.col("res_ms") > DEFAULT_RES_MS, F.lit(0)).otherwise(F.monotonically_increasing_id())
+    per_broker = s.withColumn("_one", one_each).groupBy(*ENTITY, "res_ms", "slot", "broker", "_one").agg(
         F.avg("rate").alias("rate"), F.avg("thr_frac").alias("thr_frac"), F.max("thr_max").alias("thr_max"),
         F.min("tokens").alias("tokens"), F.max("source").alias("source"),
     )

@@ -392,6 +392,8 @@ SPECTACULAR_SETTINGS = {
         "ScramMechanismEnum": "quotas.models.scram.SCRAM_MECHANISM_CHOICES",
         "DeliveryStateEnum": "quotas.models.webhooks.DeliveryState",
         "WebhookEventEnum": "quotas.models.webhooks.WebhookEvent",
+        # a quotas file's sections, named by the plan's changes and their filters alike
+        "QuotasFileSectionEnum": ["quota", "broker", "topic", "client-metrics"],
     },
 }
 

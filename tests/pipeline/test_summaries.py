@@ -146,9 +146,11 @@ def test_the_job_reports_summarize_of_the_records_the_entity_governs(spark, tmp_
     assert got["skipped_records"] == 0 and got["throttle_events"] > 0
     # each sensor its own timeline: a fraction of time, never above 1 however many clients share a broker
     assert 0 < got["throttled_fraction"] <= 1
-    assert list(got)[:12] == ["cluster", "user", "client_id", "key", "value", "quota_type", "brokers", "clients",
-                              "history_from_ms", "history_to_ms", "closed_loop", "skipped_records"]
-    assert list(got)[12:] == list(FIGURES)
+    assert list(got)[:13] == ["cluster", "user", "client_id", "key", "value", "quota_type", "brokers", "clients",
+                              "history_from_ms", "history_to_ms", "closed_loop", "skipped_records", "resolution"]
+    assert list(got)[13:] == list(FIGURES)
+    # replayed from the usage log: per request, nothing it cannot know for want of resolution
+    assert got["resolution"]["source"] == "usage" and got["resolution"]["cannot_know"] == []
 
 
 def test_a_controller_mutation_proposal_replays_the_topic_creations_through_the_token_bucket(spark, tmp_path: Path,
