@@ -83,11 +83,15 @@ def test_the_command_publishes_kafkas_sensors_with_the_portals_quota(
     with keys_cleared(redis_url, f"mon:{{{name}}}*") as redis_client:
         deadline = time.monotonic() + 30
         found: list[dict[str, Any]] = []
-        while not found and time.monotonic() < deadline:
+        listeners: list[dict[str, Any]] = []
+        # polled until the producer's sensor and every broker's listener sensor are in: Prometheus scrapes the
+        # brokers one by one, so one poll may see some brokers' newest series before the others'
+        while (not found or len(listeners) < len(kafka_cluster.nodes)) and time.monotonic() < deadline:
             call_command("prometheus_source", "--cluster", name, "--url", prometheus.url,
                          "--match", f"cluster={kafka_cluster.name}", "--duration", "1.5", "--status-every", "60")
-            found = [s for s in monitor.latest(redis_client, name)
-                     if s["q"] == "produce" and s["e"] == tags and s["thr_max"] > 0]
+            latest = monitor.latest(redis_client, name)
+            found = [s for s in latest if s["q"] == "produce" and s["e"] == tags and s["thr_max"] > 0]
+            listeners = [s for s in latest if s["e"] == "listener:PLAINTEXT"]
         assert found, f"no sample of {tags} in the monitor's latest hash"
         (sample,) = found
         assert sample["src"] == "prometheus" and sample["bound"] == 1024.0 and sample["util"] is not None
