@@ -49,10 +49,12 @@ def test_the_poller_returns_the_throttled_producers_sample(kafka_cluster: Any, f
     with PrometheusClient(prometheus.url) as client:
         source = PrometheusSource(client, "prod", bound=bound, selector={"cluster": kafka_cluster.name})
         sample = wait_for_sample(source, f"{USER}:{client_id}")
-        # once Prometheus scraped the sensor twice, each sample says the interval it stands for
-        deadline, res = time.monotonic() + 15, set()
-        while not res and time.monotonic() < deadline:
+        # each sample says the interval it stands for: the time between the series' newest two scrapes. Right after
+        # the switch from 5 s to 1 s scrapes that gap is anything in between, so poll until two 1 s scrapes are in
+        deadline, res, seen = time.monotonic() + 20, set(), set()
+        while res != {1000} and time.monotonic() < deadline:
             res = {s["res_ms"] for s in source.poll().samples if s["e"] == f"{USER}:{client_id}"} - {None}
+            seen |= res
             time.sleep(0.5)
 
     assert sample["src"] == "prometheus" and sample["c"] == "prod"
@@ -63,7 +65,8 @@ def test_the_poller_returns_the_throttled_producers_sample(kafka_cluster: Any, f
     assert sample["tokens"] is None
     assert set(sample) == {"t", "c", "b", "q", "e", "rate", "bound", "util", "thr_avg", "thr_max", "thr_frac",
                            "tokens", "src", "res_ms"}
-    assert res == {1000}  # the scrape interval: each sample stands for one second of Kafka's sensor
+    assert res == {1000}, seen  # the scrape interval: each sample stands for one second of Kafka's sensor
+    assert all(r % 100 == 0 for r in seen), seen  # to 100 ms
     assert Entity("produce", f"{USER}:{client_id}", USER, client_id) in asked
 
 
