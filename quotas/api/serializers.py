@@ -46,6 +46,7 @@ from quotas.models import (
     Tenant,
     TopicConfig,
     push_targets,
+    push_wanted,
 )
 from quotas.workflow import capacity_check
 
@@ -80,9 +81,15 @@ def check_kafka_string(value: Any) -> None:
 
 
 class BrokerSerializer(serializers.ModelSerializer):
+    """A broker as an admin registers it. ``engine_url`` is written, never shown: a Redis URL may hold a password,
+    and every authenticated user reads clusters."""
+
     class Meta:
         model = Broker
-        fields = ["broker_id", "host"]
+        fields = ["broker_id", "host", "engine_url"]
+        extra_kwargs = {"engine_url": {"write_only": True}}
+        # (cluster, broker_id) is unique: checked over the whole list in ClusterSerializer.validate_brokers
+        validators: list[Any] = []
 
 
 class ListenerSerializer(serializers.ModelSerializer):
@@ -94,7 +101,12 @@ class ListenerSerializer(serializers.ModelSerializer):
 class ClusterSerializer(serializers.ModelSerializer):
     """A cluster with its brokers, listeners and the version of its desired quota state."""
 
-    brokers = BrokerSerializer(many=True, read_only=True)
+    brokers = BrokerSerializer(
+        many=True,
+        required=False,
+        help_text="Brokers to register or change (by broker_id) with the cluster; brokers not listed are kept. "
+        "A new broker, or one whose engine_url changed, gets the cluster's whole desired state pushed.",
+    )
     listeners = ListenerSerializer(many=True, read_only=True)
     desired_state_version = serializers.IntegerField(
         source="desired_state.version", read_only=True, help_text="Bumped by every quota change of this cluster."
@@ -122,6 +134,49 @@ class ClusterSerializer(serializers.ModelSerializer):
         if self.instance is not None and value != self.instance.name:
             raise serializers.ValidationError("A cluster cannot be renamed; create a new cluster instead.")
         return value
+
+    def validate_brokers(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each broker id once: the database's unique (cluster, broker_id), said before it fails."""
+        ids = [b["broker_id"] for b in value]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise serializers.ValidationError(f"broker_id {', '.join(map(str, twice))} is listed more than once.")
+        return value
+
+    def create(self, validated_data: dict[str, Any]) -> Cluster:
+        """The cluster and its brokers in one transaction: all of them, or nothing."""
+        brokers = validated_data.pop("brokers", [])
+        with transaction.atomic():
+            cluster = super().create(validated_data)
+            self._save_brokers(cluster, brokers)
+        return cluster
+
+    def update(self, instance: Cluster, validated_data: dict[str, Any]) -> Cluster:
+        brokers = validated_data.pop("brokers", [])
+        with transaction.atomic():
+            cluster = super().update(instance, validated_data)
+            self._save_brokers(cluster, brokers)
+        return cluster
+
+    @staticmethod
+    def _save_brokers(cluster: Cluster, brokers: list[dict[str, Any]]) -> None:
+        """New brokers are created (``Broker.save`` queues their first push); a known one whose ``engine_url``
+        changed now points at a namespace holding nothing, so it gets a push too (the whole state)."""
+        known = {b.broker_id: b for b in cluster.brokers.select_for_update()}
+        moved: list[int] = []
+        for data in brokers:
+            broker = known.get(data["broker_id"])
+            if broker is None:
+                Broker.objects.create(cluster=cluster, **data)
+                continue
+            old_url = broker.engine_url
+            for field, value in data.items():
+                setattr(broker, field, value)
+            broker.save()
+            if broker.engine_url != old_url and cluster.scope == QuotaScope.PER_BROKER:
+                moved.append(broker.pk)
+        if moved:
+            transaction.on_commit(lambda: push_wanted.send(sender=Broker, cluster_id=cluster.pk, broker_pks=moved))
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """The database check, said before it fails: Kafka brokers cannot share one budget."""

@@ -17,6 +17,15 @@ cluster_name_validator = RegexValidator(
 )
 
 
+#: A broker's engine: one Redis (``redis://``, ``rediss://``, ``unix://``) or a Redis Cluster (``redis+cluster://``,
+#: ``rediss+cluster://``; any nodes, the client finds the slots), as ``quotas.engine.redis_backend.connect`` takes them.
+ENGINE_URL_VALIDATOR = RegexValidator(
+    r"^(rediss?(\+cluster)?|unix)://",
+    "Use a redis://, rediss://, unix:// URL, or redis+cluster://host:port[,host:port...] (rediss+cluster:// for TLS) "
+    "for a Redis Cluster.",
+)
+
+
 #: Sent after a commit that leaves push targets behind desired state (a new version, a new broker), with
 #: ``cluster_id`` and ``broker_pks`` (None: the cluster-wide namespace). The push layer (``quotas.push``) connects
 #: to it and enqueues the pushes: the models do not know the push.
@@ -97,8 +106,9 @@ class Broker(models.Model):
     engine_url = models.CharField(
         max_length=255,
         blank=True,
-        validators=[RegexValidator(r"^(rediss?|unix)://", "Use a redis://, rediss:// or unix:// URL.")],
-        help_text="Engine clusters: Redis URL of this broker's engine; empty = the portal's own Redis.",
+        validators=[ENGINE_URL_VALIDATOR],
+        help_text="Engine clusters: Redis URL of this broker's engine (redis+cluster://host:port,... for a Redis "
+        "Cluster); empty = the engine's Redis of the settings.",
     )
 
     class Meta:
