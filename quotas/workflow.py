@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -339,8 +340,8 @@ def settle_pushed(cluster: Cluster) -> list[int]:
     """After a push: settle every ``applying`` request of the cluster (quota requests, then subscription
     requests); returns the ids of the quota requests that moved."""
     moved = []
-    _settle_subscriptions(cluster)
-    _settle_plan_requests(cluster)
+    _settle_all_grouped(SUBSCRIPTIONS, cluster)
+    _settle_all_grouped(PLANS, cluster)
     for pk in QuotaRequest.objects.filter(cluster=cluster, state=RequestState.APPLYING).values_list("pk", flat=True):
         try:
             with transaction.atomic():
@@ -444,32 +445,103 @@ def _end_boost(request: QuotaRequest) -> str:
 # Same states and race guard as quota requests; the decision is kept on the request row.
 
 
-def _sub_audit(
-    action: str,
-    actor: AbstractBaseUser | None,
-    request: SubscriptionRequest,
-    before: str | None,
-    after: str,
-    comment: str,
-) -> None:
-    record(
-        action,
-        actor,
-        tenant=request.tenant,
-        cluster=request.cluster,
-        entity=request.path,
-        key="",
-        before=before,
-        after=after,
-        comment=f"subscription request #{request.pk}" + (f": {comment}" if comment else ""),
-    )
+@dataclass(frozen=True)
+class _GroupedKind:
+    """A request kind decided on its own row (subscription and plan requests): what differs between them is the
+    model, its name in messages and audits, and the rows it reads with it; the life cycle around it is shared."""
+
+    model: type[SubscriptionRequest] | type[PlanRequest]
+    label: str
+    related: tuple[str, ...]
+
+    def load(self, request_id: int) -> SubscriptionRequest | PlanRequest:
+        try:
+            return self.model.objects.select_related(*self.related).get(pk=request_id)
+        except self.model.DoesNotExist:
+            raise InvalidRequest(f"No {self.label} #{request_id}.") from None
+
+    def audit(
+        self,
+        action: str,
+        actor: AbstractBaseUser | None,
+        request: SubscriptionRequest | PlanRequest,
+        before: str | None,
+        after: str,
+        comment: str,
+    ) -> None:
+        record(
+            action,
+            actor,
+            tenant=request.tenant,
+            cluster=request.cluster,
+            entity=request.path,
+            key="",
+            before=before,
+            after=after,
+            comment=f"{self.label} #{request.pk}" + (f": {comment}" if comment else ""),
+        )
 
 
-def _load_subscription_request(request_id: int) -> SubscriptionRequest:
-    try:
-        return SubscriptionRequest.objects.select_related("tenant", "cluster", "requested_by").get(pk=request_id)
-    except SubscriptionRequest.DoesNotExist:
-        raise InvalidRequest(f"No subscription request #{request_id}.") from None
+SUBSCRIPTIONS = _GroupedKind(SubscriptionRequest, "subscription request", ("tenant", "cluster", "requested_by"))
+PLANS = _GroupedKind(PlanRequest, "plan request", ("tenant", "cluster", "requested_by", "plan"))
+
+
+def _withdraw_grouped(kind: _GroupedKind, actor: AbstractBaseUser, request_id: int, comment: str) -> Any:
+    """The requester, or another member of its tenant, takes back a request nobody decided yet."""
+    _refuse_auditor(actor)
+    with transaction.atomic():
+        request = kind.load(request_id)
+        if request.requested_by_id != actor.pk and not tenants_of(actor).filter(pk=request.tenant_id).exists():
+            raise PermissionDenied("Only the requester or a member of the request's tenant can withdraw it.")
+        _move(request, RequestState.WITHDRAWN)
+        kind.audit(AuditAction.WITHDRAWN, actor, request, "submitted", "withdrawn", comment)
+    return request
+
+
+def _reject_grouped(
+    kind: _GroupedKind, actor: AbstractBaseUser, request_id: int, comment: str, now: datetime | None
+) -> Any:
+    """An admin (not the requester) rejects, saying why; the decision is kept on the request's row."""
+    if not comment.strip():
+        raise InvalidRequest("Say why in the comment: the tenant needs to know what to change.")
+    with transaction.atomic():
+        request = kind.load(request_id)
+        _check_decider(actor, request)
+        _move(
+            request, RequestState.REJECTED, decided_by=actor, decision_comment=comment, decided_at=now or timezone.now()
+        )
+        kind.audit(AuditAction.REJECTED, actor, request, "submitted", "rejected", comment)
+    return request
+
+
+def _settle_grouped(kind: _GroupedKind, request: SubscriptionRequest | PlanRequest) -> None:
+    """As ``_settle``: applied once every target holds the version; failed when a target refused the push.
+
+    A change that was already the desired state (nothing to push) keeps the version it found, whose pushes
+    are the ones to wait for."""
+    rows = Push.objects.filter(cluster_id=request.cluster_id, version=request.applied_version)
+    failed = rows.filter(state=PushState.FAILED).select_related("broker").first()
+    if failed is not None:
+        where = f"broker {failed.broker.broker_id}" if failed.broker else "the cluster-wide namespace"
+        why = f"{where} refused the push: {failed.error_code}: {failed.error}"
+        _move(request, RequestState.FAILED, failure=why)
+        kind.audit(AuditAction.FAILED, None, request, "applying", "failed", why)
+    elif not rows.exclude(state=PushState.APPLIED).exists():
+        _move(request, RequestState.APPLIED)
+        comment = f"desired-state version {request.applied_version} is on every broker"
+        kind.audit(AuditAction.APPLIED, None, request, "applying", "applied", comment)
+
+
+def _settle_all_grouped(kind: _GroupedKind, cluster: Cluster) -> None:
+    rows = kind.model.objects.filter(cluster=cluster, state=RequestState.APPLYING)
+    for pk in rows.values_list("pk", flat=True):
+        try:
+            with transaction.atomic():
+                request = kind.load(pk)
+                if request.state == RequestState.APPLYING:
+                    _settle_grouped(kind, request)
+        except Conflict:
+            continue
 
 
 def _check_subscription_owner(tenant: Tenant, cluster: Cluster, name: str, match: str | None) -> None:
@@ -529,20 +601,13 @@ def submit_subscription(
             match=match or "",
             reason=reason,
         )
-        _sub_audit(AuditAction.SUBMITTED, actor, request, None, RequestState.SUBMITTED, reason)
+        SUBSCRIPTIONS.audit(AuditAction.SUBMITTED, actor, request, None, RequestState.SUBMITTED, reason)
     return request
 
 
 def withdraw_subscription(actor: AbstractBaseUser, request_id: int, comment: str = "") -> SubscriptionRequest:
     """The requester, or another member of its tenant, takes back a subscription request nobody decided yet."""
-    _refuse_auditor(actor)
-    with transaction.atomic():
-        request = _load_subscription_request(request_id)
-        if request.requested_by_id != actor.pk and not tenants_of(actor).filter(pk=request.tenant_id).exists():
-            raise PermissionDenied("Only the requester or a member of the request's tenant can withdraw it.")
-        _move(request, RequestState.WITHDRAWN)
-        _sub_audit(AuditAction.WITHDRAWN, actor, request, "submitted", "withdrawn", comment)
-    return request
+    return _withdraw_grouped(SUBSCRIPTIONS, actor, request_id, comment)
 
 
 def approve_subscription(
@@ -553,10 +618,10 @@ def approve_subscription(
     ``applying`` until every broker holds it. If Kafka's rules or the name's state refuse it now, it is ``failed``."""
     now = now or timezone.now()
     with transaction.atomic():
-        request = _load_subscription_request(request_id)
+        request = SUBSCRIPTIONS.load(request_id)
         _check_decider(actor, request)
         _move(request, RequestState.APPROVED, decided_by=actor, decision_comment=comment, decided_at=now)
-        _sub_audit(AuditAction.APPROVED, actor, request, "submitted", "approved", comment)
+        SUBSCRIPTIONS.audit(AuditAction.APPROVED, actor, request, "submitted", "approved", comment)
         try:
             with transaction.atomic():
                 outcome = alter_subscription(
@@ -568,10 +633,10 @@ def approve_subscription(
                 )
         except QuotaEngineError as e:
             _move(request, RequestState.FAILED, failure=e.message)
-            _sub_audit(AuditAction.FAILED, actor, request, "approved", "failed", e.message)
+            SUBSCRIPTIONS.audit(AuditAction.FAILED, actor, request, "approved", "failed", e.message)
             return request
         _move(request, RequestState.APPLYING, applied_version=outcome.version)
-        _settle_subscription(request)
+        _settle_grouped(SUBSCRIPTIONS, request)
     return request
 
 
@@ -579,46 +644,7 @@ def reject_subscription(
     actor: AbstractBaseUser, request_id: int, comment: str, now: datetime | None = None
 ) -> SubscriptionRequest:
     """An admin (not the requester) rejects, saying why."""
-    if not comment.strip():
-        raise InvalidRequest("Say why in the comment: the tenant needs to know what to change.")
-    with transaction.atomic():
-        request = _load_subscription_request(request_id)
-        _check_decider(actor, request)
-        _move(
-            request, RequestState.REJECTED, decided_by=actor, decision_comment=comment, decided_at=now or timezone.now()
-        )
-        _sub_audit(AuditAction.REJECTED, actor, request, "submitted", "rejected", comment)
-    return request
-
-
-def _settle_subscription(request: SubscriptionRequest) -> None:
-    """As ``_settle``: applied once every target holds the version; failed when a target refused the push.
-
-    A change that was already the desired state (nothing to push) keeps the version it found, whose pushes
-    are the ones to wait for."""
-    rows = Push.objects.filter(cluster_id=request.cluster_id, version=request.applied_version)
-    failed = rows.filter(state=PushState.FAILED).select_related("broker").first()
-    if failed is not None:
-        where = f"broker {failed.broker.broker_id}" if failed.broker else "the cluster-wide namespace"
-        why = f"{where} refused the push: {failed.error_code}: {failed.error}"
-        _move(request, RequestState.FAILED, failure=why)
-        _sub_audit(AuditAction.FAILED, None, request, "applying", "failed", why)
-    elif not rows.exclude(state=PushState.APPLIED).exists():
-        _move(request, RequestState.APPLIED)
-        comment = f"desired-state version {request.applied_version} is on every broker"
-        _sub_audit(AuditAction.APPLIED, None, request, "applying", "applied", comment)
-
-
-def _settle_subscriptions(cluster: Cluster) -> None:
-    rows = SubscriptionRequest.objects.filter(cluster=cluster, state=RequestState.APPLYING)
-    for pk in rows.values_list("pk", flat=True):
-        try:
-            with transaction.atomic():
-                request = _load_subscription_request(pk)
-                if request.state == RequestState.APPLYING:
-                    _settle_subscription(request)
-        except Conflict:
-            continue
+    return _reject_grouped(SUBSCRIPTIONS, actor, request_id, comment, now)
 
 
 # ------------------------------------------------------------------ capacity
@@ -802,29 +828,6 @@ class PlanStaleError(WorkflowError):
     status = 409
 
 
-def _plan_audit(
-    action: str, actor: AbstractBaseUser | None, request: PlanRequest, before: str | None, after: str, comment: str
-) -> None:
-    record(
-        action,
-        actor,
-        tenant=request.tenant,
-        cluster=request.cluster,
-        entity=request.path,
-        key="",
-        before=before,
-        after=after,
-        comment=f"plan request #{request.pk}" + (f": {comment}" if comment else ""),
-    )
-
-
-def _load_plan_request(request_id: int) -> PlanRequest:
-    try:
-        return PlanRequest.objects.select_related("tenant", "cluster", "requested_by", "plan").get(pk=request_id)
-    except PlanRequest.DoesNotExist:
-        raise InvalidRequest(f"No plan request #{request_id}.") from None
-
-
 def submit_plan(actor: AbstractBaseUser, plan: Plan, reason: str = "") -> PlanRequest:
     """A tenant member asks for a whole plan (made for its tenant) as one request; the plan is then ``submitted``."""
     _refuse_auditor(actor)
@@ -842,7 +845,7 @@ def submit_plan(actor: AbstractBaseUser, plan: Plan, reason: str = "") -> PlanRe
         request = PlanRequest.objects.create(
             plan=plan, tenant=plan.tenant, cluster=plan.cluster, requested_by=actor, reason=reason
         )
-        _plan_audit(AuditAction.SUBMITTED, actor, request, None, RequestState.SUBMITTED, reason)
+        PLANS.audit(AuditAction.SUBMITTED, actor, request, None, RequestState.SUBMITTED, reason)
     return request
 
 
@@ -855,10 +858,10 @@ def approve_plan(
     landing meanwhile do not."""
     now = now or timezone.now()
     with transaction.atomic():
-        request = _load_plan_request(request_id)
+        request = PLANS.load(request_id)
         _check_decider(actor, request)
         _move(request, RequestState.APPROVED, decided_by=actor, decision_comment=comment, decided_at=now)
-        _plan_audit(AuditAction.APPROVED, actor, request, "submitted", "approved", comment)
+        PLANS.audit(AuditAction.APPROVED, actor, request, "submitted", "approved", comment)
         try:
             version, _changed = apply_plan(
                 request.plan, actor, strict=False, tenant=request.tenant, comment=f"plan request #{request.pk}"
@@ -866,58 +869,15 @@ def approve_plan(
         except PlanStale as e:
             raise PlanStaleError(e.message) from e
         _move(request, RequestState.APPLYING, applied_version=version)
-        _settle_plan_request(request)
+        _settle_grouped(PLANS, request)
     return request
 
 
 def reject_plan(actor: AbstractBaseUser, request_id: int, comment: str, now: datetime | None = None) -> PlanRequest:
     """An admin (not the requester) rejects the whole plan, saying why."""
-    if not comment.strip():
-        raise InvalidRequest("Say why in the comment: the tenant needs to know what to change.")
-    with transaction.atomic():
-        request = _load_plan_request(request_id)
-        _check_decider(actor, request)
-        _move(
-            request, RequestState.REJECTED, decided_by=actor, decision_comment=comment, decided_at=now or timezone.now()
-        )
-        _plan_audit(AuditAction.REJECTED, actor, request, "submitted", "rejected", comment)
-    return request
+    return _reject_grouped(PLANS, actor, request_id, comment, now)
 
 
 def withdraw_plan(actor: AbstractBaseUser, request_id: int, comment: str = "") -> PlanRequest:
     """The requester, or another member of its tenant, takes back a plan request nobody decided yet."""
-    _refuse_auditor(actor)
-    with transaction.atomic():
-        request = _load_plan_request(request_id)
-        if request.requested_by_id != actor.pk and not tenants_of(actor).filter(pk=request.tenant_id).exists():
-            raise PermissionDenied("Only the requester or a member of the request's tenant can withdraw it.")
-        _move(request, RequestState.WITHDRAWN)
-        _plan_audit(AuditAction.WITHDRAWN, actor, request, "submitted", "withdrawn", comment)
-    return request
-
-
-def _settle_plan_request(request: PlanRequest) -> None:
-    """As ``_settle``: applied once every target holds the version; failed when a target refused the push."""
-    rows = Push.objects.filter(cluster_id=request.cluster_id, version=request.applied_version)
-    failed = rows.filter(state=PushState.FAILED).select_related("broker").first()
-    if failed is not None:
-        where = f"broker {failed.broker.broker_id}" if failed.broker else "the cluster-wide namespace"
-        why = f"{where} refused the push: {failed.error_code}: {failed.error}"
-        _move(request, RequestState.FAILED, failure=why)
-        _plan_audit(AuditAction.FAILED, None, request, "applying", "failed", why)
-    elif not rows.exclude(state=PushState.APPLIED).exists():
-        _move(request, RequestState.APPLIED)
-        comment = f"desired-state version {request.applied_version} is on every broker"
-        _plan_audit(AuditAction.APPLIED, None, request, "applying", "applied", comment)
-
-
-def _settle_plan_requests(cluster: Cluster) -> None:
-    rows = PlanRequest.objects.filter(cluster=cluster, state=RequestState.APPLYING)
-    for pk in rows.values_list("pk", flat=True):
-        try:
-            with transaction.atomic():
-                request = _load_plan_request(pk)
-                if request.state == RequestState.APPLYING:
-                    _settle_plan_request(request)
-        except Conflict:
-            continue
+    return _withdraw_grouped(PLANS, actor, request_id, comment)
