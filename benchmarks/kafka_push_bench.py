@@ -747,6 +747,17 @@ def portal_view(bench: Bench, stats: PathStats, timeline: dict[int, dict[str, fl
 def explain(fs: dict[str, float], fb: dict[str, float], view: dict[str, Any]) -> None:
     """Where a single change's time goes, from the records and the worker's log (``portal_view``)."""
     pad = " " * 16
+    if not view["timeline"]:  # QUOTAS_PUSH_DIRECT: no task, the committing process pushed on a thread of its own
+        print(
+            f"{'':<13} where a single change's time goes (medians, ms):\n"
+            f"{pad}bare    request -> every broker answers {fb['p50_ms']:.1f}: AlterClientQuotas {fb['call_ms']:.1f}, "
+            f"the rest the brokers' answers\n"
+            f"{pad}portal  alter_client_quotas call {fs['call_ms']:.1f} (validate, SQL, COMMIT); the push ran in the "
+            f"committing process (QUOTAS_PUSH_DIRECT, no Celery task): commit -> every broker answers "
+            f"{fs['p50_ms']:.1f}",
+            flush=True,
+        )
+        return
     print(
         f"{'':<13} where a single change's time goes (medians, ms; the task's times from the worker's INFO log):\n"
         f"{pad}bare    request -> every broker answers {fb['p50_ms']:.1f}: AlterClientQuotas {fb['call_ms']:.1f}, "
