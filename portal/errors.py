@@ -10,18 +10,23 @@ response under ``/api/`` that is not JSON yet, so a client never has to parse an
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 
 from quotas.api.errors import too_large
 
 API_PREFIX = "/api/"
+#: The database refusing or dropping connections (a restart, a failover): retriable, unlike a bug.
+DATABASE_DOWN = (OperationalError, InterfaceError)
+DATABASE_RETRY_AFTER_S = 5
 
 #: HTTP status -> the API's code for errors that reach no DRF view (Kafka's names where Kafka has one).
 STATUS_CODES = {
@@ -80,8 +85,30 @@ def page_not_found(request: HttpRequest, exception: Exception | None = None) -> 
     return defaults.page_not_found(request, exception)
 
 
+def database_unavailable(request: HttpRequest) -> HttpResponse:
+    """503 DATABASE_UNAVAILABLE (a page: Django's error page, status 503), with Retry-After: the database refused or
+    dropped the connection (a restart, a failover); the transaction rolled back, so the same request can be sent
+    again as it is."""
+    if is_api(request):
+        response: HttpResponse = api_error(
+            "DATABASE_UNAVAILABLE",
+            "The portal's database cannot be reached right now, so nothing was changed; "
+            f"try again in {DATABASE_RETRY_AFTER_S} seconds (GET /healthz shows when it is back).",
+            503,
+            {"retriable": True, "dependency": "database"},
+        )
+    else:
+        response = defaults.server_error(request)
+        response.status_code = 503
+    response["Retry-After"] = str(DATABASE_RETRY_AFTER_S)
+    return response
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
-    """500: the details are in the server's log (django.request), never in the answer."""
+    """500: the details are in the server's log (django.request), never in the answer. Under WSGI Django calls this
+    inside its except block, so a database that is down is told apart here too (``database_unavailable``)."""
+    if isinstance(sys.exc_info()[1], DATABASE_DOWN):
+        return database_unavailable(request)
     if is_api(request):
         return api_error("UNKNOWN_SERVER_ERROR", "The server failed to answer this request; it is logged.", 500)
     return defaults.server_error(request)
@@ -113,6 +140,11 @@ class ApiErrorMiddleware:
         if response.status_code >= 400 and not _is_json(response) and not getattr(response, "streaming", False):
             return self._as_json(request, response)
         return response
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        """A view that found the database down answers 503 DATABASE_UNAVAILABLE, on pages too (under ASGI the 500
+        handler runs in another thread and cannot see the exception)."""
+        return database_unavailable(request) if isinstance(exception, DATABASE_DOWN) else None
 
     @staticmethod
     def _as_json(request: HttpRequest, response: HttpResponse) -> HttpResponse:

@@ -99,7 +99,8 @@ class ErrorSerializer(serializers.Serializer):
 
     code = serializers.CharField(
         help_text="INVALID_REQUEST, INVALID_CONFIG, NOT_FOUND, PERMISSION_DENIED, NOT_AUTHENTICATED, CONFLICT, "
-        "RESOURCE_EXHAUSTED (503, retry after Retry-After seconds), REDIS_UNAVAILABLE (503, retriable), "
+        "RESOURCE_EXHAUSTED (503, retry after Retry-After seconds), REDIS_UNAVAILABLE and DATABASE_UNAVAILABLE "
+        "(503, retriable), "
         "REQUEST_TOO_LARGE (413), METHOD_NOT_ALLOWED, "
         "THROTTLED (429), UNKNOWN_SERVER_ERROR (500), ..."
     )
