@@ -251,7 +251,7 @@ class _Namespace:
 
 
 class _Broker:
-    def __init__(self, target: BrokerTarget, ns: _Namespace, index: int) -> None:
+    def __init__(self, target: BrokerTarget, ns: _Namespace, index: int, monitor: redis.Redis | None = None) -> None:
         self.target = target
         self.index = index  # its position among its cluster's brokers (a client's link to it)
         self.cluster = target.cluster
@@ -262,7 +262,7 @@ class _Broker:
         self.fetch = managers[QuotaType.FETCH]
         self.request = managers[QuotaType.REQUEST]
         self.mutation = managers[QuotaType.CONTROLLER_MUTATION]
-        self.sampler = Sampler(ns.client, target.cluster, target.broker_id, managers)
+        self.sampler = Sampler(ns.client, target.cluster, target.broker_id, managers, monitor=monitor)
         self.listeners = target.listeners
         self.base_props: dict[str, object] = {"listeners": ",".join(target.listeners)}
         if target.inter_broker_listener:
@@ -500,7 +500,10 @@ class LoadGenerator:
         out: Callable[[str], Any] | None = None,
         status_every_s: float = 10.0,
         redis_timeout_s: float = 2.0,
+        monitor_url: str | None = None,
     ) -> None:
+        """``monitor_url``: the Redis the live samples are published to (the relay's and the charts'); None: each
+        broker's engine Redis."""
         if tick_ms < 10:
             raise ValueError("tick_ms is at least 10")
         self.tick_ms = tick_ms
@@ -529,7 +532,7 @@ class LoadGenerator:
                 ns = self.namespaces.get((target.url, target.namespace))
                 if ns is None:
                     ns = self.namespaces[(target.url, target.namespace)] = _Namespace(client, target.namespace)
-                broker = _Broker(target, ns, len(brokers))
+                broker = _Broker(target, ns, len(brokers), self._client(monitor_url) if monitor_url else None)
                 ns.brokers.append(broker)
                 brokers.append(broker)
             self.brokers[cluster] = brokers

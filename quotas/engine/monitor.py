@@ -116,6 +116,10 @@ class Sampler:
     broker_id: int
     managers: Mapping[QuotaType, ClientQuotaManager]
     retention_s: int = 300
+    #: Where the samples go (None: ``client``). The sensors are read from the engine's Redis (``client``, maybe a
+    #: Redis Cluster), the samples published to the Redis the relay and the charts read (the portal's own), so an
+    #: engine on a cluster, or on a Redis of its broker's own, still shows on the live charts.
+    monitor: redis.Redis | None = None
     _active: dict[tuple[str, str], int] = field(default_factory=dict)
     _throttled_ms: dict[str, float] = field(default_factory=dict)
     _last_tick: int | None = None
@@ -190,7 +194,7 @@ class Sampler:
         samples = list(samples)
         minute = now_ms - now_ms % 60_000
         per_entity = self.retention_s * MAX_BROKERS
-        with self.client.pipeline(transaction=False) as p:
+        with (self.monitor or self.client).pipeline(transaction=False) as p:
             for k, acc in list(self._minutes.items()):  # minutes that ended, even for clients gone quiet
                 if acc.start != minute:
                     row = {**acc.row(), "b": self.broker_id}

@@ -10,6 +10,7 @@ import signal
 import sys
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
 
@@ -44,8 +45,10 @@ class Command(BaseCommand):
             self.stdout.write(line)
             self.stdout.flush()
 
+        # the samples go to the portal's Redis, where the relay and the charts read them, wherever the engine is
         gen = LoadGenerator(
-            targets, tick_ms=options["tick_ms"], seed=options["seed"], out=out, status_every_s=options["status_every"]
+            targets, tick_ms=options["tick_ms"], seed=options["seed"], out=out, status_every_s=options["status_every"],
+            monitor_url=settings.QUOTAS_REDIS_URL,
         )
 
         def stop(signum: int, _frame: Any) -> None:
