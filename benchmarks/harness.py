@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing as mp
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +36,47 @@ def tree_cpu_s(pid: int) -> float:
         except (OSError, ValueError):
             continue  # gone, or not Linux
     return total
+
+
+def rss_max_mb(pid: int) -> float:
+    """The peak resident memory of a process (VmHWM), MiB; NaN when it is gone or not on Linux."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+Client = Callable[[int, list[Any]], None]
+
+
+def _client_threads(client: Client, ids: list[int], queue: Any) -> None:
+    out: list[Any] = []
+    threads = [threading.Thread(target=client, args=(i, out)) for i in ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    queue.put(out)
+
+
+def fan_out(client: Client, clients: int, procs: int, timeout_s: float) -> list[Any]:
+    """Run ``client(idx, out)`` for idx in range(clients), a thread each, spread over ``procs`` forked processes
+    (one Python process cannot load a server past its GIL); returns what the clients appended to ``out``."""
+    ctx = mp.get_context("fork")  # forked: the client (often a closure) is inherited, not pickled
+    queue = ctx.Queue()
+    ps = [ctx.Process(target=_client_threads, args=(client, list(range(i, clients, procs)), queue))
+          for i in range(procs)]
+    for p in ps:
+        p.start()
+    results: list[Any] = []
+    for _ in ps:
+        results.extend(queue.get(timeout=timeout_s))
+    for p in ps:
+        p.join()
+    return results
 
 
 class SessionProcess:

@@ -30,16 +30,14 @@ import base64  # noqa: E402
 import gzip  # noqa: E402
 import http.client  # noqa: E402
 import json  # noqa: E402
-import multiprocessing as mp  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
 from benchmarks.api_bench import Portal, pin_server, remove_database, setup_django  # noqa: E402
-from benchmarks.harness import run_bench  # noqa: E402
+from benchmarks.harness import fan_out, rss_max_mb, run_bench  # noqa: E402
 from devtools.redis_server import RUN_DIR, free_port  # noqa: E402
 
 CLUSTER = "otlpbench"
@@ -137,49 +135,18 @@ def _client_thread(port: int, kind: str, seconds: float, start_at: float, out: l
         out.append(counts)
 
 
-def _client_process(port: int, kind: str, seconds: float, start_at: float, ids: list[int], token: str,
-                    encoding: str, gzipped: bool, queue: Any) -> None:
-    out: list[Any] = []
-    threads = [threading.Thread(target=_client_thread,
-                                args=(port, kind, seconds, start_at, out, i, token, encoding, gzipped))
-               for i in ids]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    queue.put(out)
-
-
 def measure(port: int, kind: str, args: argparse.Namespace, token: str) -> dict[str, Any]:
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
     start_at = time.time() + 1.5
-    ps = [ctx.Process(target=_client_process,
-                      args=(port, kind, args.seconds, start_at, list(range(i, args.clients, args.procs)), token,
-                            args.encoding, args.gzip, queue))
-          for i in range(args.procs)]
-    for p in ps:
-        p.start()
-    results: list[dict[str, int]] = []
-    for _ in ps:
-        results.extend(queue.get(timeout=args.seconds + 120))
-    for p in ps:
-        p.join()
+
+    def client(idx: int, out: list[Any]) -> None:
+        _client_thread(port, kind, args.seconds, start_at, out, idx, token, args.encoding, args.gzip)
+
+    results = fan_out(client, args.clients, args.procs, args.seconds + 120)
     total = {k: sum(r[k] for r in results) for k in ("ok", "failed", "partial")}
     sizes = [r["bytes"] for r in results if r["bytes"]]
     points = sum(r["ok"] * r["points"] for r in results)
     return {**total, "per_s": total["ok"] / args.seconds, "points_per_s": points / args.seconds,
             "payload_bytes": round(sum(sizes) / len(sizes)) if sizes else 0}
-
-
-def rss_max_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
 
 
 def build_database() -> str:

@@ -24,15 +24,13 @@ if str(ROOT) not in sys.path:
 import argparse  # noqa: E402
 import http.client  # noqa: E402
 import json  # noqa: E402
-import multiprocessing as mp  # noqa: E402
 import random  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
 from benchmarks.api_bench import Portal, remove_database, setup_django  # noqa: E402
-from benchmarks.harness import run_bench  # noqa: E402
+from benchmarks.harness import fan_out, rss_max_mb, run_bench  # noqa: E402
 from devtools.redis_server import RUN_DIR, free_port  # noqa: E402
 
 CLUSTER = "telbench"
@@ -134,45 +132,16 @@ def _client_thread(port: int, kind: str, seconds: float, start_at: float, out: l
         out.append(counts)
 
 
-def _client_process(port: int, kind: str, seconds: float, start_at: float, ids: list[int], token: str,
-                    queue: Any) -> None:
-    out: list[Any] = []
-    threads = [threading.Thread(target=_client_thread, args=(port, kind, seconds, start_at, out, i, token))
-               for i in ids]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    queue.put(out)
-
-
 def measure(port: int, kind: str, clients: int, seconds: float, procs: int, token: str) -> dict[str, Any]:
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
     start_at = time.time() + 2.0 + clients * 0.005
-    ps = [ctx.Process(target=_client_process,
-                      args=(port, kind, seconds, start_at, list(range(i, clients, procs)), token, queue))
-          for i in range(procs)]
-    for p in ps:
-        p.start()
-    results: list[dict[str, int]] = []
-    for _ in ps:
-        results.extend(queue.get(timeout=seconds + 120))
-    for p in ps:
-        p.join()
+
+    def client(idx: int, out: list[Any]) -> None:
+        _client_thread(port, kind, seconds, start_at, out, idx, token)
+
+    results = fan_out(client, clients, procs, seconds + 120)
     total = {k: sum(r[k] for r in results) for k in ("ok", "throttled", "failed")}
     sizes = [r["bytes"] for r in results if r["bytes"]]
     return {**total, "per_s": total["ok"] / seconds, "payload_bytes": round(sum(sizes) / len(sizes)) if sizes else 0}
-
-
-def rss_max_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
 
 
 def build_database() -> str:
