@@ -2,7 +2,7 @@
 """Quota changes pushed to 3 engine brokers end to end, against a raw loop writing the same keys, in one run.
 
     .venv/bin/python benchmarks/push_bench.py [--changes 10000] [--batch 100] [--paced 2000] [--concurrency 1]
-                                              [--quick] [--profile] [--check] [--no-pin]
+                                              [--quick] [--profile] [--check] [--no-pin] [--postgres]
 
 Everything is the portal's own, started by the benchmark and stopped on any exit: a private redis-server
 (data under ``.run/``), a throw-away SQLite database file under ``.run/`` (``manage.py migrate``), one engine
@@ -23,6 +23,12 @@ cluster with 3 brokers whose ``engine_url`` is that Redis, and a real Celery wor
   against the issue's 1 s.
 * latency of version v: the latest of the 3 brokers' first application of a version >= v (push log) minus
   the wall-clock time of v's commit (taken when the commit's on_commit callback starts); p50 and p99.
+
+``--postgres`` runs the portal (this process and the worker) on a project-local PostgreSQL (``devtools.postgres``,
+data under ``.run/postgres-push-bench-<pid>/``, removed at the end) with fsync and synchronous commits on, as a
+deployment runs it, instead of SQLite: there the worker's bookkeeping UPDATEs of older Push rows do not wait for
+the committer's write lock (SQLite has one writer at a time, and its busy handler polls, so a writer in a tight
+commit loop starves the worker's transactions for up to the 5 s busy timeout).
 
 Then it checks that every broker's config hash holds exactly the N values and that its push log is a chain
 (each application holds the previous one's version, no version applied twice) and fails loudly if not.
@@ -113,11 +119,11 @@ def config_key(cluster: str, broker_id: int) -> str:
 # ---- Django, the database, the worker --------------------------------------------------------------------
 
 
-def setup_django(db_path: Path, redis_url: str) -> dict[str, str]:
+def setup_django(database_url: str, redis_url: str) -> dict[str, str]:
     """Point the portal's settings at the throw-away database and Redis (environment, before Django reads it)."""
     env = {
         "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "DATABASE_URL": f"sqlite:///{db_path}",
+        "DATABASE_URL": database_url,
         "QUOTAS_REDIS_URL": redis_url,
         "DJANGO_DEBUG": "0",  # DEBUG keeps every SQL query in memory: not what a deployment measures
         "DJANGO_LOG_LEVEL": "WARNING",
@@ -834,6 +840,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--no-pin", dest="pin", action="store_false",
         help="do not give redis-server a CPU of its own (it is pinned by default on 2+ CPUs)",
     )  # fmt: skip
+    parser.add_argument(
+        "--postgres", action="store_true",
+        help="the portal on a project-local PostgreSQL (fsync on) instead of a SQLite file",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.changes is None:
         args.changes = 300 if args.quick else 10_000
@@ -855,8 +865,17 @@ def run(args: argparse.Namespace, server: RedisServer, stack: list[Callable[[], 
     db_dir = Path(tempfile.mkdtemp(prefix="db-", dir=BENCH_DIR))
     stack.append(lambda: shutil.rmtree(db_dir, ignore_errors=True))
     db_path = db_dir / "push-bench.sqlite3"
-    stack.append(lambda: remove_database(db_path))
-    env = setup_django(db_path, url)
+    if args.postgres:
+        from devtools.postgres import PostgresServer
+
+        pg = PostgresServer(name=f"push-bench-{os.getpid()}", durable=True).start()
+        stack.append(lambda: shutil.rmtree(pg.dir, ignore_errors=True))
+        stack.append(pg.stop)
+        database, where_db = pg.url, f"PostgreSQL on 127.0.0.1:{pg.port} (fsync on)"
+    else:
+        stack.append(lambda: remove_database(db_path))
+        database, where_db = f"sqlite:///{db_path}", f"SQLite {db_path}"
+    env = setup_django(database, url)
     migrate_s = migrate()
     cluster = make_cluster(CLUSTER, url)
     batch_cluster = make_cluster(BATCH_CLUSTER, url) if args.batch else None
@@ -879,11 +898,11 @@ def run(args: argparse.Namespace, server: RedisServer, stack: list[Callable[[], 
         warm_up(paced_cluster, states_of(client, paced_cluster), worker)
     where = f"redis-server on CPU {pins[0]}, this process and the worker on {pins[1]}" if pins else "not pinned"
     print(
-        f"setup         redis {client.info('server')['redis_version']} ({where}); SQLite {db_path} "
+        f"setup         redis {client.info('server')['redis_version']} ({where}); {where_db} "
         f"(migrated in {migrate_s:.1f} s); Django {package_version('django')}, Celery {package_version('celery')}; "
         f"worker `celery -A portal worker --pool prefork -c {args.concurrency}` up and warm in {warm_s:.1f} s; "
         f"cluster {CLUSTER!r} with {BROKERS} engine brokers; {args.changes:,} changes per phase; "
-        f"{os.cpu_count()} CPUs",
+        f"{os.cpu_count()} CPUs; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         flush=True,
     )
 
@@ -980,6 +999,8 @@ def run(args: argparse.Namespace, server: RedisServer, stack: list[Callable[[], 
         pinned=pins is not None,
         cpus=os.cpu_count(),
         quick=args.quick,
+        database="postgresql" if args.postgres else "sqlite",
+        load_average=[round(x, 2) for x in os.getloadavg()],
     )
     if profile is not None:
         summary["profile"] = {

@@ -47,8 +47,13 @@ def bin_dir() -> Path:
 class PostgresServer:
     """A PostgreSQL cluster owned by this project (context manager): ``initdb`` once, then start/stop."""
 
-    def __init__(self, name: str = "test", port: int | None = None, database: str = "quotas") -> None:
+    def __init__(
+        self, name: str = "test", port: int | None = None, database: str = "quotas", durable: bool = False
+    ) -> None:
+        """``durable``: fsync and synchronous commits on, as a deployment runs (benchmarks); else tuned for
+        throw-away test data."""
         self.name = name
+        self.durable = durable
         self.dir = RUN_DIR / f"postgres-{name}"
         self.data = self.dir / "data"
         self.database = database
@@ -90,10 +95,10 @@ class PostgresServer:
         elif (self.data / "postmaster.pid").exists():
             self.stop()  # left running (or its pid file left) by a run that did not stop it: one server per folder
         # tuned for throw-away test data: no fsync, a small footprint on a shared 2-core machine
+        durability = "" if self.durable else "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
         options = (
             f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.dir} "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 "
-            "-c shared_buffers=64MB"
+            f"{durability}-c max_connections=200 -c shared_buffers=64MB"
         )
         done = self._run(
             "pg_ctl", "-D", str(self.data), "-l", str(self.dir / "postgres.log"), "-o", options, "-w", "-t", "60",
