@@ -5,20 +5,31 @@ converge; then hostile input against the API, against valid requests of the same
     .venv/bin/python benchmarks/fault_bench.py [--approvals 1000] [--faults 100] [--seed 20] [--hostile 600]
                                                [--quick] [--check]
 
-Everything is started by the benchmark and stopped on any exit: a private redis-server with its data on disk
-(AOF, ``.run/redis-fault-bench/``), a throw-away SQLite database under ``.run/fault-bench/``, one engine cluster of
-3 brokers whose namespaces live in that Redis, and a real Celery worker with its beat (``-B``, reconcile every
-``QUOTAS_RECONCILE_SECONDS`` = 5 s) on the same Redis and database.
+Everything is started by the benchmark and stopped on any exit: the portal's redis-server (Celery's queue, the
+cache; AOF on disk, ``.run/redis-fault-bench/``), one redis-server per engine broker (3 brokers of one engine
+cluster: killing a broker's Redis is killing that broker), a project-local PostgreSQL (``devtools.postgres``,
+``.run/postgres-fault-bench/``; a fresh database copied from a migrated template kept there while the migrations do
+not change), two uvicorn replicas of the portal and a real Celery worker with its beat (``-B``, reconcile every
+``QUOTAS_RECONCILE_SECONDS`` = 5 s), all on that database and Redis. ``--quick`` uses servers of its own
+(``*-fault-bench-quick``), so it can run beside a full run.
 
-* clean (the baseline): approvals with no fault: a member submits (``workflow.submit``), an admin approves
-  (``workflow.approve``; the commit enqueues the pushes), one after the other; approvals/s.
+* clean (the baseline): approvals with no fault, over HTTP through the replicas in turn: a member submits
+  (``POST /api/requests/``), an admin approves (``POST /api/requests/<id>/approve/``; the commit enqueues the
+  pushes), one after the other; approvals/s. The client leaves a replica that refuses, drops the connection or
+  answers 5xx for the other one, with backoff; a submit retried after a dropped connection first looks for itself
+  (its unique ``reason``), an approve retried after one accepts 409 when the request is approved.
 * faulted: ``--approvals`` more, while ``--faults`` faults are injected at approval indexes drawn by a seeded random
   schedule (``--seed``), each of a kind drawn from the same generator:
-  ``redis_restart`` (SIGTERM, restarted on its port with its data), ``redis_restart_wiped`` (its data files removed
-  before the restart: the brokers lose their state, the queue its messages), ``redis_outage`` (down for 1-3 s while
-  approvals go on, like a listener refusing connections) and ``worker_sigkill`` (SIGKILL of the worker while pushes
-  run; restarted at once, its unacknowledged messages come back). An approval whose commit finds Redis down still
-  commits (the push waits for reconcile). ``approval_ratio`` = faulted approvals/s / clean approvals/s.
+  ``redis_restart`` (the portal's Redis: SIGTERM, restarted on its port with its data), ``redis_restart_wiped``
+  (its data files removed before the restart: the queue loses its messages), ``redis_outage`` (down for 1-3 s while
+  approvals go on), ``worker_sigkill`` (SIGKILL of the worker while pushes run; restarted at once, its
+  unacknowledged messages come back), ``replica_kill`` (SIGKILL of one uvicorn replica, restarted at once; the
+  client uses the other until it answers), ``postgres_restart`` (fast shutdown, started again after 0.5-2 s while
+  approvals go on: they get 503 DATABASE_UNAVAILABLE and retry), ``broker_kill`` (SIGKILL of one broker's Redis,
+  restarted with its AOF), ``broker_restart_wiped`` (the same with its data removed: the broker holds nothing and is
+  whole-pushed) and ``broker_refusing`` (nothing listens on one broker's port for 1-3 s: connections refused).
+  A fault due while an earlier one still has a part down brings that part back first. ``approval_ratio`` = faulted
+  approvals/s / clean approvals/s; ``client_retries`` counts the client's retries by cause.
 * then it waits until every broker holds the newest desired-state version: ``converge_s`` from the end of the last
   fault. Every 50 ms during the run a sampler reads each broker's applied version: ``out_of_order`` counts a broker
   seen holding an older version than before (a wiped broker holding nothing is not that: it is whole-pushed).
@@ -30,9 +41,9 @@ Everything is started by the benchmark and stopped on any exit: a private redis-
   request list: ``hostile_5xx`` (goal 0), ``hostile_not_json`` (error answers under /api/ that are not JSON, goal 0)
   and ``hostile_cost_ratio`` (mean time of a hostile request / mean time of a valid one).
 
-Goals (issue 20): lost, double_applied, out_of_order 0; converge_s <= 60. The issue's full list also names a portal
-replica killed, PostgreSQL restarted and a Kafka broker killed; this run injects the Redis and worker faults only
-(see README). The last line of output is one JSON object.
+Goals (issue 20): lost, double_applied, out_of_order 0; converge_s <= 60. The brokers are the engine's (one Redis
+each); a real Apache Kafka cluster as the push target is not part of this run (see README). The last line of output
+is one JSON object.
 """
 
 from __future__ import annotations
@@ -45,11 +56,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import http.client  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
+import subprocess  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
@@ -57,36 +71,40 @@ from typing import Any  # noqa: E402
 
 import redis  # noqa: E402
 
-from benchmarks.api_bench import remove_database  # noqa: E402
-from benchmarks.harness import run_bench  # noqa: E402
+from benchmarks.harness import SessionProcess, run_bench  # noqa: E402
 from benchmarks.push_bench import (  # noqa: E402
     BROKERS,
     Worker,
     chain_of,
     config_key,
     field_of,
-    make_cluster,
     migrate,
-    setup_django,
-    states_of,
     user_of,
     value_of,
 )
-from devtools.redis_server import RUN_DIR, RedisServer  # noqa: E402
+from devtools.postgres import PostgresServer  # noqa: E402
+from devtools.redis_server import RUN_DIR, RedisServer, free_port  # noqa: E402
+from quotas.engine.errors import EngineUnavailable  # noqa: E402
 
 NAME = "fault-bench"
 CLUSTER = "faultbench"
-BENCH_DIR = RUN_DIR / NAME
-KINDS = ("redis_restart", "redis_restart_wiped", "redis_outage", "worker_sigkill")
+KINDS = (
+    "redis_restart", "redis_restart_wiped", "redis_outage", "worker_sigkill", "replica_kill", "postgres_restart",
+    "broker_kill", "broker_restart_wiped", "broker_refusing",
+)  # fmt: skip
 TARGET_CONVERGE_S = 60.0
 RECONCILE_S = "5"
+REPLICAS = 2
+#: A broker's Redis down, as the engine's state reader reports it (EngineUnavailable) or redis-py does.
+UNREACHABLE = (EngineUnavailable, redis.RedisError, OSError)
+CALL_DEADLINE_S = 120.0  # an approval waits this long for some replica (and the database) to answer
 
 
 class BeatWorker(Worker):
     """The push worker with its beat, so reconcile runs as in a deployment (every ``RECONCILE_S``)."""
 
     def command(self) -> list[str]:
-        return [*super().command(), "-B", "-s", str(BENCH_DIR / "celerybeat-schedule")]
+        return [*super().command(), "-B", "-s", str(self.log_path.parent / "celerybeat-schedule")]
 
     def kill(self) -> None:
         """SIGKILL to the whole session: the worker, its pool and its beat die mid-task."""
@@ -99,19 +117,135 @@ class BeatWorker(Worker):
             self.proc = None
 
 
+class Replica(SessionProcess):
+    """One uvicorn replica of the portal (``portal.asgi``) on its own port, sharing the database and Redis."""
+
+    def __init__(self, index: int, env: dict[str, str], run_dir: Path) -> None:
+        super().__init__(run_dir / f"replica-{index}.log")
+        self.env, self.port = {**os.environ, **env}, free_port()
+
+    def start(self) -> Replica:
+        cmd = [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port",
+               str(self.port), "--lifespan", "off", "--no-access-log", "--log-level", "warning"]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL to the replica's session: its open connections are cut, nothing is shut down cleanly."""
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+            self.proc = None
+
+    def answers(self) -> bool:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+            c.request("GET", "/healthz")
+            c.getresponse().read()
+            c.close()
+            return True
+        except OSError:
+            return False
+
+
+class Portal:
+    """The approvals' HTTP client over the replicas, round robin: a replica that refuses the connection, drops it
+    or answers 5xx (the database down) is left for the next one, with a short backoff, until ``CALL_DEADLINE_S``.
+
+    A submit retried after an ambiguous failure (the connection dropped after the request was sent) first looks for
+    its own request (its ``reason`` is unique), so a retry never files it twice; an approval retried after one
+    answers 409 when the first attempt went through, and the request's state says so."""
+
+    def __init__(self, replicas: list[Replica], member_token: str, admin_token: str) -> None:
+        self.replicas, self.member, self.admin = replicas, member_token, admin_token
+        self.turn = 0
+        self.retries: Counter[str] = Counter()
+
+    def _once(self, port: int, method: str, path: str, token: str, body: Any) -> tuple[int, Any]:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            headers = {"Authorization": f"Token {token}", "Content-Type": "application/json", "Host": "127.0.0.1"}
+            c.request(method, path, json.dumps(body).encode() if body is not None else None, headers)
+            r = c.getresponse()
+            data = r.read()
+            try:
+                return r.status, json.loads(data) if data else {}
+            except ValueError:
+                return r.status, {"raw": data[:200].decode(errors="replace")}
+        finally:
+            c.close()
+
+    def call(self, method: str, path: str, token: str, body: Any = None,
+             recheck: Any = None) -> tuple[int, Any]:
+        """The first answer below 500 from some replica; ``recheck()`` runs before a retry after an ambiguous
+        failure and may return that answer instead (the first attempt went through)."""
+        deadline = time.monotonic() + CALL_DEADLINE_S
+        pause, ambiguous = 0.05, False
+        while True:
+            replica = self.replicas[self.turn % len(self.replicas)]
+            self.turn += 1
+            if ambiguous and recheck is not None:
+                found = recheck()
+                if found is not None:
+                    return found
+            try:
+                status, data = self._once(replica.port, method, path, token, body)
+                if status < 500:
+                    return status, data
+                self.retries[f"http_{status}"] += 1
+                why = f"{status} {data}"
+            except ConnectionRefusedError as e:
+                self.retries["refused"] += 1
+                why = repr(e)
+            except (OSError, http.client.HTTPException) as e:  # dropped mid-request: it may have gone through
+                self.retries["dropped"] += 1
+                ambiguous, why = True, repr(e)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{method} {path}: no replica answered within {CALL_DEADLINE_S:g} s: {why}")
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    def approve(self, i: int) -> None:
+        """One approval: the member submits for user u<i>, an admin approves (the commit enqueues the pushes)."""
+        reason = f"fault-bench #{i} {os.getpid()}"
+
+        def mine() -> tuple[int, Any] | None:
+            try:
+                status, page = self._once(self.replicas[self.turn % len(self.replicas)].port, "GET",
+                                          f"/api/requests/?cluster={CLUSTER}&page_size=20", self.member, None)
+            except (OSError, http.client.HTTPException):
+                return None
+            rows = page.get("results", page) if status == 200 and isinstance(page, dict) else []
+            hit = [r for r in rows if isinstance(r, dict) and r.get("reason") == reason]
+            return (201, hit[0]) if hit else None
+
+        status, made = self.call("POST", "/api/requests/", self.member,
+                                 {"cluster": CLUSTER, "user": user_of(i), "key": "producer_byte_rate",
+                                  "value": value_of(i), "reason": reason}, mine)
+        if status != 201:
+            raise RuntimeError(f"submit #{i}: {status} {made}")
+        path = f"/api/requests/{made['id']}/approve/"
+        status, done = self.call("POST", path, self.admin, {"comment": ""})
+        if status == 409:  # an earlier attempt of this approval went through before its answer was lost
+            status, done = self.call("GET", f"/api/requests/{made['id']}/", self.admin)
+            if done.get("state") != "approved":
+                raise RuntimeError(f"approve #{i}: 409 and the request is {done.get('state')!r}")
+        elif status != 200:
+            raise RuntimeError(f"approve #{i}: {status} {done}")
+
+
 class Sampler(threading.Thread):
     """Reads each broker's applied version every 50 ms; counts a version going backwards (not to nothing)."""
 
-    def __init__(self, url: str, cluster: str) -> None:
+    def __init__(self, brokers: list[RedisServer]) -> None:
         super().__init__(daemon=True)
-        from quotas.engine.config import namespace_for_broker
-        from quotas.engine.desired import NamespaceState
-
-        self.client = redis.Redis.from_url(url, socket_connect_timeout=0.2, socket_timeout=0.5)
-        self.states = [
-            NamespaceState(self.client, namespace_for_broker(cluster, b), b) for b in range(1, BROKERS + 1)
-        ]
-        self.last = [-1] * BROKERS
+        self.states = [broker_state(s, b) for b, s in enumerate(brokers, start=1)]
+        self.last = [-1] * len(brokers)
         self.out_of_order: list[str] = []
         self.samples = 0
         self.stopping = threading.Event()
@@ -121,7 +255,7 @@ class Sampler(threading.Thread):
             for i, state in enumerate(self.states):
                 try:
                     held = state.applied_version()
-                except (redis.RedisError, OSError):
+                except UNREACHABLE:  # that broker is down right now
                     continue
                 if 0 <= held < self.last[i]:
                     self.out_of_order.append(f"broker-{i + 1}: {self.last[i]} then {held}")
@@ -133,72 +267,150 @@ class Sampler(threading.Thread):
             self.stopping.wait(0.05)
 
 
-class Faults:
-    """Injects the faults on the Redis server and the worker; remembers when the last one ended."""
+def broker_state(server: RedisServer, broker_id: int) -> Any:
+    """The engine state of broker ``broker_id``, in its own Redis (short timeouts: it may be down)."""
+    from quotas.engine.config import namespace_for_broker
+    from quotas.engine.desired import NamespaceState
 
-    def __init__(self, server: RedisServer, worker: BeatWorker, rng: random.Random) -> None:
-        self.server, self.worker, self.rng = server, worker, rng
+    client = redis.Redis.from_url(server.url, socket_connect_timeout=0.2, socket_timeout=0.5)
+    return NamespaceState(client, namespace_for_broker(CLUSTER, broker_id), broker_id)
+
+
+def wipe(server: RedisServer) -> None:
+    """Remove a stopped Redis's data files (its AOF and RDB): it comes back empty."""
+    for f in server.dir.glob("*"):
+        if f.name not in ("redis.log", "redis.pid", "url"):
+            shutil.rmtree(f) if f.is_dir() else f.unlink()
+
+
+class Restore(threading.Thread):
+    """Brings a stopped part back after ``delay_s`` (approvals go on meanwhile), or at once when ``now()`` is called."""
+
+    def __init__(self, action: Any, delay_s: float) -> None:
+        super().__init__(daemon=True)
+        self.action, self.delay_s = action, delay_s
+        self.wake = threading.Event()
+        self.ended = 0.0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        self.wake.wait(self.delay_s)
+        try:
+            self.action()
+        except BaseException as e:  # reported by finish()
+            self.error = e
+        self.ended = time.perf_counter()
+
+    def now(self) -> float:
+        self.wake.set()
+        self.join()
+        if self.error is not None:
+            raise RuntimeError(f"restoring after a fault failed: {self.error!r}") from self.error
+        return self.ended
+
+
+class Faults:
+    """Injects the faults; remembers when the last one ended (its part back up)."""
+
+    def __init__(self, parts: dict[str, Any], rng: random.Random) -> None:
+        self.redis: RedisServer = parts["redis"]
+        self.brokers: list[RedisServer] = parts["brokers"]
+        self.worker: BeatWorker = parts["worker"]
+        self.replicas: list[Replica] = parts["replicas"]
+        self.postgres: PostgresServer = parts["postgres"]
+        self.rng = rng
         self.counts: Counter[str] = Counter()
         self.last_end = time.perf_counter()
-        self.down_until = 0.0
-        self.wiped_log = 0
+        self.pending: list[Restore] = []
 
-    def ensure_up(self) -> None:
-        if self.down_until and time.perf_counter() >= self.down_until:
-            self.server.start()
-            self.down_until = 0.0
-            self.last_end = time.perf_counter()
+    def _later(self, action: Any, delay_s: float) -> None:
+        restore = Restore(action, delay_s)
+        restore.start()
+        self.pending.append(restore)
+
+    def settle(self) -> None:
+        """Every part that is down comes back now (a fault due while another runs is injected on a whole system)."""
+        while self.pending:
+            self.last_end = max(self.last_end, self.pending.pop().now())
 
     def inject(self, kind: str) -> None:
-        if self.down_until:  # an outage is running: it ends now, so every scheduled fault is injected
-            self.down_until = time.perf_counter()
-        self.ensure_up()
+        self.settle()
         self.counts[kind] += 1
         if kind == "worker_sigkill":
             self.worker.kill()
             self.worker.start()
         elif kind == "redis_outage":
-            self.server.stop()
-            self.down_until = time.perf_counter() + self.rng.uniform(1.0, 3.0)
+            self.redis.stop()
+            self._later(self.redis.start, self.rng.uniform(1.0, 3.0))
+            return
+        elif kind in ("redis_restart", "redis_restart_wiped"):
+            self.redis.stop()
+            if kind == "redis_restart_wiped":
+                wipe(self.redis)
+            self.redis.start()
+        elif kind == "replica_kill":
+            replica = self.rng.choice(self.replicas)
+            replica.kill()
+            replica.start()  # back when uvicorn is up; the client uses the other replica meanwhile
+            self._later(lambda: wait_answers(replica), 0.0)
+            return
+        elif kind == "postgres_restart":
+            self.postgres.stop()  # fast shutdown: open sessions are cut
+            self._later(self.postgres.start, self.rng.uniform(0.5, 2.0))
             return
         else:
-            self.server.stop()
-            if kind == "redis_restart_wiped":
-                for f in self.server.dir.glob("*"):
-                    if f.name not in ("redis.log", "redis.pid", "url"):
-                        shutil.rmtree(f) if f.is_dir() else f.unlink()
-                self.wiped_log += 1
-            self.server.start()
+            broker = self.rng.choice(self.brokers)
+            if kind == "broker_refusing":  # nothing listens on its port for 1-3 s: connections are refused
+                broker.stop()
+                self._later(broker.start, self.rng.uniform(1.0, 3.0))
+                return
+            kill_redis(broker)  # broker_kill: SIGKILL, restarted on its port with its data (AOF)
+            if kind == "broker_restart_wiped":  # its data lost: the next push brings the whole state
+                wipe(broker)
+            broker.start()
         self.last_end = time.perf_counter()
 
     def finish(self) -> None:
-        if self.down_until:
-            time.sleep(max(0.0, self.down_until - time.perf_counter()))
-            self.ensure_up()
+        self.settle()
 
 
-def approve(i: int, cluster: Any, member: Any, admin: Any) -> None:
-    """One approval of the member's request for user u<i>; a commit that finds Redis down still commits."""
-    from quotas import workflow
+def kill_redis(server: RedisServer) -> None:
+    """SIGKILL a Redis the benchmark started: no shutdown save, what it acknowledged is in its AOF already."""
+    if server.proc is not None:
+        server.proc.kill()
+        server.proc.wait()
+        server.proc = None
 
-    request = workflow.submit(member, None, cluster, user=user_of(i), client_id=None, key="producer_byte_rate",
-                              value=value_of(i))
-    workflow.approve(admin, request.pk)
+
+def wait_answers(replica: Replica, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not replica.answers():
+        if replica.proc is None or replica.proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"replica on port {replica.port} did not come back:\n{replica.log_tail()}")
+        time.sleep(0.1)
 
 
-def wait_converged(cluster: Any, url: str, timeout_s: float) -> float:
-    """Seconds until every broker holds the cluster's newest desired-state version."""
+def newest_version(cluster_id: int) -> int:
+    """The cluster's newest desired-state version (a fresh database connection: the server may have restarted)."""
+    from django.db import close_old_connections, connection
+
     from quotas.models import DesiredStateVersion
 
-    client = redis.Redis.from_url(url)
-    final = DesiredStateVersion.objects.get(cluster=cluster).version
-    states = states_of(client, cluster)
+    close_old_connections()
+    connection.close()
+    return DesiredStateVersion.objects.get(cluster_id=cluster_id).version
+
+
+def wait_converged(cluster_id: int, brokers: list[RedisServer], timeout_s: float) -> float:
+    """Seconds until every broker holds the cluster's newest desired-state version."""
+    final = newest_version(cluster_id)
+    states = [broker_state(s, b) for b, s in enumerate(brokers, start=1)]
     t0 = time.perf_counter()
     while True:
         try:
             if min(s.applied_version() for s in states) >= final:
                 return time.perf_counter() - t0
-        except (redis.RedisError, OSError):
+        except UNREACHABLE:
             pass
         if time.perf_counter() - t0 > timeout_s:
             held = [s.applied_version() for s in states]
@@ -206,24 +418,103 @@ def wait_converged(cluster: Any, url: str, timeout_s: float) -> float:
         time.sleep(0.05)
 
 
-def verify(url: str, cluster: Any, approved: int) -> dict[str, Any]:
+def verify(brokers: list[RedisServer], approved: int) -> dict[str, Any]:
     """lost: approved values missing or different on a broker; double_applied: push-log applications of a version
     not newer than the one held (each log segment since the last wipe is checked as a chain)."""
-    client = redis.Redis.from_url(url)
     expected = {field_of(i): repr(float(value_of(i))) for i in range(approved)}
     lost, double, problems = 0, 0, []
-    for b, state in zip(range(1, BROKERS + 1), states_of(client, cluster), strict=True):
+    for b, server in enumerate(brokers, start=1):
+        client = redis.Redis.from_url(server.url)
         held = {f.decode(): v.decode() for f, v in client.hgetall(config_key(CLUSTER, b)).items()}
         missing = [f for f, v in expected.items() if held.get(f) != v]
         lost += len(missing)
         if missing:
             problems.append(f"broker-{b}: {len(missing)} approved values missing or different, e.g. {missing[:3]}")
-        history = state.history()
+        history = broker_state(server, b).history()
         ok, why = chain_of(history)
         if not ok and "holds -1" not in why:
             problems.append(f"broker-{b}: {why}")
         double += sum(1 for p, r in zip(history, history[1:], strict=False) if r.version <= p.version)
     return {"lost": lost, "double_applied": double, "problems": problems}
+
+
+def psql(pg: PostgresServer, sql: str) -> str:
+    """One statement on the server's ``postgres`` database; its output (tuples only)."""
+    done = pg._run("psql", "-h", str(pg.dir), "-p", str(pg.port), "-U", "quotas", "-d", "postgres",
+                   "-v", "ON_ERROR_STOP=1", "-tA", "-c", sql)
+    if done.returncode != 0:
+        raise RuntimeError(f"PostgreSQL refused {sql!r}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def migrations_digest() -> str:
+    """What the migrated schema depends on: every migration file of the project."""
+    digest = hashlib.sha256()
+    for path in sorted(ROOT.glob("*/migrations/*.py")):
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def fresh_postgres(name: str) -> tuple[PostgresServer, bool]:
+    """The benchmark's project-local PostgreSQL with an empty database ``faultbench``: a copy of the migrated
+    template when the migrations have not changed since it was made (``migrate`` takes most of a quick run
+    otherwise), else an empty one to migrate. Returns the server and whether the copy is migrated already."""
+    pg = PostgresServer(name=name, database="postgres")
+    pg.start()
+    pg.database = CLUSTER
+    psql(pg, f'DROP DATABASE IF EXISTS "{CLUSTER}" WITH (FORCE)')
+    template = f"{CLUSTER}_{migrations_digest()}"
+    if psql(pg, f"SELECT 1 FROM pg_database WHERE datname = '{template}'") == "1":
+        psql(pg, f'CREATE DATABASE "{CLUSTER}" TEMPLATE "{template}"')
+        return pg, True
+    psql(pg, f'CREATE DATABASE "{CLUSTER}"')
+    return pg, False
+
+
+def keep_template(pg: PostgresServer) -> None:
+    """The freshly migrated database, kept as the template of the next runs (older templates dropped)."""
+    from django.db import connections
+
+    connections.close_all()
+    template = f"{CLUSTER}_{migrations_digest()}"
+    for old in psql(pg, f"SELECT datname FROM pg_database WHERE datname LIKE '{CLUSTER}\\_%'").split():
+        psql(pg, f'DROP DATABASE IF EXISTS "{old}"')
+    psql(pg, f'CREATE DATABASE "{template}" TEMPLATE "{CLUSTER}"')
+
+
+def setup_portal(database_url: str, redis_url: str) -> dict[str, str]:
+    """Point the portal's settings at the benchmark's PostgreSQL and Redis (environment, before Django reads it)."""
+    env = {
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "DATABASE_URL": database_url,
+        "QUOTAS_REDIS_URL": redis_url,
+        "CELERY_BROKER_URL": redis_url,
+        "QUOTAS_RECONCILE_SECONDS": RECONCILE_S,
+        "DJANGO_DEBUG": "0",  # DEBUG keeps every SQL query in memory: not what a deployment measures
+        "DJANGO_LOG_LEVEL": "WARNING",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
+        "PYTHONUNBUFFERED": "1",
+    }
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    return env
+
+
+def make_cluster(brokers: list[RedisServer]) -> Any:
+    """An engine cluster of one broker per Redis: killing a broker's Redis is killing that broker."""
+    from django.db import transaction
+
+    from quotas.models import Broker, Cluster
+
+    with transaction.atomic():
+        cluster = Cluster.objects.create(name=CLUSTER, description="fault_bench", connector="engine")
+        Broker.objects.bulk_create(
+            Broker(cluster=cluster, broker_id=b, host=f"broker-{b}:9092", engine_url=s.url)
+            for b, s in enumerate(brokers, start=1)
+        )
+    return cluster
 
 
 def hostile(n: int) -> dict[str, Any]:
@@ -277,74 +568,106 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", type=int, default=100)
     parser.add_argument("--seed", type=int, default=20)
     parser.add_argument("--hostile", type=int, default=600)
-    parser.add_argument("--quick", action="store_true", help="100 approvals, 10 faults, 60 hostile requests")
+    parser.add_argument("--quick", action="store_true", help="40 approvals, 9 faults (one of each kind), 30 hostile")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     args = parser.parse_args(argv)
     if args.quick:
-        args.approvals, args.clean, args.faults, args.hostile = 100, 30, 10, 60
+        args.approvals, args.clean, args.faults, args.hostile = 40, 10, len(KINDS), 30
 
     def run(_: RedisServer, cleanups: list[Any]) -> dict[str, Any]:
-        BENCH_DIR.mkdir(parents=True, exist_ok=True)
-        server = RedisServer(name=NAME, persist=True)
-        shutil.rmtree(server.dir, ignore_errors=True)
-        server.start()
-        cleanups.append(server.stop)
-        db = BENCH_DIR / "db.sqlite3"
-        remove_database(db)
-        env = setup_django(db, server.url)
-        env["QUOTAS_RECONCILE_SECONDS"] = RECONCILE_S
-        env["CELERY_BROKER_URL"] = server.url
-        migrate()
+        t_start = time.perf_counter()
+        name = NAME + ("-quick" if args.quick else "")  # a quick run never shares a full run's servers
+        run_dir = RUN_DIR / name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for log in run_dir.glob("*.log"):
+            log.unlink()
+        servers = [RedisServer(name=name, persist=True)]
+        servers += [RedisServer(name=f"{name}-broker-{b}", persist=True) for b in range(1, BROKERS + 1)]
+        for server in servers:
+            shutil.rmtree(server.dir, ignore_errors=True)
+            server.start()
+            cleanups.append(server.stop)
+        portal_redis, brokers = servers[0], servers[1:]
+        postgres, migrated = fresh_postgres(name)
+        cleanups.append(postgres.stop)
+        env = setup_portal(postgres.url, portal_redis.url)
+        if not migrated:
+            migrate()
+            keep_template(postgres)
         from django.contrib.auth import get_user_model
+        from rest_framework.authtoken.models import Token
 
         from quotas.models import OwnedName, Tenant
 
-        cluster = make_cluster(CLUSTER, server.url)
+        cluster = make_cluster(brokers)
         users = get_user_model().objects
         admin, member = users.create_user("fb-admin", is_staff=True), users.create_user("fb-member")
         tenant = Tenant.objects.create(name="team-f")
         tenant.members.add(member)
         OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="u*")
         OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="svc-f-*")
-        worker = BeatWorker(env, 1, BENCH_DIR / "worker.log").start()
+        tokens = {u.username: Token.objects.create(user=u).key for u in (admin, member)}
+        worker = BeatWorker(env, 1, run_dir / "worker.log").start()
         cleanups.append(worker.stop)
-        wait_converged(cluster, server.url, 120)  # the worker is up (version 0 pushed by reconcile or the first push)
+        replicas = [Replica(n, env, run_dir).start() for n in range(1, REPLICAS + 1)]
+        for replica in replicas:
+            cleanups.append(replica.stop)
+        for replica in replicas:
+            wait_answers(replica)
+        portal = Portal(replicas, tokens["fb-member"], tokens["fb-admin"])
+        wait_converged(cluster.pk, brokers, 120)  # the worker is up (version 0 pushed by reconcile or the first push)
+        setup_s = time.perf_counter() - t_start
 
         t0 = time.perf_counter()
         for i in range(args.clean):
-            approve(i, cluster, member, admin)
+            portal.approve(i)
         clean_rate = args.clean / (time.perf_counter() - t0)
-        wait_converged(cluster, server.url, 120)
+        wait_converged(cluster.pk, brokers, 120)
 
         rng = random.Random(args.seed)
         total = args.clean + args.approvals
-        at = Counter(rng.randrange(args.clean, total) for _ in range(args.faults))
-        faults = Faults(server, worker, rng)
-        sampler = Sampler(server.url, CLUSTER)
+        if args.quick:  # one fault of each kind, in a seeded order, spread over the run
+            kinds = rng.sample(KINDS, len(KINDS))
+            at = {args.clean + (n + 1) * args.approvals // (len(kinds) + 1): [k] for n, k in enumerate(kinds)}
+        else:
+            at = {}
+            for _ in range(args.faults):
+                at.setdefault(rng.randrange(args.clean, total), []).append(rng.choice(KINDS))
+        parts = {"redis": portal_redis, "brokers": brokers, "worker": worker, "replicas": replicas,
+                 "postgres": postgres}
+        faults = Faults(parts, rng)
+        sampler = Sampler(brokers)
         sampler.start()
+        portal.retries.clear()
         t0 = time.perf_counter()
         for i in range(args.clean, total):
-            for _ in range(at.get(i, 0)):
-                faults.inject(rng.choice(KINDS))
-            faults.ensure_up()
-            approve(i, cluster, member, admin)
+            for kind in at.get(i, []):
+                faults.inject(kind)
+            portal.approve(i)
+            if (i - args.clean + 1) % 100 == 0:
+                print(f"{i - args.clean + 1} approvals, {sum(faults.counts.values())} faults", file=sys.stderr,
+                      flush=True)
         faults.finish()
         faulted_rate = args.approvals / (time.perf_counter() - t0)
         last_fault = faults.last_end
-        wait_converged(cluster, server.url, 600)
+        wait_converged(cluster.pk, brokers, 600)
         converge_s = time.perf_counter() - last_fault
         time.sleep(0.2)
+        if not sampler.is_alive():
+            raise RuntimeError("the version sampler stopped during the run: out_of_order would be undercounted")
         sampler.stopping.set()
         sampler.join()
-        checked = verify(server.url, cluster, total)
+        checked = verify(brokers, total)
         summary: dict[str, Any] = {
             "bench": NAME, "seed": args.seed, "approvals": args.approvals, "clean_approvals": args.clean,
+            "replicas": REPLICAS, "brokers": BROKERS, "database": "postgresql", "setup_s": round(setup_s, 1),
+            "template_database": migrated,
             "faults": sum(faults.counts.values()), "fault_counts": dict(faults.counts),
             "lost": checked["lost"], "double_applied": checked["double_applied"],
             "out_of_order": len(sampler.out_of_order), "converge_s": round(converge_s, 2),
             "clean_approvals_per_s": round(clean_rate, 2), "faulted_approvals_per_s": round(faulted_rate, 2),
-            "approval_ratio": round(faulted_rate / clean_rate, 3), "samples": sampler.samples,
-            "problems": checked["problems"][:5] + sampler.out_of_order[:5],
+            "approval_ratio": round(faulted_rate / clean_rate, 3), "client_retries": dict(portal.retries),
+            "samples": sampler.samples, "problems": checked["problems"][:5] + sampler.out_of_order[:5],
         }
         summary.update(hostile(args.hostile))
         summary["target_met"] = (
