@@ -120,6 +120,8 @@ class TelemetrySub:
 class MonitorConsumer(AsyncWebsocketConsumer):
     """One browser tab's live charts: entity subscriptions and cluster subscriptions."""
 
+    #: The frames' actions this consumer answers (the WebSocket access matrix has a row for each).
+    ACTIONS = ACTIONS
     subs: dict[tuple[str, str], Subscription]
     cluster_subs: dict[str, Viewer]
     request_subs: dict[str, Viewer]
