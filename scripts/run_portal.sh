@@ -5,6 +5,7 @@
 # uvicorn in the foreground. Ctrl-C (or SIGTERM to this script) stops all of them.
 #
 #   PORTAL_PORT (default 8000)   QUOTAS_REDIS_PORT (default 6390)
+#   PORTAL_BASE_URL (default http://127.0.0.1:$PORTAL_PORT): the portal's address in the mails it sends
 #   DEMO=0: no demo data and no load generator (default 1)
 #   KAFKA=0: no Apache Kafka cluster; the demo's prod is then an engine cluster too (default 1)
 #   PROMETHEUS_INTERVAL_S (default 5): how often the project's Prometheus (.run/prometheus/dev/) scrapes the brokers'
@@ -21,6 +22,8 @@ cd "$ROOT"
 source scripts/bootstrap.sh
 
 PORTAL_PORT="${PORTAL_PORT:-8000}"
+# The links in the mails the worker sends (PORTAL_BASE_URL) point at this portal, on whatever port it serves.
+export PORTAL_BASE_URL="${PORTAL_BASE_URL:-http://127.0.0.1:$PORTAL_PORT}"
 REDIS_PORT="${QUOTAS_REDIS_PORT:-6390}"
 DEMO="${DEMO:-1}"
 KAFKA="${KAFKA:-1}"
