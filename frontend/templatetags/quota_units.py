@@ -5,6 +5,7 @@ with the exact figure on hover, the other keys with their own unit.
     {{ cluster.capacity_in_bytes_per_s|byte_rate }}    -> <span class="qty" title="10,000 B/s">9.77 KiB/s</span>
     {{ req.value|quota_value:req.key }}                 -> 1.5 MiB/s, or 50 %, 10 mutations/s, 5 connections/s
     {{ entry.after|audit_value:entry.key }}             -> as quota_value for numbers, else the text (a state)
+    {{ entry.entity|breakable }}                        -> /config/users/<wbr>svc-a ... (breaks after / and .)
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 import math
 
 from django import template
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 
 from quotas.engine.entities import QUOTA_KEYS
 from quotas.engine.units import format_byte_rate, format_exact, format_quota_value, is_byte_rate, quota_key
@@ -63,3 +64,11 @@ def audit_value(value: object, key: str) -> SafeString | str:
     if key in QUOTA_KEYS and isinstance(value, int | float) and not isinstance(value, bool):
         return quota_value(value, key)
     return str(value)
+
+
+@register.filter
+def breakable(value: object) -> SafeString:
+    """A long name (an entity path, a config key) that may wrap after each ``/`` and ``.`` (with ``code.breakable``):
+    in a wide table it takes two lines instead of pushing the before/after and comment columns off a desktop screen."""
+    text = escape("" if value is None else str(value))
+    return mark_safe(text.replace("/", "/<wbr>").replace(".", ".<wbr>"))  # escaped above
