@@ -144,7 +144,7 @@ class Command(BaseCommand):
             self._pending_request(clusters, users)
             self._boost(clusters, users, options["boost_minutes"])
             pushes: list[str] = []
-            transaction.on_commit(lambda: pushes.extend(self._catch_up(list(clusters.values()))))
+            transaction.on_commit(lambda: pushes.extend(self._after_commit(list(clusters.values()))))
         if self.done:
             self.stdout.write(f"Demo data: {len(self.done)} change(s):")
             for line in self.done:
@@ -326,6 +326,17 @@ class Command(BaseCommand):
         )
 
     # ---- pushes
+
+    def _after_commit(self, clusters: list[Cluster]) -> list[str]:
+        """The commit's own pushes (direct, in threads of this process) end before the command does: cut off at the
+        interpreter's exit, they printed a traceback under the demo logins. Then the rest catches up."""
+        from quotas.push import wait_direct_pushes
+
+        try:
+            wait_direct_pushes()
+        except TimeoutError:
+            self.stderr.write("A push to a cluster is still running: the Celery worker finishes it.")
+        return self._catch_up(clusters)
 
     def _catch_up(self, clusters: list[Cluster]) -> list[str]:
         """After the commit: make sure a push is on its way to every broker not at its cluster's newest version."""
