@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         remove_database(db)
         port = free_port()
         env = {
-            **setup_django(db, server.url),
+            **setup_django(f"sqlite:///{db}", server.url),  # setup_django takes a DATABASE_URL now
             "QUOTAS_RECONCILE_SECONDS": "10", "QUOTAS_LANDING_ROOT": str(DIR / "landing"),
             "ALLOWED_HOSTS": "127.0.0.1,localhost", "PORTAL_BASE_URL": f"http://127.0.0.1:{port}",
             "QUOTAS_DEMO_KAFKA": "", "DJANGO_LOG_LEVEL": "WARNING",
