@@ -188,7 +188,9 @@ class StateExportView(APIView):
         description="Admins and auditors get everything; a tenant member the quotas its tenants may read (owned "
         "entities and the <default> ones) and the client-metrics subscriptions selecting only its clients, without "
         "broker and topic configs. Planning the exported file unchanged gives no changes.",
-        responses={(200, "text/yaml"): OpenApiTypes.STR, **ERRORS},
+        # the YAML document is a quota file (an object; its JSON Schema is GET /api/schema/quotas-file.json), not a
+        # string: a client reading text/yaml gets a mapping
+        responses={(200, "text/yaml"): OpenApiResponse(OpenApiTypes.OBJECT, "A quota file (quotas/v1)."), **ERRORS},
     )
     def get(self, request: Request, cluster: str) -> HttpResponse:
         found = get_cluster(cluster)

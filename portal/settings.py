@@ -383,6 +383,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "quotas.api.errors.document_error_responses",
+        "quotas.api.links.document_links",  # create -> the operations on what it created (stateful clients)
     ],
     "REDOC_DIST": "SIDECAR",
     # Two models have a "state": name their enums after them.

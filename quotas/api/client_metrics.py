@@ -253,6 +253,14 @@ class SubscriptionCursorPagination(DefaultCursorPagination):
     ordering = "name"
 
 
+class SubscriptionPageSerializer(serializers.Serializer):
+    """One page of the list, as the cursor paginator answers it (the schema said a bare array: it is not one)."""
+
+    next = serializers.URLField(allow_null=True, help_text="The next page, or null on the last one.")
+    previous = serializers.URLField(allow_null=True, help_text="The page before, or null on the first one.")
+    results = ClientMetricsSubscriptionSerializer(many=True)
+
+
 SUB_PARAM = OpenApiParameter("subscription", OpenApiTypes.STR, OpenApiParameter.PATH, description="Its name.")
 
 
@@ -289,7 +297,7 @@ class ClientMetricsListView(APIView):
             OpenApiParameter("cursor", OpenApiTypes.STR, OpenApiParameter.QUERY, description="From `next`."),
             OpenApiParameter("page_size", OpenApiTypes.INT, OpenApiParameter.QUERY, description="At most 500."),
         ],
-        responses={200: ClientMetricsSubscriptionSerializer(many=True), **LIST_ERRORS},
+        responses={200: SubscriptionPageSerializer, **LIST_ERRORS},
     )
     def get(self, request: Request, cluster: str) -> Response:
         target = get_cluster(cluster)
