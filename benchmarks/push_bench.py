@@ -119,11 +119,12 @@ def config_key(cluster: str, broker_id: int) -> str:
 # ---- Django, the database, the worker --------------------------------------------------------------------
 
 
-def setup_django(database_url: str, redis_url: str) -> dict[str, str]:
-    """Point the portal's settings at the throw-away database and Redis (environment, before Django reads it)."""
+def setup_django(database: str | Path, redis_url: str) -> dict[str, str]:
+    """Point the portal's settings at the throw-away database and Redis (environment, before Django reads it).
+    ``database``: a DATABASE_URL, or the path of a SQLite file (as the other benches built on this one pass)."""
     env = {
         "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "DATABASE_URL": database_url,
+        "DATABASE_URL": f"sqlite:///{database}" if isinstance(database, Path) else database,
         "QUOTAS_REDIS_URL": redis_url,
         "DJANGO_DEBUG": "0",  # DEBUG keeps every SQL query in memory: not what a deployment measures
         "DJANGO_LOG_LEVEL": "WARNING",
