@@ -543,14 +543,18 @@
         ygap: 1,
         hovertemplate: "%{y}<br>%{x}: %{z:.0f}% of its bound<extra></extra>",
       };
+      // on a phone the labels are shorter: "broker 1" turned on its side and names cut at their start otherwise
+      var narrow = el.clientWidth < 560;
+      var most = narrow ? 22 : 40;
       var layout = {
         font: FONT,
         height: Math.max(220, 70 + hm.entities.length * 20),
         margin: { l: 10, r: 10, t: 30, b: 10 },
-        xaxis: { side: "top", type: "category", fixedrange: true },
+        xaxis: { side: "top", type: "category", fixedrange: true, automargin: true, tickangle: 0, tickmode: "array",
+          tickvals: hm.brokers, ticktext: narrow ? hm.brokers.map(function (b) { return String(b).replace(/^broker /, "#"); }) : hm.brokers },
         // long client-ids would squeeze the cells: the labels are cut (the hover shows the whole tags)
         yaxis: { type: "category", autorange: "reversed", automargin: true, fixedrange: true, tickmode: "array",
-          tickvals: hm.entities, ticktext: hm.entities.map(function (e) { return e.length > 40 ? e.slice(0, 39) + "…" : e; }) },
+          tickvals: hm.entities, ticktext: hm.entities.map(function (e) { return e.length > most ? e.slice(0, most - 1) + "…" : e; }) },
       };
       Plotly.newPlot(el, [trace], layout, CONFIG).then(function () {
         el.on("plotly_click", function (ev) {
