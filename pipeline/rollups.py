@@ -24,11 +24,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlparse
 
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.window import Window
 
-from .session import base_parser, read_dataset, run_job
+from .session import base_parser, read_dataset, require_local_dataset, run_job
 
 ENTITY = ["cluster", "quota_type", "tags"]
 GRANULARITY_MS = {"minute": 60_000, "hour": 3_600_000}
@@ -61,18 +65,20 @@ def per_second(samples: DataFrame) -> DataFrame:
         F.coalesce(F.col("thr_frac").cast("double"), F.lit(0.0)).alias("thr_frac"),
         F.col("thr_max").cast("double").alias("thr_max"), F.col("tokens").cast("double").alias("tokens"),
     )
-    # a broker's coarse samples in one slot (Prometheus polls at the edge of a scrape interval): their mean, so a
-    # slot is never counted twice; per-second samples each stand for their own second, as they always did (one
-    # landed late for a second already landed adds to it)
-    one_each = F.when(F.col("res_ms") > DEFAULT_RES_MS, F.lit(0)).otherwise(F.monotonically_increasing_id())
-    per_broker = s.withColumn("_one", one_each).groupBy(*ENTITY, "res_ms", "slot", "broker", "_one").agg(
-        F.avg("rate").alias("rate"), F.avg("thr_frac").alias("thr_frac"), F.max("thr_max").alias("thr_max"),
-        F.min("tokens").alias("tokens"), F.max("source").alias("source"),
+    # a broker's coarse samples in one slot (Prometheus polls at the edge of a scrape interval) count as their mean,
+    # so a slot is never counted twice: each weighs 1/(their number); per-second samples each stand for their own
+    # second, as they always did (one landed late for a second already landed adds to it): each weighs 1. One shuffle:
+    # rows are partitioned by slot, and the broker's count (a window) and the slot's sums run on those partitions.
+    slot = [*ENTITY, "res_ms", "slot"]
+    of_broker = F.count(F.lit(1)).over(Window.partitionBy(*slot, "broker"))
+    weighted = s.repartition(*slot).withColumn(
+        "_w", F.when(F.col("res_ms") > DEFAULT_RES_MS, 1.0 / of_broker).otherwise(F.lit(1.0))
     )
-    return per_broker.groupBy(*ENTITY, "res_ms", "slot").agg(
-        F.sum("rate").alias("rate"),
-        (F.sum("thr_frac") * F.first("res_ms")).alias("throttle_ms"),
-        F.avg("thr_frac").alias("thr_frac"),
+    frac = F.sum(F.col("thr_frac") * F.col("_w"))
+    return weighted.groupBy(*slot).agg(
+        F.sum(F.col("rate") * F.col("_w")).alias("rate"),
+        (frac * F.first("res_ms")).alias("throttle_ms"),
+        (frac / F.sum("_w")).alias("thr_frac"),
         F.max("thr_max").alias("thr_max"),
         F.min("tokens").alias("tokens"),
         F.max("source").alias("source"),
@@ -118,7 +124,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = base_parser("Minute and hour rollups of the live-monitor samples, per entity.")
     p.add_argument("--out", required=True, help="output directory (Parquet, partitioned by granularity)")
     p.add_argument("--since-ms", type=int, help="only samples at or after this time (ms since the epoch)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    require_local_dataset(args.root, "samples")
+    return args
 
 
 def job(spark: SparkSession, args: argparse.Namespace) -> dict:
@@ -131,9 +139,21 @@ def job(spark: SparkSession, args: argparse.Namespace) -> dict:
         ).where(F.col("t") >= args.since_ms)
     out = rollups(samples)
     out.write.mode("overwrite").partitionBy("granularity").parquet(args.out)
-    written = spark.read.parquet(args.out)
-    counts = {r["granularity"]: r["count"] for r in written.groupBy("granularity").count().collect()}
-    return {"out": args.out, "rows": counts}
+    return {"out": args.out, "rows": written_rows(spark, args.out)}
+
+
+def written_rows(spark: SparkSession, out: str) -> dict[str, int]:
+    """Rows written per granularity: from the Parquet footers of a local output (no Spark job to start), else
+    read back with Spark."""
+    url = urlparse(out)
+    if url.scheme in ("", "file"):
+        folder = Path(url.path if url.scheme else out)
+        return {
+            part.name.split("=", 1)[1]: sum(pq.ParquetFile(f).metadata.num_rows for f in part.glob("*.parquet"))
+            for part in sorted(folder.glob("granularity=*"))
+        }
+    written = spark.read.parquet(out)
+    return {r["granularity"]: r["count"] for r in written.groupBy("granularity").count().collect()}
 
 
 def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 from .errors import CorruptInput, MissingInput, PipelineError, SparkUnavailable
 
@@ -101,6 +102,17 @@ def read_dataset(spark: SparkSession, root: str, name: str, merge_schema: bool =
         except Exception as e:
             raise _translate(e, path) from e
     return df
+
+
+def require_local_dataset(root: str, *names: str) -> None:
+    """Raise MissingInput when ``root`` is a local folder holding none of the datasets ``names``: said before a JVM is
+    started for nothing (a Hadoop URI is left to Spark, as ``read_dataset`` reads it)."""
+    url = urlparse(root)
+    if url.scheme not in ("", "file"):
+        return
+    folder = Path(url.path if url.scheme else root)
+    if not any((folder / name).exists() for name in names):
+        raise MissingInput(f"No landed data at {root.rstrip('/')}/{names[0]}.")
 
 
 #: What Spark says when a file is not Parquet, or is cut short.

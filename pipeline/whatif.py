@@ -44,7 +44,7 @@ from .advice import METHOD, advise_usage
 from .errors import BadArguments, NoHistory, PipelineError
 from .progress import Progress
 from .replay import never_throttled, replay_frame, replay_sorted
-from .session import base_parser, run_job
+from .session import base_parser, require_local_dataset, run_job
 from .usage import (
     check_entity,
     governed,
@@ -339,6 +339,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         raise BadArguments(f"--advice-target is a fraction in [0, 1), got {args.advice_target!r}.")
     check_entity(args.user, args.client_id)
     args.quota_type, args.value = check_proposal(args.key, args.value)
+    require_local_dataset(args.root, "usage", "samples")  # the replay reads usage, else Prometheus samples
     return args
 
 
