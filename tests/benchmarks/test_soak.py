@@ -16,10 +16,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.timeout(480)  # the demo's world is built and five services started before the 45 s run
+@pytest.mark.timeout(480)  # the demo's world is built and five services started before the 30 s run
 def test_a_short_soak_loses_nothing_logs_no_error_and_stays_bounded() -> None:
     proc = subprocess.run(
-        [sys.executable, "benchmarks/soak.py", "--seconds", "45", "--sockets", "20", "--every", "0.5",
+        [sys.executable, "benchmarks/soak.py", "--seconds", "30", "--sockets", "20", "--every", "0.5",
          "--run-dir", str(ROOT / ".run" / "soak-ci")],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )
