@@ -166,11 +166,41 @@ def preview_of_request(request: QuotaRequest, version: str | None = None) -> Imp
         return newest
     if newest is not None:
         age = (timezone.now() - newest.updated).total_seconds()
-        if (not newest.finished and age <= CLAIM_STALE_S) or (
+        # a queued preview waits its turn (its row moves only once a worker takes it): on a busy worker a view after
+        # CLAIM_STALE_S queued another preview of the same proposal on newer data, behind the first, at every visit
+        waiting = newest.state == PreviewState.QUEUED and age <= 10 * CLAIM_STALE_S
+        if waiting or (not newest.finished and age <= CLAIM_STALE_S) or (
             newest.state == PreviewState.DONE and age <= settings.QUOTAS_PREVIEW_MAX_AGE_S
         ):
             return newest
     return ensure_preview(None, request.cluster, request.user, request.client_id, request.key, request.value, version)
+
+
+#: Held while the rollups job runs (history.tasks.rollups); a preview queued meanwhile waits for it.
+ROLLUPS_LOCK = "history:rollups:lock"
+
+
+def waiting_for(preview: ImpactPreview | None) -> str:
+    """What a queued preview waits for, in words ("behind the rollups of the landed history and 2 other previews"):
+    the pipeline worker runs one job at a time, and a bar at 0 % that says nothing looks stuck."""
+    if preview is None or preview.state != PreviewState.QUEUED:
+        return ""
+    import redis
+
+    recent = timezone.now() - timedelta(seconds=10 * CLAIM_STALE_S)  # a preview queued long ago was lost, not ahead
+    ahead = ImpactPreview.objects.filter(
+        state__in=(PreviewState.QUEUED, PreviewState.RUNNING), pk__lt=preview.pk, updated__gte=recent
+    ).count()
+    rolling = False
+    try:
+        client = redis.Redis.from_url(settings.QUOTAS_REDIS_URL, socket_connect_timeout=2, socket_timeout=5)
+        rolling = bool(client.exists(ROLLUPS_LOCK))
+        client.close()
+    except (redis.RedisError, OSError):
+        pass
+    behind = (["the rollups of the landed history"] if rolling else []) + (
+        [f"{ahead} other preview{'s' if ahead > 1 else ''}"] if ahead else [])
+    return f"behind {' and '.join(behind)}" if behind else ""
 
 
 def run_preview(pk: int) -> dict[str, Any]:

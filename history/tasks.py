@@ -14,7 +14,7 @@ from redis.exceptions import LockError
 from history import services
 from pipeline import warm
 
-ROLLUPS_LOCK = "history:rollups:lock"
+ROLLUPS_LOCK = services.ROLLUPS_LOCK
 
 
 @shared_task(bind=True, name="history.tasks.preview", acks_late=True, ignore_result=True, max_retries=None)

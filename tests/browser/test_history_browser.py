@@ -37,7 +37,7 @@ def test_a_tenant_previews_a_proposal_and_the_admin_sees_it_beside_the_capacity_
     OwnedName.objects.create(tenant=world["a"], entity_type="client-id", pattern="app-a-*")
     root = Path(portal.env["QUOTAS_LANDING_ROOT"])
     start = int(time.time() * 1000) // H * H - H
-    write_landing(None, root, "usage", usage("svc-a-1", "app-a-1", start, 60), "t_ms")
+    write_landing(None, root, "usage", usage("svc-a-1", "app-a-1", start, 120), "t_ms")
     worker = Worker(portal.env["QUOTAS_REDIS_URL"], portal.env["DATABASE_URL"],
                     tmp_path / "worker.log", "pipeline", QUOTAS_LANDING_ROOT=str(root)).start()
     try:
@@ -56,7 +56,8 @@ def test_a_tenant_previews_a_proposal_and_the_admin_sees_it_beside_the_capacity_
         page.wait_for_selector("#preview-panel .impact progress, #preview-panel .impact[data-state=done]")
         done = page.wait_for_selector('#preview-panel .impact[data-state="done"]', timeout=180_000)
         throttled = done.query_selector('[data-figure="throttle_events"]').inner_text()
-        assert throttled.endswith("of 600") and not throttled.startswith("0 ")  # 1000 B/s against 600
+        # 1000 B/s against 600; counts are grouped as figures are read ("of 1,200", not "of 1200")
+        assert throttled.endswith("of 1,200") and not throttled.startswith("0 ")
         advice = done.query_selector('[data-figure="advice"]').inner_text()
         assert "smallest value that keeps throttled time under 1%" in advice
         assert "The proposed value is below it." in advice
@@ -75,7 +76,7 @@ def test_a_tenant_previews_a_proposal_and_the_admin_sees_it_beside_the_capacity_
         card = queue.wait_for_selector(f'article:has(a[href="/requests/{request.pk}/"])')
         assert card.query_selector(".beside .capacity") is not None  # the capacity check ...
         shown = card.query_selector(f'.beside #impact-{preview.pk}[data-state="done"]')  # ... and the preview
-        assert shown is not None and "of 600" in shown.inner_text()
+        assert shown is not None and "of 1,200" in shown.inner_text()
         screenshot(queue, "history-approval-queue")
         queue.goto(f"/requests/{request.pk}/")
         queue.wait_for_selector(f'#impact-{preview.pk}[data-state="done"]')

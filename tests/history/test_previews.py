@@ -7,6 +7,7 @@ worker) on the same records: the preview must replay exactly the records the ent
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pandas as pd
@@ -18,6 +19,7 @@ from history import jobs, services
 from history.models import ImpactPreview, PreviewState
 from pipeline.advice import advise
 from pipeline.replay import replay_frame, summarize
+from quotas import workflow
 from quotas.engine.entities import DEFAULT
 from quotas.models import QuotaEntity, QuotaValue
 from tests.portal.people import api
@@ -28,6 +30,7 @@ from .conftest import CLUSTER, T0, steady, worker_env
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
 PBR = "producer_byte_rate"
+CLAIM = services.CLAIM_STALE_S
 ALICE = {"cluster": CLUSTER, "user": "svc-a-1", "client_id": "app-a-1", "key": PBR}
 
 
@@ -207,6 +210,22 @@ def test_a_preview_running_on_a_live_worker_is_not_run_twice(world: dict[str, An
     ImpactPreview.objects.filter(pk=preview.pk).update(state=PreviewState.DONE, result={"requests": 1})
     assert services.run_preview(preview.pk)["skipped"] == "already done"
     assert services.run_preview(10**9)["skipped"].startswith("no such preview")
+
+
+def test_a_queued_preview_stays_the_requests_until_a_worker_takes_it(world: dict[str, Any], land: Callable) -> None:
+    """A busy pipeline worker leaves previews queued for minutes: the request's page shows the queued one (and what
+    it waits behind) instead of queueing another on each visit once newer data has landed."""
+    land(1, steady("svc-a-1", "app-a-1", 1))
+    req = workflow.submit(world["alice"], None, world["cluster"], user="svc-a-1", client_id="app-a-1", key=PBR,
+                          value=1000, reason="queued behind a busy worker")
+    first = services.preview_of_request(req, "landed-1")
+    assert first.state == PreviewState.QUEUED and services.waiting_for(first) == ""
+    ImpactPreview.objects.filter(pk=first.pk).update(updated=timezone.now() - timedelta(seconds=3 * CLAIM))
+    assert services.preview_of_request(req, "landed-2").pk == first.pk  # newer data: still the one in the queue
+    other = services.ensure_preview(world["alice"], world["cluster"], "svc-a-1", "app-a-1", PBR, 2000.0, "landed-2")
+    assert services.waiting_for(other) == "behind 1 other preview"
+    ImpactPreview.objects.filter(pk=first.pk).update(updated=timezone.now() - timedelta(seconds=11 * CLAIM))
+    assert services.preview_of_request(req, "landed-2").pk not in (first.pk, other.pk)  # lost long ago: asked anew
 
 
 def test_the_preview_names_quotas_kafka_would_apply_first(world: dict[str, Any], land: Callable) -> None:
