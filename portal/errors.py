@@ -120,8 +120,9 @@ def _is_json(response: HttpResponse) -> bool:
 
 class ApiErrorMiddleware:
     """Under /api/: a body announced larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is 413 before anything reads it (DRF's
-    parsers read the stream, which Django's own check does not guard), and an error response that is not JSON (a
-    plain view's 405, a handler's HTML) is re-shaped into the API's error body."""
+    parsers read the stream, which Django's own check does not guard), a NUL character in the path or query is 400
+    (bodies go through DRF's fields, which refuse it), and an error response that is not JSON (a plain view's 405, a
+    handler's HTML) is re-shaped into the API's error body."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -136,6 +137,10 @@ class ApiErrorMiddleware:
             return api_error("INVALID_REQUEST", "Content-Length must be a whole number of bytes.", 400)
         if limit is not None and length > limit:
             return _too_large_response()
+        if "\x00" in request.path or any("\x00" in k + "".join(v) for k, v in request.GET.lists()):
+            # PostgreSQL refuses NUL in any string (a filter or lookup with one was a 500); no name holds one
+            return api_error("INVALID_REQUEST", "The path and query parameters may not contain NUL (\\x00) "
+                             "characters.", 400)
         response = self.get_response(request)
         if response.status_code >= 400 and not _is_json(response) and not getattr(response, "streaming", False):
             return self._as_json(request, response)
