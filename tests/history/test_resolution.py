@@ -73,4 +73,4 @@ def test_a_preview_from_prometheus_says_what_it_rests_on() -> None:
     preview.result = {**result, "resolution": {"source": "usage", "resolution_ms": None, "cannot_know": [],
                                                "text": "per request, as the clients' usage was recorded"}}
     html = render_to_string("frontend/_impact.html", {"preview": preview, "impact": services.summary(preview)})
-    assert "1200 recorded requests" in html and "cannot know" not in html
+    assert "1,200 recorded requests" in html and "cannot know" not in html  # a count grouped as people read it
