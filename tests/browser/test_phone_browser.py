@@ -86,6 +86,7 @@ def test_every_page_fits_a_phone_and_axe_finds_nothing_serious(
         ctx.set_default_timeout(60_000)  # plotly.js and axe on a loaded machine: seconds, not a hang
         errors: list[str] = []
         ctx.on("page", lambda p, errors=errors: p.on("pageerror", lambda e: errors.append(f"{p.url}: {e}")))
+        ctx.on("page", lambda p, errors=errors: watch_files(p, errors))
         page = ctx.new_page()
         if admin:  # the login page, once, signed out
             page.goto("/login/")
@@ -99,6 +100,17 @@ def test_every_page_fits_a_phone_and_axe_finds_nothing_serious(
         ctx.close()
         assert not errors, errors
     assert not problems, "\n".join(problems)
+
+
+def watch_files(page: Any, errors: list[str]) -> None:
+    """No icon or static file a page names is missing (every page asked for /favicon.ico and got a 404)."""
+
+    def seen(message: Any) -> None:
+        url = message.location.get("url", "")
+        if message.type == "error" and "Failed to load" in message.text and re.search(r"/static/|favicon", url):
+            errors.append(f"{page.url}: {message.text} ({url})")
+
+    page.on("console", seen)
 
 
 def check(page: Any, axe: Any, name: str) -> list[str]:
