@@ -8,9 +8,13 @@ Two kinds of runs, each as an admin and as a member of one tenant:
 
 - per operation: ``MAX_EXAMPLES`` generated requests for every operation;
 - stateful: sequences of calls that feed one answer into the next request (a created request's id into its
-  approve, a tenant's name into its update...), along the links schemathesis infers from the schema (its
-  dependency analysis; ``test_the_stateful_run_follows_links`` requires that they exist), ``SCENARIOS`` sequences
-  of at most ``STEPS`` calls.
+  approve, a tenant's name into its update...), along the schema's OpenAPI links (each create links to the
+  operations on what it created, ``quotas/api/links.py``) and those schemathesis infers (its dependency analysis);
+  ``test_the_stateful_run_follows_links`` requires that they exist, and each run that it followed some.
+  ``SCENARIOS`` sequences of at most ``STEPS`` calls.
+
+The portal and its world (committed: the server is another process) serve the whole module; the database is
+flushed at its end. Whatever the fuzzing created stays for the later tests of the module, as it would in use.
 
 Bounded so that the file stays near a minute on two cores; the operations that reach real Kafka (SCRAM credentials)
 are left out (``tests/portal/test_scram_credentials.py`` covers them against a broker).
@@ -67,12 +71,12 @@ FUZZ = settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, supp
 @dataclass
 class Portal:
     live: LivePortal
-    session: requests.Session
+    sessions: dict[str, requests.Session]  # one per role: cookies an answer sets stay with its role
     tokens: dict[str, str]
 
     def kwargs(self, role: str) -> dict[str, Any]:
         """What ``case.call`` needs to reach the live portal as ``role``."""
-        return {"base_url": self.live.url, "session": self.session,
+        return {"base_url": self.live.url, "session": self.sessions[role],
                 "headers": {"Authorization": f"Token {self.tokens[role]}"}}
 
 
@@ -94,10 +98,14 @@ def portal(
         workflow.submit(member, None, cluster, user="svc-a-2", client_id=None, reason="fuzz",
                         key="producer_byte_rate", value=2048)  # one of the member's own to find, read and withdraw
         tokens = {who: Token.objects.create(user=user).key for who, user in (("admin", admin), ("member", member))}
-        with live_portal(redis_url, tmp_path_factory.mktemp("fuzz")) as live, requests.Session() as session:
+        sessions = {role: requests.Session() for role in tokens}
+        for session in sessions.values():
             session.trust_env = False  # no proxy between the test and 127.0.0.1
-            yield Portal(live, session, tokens)
+        with live_portal(redis_url, tmp_path_factory.mktemp("fuzz")) as live:
+            yield Portal(live, sessions, tokens)
             assert live.server.alive(), live.log()
+        for session in sessions.values():
+            session.close()
 
 
 @schema.parametrize()
