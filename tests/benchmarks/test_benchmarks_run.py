@@ -139,7 +139,8 @@ def test_pipeline_benchmark_quick_run_reports_its_figures() -> None:
         print(f"SKIP: {reason}", file=sys.stderr)
         pytest.skip(reason)
     proc = subprocess.run(
-        [sys.executable, "benchmarks/pipeline_bench.py", "--quick"],
+        [sys.executable, "benchmarks/pipeline_bench.py", "--records", "2000", "--entities", "10", "--seconds", "100",
+         "--driver-memory", "2g"],
         cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -159,14 +160,14 @@ def test_preview_benchmark_quick_run_reports_cold_and_warm_figures() -> None:
         print(f"SKIP: {reason}", file=sys.stderr)
         pytest.skip(reason)
     proc = subprocess.run(
-        [sys.executable, "benchmarks/preview_bench.py", "--quick", "--previews", "2", "--seconds", "30"],
+        [sys.executable, "benchmarks/preview_bench.py", "--quick", "--previews", "1", "--seconds", "30"],
         cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     figures = {"cold_median_s", "first_warm_worker_s", "warm_median_s", "warm_p90_s", "warm_max_s", "warm_cold_ratio"}
     assert figures <= summary.keys() and all(summary[k] > 0 for k in figures)
-    assert summary["warm_previews"] == 2 and summary["requests_replayed"] == summary["records"] == 900
+    assert summary["warm_previews"] == 1 and summary["requests_replayed"] == summary["records"] == 900
 
 
 def test_prometheus_benchmark_quick_run_reports_its_lag() -> None:
