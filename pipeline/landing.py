@@ -26,7 +26,9 @@ Idempotency (a retried task, or two overlapping ones, write no duplicates):
   next one. Each partition's file name is derived from the range (``part-<cluster>-<source id>-<first>-<last>``),
   so writing it again overwrites the same file (a file that exists is complete and is kept). The checkpoint moves
   to ``last`` and the intent is cleared (one script, only if the intent is still this one) after every file of the
-  range is renamed. ``<source id>`` is a random id kept in that Redis, so two URLs of one server share names.
+  range is renamed; the same script trims the landed entries off the usage log (``XTRIM MINID``), so Redis
+  holds only usage not landed yet. ``<source id>`` is a random id kept in that Redis, so two URLs of one server
+  share names.
 - telemetry: JSON-lines files are claimed by renaming them into a batch directory
   ``_staging/telemetry/date=/hour=/_open-<id>/``, sealed by renaming it to ``<id>``; a sealed batch is written as
   ``telemetry/.../part-tel-<id>.parquet`` (same name on a retry), then moved to ``_landed/telemetry/...`` (kept
@@ -82,6 +84,9 @@ _COMMIT = """
 if redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2])
   redis.call('DEL', KEYS[2])
+  if ARGV[3] ~= '' then
+    redis.call('XTRIM', KEYS[3], 'MINID', ARGV[3])
+  end
   return 1
 end
 return 0
@@ -282,6 +287,12 @@ def _plan(client: redis.Redis, cluster: str, source: str, batch: int) -> dict[st
     return plan
 
 
+def _after(entry_id: str) -> str:
+    """The smallest stream id after ``entry_id`` (XTRIM MINID keeps ids >= it)."""
+    ms, _, seq = entry_id.partition("-")
+    return f"{ms}-{int(seq or 0) + 1}"
+
+
 def _trimmed_past(client: redis.Redis, key: str, after: str) -> bool:
     """True when the stream dropped entries newer than ``after`` (MAXLEN trimming outran the landing)."""
     if not after:
@@ -331,8 +342,12 @@ def land_stream(
             sweep_stale(directory, stale_s)
         if crash_before_commit:
             return result
-        commit(keys=[checkpoint_key(cluster, source), pending_key(cluster, source)],
-               args=[json.dumps(plan, sort_keys=True), plan["last"]])
+        # landed usage leaves Redis with the checkpoint (the Parquet files are its record from now on): the log
+        # then holds only what is not landed yet, not LOG_LEN batches of history. The samples firehose stays as
+        # it is, capped: the relay tails it
+        trim = _after(plan["last"]) if source == USAGE else ""
+        commit(keys=[checkpoint_key(cluster, source), pending_key(cluster, source), key],
+               args=[json.dumps(plan, sort_keys=True), plan["last"], trim])
         result.ranges += 1
     return result
 

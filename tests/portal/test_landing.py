@@ -137,11 +137,15 @@ def test_running_twice_lands_nothing_twice_and_the_next_run_lands_only_what_is_n
     first = tasks.land()
     before = files(root, "usage") + files(root, "samples")
     assert first["ranges"] == 3 + 3  # batches of 3 entries: 3 ranges per stream
+    # landed usage leaves Redis (the Parquet is its record); the firehose stays for the relay, capped on its own
+    assert r.xlen(usage_log.log_key(A)) == 0 and r.xlen(firehose_key(A)) == 7
     assert tasks.land()["files"] == 0
     assert files(root, "usage") + files(root, "samples") == before
 
     add_usage(r, A, 2, "fetch", T0 + 100, 4)
-    assert tasks.land()["rows"] == {"usage": 4}
+    landed = tasks.land()
+    assert landed["rows"] == {"usage": 4} and not landed.get("lost")  # trimmed after landing is not lost
+    assert r.xlen(usage_log.log_key(A)) == 0
     assert len(read(root, "usage")) == 7 * 2 + 4
     assert len(read(root, "samples")) == 7
     assert len(set(rows(read(root, "usage"), "broker", "t_ms", "client_id"))) == 7 * 2 + 4
