@@ -20,10 +20,11 @@ Keys (all of a cluster share one hash tag, so one Redis Cluster slot):
 - ``mon:{<cluster>}:all``: every tick of every broker, one entry ``{"d": JSON list of samples}``
   (MAXLEN ~ ``FIREHOSE_LEN`` ticks), what the relay tails;
 - ``mon:{<cluster>}:e:<q>:<e>``: one entity's samples, one entry ``{"d": JSON sample}``, kept for
-  ``retention_s`` (5 minutes by default; MAXLEN ~ ``retention_s`` x ``MAX_BROKERS`` entries, so trimming needs
-  no clock) and expiring with its client: what a reconnecting chart gets back;
+  ``retention_s`` (5 minutes by default; MINID ~ Redis's clock minus the span, read from the id of the sampler's
+  previous firehose entry, so memory stays flat whatever the number of brokers) and expiring with its client: what
+  a reconnecting chart gets back;
 - ``mon:{<cluster>}:m:<q>:<e>``: one entity's minute rollups (``rate_avg``, ``rate_max``, ``thr_avg``,
-  ``thr_max``, ``thr_frac``, ``tokens_min``, ``bound``), the last ``MINUTES_KEPT``: the 1-hour view;
+  ``thr_max``, ``thr_frac``, ``tokens_min``, ``bound``), the last ``MINUTES_KEPT`` minutes: the 1-hour view;
 - ``mon:{<cluster>}:latest``: hash ``<b>|<q>|<e>`` -> the newest sample: the overview's "now" (a sensor no
   longer sampled is removed from it).
 
@@ -125,6 +126,7 @@ class Sampler:
     _last_tick: int | None = None
     _minutes: dict[tuple[str, str], _Minute] = field(default_factory=dict)
     _published: set[str] = field(default_factory=set)  # the latest-hash fields this sampler wrote last tick
+    _redis_ms: int | None = None  # Redis's clock at this sampler's last firehose entry (its stream id)
 
     def touch(self, user: str, client_id: str, t: int) -> None:
         """A client of (user, client-id) was recorded at ``t``: sample its sensors for a while."""
@@ -193,23 +195,31 @@ class Sampler:
         """One firehose entry for the tick, each sample to its entity's stream, minute rollups, the latest hash."""
         samples = list(samples)
         minute = now_ms - now_ms % 60_000
-        per_entity = self.retention_s * MAX_BROKERS
+        # The streams keep a span of time: once Redis's clock is known (the id of this sampler's last firehose
+        # entry), entries older than the span go (MINID on Redis's own ids, so the brokers' clocks play no part);
+        # before that, a count of up to MAX_BROKERS brokers' entries bounds them
+        span = self._span_trim(self.retention_s * 1000, self.retention_s * MAX_BROKERS)
+        minute_span = self._span_trim(MINUTES_KEPT * 60_000, MINUTES_KEPT * MAX_BROKERS)
+        queued = 0
         with (self.monitor or self.client).pipeline(transaction=False) as p:
             for k, acc in list(self._minutes.items()):  # minutes that ended, even for clients gone quiet
                 if acc.start != minute:
                     row = {**acc.row(), "b": self.broker_id}
                     key = minutes_key(self.cluster, *k)
-                    p.xadd(key, {"d": json.dumps(row)}, maxlen=MINUTES_KEPT * MAX_BROKERS, approximate=True)
+                    p.xadd(key, {"d": json.dumps(row)}, approximate=True, **minute_span)
                     p.pexpire(key, MINUTES_KEPT * 60_000)
+                    queued += 2
                     del self._minutes[k]
             fields: set[str] = set()
+            fire_at = None
             if samples:
+                fire_at = queued
                 p.xadd(firehose_key(self.cluster), {"d": json.dumps(samples)}, maxlen=FIREHOSE_LEN, approximate=True)
                 latest: dict[str, str] = {}
                 for s in samples:
                     text = json.dumps(s)
                     key = entity_key(self.cluster, s["q"], s["e"])
-                    p.xadd(key, {"d": text}, maxlen=per_entity, approximate=True)
+                    p.xadd(key, {"d": text}, approximate=True, **span)
                     field = f"{s['b']}|{s['q']}|{s['e']}"
                     latest[field] = text
                     k = (s["q"], s["e"])
@@ -223,8 +233,18 @@ class Sampler:
             if gone:
                 p.hdel(latest_key(self.cluster), *gone)
             self._published = fields
-            p.execute()
+            results = p.execute()
+        if fire_at is not None:
+            entry_id = results[fire_at]
+            self._redis_ms = int((entry_id.decode() if isinstance(entry_id, bytes) else entry_id).split("-")[0])
         return len(samples)
+
+    def _span_trim(self, span_ms: int, fallback_len: int) -> dict[str, Any]:
+        """XADD's trimming for a stream that keeps ``span_ms`` of Redis time (``fallback_len`` entries before the
+        first firehose entry told Redis's clock)."""
+        if self._redis_ms is None:
+            return {"maxlen": fallback_len}
+        return {"minid": str(max(0, self._redis_ms - span_ms))}
 
     def tick(self, now_ms: int | None = None, extra: Iterable[Mapping[str, Any]] = ()) -> int:
         """Collect and publish (plus ``extra`` samples, e.g. connection counts); returns how many were published."""

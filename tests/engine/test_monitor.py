@@ -66,3 +66,34 @@ def test_quiet_clients_stop_being_sampled_and_minutes_roll_up(redis_client: redi
     (row,) = minutes(redis_client, namespace, "produce", "alice:", minute)
     assert row["t"] == minute and row["n"] == 3 and row["bound"] == 1000.0 and row["rate_max"] >= row["rate_avg"] > 0
     assert sampler.tick(minute + 200_000) == 0  # quiet for longer than ACTIVE_FOR_MS: nothing to publish
+
+
+def test_an_entitys_stream_keeps_a_span_of_redis_time_whatever_the_number_of_brokers(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """Trimmed by Redis's clock, not by a count sized for MAX_BROKERS brokers: with fewer brokers a count would keep
+    several times the span, and memory grew for as long (the soak saw Redis grow for 13 minutes)."""
+    import time
+
+    from quotas.engine.monitor import entity_key
+
+    engine = engine_with_quotas(redis_client, namespace)
+    produce = engine.manager("produce")
+    sampler = Sampler(redis_client, namespace, 1, {QuotaType.PRODUCE: produce}, retention_s=3)
+    key = entity_key(namespace, "produce", "alice:")
+    for i in range(250):  # 250 ticks of one broker within the span: all kept (3 of Redis's stream nodes)
+        t = T0 + i * 1000
+        produce.record("alice", "app", 100, t)
+        sampler.touch("alice", "app", t)
+        sampler.tick(t)
+    assert redis_client.xlen(key) == 250
+    time.sleep(3.2)  # the span, in Redis's time, passes
+    for i in (250, 251):  # the first tells the sampler Redis's clock now, the second trims by it
+        t = T0 + i * 1000
+        produce.record("alice", "app", 100, t)
+        sampler.touch("alice", "app", t)
+        sampler.tick(t)
+    kept = recent(redis_client, namespace, "produce", "alice:", 0)
+    # trimming is approximate (whole stream nodes of 100 entries): the full nodes older than the span are gone,
+    # the newest entries all stay
+    assert len(kept) < 100 and [s["t"] for s in kept[-2:]] == [T0 + 250_000, T0 + 251_000]
