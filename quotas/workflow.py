@@ -319,21 +319,28 @@ def apply(actor: AbstractBaseUser | None, request: QuotaRequest) -> None:
         _settle(request)
 
 
-def _settle(request: QuotaRequest) -> None:
-    """An ``applying`` request whose version is on every target becomes ``applied``; a refused push fails it."""
+def _pushes_settled(request: QuotaRequest | SubscriptionRequest | PlanRequest) -> tuple[str, str] | None:
+    """Where the pushes of an ``applying`` request's version stand: (``failed``, why) when a target refused it,
+    (``applied``, what) once every target holds it, None while some are still on their way."""
     rows = Push.objects.filter(cluster_id=request.cluster_id, version=request.applied_version)
     failed = rows.filter(state=PushState.FAILED).select_related("broker").first()
     if failed is not None:
         where = f"broker {failed.broker.broker_id}" if failed.broker else "the cluster-wide namespace"
-        why = f"{where} refused the push: {failed.error_code}: {failed.error}"
-        _move(request, RequestState.FAILED, failure=why)
-        record(AuditAction.FAILED, None, request=request, before="applying", after="failed", comment=why)
-        announce(request, RequestState.FAILED, None, why)
-    elif not rows.exclude(state=PushState.APPLIED).exists():
-        _move(request, RequestState.APPLIED)
-        comment = f"desired-state version {request.applied_version} is on every broker"
-        record(AuditAction.APPLIED, None, request=request, before="applying", after="applied", comment=comment)
-        announce(request, RequestState.APPLIED, None, comment)
+        return RequestState.FAILED, f"{where} refused the push: {failed.error_code}: {failed.error}"
+    if not rows.exclude(state=PushState.APPLIED).exists():
+        return RequestState.APPLIED, f"desired-state version {request.applied_version} is on every broker"
+    return None
+
+
+def _settle(request: QuotaRequest) -> None:
+    """An ``applying`` request whose version is on every target becomes ``applied``; a refused push fails it."""
+    settled = _pushes_settled(request)
+    if settled is None:
+        return
+    state, comment = settled
+    _move(request, state, **({"failure": comment} if state == RequestState.FAILED else {}))
+    record(AuditAction(state), None, request=request, before="applying", after=state, comment=comment)
+    announce(request, state, None, comment)
 
 
 def settle_pushed(cluster: Cluster) -> list[int]:
@@ -519,17 +526,12 @@ def _settle_grouped(kind: _GroupedKind, request: SubscriptionRequest | PlanReque
 
     A change that was already the desired state (nothing to push) keeps the version it found, whose pushes
     are the ones to wait for."""
-    rows = Push.objects.filter(cluster_id=request.cluster_id, version=request.applied_version)
-    failed = rows.filter(state=PushState.FAILED).select_related("broker").first()
-    if failed is not None:
-        where = f"broker {failed.broker.broker_id}" if failed.broker else "the cluster-wide namespace"
-        why = f"{where} refused the push: {failed.error_code}: {failed.error}"
-        _move(request, RequestState.FAILED, failure=why)
-        kind.audit(AuditAction.FAILED, None, request, "applying", "failed", why)
-    elif not rows.exclude(state=PushState.APPLIED).exists():
-        _move(request, RequestState.APPLIED)
-        comment = f"desired-state version {request.applied_version} is on every broker"
-        kind.audit(AuditAction.APPLIED, None, request, "applying", "applied", comment)
+    settled = _pushes_settled(request)
+    if settled is None:
+        return
+    state, comment = settled
+    _move(request, state, **({"failure": comment} if state == RequestState.FAILED else {}))
+    kind.audit(AuditAction(state), None, request, "applying", state, comment)
 
 
 def _settle_all_grouped(kind: _GroupedKind, cluster: Cluster) -> None:
