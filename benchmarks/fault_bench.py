@@ -62,7 +62,6 @@ import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
-import signal  # noqa: E402
 import subprocess  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -106,16 +105,6 @@ class BeatWorker(Worker):
     def command(self) -> list[str]:
         return [*super().command(), "-B", "-s", str(self.log_path.parent / "celerybeat-schedule")]
 
-    def kill(self) -> None:
-        """SIGKILL to the whole session: the worker, its pool and its beat die mid-task."""
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
-            self.proc = None
-
 
 class Replica(SessionProcess):
     """One uvicorn replica of the portal (``portal.asgi``) on its own port, sharing the database and Redis."""
@@ -131,16 +120,6 @@ class Replica(SessionProcess):
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         return self
-
-    def kill(self) -> None:
-        """SIGKILL to the replica's session: its open connections are cut, nothing is shut down cleanly."""
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
-            self.proc = None
 
     def answers(self) -> bool:
         try:

@@ -105,6 +105,18 @@ class SessionProcess:
         stop_session(self.proc, self.grace_s)
         self.proc = None
 
+    def kill(self) -> None:
+        """SIGKILL to the whole session (a fault): the process and its children die mid-work, nothing shuts down
+        cleanly, open connections are cut."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.proc = None
+
 
 def finite(value: Any) -> Any:
     """NaN (a figure of a phase that did not run) as null: the JSON line stays strict JSON."""
