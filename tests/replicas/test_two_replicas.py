@@ -115,6 +115,9 @@ def chain(state: NamespaceState, last: int) -> list[int]:
     return applied
 
 
+# a hang guard, not a timing: two replicas, two workers and 200 approvals on 2 cores (54 s in CI, over the
+# session's 120 s guard on a loaded machine)
+@pytest.mark.timeout(300)
 def test_two_replicas_and_two_workers_share_the_database_and_redis(
     replicas: dict[str, Any], worker_factory: Callable[..., Worker], engine_redis: redis.Redis, redis_url: str
 ) -> None:
