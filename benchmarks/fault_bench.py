@@ -3,15 +3,17 @@
 converge; then hostile input against the API, against valid requests of the same run.
 
     .venv/bin/python benchmarks/fault_bench.py [--approvals 1000] [--faults 100] [--seed 20] [--hostile 600]
-                                               [--quick] [--check]
+                                               [--no-kafka] [--quick] [--check]
 
 Everything is started by the benchmark and stopped on any exit: the portal's redis-server (Celery's queue, the
 cache; AOF on disk, ``.run/redis-fault-bench/``), one redis-server per engine broker (3 brokers of one engine
 cluster: killing a broker's Redis is killing that broker), a project-local PostgreSQL (``devtools.postgres``,
 ``.run/postgres-fault-bench/``; a fresh database copied from a migrated template kept there while the migrations do
 not change), two uvicorn replicas of the portal and a real Celery worker with its beat (``-B``, reconcile every
-``QUOTAS_RECONCILE_SECONDS`` = 5 s), all on that database and Redis. ``--quick`` uses servers of its own
-(``*-fault-bench-quick``), so it can run beside a full run.
+``QUOTAS_RECONCILE_SECONDS`` = 5 s), all on that database and Redis, and a real Apache Kafka 4.4 cluster of 3 KRaft
+nodes (``benchmarks/fault_kafka.py``: fresh, ``.run/kafka/fault-bench/``, reached over SASL/SCRAM through a TCP relay
+per broker; ``--no-kafka`` leaves it out). Approvals alternate between the engine cluster and the Kafka cluster.
+``--quick`` uses servers of its own (``*-fault-bench-quick``), so it can run beside a full run.
 
 * clean (the baseline): approvals with no fault, over HTTP through the replicas in turn: a member submits
   (``POST /api/requests/``), an admin approves (``POST /api/requests/<id>/approve/``; the commit enqueues the
@@ -27,7 +29,10 @@ not change), two uvicorn replicas of the portal and a real Celery worker with it
   client uses the other until it answers), ``postgres_restart`` (fast shutdown, started again after 0.5-2 s while
   approvals go on: they get 503 DATABASE_UNAVAILABLE and retry), ``broker_kill`` (SIGKILL of one broker's Redis,
   restarted with its AOF), ``broker_restart_wiped`` (the same with its data removed: the broker holds nothing and is
-  whole-pushed) and ``broker_refusing`` (nothing listens on one broker's port for 1-3 s: connections refused).
+  whole-pushed) and ``broker_refusing`` (nothing listens on one broker's port for 1-3 s: connections refused);
+  on Kafka, ``kafka_broker_kill`` (SIGKILL of one KRaft node, started again from its data after 1-3 s, back once
+  every node has it in its metadata) and ``kafka_listener_refusing`` (one broker's SASL listener, as the portal
+  reaches it, cut and refusing for 1-3 s while the broker runs on).
   A fault due while an earlier one still has a part down brings that part back first. ``approval_ratio`` = faulted
   approvals/s / clean approvals/s; ``client_retries`` counts the client's retries by cause.
 * then it waits until every broker holds the newest desired-state version: ``converge_s`` from the end of the last
@@ -35,15 +40,18 @@ not change), two uvicorn replicas of the portal and a real Celery worker with it
   seen holding an older version than before (a wiped broker holding nothing is not that: it is whole-pushed).
   ``double_applied``: applications in a broker's push log that applied a version it already held or had passed.
   ``lost``: approved values missing or different on some broker at the end (each broker's config hash against
-  every approval).
+  every approval). On Kafka (no version of ours there), each broker is asked every 200 ms what it holds: it must
+  always hold a prefix of the Kafka approvals, never fewer than before (``out_of_order``); ``double_applied`` and the
+  order as written come from the cluster's metadata log (a quota record is written only when a value changes, so a
+  retried push writes none: every approval must appear once, never removed, in order); ``lost`` from each broker's
+  DescribeClientQuotas at the end. The top-level figures add both targets up; ``by_target`` has each.
 * hostile: ``--hostile`` requests through the portal's WSGI app in-process (malformed JSON, a 5 MiB body, a 5,000
   character client-id, a wrong content type, unknown routes, in turn) against the same number of valid GETs of the
   request list: ``hostile_5xx`` (goal 0), ``hostile_not_json`` (error answers under /api/ that are not JSON, goal 0)
   and ``hostile_cost_ratio`` (mean time of a hostile request / mean time of a valid one).
 
-Goals (issue 20): lost, double_applied, out_of_order 0; converge_s <= 60. The brokers are the engine's (one Redis
-each); a real Apache Kafka cluster as the push target is not part of this run (see README). The last line of output
-is one JSON object.
+Goals (issue 20): lost, double_applied, out_of_order 0; converge_s <= 60. The last line of output is one JSON
+object.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ import argparse  # noqa: E402
 import hashlib  # noqa: E402
 import http.client  # noqa: E402
 import json  # noqa: E402
+import logging  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
@@ -70,6 +79,14 @@ from typing import Any  # noqa: E402
 
 import redis  # noqa: E402
 
+from benchmarks.fault_kafka import (  # noqa: E402
+    KAFKA_CLUSTER,
+    KAFKA_KINDS,
+    KafkaSampler,
+    KafkaTarget,
+    push_attempts,
+    wait_kafka_pushes,
+)
 from benchmarks.harness import SessionProcess, run_bench  # noqa: E402
 from benchmarks.push_bench import (  # noqa: E402
     BROKERS,
@@ -87,10 +104,11 @@ from quotas.engine.errors import EngineUnavailable  # noqa: E402
 
 NAME = "fault-bench"
 CLUSTER = "faultbench"
-KINDS = (
+ENGINE_KINDS = (
     "redis_restart", "redis_restart_wiped", "redis_outage", "worker_sigkill", "replica_kill", "postgres_restart",
     "broker_kill", "broker_restart_wiped", "broker_refusing",
 )  # fmt: skip
+KINDS = ENGINE_KINDS + KAFKA_KINDS
 TARGET_CONVERGE_S = 60.0
 RECONCILE_S = "5"
 REPLICAS = 2
@@ -189,14 +207,15 @@ class Portal:
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
 
-    def approve(self, i: int) -> None:
-        """One approval: the member submits for user u<i>, an admin approves (the commit enqueues the pushes)."""
+    def approve(self, i: int, cluster: str = CLUSTER) -> None:
+        """One approval on ``cluster``: the member submits for user u<i>, an admin approves (the commit enqueues the
+        pushes)."""
         reason = f"fault-bench #{i} {os.getpid()}"
 
         def mine() -> tuple[int, Any] | None:
             try:
                 status, page = self._once(self.replicas[self.turn % len(self.replicas)].port, "GET",
-                                          f"/api/requests/?cluster={CLUSTER}&page_size=20", self.member, None)
+                                          f"/api/requests/?cluster={cluster}&page_size=20", self.member, None)
             except (OSError, http.client.HTTPException):
                 return None
             rows = page.get("results", page) if status == 200 and isinstance(page, dict) else []
@@ -204,7 +223,7 @@ class Portal:
             return (201, hit[0]) if hit else None
 
         status, made = self.call("POST", "/api/requests/", self.member,
-                                 {"cluster": CLUSTER, "user": user_of(i), "key": "producer_byte_rate",
+                                 {"cluster": cluster, "user": user_of(i), "key": "producer_byte_rate",
                                   "value": value_of(i), "reason": reason}, mine)
         if status != 201:
             raise RuntimeError(f"submit #{i}: {status} {made}")
@@ -297,6 +316,7 @@ class Faults:
         self.worker: BeatWorker = parts["worker"]
         self.replicas: list[Replica] = parts["replicas"]
         self.postgres: PostgresServer = parts["postgres"]
+        self.kafka: KafkaTarget | None = parts.get("kafka")
         self.rng = rng
         self.counts: Counter[str] = Counter()
         self.last_end = time.perf_counter()
@@ -337,7 +357,19 @@ class Faults:
             self.postgres.stop()  # fast shutdown: open sessions are cut
             self._later(self.postgres.start, self.rng.uniform(0.5, 2.0))
             return
-        else:
+        elif kind == "kafka_broker_kill":  # one KRaft node crashes; back after 1-3 s, once it has caught up
+            assert self.kafka is not None
+            node_id = self.rng.choice(self.kafka.node_ids())
+            self.kafka.kill(node_id)
+            self._later(lambda: self.kafka.restart(node_id), self.rng.uniform(1.0, 3.0))  # type: ignore[union-attr]
+            return
+        elif kind == "kafka_listener_refusing":  # its SASL listener: open connections cut, new ones refused 1-3 s
+            assert self.kafka is not None
+            relay = self.kafka.proxies[self.rng.choice(self.kafka.node_ids())]
+            relay.refuse()
+            self._later(relay.accept, self.rng.uniform(1.0, 3.0))
+            return
+        elif kind in ("broker_kill", "broker_restart_wiped", "broker_refusing"):
             broker = self.rng.choice(self.brokers)
             if kind == "broker_refusing":  # nothing listens on its port for 1-3 s: connections are refused
                 broker.stop()
@@ -347,6 +379,8 @@ class Faults:
             if kind == "broker_restart_wiped":  # its data lost: the next push brings the whole state
                 wipe(broker)
             broker.start()
+        else:
+            raise ValueError(f"no such fault: {kind}")
         self.last_end = time.perf_counter()
 
     def finish(self) -> None:
@@ -380,27 +414,39 @@ def newest_version(cluster_id: int) -> int:
     return DesiredStateVersion.objects.get(cluster_id=cluster_id).version
 
 
-def wait_converged(cluster_id: int, brokers: list[RedisServer], timeout_s: float) -> float:
-    """Seconds until every broker holds the cluster's newest desired-state version."""
+def wait_converged(cluster_id: int, brokers: list[RedisServer], timeout_s: float,
+                   kafka: tuple[KafkaTarget, int, dict[str, float]] | None = None) -> float:
+    """Seconds until every engine broker holds the cluster's newest desired-state version and, with ``kafka``
+    (the target, its cluster's id, the values approved on it), every Kafka broker answers every approved value and
+    the portal has every push to it applied."""
     final = newest_version(cluster_id)
     states = [broker_state(s, b) for b, s in enumerate(brokers, start=1)]
     t0 = time.perf_counter()
     while True:
         try:
             if min(s.applied_version() for s in states) >= final:
-                return time.perf_counter() - t0
+                break
         except UNREACHABLE:
             pass
         if time.perf_counter() - t0 > timeout_s:
             held = [s.applied_version() for s in states]
             raise RuntimeError(f"not converged after {timeout_s:g} s: brokers hold {held}, desired {final}")
         time.sleep(0.05)
+    if kafka is not None:
+        target, kafka_id, expected = kafka
+        while not target.holds_all(expected):
+            if time.perf_counter() - t0 > timeout_s:
+                raise RuntimeError(f"Kafka not converged after {timeout_s:g} s: some broker lacks an approved value")
+            time.sleep(0.05)
+        wait_kafka_pushes(kafka_id, max(1.0, timeout_s - (time.perf_counter() - t0)))
+    return time.perf_counter() - t0
 
 
-def verify(brokers: list[RedisServer], approved: int) -> dict[str, Any]:
+def verify(brokers: list[RedisServer], approved: list[int]) -> dict[str, Any]:
     """lost: approved values missing or different on a broker; double_applied: push-log applications of a version
-    not newer than the one held (each log segment since the last wipe is checked as a chain)."""
-    expected = {field_of(i): repr(float(value_of(i))) for i in range(approved)}
+    not newer than the one held (each log segment since the last wipe is checked as a chain). ``approved``: the
+    indexes of the engine cluster's approvals."""
+    expected = {field_of(i): repr(float(value_of(i))) for i in approved}
     lost, double, problems = 0, 0, []
     for b, server in enumerate(brokers, start=1):
         client = redis.Redis.from_url(server.url)
@@ -504,6 +550,7 @@ def hostile(n: int) -> dict[str, Any]:
     from quotas.models import Tenant
 
     setup_test_environment()  # the test client's host ("testserver") allowed; nothing else changes
+    logging.getLogger("django.request").setLevel(logging.ERROR)  # a WARNING line per refused request: 4xx expected
     member = Tenant.objects.get(name="team-f").members.get()
     client = Client(raise_request_exception=False)
     client.force_login(member)
@@ -547,11 +594,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", type=int, default=100)
     parser.add_argument("--seed", type=int, default=20)
     parser.add_argument("--hostile", type=int, default=600)
-    parser.add_argument("--quick", action="store_true", help="40 approvals, 9 faults (one of each kind), 30 hostile")
+    parser.add_argument("--no-kafka", dest="kafka", action="store_false",
+                        help="the engine's brokers only: no Kafka cluster, no Kafka faults")
+    parser.add_argument("--quick", action="store_true",
+                        help="44 approvals, one fault of each kind (11, or 9 without Kafka), 30 hostile")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     args = parser.parse_args(argv)
+    kinds = KINDS if args.kafka else ENGINE_KINDS
     if args.quick:
-        args.approvals, args.clean, args.faults, args.hostile = 40, 10, len(KINDS), 30
+        args.approvals, args.clean, args.faults, args.hostile = 4 * len(kinds), 10, len(kinds), 30
+
+    def cluster_of(i: int) -> str:
+        """Approvals alternate between the engine cluster and the Kafka cluster (all engine without Kafka)."""
+        return KAFKA_CLUSTER if args.kafka and i % 2 else CLUSTER
 
     def run(_: RedisServer, cleanups: list[Any]) -> dict[str, Any]:
         t_start = time.perf_counter()
@@ -560,6 +615,11 @@ def main(argv: list[str] | None = None) -> int:
         run_dir.mkdir(parents=True, exist_ok=True)
         for log in run_dir.glob("*.log"):
             log.unlink()
+        kafka: KafkaTarget | None = None
+        if args.kafka:
+            kafka = KafkaTarget(name)
+            cleanups.append(kafka.stop)
+            kafka.start()
         servers = [RedisServer(name=name, persist=True)]
         servers += [RedisServer(name=f"{name}-broker-{b}", persist=True) for b in range(1, BROKERS + 1)]
         for server in servers:
@@ -576,9 +636,15 @@ def main(argv: list[str] | None = None) -> int:
         from django.contrib.auth import get_user_model
         from rest_framework.authtoken.models import Token
 
-        from quotas.models import OwnedName, Tenant
+        from quotas.models import Cluster, OwnedName, Tenant
+
+        if kafka is not None:  # its super user's password, where the portal's processes read it
+            password = kafka.portal_env(Cluster(name=KAFKA_CLUSTER).password_env)
+            env.update(password)
+            os.environ.update(password)
 
         cluster = make_cluster(brokers)
+        kafka_row = kafka.register() if kafka is not None else None
         users = get_user_model().objects
         admin, member = users.create_user("fb-admin", is_staff=True), users.create_user("fb-member")
         tenant = Tenant.objects.create(name="team-f")
@@ -597,56 +663,91 @@ def main(argv: list[str] | None = None) -> int:
         wait_converged(cluster.pk, brokers, 120)  # the worker is up (version 0 pushed by reconcile or the first push)
         setup_s = time.perf_counter() - t_start
 
+        total = args.clean + args.approvals
+        engine_done = [i for i in range(total) if cluster_of(i) == CLUSTER]
+        kafka_order = [i for i in range(total) if cluster_of(i) == KAFKA_CLUSTER]
+
+        def kafka_until(n: int) -> tuple[KafkaTarget, int, dict[str, float]] | None:
+            """What convergence waits for on Kafka after the first ``n`` approvals."""
+            if kafka is None or kafka_row is None:
+                return None
+            return kafka, kafka_row.pk, {user_of(i): value_of(i) for i in kafka_order if i < n}
+
         t0 = time.perf_counter()
         for i in range(args.clean):
-            portal.approve(i)
+            portal.approve(i, cluster_of(i))
         clean_rate = args.clean / (time.perf_counter() - t0)
-        wait_converged(cluster.pk, brokers, 120)
+        wait_converged(cluster.pk, brokers, 120, kafka_until(args.clean))
 
         rng = random.Random(args.seed)
-        total = args.clean + args.approvals
         if args.quick:  # one fault of each kind, in a seeded order, spread over the run
-            kinds = rng.sample(KINDS, len(KINDS))
-            at = {args.clean + (n + 1) * args.approvals // (len(kinds) + 1): [k] for n, k in enumerate(kinds)}
+            drawn = rng.sample(kinds, len(kinds))
+            at = {args.clean + (n + 1) * args.approvals // (len(drawn) + 1): [k] for n, k in enumerate(drawn)}
         else:
             at = {}
             for _ in range(args.faults):
-                at.setdefault(rng.randrange(args.clean, total), []).append(rng.choice(KINDS))
+                at.setdefault(rng.randrange(args.clean, total), []).append(rng.choice(kinds))
         parts = {"redis": portal_redis, "brokers": brokers, "worker": worker, "replicas": replicas,
-                 "postgres": postgres}
+                 "postgres": postgres, "kafka": kafka}
         faults = Faults(parts, rng)
         sampler = Sampler(brokers)
         sampler.start()
+        kafka_sampler = KafkaSampler(kafka, [user_of(i) for i in kafka_order]) if kafka is not None else None
+        if kafka_sampler is not None:
+            kafka_sampler.start()
         portal.retries.clear()
         t0 = time.perf_counter()
         for i in range(args.clean, total):
             for kind in at.get(i, []):
                 faults.inject(kind)
-            portal.approve(i)
+            portal.approve(i, cluster_of(i))
             if (i - args.clean + 1) % 100 == 0:
                 print(f"{i - args.clean + 1} approvals, {sum(faults.counts.values())} faults", file=sys.stderr,
                       flush=True)
         faults.finish()
         faulted_rate = args.approvals / (time.perf_counter() - t0)
         last_fault = faults.last_end
-        wait_converged(cluster.pk, brokers, 600)
+        wait_converged(cluster.pk, brokers, 600, kafka_until(total))
         converge_s = time.perf_counter() - last_fault
         time.sleep(0.2)
-        if not sampler.is_alive():
-            raise RuntimeError("the version sampler stopped during the run: out_of_order would be undercounted")
+        for thread in (sampler, kafka_sampler):
+            if thread is not None and not thread.is_alive():
+                raise RuntimeError("a version sampler stopped during the run: out_of_order would be undercounted")
         sampler.stopping.set()
         sampler.join()
-        checked = verify(brokers, total)
+        checked = verify(brokers, engine_done)
+        by_target: dict[str, Any] = {"engine": {
+            "approvals": len(engine_done), "lost": checked["lost"], "double_applied": checked["double_applied"],
+            "out_of_order": len(sampler.out_of_order), "samples": sampler.samples,
+        }}
+        problems = checked["problems"][:5] + sampler.out_of_order[:5]
+        if kafka is not None and kafka_sampler is not None and kafka_row is not None:
+            kafka_sampler.finish()
+            expected = {user_of(i): value_of(i) for i in kafka_order}
+            kafka_lost, kafka_problems = kafka.lost(expected)
+            log = kafka.log_figures([user_of(i) for i in kafka_order])
+            by_target["kafka"] = {
+                "approvals": len(kafka_order), "lost": kafka_lost, "double_applied": log["double_applied"],
+                "out_of_order": len(kafka_sampler.out_of_order) + log["out_of_order"],
+                "out_of_order_seen": len(kafka_sampler.out_of_order), "out_of_order_in_log": log["out_of_order"],
+                "quota_records": log["records"], "never_written": log["never_written"],
+                "samples": kafka_sampler.samples, "unreachable_reads": kafka_sampler.unreachable,
+                "relay_cuts": sum(p.cut for p in kafka.proxies.values()),
+                **push_attempts(kafka_row.pk),
+            }
+            problems += kafka_problems[:5] + log["problems"][:5] + kafka_sampler.out_of_order[:5]
         summary: dict[str, Any] = {
             "bench": NAME, "seed": args.seed, "approvals": args.approvals, "clean_approvals": args.clean,
-            "replicas": REPLICAS, "brokers": BROKERS, "database": "postgresql", "setup_s": round(setup_s, 1),
-            "template_database": migrated,
+            "replicas": REPLICAS, "brokers": BROKERS, "kafka_brokers": len(kafka.node_ids()) if kafka else 0,
+            "database": "postgresql", "setup_s": round(setup_s, 1), "template_database": migrated,
             "faults": sum(faults.counts.values()), "fault_counts": dict(faults.counts),
-            "lost": checked["lost"], "double_applied": checked["double_applied"],
-            "out_of_order": len(sampler.out_of_order), "converge_s": round(converge_s, 2),
+            "lost": sum(t["lost"] for t in by_target.values()),
+            "double_applied": sum(t["double_applied"] for t in by_target.values()),
+            "out_of_order": sum(t["out_of_order"] for t in by_target.values()), "converge_s": round(converge_s, 2),
+            "by_target": by_target,
             "clean_approvals_per_s": round(clean_rate, 2), "faulted_approvals_per_s": round(faulted_rate, 2),
             "approval_ratio": round(faulted_rate / clean_rate, 3), "client_retries": dict(portal.retries),
-            "samples": sampler.samples, "problems": checked["problems"][:5] + sampler.out_of_order[:5],
+            "samples": sampler.samples, "problems": problems,
         }
         summary.update(hostile(args.hostile))
         summary["target_met"] = (

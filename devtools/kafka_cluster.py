@@ -950,6 +950,38 @@ class KafkaCluster:
         if live:
             raise KafkaError(f"Kafka node(s) {[n.node_id for n in live]} of cluster {self.name!r} did not stop")
 
+    # -- one node (faults) ------------------------------------------------------------------------------------------
+
+    def node(self, node_id: int) -> KafkaNode:
+        """The node with this id (KafkaError when the cluster has none)."""
+        for node in self.nodes:
+            if node.node_id == node_id:
+                return node
+        raise KafkaError(f"cluster {self.name!r} has no node {node_id} (its nodes: {[n.node_id for n in self.nodes]})")
+
+    def kill_node(self, node_id: int) -> None:
+        """A crash of one node: SIGKILL, no controlled shutdown (the controller fences it once its session times
+        out). Its data stays; :meth:`start_node` brings it back. Returns once the process is gone."""
+        node = self.node(node_id)
+        self._signal([node], signal.SIGKILL)
+        deadline = time.monotonic() + 10.0
+        while self._still_running([node]):
+            if time.monotonic() > deadline:
+                raise KafkaError(f"node {node_id} of cluster {self.name!r} did not die on SIGKILL")
+            time.sleep(0.02)
+        node.proc = None
+
+    def start_node(self, node_id: int) -> None:
+        """Start one stopped node again from its data (its configuration, ports and log as they were) and wait
+        until every node, this one included, has every broker in its metadata: a restarted broker answers only
+        once it has caught up with the metadata log, and lists itself only once the controller unfenced it."""
+        node = self.node(node_id)
+        if node.is_running():
+            raise KafkaError(f"node {node_id} of cluster {self.name!r} is running")
+        self._launch(node)
+        self._write_state()
+        self._wait_ready()
+
     @staticmethod
     def _signal(nodes: Sequence[KafkaNode], sig: signal.Signals) -> None:
         for node in nodes:

@@ -1,0 +1,312 @@
+"""fault_bench's real Apache Kafka target: a 3-node KRaft cluster behind TCP relays, its two faults, and what its
+brokers show (issue 20: "one Kafka broker killed and restarted, a broker's listener refusing connections").
+
+* The cluster is ``devtools.kafka_cluster``'s (fresh, no JMX exporter, no KIP-714 plugin: neither is under test). The
+  portal reaches it over SASL_PLAINTEXT with SCRAM as its super user, the way the demo's ``prod`` is pushed to, and
+  each broker advertises that listener at a relay of its own (``devtools.tcp_proxy``), so the portal's every
+  connection to a broker goes through it. Replication and the controller quorum do not (PLAINTEXT, CONTROLLER).
+* ``kafka_broker_kill``: SIGKILL of one node (broker and controller in one JVM; its data stays), started again after
+  1-3 s, back once every node has it in its metadata (it answers only once it has caught up with the metadata log).
+* ``kafka_listener_refusing``: one broker's relay stops listening for 1-3 s and cuts its open connections: the
+  portal's kept connections drop and new ones are refused, while the broker runs on.
+* What the brokers hold is read past the relays (PLAINTEXT, each broker itself): DescribeClientQuotas of every
+  ``user`` entity. Kafka keeps no version of ours, so order is read from the quotas themselves: the approvals are
+  sequential, a push carries every change up to the cluster's newest version in one AlterClientQuotas, and the
+  controller writes one request's records atomically, so a broker must always hold a prefix of the approvals.
+  :class:`KafkaSampler` counts a broker seen holding a later approval without an earlier one, or fewer than before.
+* ``double_applied`` and the log's own order come from the cluster's metadata log (``__cluster_metadata``, read with
+  Kafka's ``DumpLogSegments``): the controller writes a ``CLIENT_QUOTA_RECORD`` only when a value changes, so a
+  retried push of the same values writes nothing, and every approval must appear exactly once, never removed, in
+  approval order across record batches.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from devtools.kafka_cluster import SUPER_USER, KafkaCluster, KafkaError, KafkaNode, run_kafka_tool
+from devtools.tcp_proxy import TcpProxy
+from quotas.connectors.kafka_client import MATCH_SPECIFIED, AdminClient, KafkaClientError
+
+KAFKA_CLUSTER = "faultbench-kafka"
+KEY = "producer_byte_rate"
+MECHANISM = "SCRAM-SHA-512"
+KAFKA_KINDS = ("kafka_broker_kill", "kafka_listener_refusing")
+DUMP_TOOL = "org.apache.kafka.tools.DumpLogSegments"
+BATCH_LINE = re.compile(r"^baseOffset: (\d+) ")
+RECORD_LINE = re.compile(r"^\| offset: (\d+) .* payload: (\{.*\})\s*$")
+
+
+class KafkaTarget:
+    """The cluster, its relays and the portal's cluster row."""
+
+    def __init__(self, name: str, size: int = 3) -> None:
+        # placeholders until the nodes' ports are known (nothing connects before start() returns)
+        self.proxies = {node_id: TcpProxy(("127.0.0.1", 9)) for node_id in range(1, size + 1)}
+        self.kafka = KafkaCluster(
+            name, size=size, fresh=True, jmx_exporter=False, telemetry_endpoint="",
+            server_properties=self._advertised,
+        )
+        self._clients: dict[int, AdminClient] = {}
+
+    def _advertised(self, node: KafkaNode) -> dict[str, str]:
+        """The SASL listener advertised at the node's relay: every connection the portal makes goes through it."""
+        relay = self.proxies[node.node_id]
+        return {
+            "advertised.listeners": f"PLAINTEXT://{node.address('PLAINTEXT')},SASL_PLAINTEXT://127.0.0.1:{relay.port}"
+        }
+
+    def start(self) -> KafkaTarget:
+        self.kafka.start()
+        for node in self.kafka.nodes:
+            self.proxies[node.node_id].upstream = ("127.0.0.1", node.ports["SASL_PLAINTEXT"])
+        return self
+
+    def stop(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+        for proxy in self.proxies.values():
+            proxy.close()
+        try:
+            self.kafka.stop()
+        except KafkaError as e:
+            print(f"fault_bench: stopping Kafka: {e}", flush=True)
+
+    @property
+    def bootstrap(self) -> str:
+        """The portal's bootstrap servers: the relays."""
+        return ",".join(f"127.0.0.1:{p.port}" for _, p in sorted(self.proxies.items()))
+
+    def portal_env(self, password_env: str) -> dict[str, str]:
+        """The super user's password where the portal's processes read it (``Cluster.password_env``)."""
+        return {password_env: self.kafka.admin_credentials()["password"]}
+
+    def register(self) -> Any:
+        """The portal's cluster row (SASL_PLAINTEXT, SCRAM, through the relays), registered as holding version 0 (its
+        empty desired state), so pushes are deltas from the first one."""
+        from django.db import transaction
+        from django.utils import timezone
+
+        from quotas.choices import ConnectorKind
+        from quotas.models import Cluster, Push, PushState
+
+        with transaction.atomic():
+            cluster = Cluster.objects.create(
+                name=KAFKA_CLUSTER, description="fault_bench: a real Kafka cluster", connector=ConnectorKind.KAFKA,
+                bootstrap_servers=self.bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism=MECHANISM,
+                sasl_username=SUPER_USER,
+            )
+            Push.objects.create(cluster=cluster, broker=None, version=0, state=PushState.APPLIED,
+                                applied_at=timezone.now())
+        return cluster
+
+    # -- faults ----------------------------------------------------------------------------------------------------
+
+    def node_ids(self) -> list[int]:
+        return [n.node_id for n in self.kafka.nodes]
+
+    def kill(self, node_id: int) -> None:
+        self.kafka.kill_node(node_id)
+
+    def restart(self, node_id: int) -> None:
+        self.kafka.start_node(node_id)
+
+    # -- what the brokers hold -------------------------------------------------------------------------------------
+
+    def client(self, node_id: int) -> AdminClient:
+        """A client of the broker itself, past its relay (PLAINTEXT), kept; short timeouts: it may be down."""
+        client = self._clients.get(node_id)
+        if client is None:
+            address = self.kafka.node(node_id).address("PLAINTEXT")
+            client = self._clients[node_id] = AdminClient(address, connect_timeout=1.0, request_timeout=5.0)
+        return client
+
+    def held(self, node_id: int, client: AdminClient | None = None) -> dict[str, float]:
+        """user -> ``KEY`` of every user-only entity the broker answers; KafkaClientError when it does not answer."""
+        response = (client or self.client(node_id)).describe_client_quotas([("user", MATCH_SPECIFIED, None)],
+                                                                           strict=True)
+        if response.error_code:
+            raise KafkaClientError(f"DescribeClientQuotas: error {response.error_code}: {response.error_message}")
+        out: dict[str, float] = {}
+        for entry in response.entries or ():
+            names = {e.entity_type: e.entity_name for e in entry.entity}
+            if set(names) == {"user"} and names["user"] is not None:
+                for value in entry.values:
+                    if value.key == KEY:
+                        out[names["user"]] = value.value
+        return out
+
+    def holds_all(self, expected: dict[str, float]) -> bool:
+        """Every broker answers every expected value (False while one does not answer)."""
+        for node_id in self.node_ids():
+            try:
+                held = self.held(node_id)
+            except KafkaClientError:
+                return False
+            if any(held.get(u) != v for u, v in expected.items()):
+                return False
+        return True
+
+    def lost(self, expected: dict[str, float]) -> tuple[int, list[str]]:
+        """Approved values missing or different on each broker, at the end."""
+        lost, problems = 0, []
+        for node_id in self.node_ids():
+            held = self.held(node_id)
+            missing = [u for u, v in expected.items() if held.get(u) != v]
+            lost += len(missing)
+            if missing:
+                problems.append(f"kafka broker {node_id}: {len(missing)} approved values missing or different, "
+                                f"e.g. {missing[:3]}")
+        return lost, problems
+
+    def metadata_batches(self, node_id: int = 1) -> list[list[dict[str, Any]]]:
+        """The user quota records of the cluster's metadata log, as written, grouped by record batch: each record
+        ``{"user", "key", "value", "remove"}``. Read from a copy of one node's segments (the tool wants files named
+        by their offset, and a copy is not written to while it is read)."""
+        log_dir = self.kafka.node(node_id).data_dir / "__cluster_metadata-0"
+        with tempfile.TemporaryDirectory(prefix="fault-bench-metadata-") as tmp:
+            files = []
+            for segment in sorted(log_dir.glob("*.log")):
+                shutil.copy(segment, Path(tmp) / segment.name)
+                files.append(str(Path(tmp) / segment.name))
+            if not files:
+                raise RuntimeError(f"no metadata log segment in {log_dir}")
+            done = run_kafka_tool(DUMP_TOOL, "--cluster-metadata-decoder", "--files", ",".join(files), timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"{DUMP_TOOL} failed ({done.returncode}): {done.stderr[-2000:]}")
+        return parse_metadata_dump(done.stdout)
+
+    def log_figures(self, order: list[str]) -> dict[str, Any]:
+        """double_applied and out_of_order as the metadata log shows them (see the module's docstring)."""
+        position = {user: n for n, user in enumerate(order)}
+        written: dict[str, int] = {}
+        removed: list[str] = []
+        out_of_order: list[str] = []
+        highest = -1
+        for batch in self.metadata_batches():
+            mine = [r for r in batch if r["user"] in position and r["key"] == KEY]
+            for record in mine:
+                if record["remove"]:
+                    removed.append(record["user"])
+                else:
+                    written[record["user"]] = written.get(record["user"], 0) + 1
+            positions = [position[r["user"]] for r in mine if not r["remove"]]
+            if positions and min(positions) < highest:
+                out_of_order.append(f"metadata log: {order[min(positions)]} written after {order[highest]}")
+            highest = max([highest, *positions])
+        double = sum(n - 1 for n in written.values() if n > 1) + len(removed)
+        problems = [f"metadata log: {u} written {n} times" for u, n in written.items() if n > 1][:3]
+        problems += [f"metadata log: {u} removed" for u in removed[:3]]
+        return {
+            "double_applied": double, "out_of_order": len(out_of_order), "records": sum(written.values()),
+            "never_written": sum(1 for u in order if u not in written), "problems": problems + out_of_order[:3],
+        }
+
+
+def parse_metadata_dump(text: str) -> list[list[dict[str, Any]]]:
+    """``DumpLogSegments --cluster-metadata-decoder`` output -> the user-only quota records, by batch."""
+    batches: list[list[dict[str, Any]]] = []
+    current: list[dict[str, Any]] | None = None
+    for line in text.splitlines():
+        if BATCH_LINE.match(line):
+            current = []
+            batches.append(current)
+            continue
+        m = RECORD_LINE.match(line)
+        if m is None or current is None:
+            continue
+        payload = json.loads(m.group(2))
+        if payload.get("type") != "CLIENT_QUOTA_RECORD":
+            continue
+        data = payload["data"]
+        names = {e["entityType"]: e["entityName"] for e in data["entity"]}
+        if set(names) != {"user"} or names["user"] is None:
+            continue
+        current.append({"user": names["user"], "key": data["key"], "value": data.get("value"),
+                        "remove": bool(data.get("remove"))})
+    return [b for b in batches if b]
+
+
+class KafkaSampler(threading.Thread):
+    """Asks each broker (past its relay) what it holds every ``interval_s``; counts a broker holding a later
+    approval without an earlier one, or fewer approvals than it held before (``order``: the users of the Kafka
+    approvals, in approval order)."""
+
+    def __init__(self, target: KafkaTarget, order: list[str], interval_s: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.target, self.interval_s = target, interval_s
+        self.position = {user: n for n, user in enumerate(order)}
+        self.order = order
+        self.last = dict.fromkeys(target.node_ids(), 0)
+        self.out_of_order: list[str] = []
+        self.samples = 0
+        self.unreachable = 0
+        self.stopping = threading.Event()
+        # clients of its own (AdminClient is one request at a time): the main thread asks the brokers too
+        self.clients = {
+            n: AdminClient(target.kafka.node(n).address("PLAINTEXT"), connect_timeout=0.5, request_timeout=5.0)
+            for n in target.node_ids()
+        }
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            for node_id, client in self.clients.items():
+                try:
+                    held = self.target.held(node_id, client)
+                except KafkaClientError:  # down, restarting or behind its relay's fault: nothing to read now
+                    self.unreachable += 1
+                    continue
+                positions = sorted(self.position[u] for u in held if u in self.position)
+                count = len(positions)
+                if positions and positions[-1] != count - 1:
+                    gap = next(n for n, p in enumerate(positions) if p != n)
+                    self.out_of_order.append(
+                        f"kafka broker {node_id}: holds {self.order[positions[-1]]} without {self.order[gap]}")
+                if count < self.last[node_id]:
+                    self.out_of_order.append(f"kafka broker {node_id}: held {self.last[node_id]}, then {count}")
+                self.last[node_id] = max(self.last[node_id], count)
+            self.samples += 1
+            self.stopping.wait(self.interval_s)
+        for client in self.clients.values():
+            client.close()
+
+    def finish(self) -> None:
+        self.stopping.set()
+        self.join()
+
+
+def push_attempts(cluster_id: int) -> dict[str, int]:
+    """The portal's Push rows of the Kafka cluster: versions pushed, and attempts beyond each one's first (the
+    retries the faults caused)."""
+    from django.db.models import Count, Sum
+
+    from quotas.models import Push
+
+    rows = Push.objects.filter(cluster_id=cluster_id, version__gt=0).aggregate(n=Count("pk"), attempts=Sum("attempts"))
+    n, attempts = rows["n"] or 0, rows["attempts"] or 0
+    return {"push_versions": n, "push_attempts_beyond_first": max(0, attempts - n)}
+
+
+def wait_kafka_pushes(cluster_id: int, timeout_s: float) -> None:
+    """Until every Push row of the Kafka cluster is applied (the portal's own view, after the brokers')."""
+    from django.db import close_old_connections
+
+    from quotas.models import Push, PushState
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        close_old_connections()
+        left = Push.objects.filter(cluster_id=cluster_id).exclude(state=PushState.APPLIED).count()
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{left} Push rows of {KAFKA_CLUSTER} not applied after {timeout_s:g} s")
+        time.sleep(0.1)
