@@ -130,19 +130,8 @@ class KafkaTarget:
         return client
 
     def held(self, node_id: int, client: AdminClient | None = None) -> dict[str, float]:
-        """user -> ``KEY`` of every user-only entity the broker answers; KafkaClientError when it does not answer."""
-        response = (client or self.client(node_id)).describe_client_quotas([("user", MATCH_SPECIFIED, None)],
-                                                                           strict=True)
-        if response.error_code:
-            raise KafkaClientError(f"DescribeClientQuotas: error {response.error_code}: {response.error_message}")
-        out: dict[str, float] = {}
-        for entry in response.entries or ():
-            names = {e.entity_type: e.entity_name for e in entry.entity}
-            if set(names) == {"user"} and names["user"] is not None:
-                for value in entry.values:
-                    if value.key == KEY:
-                        out[names["user"]] = value.value
-        return out
+        """:func:`held_users` of the broker (``client``: one of the caller's own to it)."""
+        return held_users(client or self.client(node_id))
 
     def holds_all(self, expected: dict[str, float]) -> bool:
         """Every broker answers every expected value (False while one does not answer)."""
@@ -167,48 +156,73 @@ class KafkaTarget:
                                 f"e.g. {missing[:3]}")
         return lost, problems
 
-    def metadata_batches(self, node_id: int = 1) -> list[list[dict[str, Any]]]:
-        """The user quota records of the cluster's metadata log, as written, grouped by record batch: each record
-        ``{"user", "key", "value", "remove"}``. Read from a copy of one node's segments (the tool wants files named
-        by their offset, and a copy is not written to while it is read)."""
-        log_dir = self.kafka.node(node_id).data_dir / "__cluster_metadata-0"
-        with tempfile.TemporaryDirectory(prefix="fault-bench-metadata-") as tmp:
-            files = []
-            for segment in sorted(log_dir.glob("*.log")):
-                shutil.copy(segment, Path(tmp) / segment.name)
-                files.append(str(Path(tmp) / segment.name))
-            if not files:
-                raise RuntimeError(f"no metadata log segment in {log_dir}")
-            done = run_kafka_tool(DUMP_TOOL, "--cluster-metadata-decoder", "--files", ",".join(files), timeout=300)
-        if done.returncode != 0:
-            raise RuntimeError(f"{DUMP_TOOL} failed ({done.returncode}): {done.stderr[-2000:]}")
-        return parse_metadata_dump(done.stdout)
-
     def log_figures(self, order: list[str]) -> dict[str, Any]:
         """double_applied and out_of_order as the metadata log shows them (see the module's docstring)."""
-        position = {user: n for n, user in enumerate(order)}
-        written: dict[str, int] = {}
-        removed: list[str] = []
-        out_of_order: list[str] = []
-        highest = -1
-        for batch in self.metadata_batches():
-            mine = [r for r in batch if r["user"] in position and r["key"] == KEY]
-            for record in mine:
-                if record["remove"]:
-                    removed.append(record["user"])
-                else:
-                    written[record["user"]] = written.get(record["user"], 0) + 1
-            positions = [position[r["user"]] for r in mine if not r["remove"]]
-            if positions and min(positions) < highest:
-                out_of_order.append(f"metadata log: {order[min(positions)]} written after {order[highest]}")
-            highest = max([highest, *positions])
-        double = sum(n - 1 for n in written.values() if n > 1) + len(removed)
-        problems = [f"metadata log: {u} written {n} times" for u, n in written.items() if n > 1][:3]
-        problems += [f"metadata log: {u} removed" for u in removed[:3]]
-        return {
-            "double_applied": double, "out_of_order": len(out_of_order), "records": sum(written.values()),
-            "never_written": sum(1 for u in order if u not in written), "problems": problems + out_of_order[:3],
-        }
+        return log_figures(metadata_quota_batches(self.kafka.node(1)), order)
+
+
+def held_users(client: AdminClient) -> dict[str, float]:
+    """user -> ``KEY`` of every user-only entity ``client``'s broker answers; KafkaClientError when it does not."""
+    response = client.describe_client_quotas([("user", MATCH_SPECIFIED, None)], strict=True)
+    if response.error_code:
+        raise KafkaClientError(f"DescribeClientQuotas: error {response.error_code}: {response.error_message}")
+    out: dict[str, float] = {}
+    for entry in response.entries or ():
+        names = {e.entity_type: e.entity_name for e in entry.entity}
+        if set(names) == {"user"} and names["user"] is not None:
+            for value in entry.values:
+                if value.key == KEY:
+                    out[names["user"]] = value.value
+    return out
+
+
+def metadata_quota_batches(node: KafkaNode) -> list[list[dict[str, Any]]]:
+    """The user quota records of the cluster's metadata log as ``node`` holds it, in the order written, grouped by
+    record batch: each record ``{"user", "key", "value", "remove"}``. Read with Kafka's own DumpLogSegments from a
+    copy of the node's segments (the tool wants files named by their offset; a copy is not written to meanwhile)."""
+    log_dir = node.data_dir / "__cluster_metadata-0"
+    with tempfile.TemporaryDirectory(prefix="fault-bench-metadata-") as tmp:
+        files = []
+        for segment in sorted(log_dir.glob("*.log")):
+            shutil.copy(segment, Path(tmp) / segment.name)
+            files.append(str(Path(tmp) / segment.name))
+        if not files:
+            raise RuntimeError(f"no metadata log segment in {log_dir}")
+        done = run_kafka_tool(DUMP_TOOL, "--cluster-metadata-decoder", "--files", ",".join(files), timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"{DUMP_TOOL} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return parse_metadata_dump(done.stdout)
+
+
+def log_figures(batches: list[list[dict[str, Any]]], order: list[str]) -> dict[str, Any]:
+    """What the metadata log says of the approvals on ``order``'s users (in approval order): ``double_applied``,
+    a value written more than once or removed (the controller writes a record only when a value changes, so a
+    retried push of the same values writes none); ``out_of_order``, a batch writing an approval earlier than one an
+    earlier batch wrote (one AlterClientQuotas is one batch, written atomically, in any order inside);
+    ``never_written``."""
+    position = {user: n for n, user in enumerate(order)}
+    written: dict[str, int] = {}
+    removed: list[str] = []
+    out_of_order: list[str] = []
+    highest = -1
+    for batch in batches:
+        mine = [r for r in batch if r["user"] in position and r["key"] == KEY]
+        for record in mine:
+            if record["remove"]:
+                removed.append(record["user"])
+            else:
+                written[record["user"]] = written.get(record["user"], 0) + 1
+        positions = [position[r["user"]] for r in mine if not r["remove"]]
+        if positions and min(positions) < highest:
+            out_of_order.append(f"metadata log: {order[min(positions)]} written after {order[highest]}")
+        highest = max([highest, *positions])
+    double = sum(n - 1 for n in written.values() if n > 1) + len(removed)
+    problems = [f"metadata log: {u} written {n} times" for u, n in written.items() if n > 1][:3]
+    problems += [f"metadata log: {u} removed" for u in removed[:3]]
+    return {
+        "double_applied": double, "out_of_order": len(out_of_order), "records": sum(written.values()),
+        "never_written": sum(1 for u in order if u not in written), "problems": problems + out_of_order[:3],
+    }
 
 
 def parse_metadata_dump(text: str) -> list[list[dict[str, Any]]]:
