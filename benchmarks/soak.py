@@ -265,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         rss["redis"] = []
         redis_pid = server.proc.pid if server.proc is not None else None
         statuses: dict[int, int] = {}
-        approved: dict[str, float] = {}
+        approved: dict[str, float] = {}  # principal -> its newest approved value
+        approvals = 0
         t0 = time.perf_counter()
         next_sample = next_pair = t0
         n = 0
@@ -289,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                     statuses[code] = statuses.get(code, 0) + 1
                     if code == 200:
                         approved[user] = value
+                        approvals += 1
                 n += 1
                 next_pair += args.every
             time.sleep(0.05)
@@ -330,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
         summary: dict[str, Any] = {
             "bench": NAME, "seconds": args.seconds, "warmup_s": round(warmup, 1), "sockets": args.sockets,
             "ws_connected": sockets.connected, "ws_frames": sockets.frames, "ws_disconnects": sockets.disconnects,
-            "pairs": n, "approved": len(approved), "http_statuses": {str(k): v for k, v in sorted(statuses.items())},
+            "pairs": n, "approvals": approvals, "approved": len(approved),
+            "http_statuses": {str(k): v for k, v in sorted(statuses.items())},
             "http_5xx": sum(v for k, v in statuses.items() if k >= 500), "converge_s": round(converge_s, 2),
             "lost": lost, "double_applied": double, "log_errors": errors, "log_error_lines": sum(errors.values()),
             "rss": report, "max_growth_pct": max((r["growth_pct"] for r in report.values()), default=0.0),

@@ -1,7 +1,9 @@
-"""The soak's CI version (issue 20): a short run of benchmarks/soak.py with the demo's traffic, 20 live sockets and a
+"""The soak's CI version (issue 20): three minutes of benchmarks/soak.py with the demo's traffic, 20 live sockets and a
 steady stream of approvals; no approval lost or applied twice, no error in any log, no 5xx, memory bounded.
 
-The full run is 30 minutes (README); timings are the script's, not the test's.
+Three minutes: past the first warm-up (a minute), and long enough to cycle once through the soak's 200 principals, so
+the later approvals update entities the engine already holds. The full run is 30 minutes (README); timings are the
+script's, not the test's.
 """
 
 from __future__ import annotations
@@ -16,16 +18,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.timeout(480)  # the demo's world is built and five services started before the 30 s run
+SECONDS = 180
+
+
+@pytest.mark.timeout(720)  # the demo's world is built and five services started before the 3-minute run
 def test_a_short_soak_loses_nothing_logs_no_error_and_stays_bounded() -> None:
     proc = subprocess.run(
-        [sys.executable, "benchmarks/soak.py", "--seconds", "30", "--sockets", "20", "--every", "0.5",
+        [sys.executable, "benchmarks/soak.py", "--seconds", str(SECONDS), "--sockets", "20", "--every", "0.5",
          "--run-dir", str(ROOT / ".run" / "soak-ci")],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert summary["approved"] > 0 and summary["approved"] == summary["pairs"], summary["http_statuses"]
+    assert summary["warmup_s"] == SECONDS / 3
+    assert summary["pairs"] > 0 and summary["approvals"] == summary["pairs"], summary["http_statuses"]
+    assert summary["approved"] == min(summary["pairs"], 200)  # the principals in turn (360 pairs on a quiet machine)
     assert (summary["lost"], summary["double_applied"], summary["http_5xx"]) == (0, 0, 0), summary
     assert summary["log_error_lines"] == 0, summary["log_errors"]  # see .run/soak-ci/<process>.log
     assert summary["ws_connected"] >= 20 and summary["ws_frames"] > 0 and summary["ws_disconnects"] == 0, summary
