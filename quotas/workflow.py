@@ -316,6 +316,8 @@ def apply(actor: AbstractBaseUser | None, request: QuotaRequest) -> None:
             announce(request, RequestState.FAILED, actor, e.message)
             return
         _move(request, RequestState.APPLYING, previous_value=previous, applied_version=outcome.version)
+        record(AuditAction.APPLYING, actor, request=request, before="approved", after="applying",
+               comment=f"desired-state version {outcome.version}")
         _settle(request)
 
 
@@ -638,6 +640,9 @@ def approve_subscription(
             SUBSCRIPTIONS.audit(AuditAction.FAILED, actor, request, "approved", "failed", e.message)
             return request
         _move(request, RequestState.APPLYING, applied_version=outcome.version)
+        SUBSCRIPTIONS.audit(
+            AuditAction.APPLYING, actor, request, "approved", "applying", f"desired-state version {outcome.version}"
+        )
         _settle_grouped(SUBSCRIPTIONS, request)
     return request
 
@@ -871,6 +876,7 @@ def approve_plan(
         except PlanStale as e:
             raise PlanStaleError(e.message) from e
         _move(request, RequestState.APPLYING, applied_version=version)
+        PLANS.audit(AuditAction.APPLYING, actor, request, "approved", "applying", f"desired-state version {version}")
         _settle_grouped(PLANS, request)
     return request
 
