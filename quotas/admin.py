@@ -191,6 +191,6 @@ class WebhookAdmin(admin.ModelAdmin):
 class WebhookDeliveryAdmin(ReadOnlyAdmin):
     """The delivery log: written by the delivery task only."""
 
-    list_display = ["pk", "created", "webhook", "event", "request", "state", "attempts", "status_code",
-                    "last_attempt_at", "delivered_at"]
+    list_display = ["pk", "created", "webhook", "event", "kind", "request", "subscription_request", "plan_request",
+                    "state", "attempts", "status_code", "last_attempt_at", "delivered_at"]
     list_filter = ["state", "event", "webhook__tenant"]

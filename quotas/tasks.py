@@ -89,15 +89,23 @@ def heal(self: Any, cluster_id: int, broker_pk: int | None, actor_id: int | None
 
 @shared_task(bind=True, name="quotas.tasks.notify", acks_late=True, max_retries=5, ignore_result=True)
 def notify_request(
-    self: Any, request_id: int, state: str, actor_id: int | None = None, comment: str = "", at: str = ""
+    self: Any,
+    request_id: int,
+    state: str,
+    actor_id: int | None = None,
+    comment: str = "",
+    at: str = "",
+    kind: str = notify.DEFAULT_KIND,
 ) -> dict[str, Any]:
-    """Mail the people a request's move concerns and queue its webhook deliveries (``quotas.notify``); a mail
-    server that is down or refuses is retried with backoff a few times (webhooks are not queued twice)."""
+    """Mail the people a request's move concerns and queue its webhook deliveries (``quotas.notify``); ``kind`` says
+    which table ``request_id`` is in (``quota``, ``subscription``, ``plan``). A mail server that is down or refuses is
+    retried with backoff a few times (webhooks are not queued twice)."""
     try:
-        return notify.notify(request_id, state, actor_id, comment, at or timezone.now()).as_dict()
+        return notify.notify(request_id, state, actor_id, comment, at or timezone.now(), kind).as_dict()
     except (smtplib.SMTPException, OSError) as e:
         countdown = notify.backoff_s(self.request.retries + 1)
-        log.warning("Mail of request #%s (%s) not sent (%s); retrying in %.1fs", request_id, state, e, countdown)
+        log.warning("Mail of %s request #%s (%s) not sent (%s); retrying in %.1fs", kind, request_id, state, e,
+                    countdown)
         raise self.retry(exc=e, countdown=countdown) from e
 
 

@@ -316,6 +316,8 @@ def apply(actor: AbstractBaseUser | None, request: QuotaRequest) -> None:
             announce(request, RequestState.FAILED, actor, e.message)
             return
         _move(request, RequestState.APPLYING, previous_value=previous, applied_version=outcome.version)
+        record(AuditAction.APPLYING, actor, request=request, before="approved", after="applying",
+               comment=f"desired-state version {outcome.version}")
         _settle(request)
 
 
@@ -449,7 +451,7 @@ def _end_boost(request: QuotaRequest) -> str:
 #
 # A tenant member asks for a KIP-714 subscription (create/replace, or delete) selecting its own clients; an admin
 # other than the requester approves (applied through ``alter_subscription``: versioned, pushed, audited) or rejects.
-# Same states and race guard as quota requests; the decision is kept on the request row.
+# Same states, race guard and notifications as quota requests; the decision is kept on the request row.
 
 
 @dataclass(frozen=True)
@@ -502,6 +504,7 @@ def _withdraw_grouped(kind: _GroupedKind, actor: AbstractBaseUser, request_id: i
             raise PermissionDenied("Only the requester or a member of the request's tenant can withdraw it.")
         _move(request, RequestState.WITHDRAWN)
         kind.audit(AuditAction.WITHDRAWN, actor, request, "submitted", "withdrawn", comment)
+        announce(request, RequestState.WITHDRAWN, actor, comment)
     return request
 
 
@@ -518,6 +521,7 @@ def _reject_grouped(
             request, RequestState.REJECTED, decided_by=actor, decision_comment=comment, decided_at=now or timezone.now()
         )
         kind.audit(AuditAction.REJECTED, actor, request, "submitted", "rejected", comment)
+        announce(request, RequestState.REJECTED, actor, comment)
     return request
 
 
@@ -532,6 +536,7 @@ def _settle_grouped(kind: _GroupedKind, request: SubscriptionRequest | PlanReque
     state, comment = settled
     _move(request, state, **({"failure": comment} if state == RequestState.FAILED else {}))
     kind.audit(AuditAction(state), None, request, "applying", state, comment)
+    announce(request, state, None, comment)
 
 
 def _settle_all_grouped(kind: _GroupedKind, cluster: Cluster) -> None:
@@ -604,6 +609,7 @@ def submit_subscription(
             reason=reason,
         )
         SUBSCRIPTIONS.audit(AuditAction.SUBMITTED, actor, request, None, RequestState.SUBMITTED, reason)
+        announce(request, RequestState.SUBMITTED, actor, reason)
     return request
 
 
@@ -624,6 +630,7 @@ def approve_subscription(
         _check_decider(actor, request)
         _move(request, RequestState.APPROVED, decided_by=actor, decision_comment=comment, decided_at=now)
         SUBSCRIPTIONS.audit(AuditAction.APPROVED, actor, request, "submitted", "approved", comment)
+        announce(request, RequestState.APPROVED, actor, comment, now)
         try:
             with transaction.atomic():
                 outcome = alter_subscription(
@@ -636,8 +643,12 @@ def approve_subscription(
         except QuotaEngineError as e:
             _move(request, RequestState.FAILED, failure=e.message)
             SUBSCRIPTIONS.audit(AuditAction.FAILED, actor, request, "approved", "failed", e.message)
+            announce(request, RequestState.FAILED, actor, e.message)
             return request
         _move(request, RequestState.APPLYING, applied_version=outcome.version)
+        SUBSCRIPTIONS.audit(
+            AuditAction.APPLYING, actor, request, "approved", "applying", f"desired-state version {outcome.version}"
+        )
         _settle_grouped(SUBSCRIPTIONS, request)
     return request
 
@@ -820,7 +831,7 @@ def capacity_between(
 #
 # A tenant member's apply of a plan becomes one PlanRequest: an admin other than the requester approves it (every
 # change in one transaction and one desired-state version, ``apply_plan``) or rejects it, as a whole. Same states
-# and race guard as quota requests; the decision is kept on the row.
+# and race guard as quota requests (and the same notifications); the decision is kept on the row.
 
 
 class PlanStaleError(WorkflowError):
@@ -848,6 +859,7 @@ def submit_plan(actor: AbstractBaseUser, plan: Plan, reason: str = "") -> PlanRe
             plan=plan, tenant=plan.tenant, cluster=plan.cluster, requested_by=actor, reason=reason
         )
         PLANS.audit(AuditAction.SUBMITTED, actor, request, None, RequestState.SUBMITTED, reason)
+        announce(request, RequestState.SUBMITTED, actor, reason)
     return request
 
 
@@ -864,6 +876,7 @@ def approve_plan(
         _check_decider(actor, request)
         _move(request, RequestState.APPROVED, decided_by=actor, decision_comment=comment, decided_at=now)
         PLANS.audit(AuditAction.APPROVED, actor, request, "submitted", "approved", comment)
+        announce(request, RequestState.APPROVED, actor, comment, now)
         try:
             version, _changed = apply_plan(
                 request.plan, actor, strict=False, tenant=request.tenant, comment=f"plan request #{request.pk}"
@@ -871,6 +884,7 @@ def approve_plan(
         except PlanStale as e:
             raise PlanStaleError(e.message) from e
         _move(request, RequestState.APPLYING, applied_version=version)
+        PLANS.audit(AuditAction.APPLYING, actor, request, "approved", "applying", f"desired-state version {version}")
         _settle_grouped(PLANS, request)
     return request
 

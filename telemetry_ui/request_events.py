@@ -45,4 +45,5 @@ def forward(sender: object, request_id: int, state: str, at: datetime | None = N
         log.warning("could not announce request #%s (%s) live: %s", request_id, state, e)
 
 
-request_changed.connect(forward, dispatch_uid="telemetry_ui.request_events.forward")
+# quota requests only: subscription and plan requests are announced too, with ids of their own tables
+request_changed.connect(forward, sender=QuotaRequest, dispatch_uid="telemetry_ui.request_events.forward")

@@ -41,7 +41,7 @@ from quotas.models import (
     record,
     sees_everything,
 )
-from quotas.models.webhooks import default_events
+from quotas.models.webhooks import REQUEST_FIELDS, default_events
 
 DELIVERY_ROW_BYTES = 4 << 10  # a delivery, its webhook and tenant, an error text (as pushes)
 NOT_SHOWN_AGAIN = "Keep the secret now: it is not shown again (POST .../rotate-secret/ makes a new one)."
@@ -119,15 +119,23 @@ class PingSerializer(serializers.Serializer):
 
 
 class WebhookDeliverySerializer(serializers.ModelSerializer):
-    """One event sent to one webhook: how its attempts went (the body's SHA-256; the body itself on the detail)."""
+    """One event sent to one webhook: how its attempts went (the body's SHA-256; the body itself on the detail).
+
+    ``request``, ``subscription_request`` and ``plan_request``: the id of the request it tells about, in the field of
+    its kind (``kind``); null for a ping."""
 
     delivery = serializers.UUIDField(source="uuid", read_only=True, help_text="The X-Quotas-Delivery header.")
     tenant = serializers.CharField(source="webhook.tenant.name", read_only=True)
+    kind = serializers.ChoiceField(
+        choices=list(REQUEST_FIELDS), read_only=True, allow_null=True,
+        help_text="Which kind of request it tells about (null: a ping, or the request was deleted).",
+    )
 
     class Meta:
         model = WebhookDelivery
-        fields = ["id", "delivery", "webhook", "tenant", "event", "request", "state", "attempts", "status_code",
-                  "last_error", "created", "last_attempt_at", "next_attempt_at", "delivered_at", "body_sha256"]
+        fields = ["id", "delivery", "webhook", "tenant", "event", "kind", "request", "subscription_request",
+                  "plan_request", "state", "attempts", "status_code", "last_error", "created", "last_attempt_at",
+                  "next_attempt_at", "delivered_at", "body_sha256"]
         read_only_fields = fields
 
 
@@ -176,8 +184,9 @@ CHANGE_ERRORS = {**ERRORS, 409: ErrorSerializer}
     create=extend_schema(
         summary="Add a webhook to a tenant (admins); the secret is in this response only",
         description=(
-            "Events of the tenant's quota requests (`request.submitted`, `.approved`, `.rejected`, `.withdrawn`, "
-            "`.applied`, `.failed`, `.expired`) are POSTed to `url` as JSON, with `X-Quotas-Event`, "
+            "Events of the tenant's requests (`request.submitted`, `.approved`, `.rejected`, `.withdrawn`, "
+            "`.applied`, `.failed`, `.expired`; of quota, subscription and plan requests alike, the body's `kind` "
+            "saying which) are POSTed to `url` as JSON, with `X-Quotas-Event`, "
             "`X-Quotas-Delivery` (the same on every retry of one delivery) and `X-Quotas-Signature: "
             "sha256=<hex HMAC-SHA256 of the raw body under the secret>`. A 2xx answer delivers; no answer, 408, 429 "
             "and 5xx are retried with exponential backoff and jitter (at most QUOTAS_WEBHOOK_MAX_ATTEMPTS attempts, "
@@ -301,6 +310,15 @@ def _number(params: Any, name: str) -> int | None:
             OpenApiParameter("webhook", OpenApiTypes.INT, OpenApiParameter.QUERY, description="A webhook's id."),
             OpenApiParameter("tenant", OpenApiTypes.STR, OpenApiParameter.QUERY, description="A tenant's name."),
             OpenApiParameter("request", OpenApiTypes.INT, OpenApiParameter.QUERY, description="A quota request's id."),
+            OpenApiParameter(
+                "subscription_request", OpenApiTypes.INT, OpenApiParameter.QUERY,
+                description="A subscription request's id.",
+            ),
+            OpenApiParameter(
+                "plan_request", OpenApiTypes.INT, OpenApiParameter.QUERY, description="A plan request's id."
+            ),
+            OpenApiParameter("kind", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=list(REQUEST_FIELDS),
+                             description="The kind of request the deliveries tell about."),
             OpenApiParameter("state", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=DeliveryState.values),
             OpenApiParameter("event", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=WebhookEvent.values),
         ],
@@ -324,10 +342,14 @@ class WebhookDeliveryViewSet(
     def get_queryset(self) -> QuerySet[WebhookDelivery]:
         rows = WebhookDelivery.objects.select_related("webhook__tenant")
         params = self.request.query_params
-        for name, column in (("webhook", "webhook_id"), ("request", "request_id")):
+        columns = {"webhook": "webhook"} | {field: field for field in REQUEST_FIELDS.values()}
+        for name, column in columns.items():
             number = _number(params, name)
             if number is not None:
-                rows = rows.filter(**{column: number})
+                rows = rows.filter(**{f"{column}_id": number})
+        kind = _choice(params, "kind", list(REQUEST_FIELDS))
+        if kind is not None:
+            rows = rows.filter(**{f"{REQUEST_FIELDS[kind]}__isnull": False})
         if params.get("tenant"):
             rows = rows.filter(webhook__tenant__name=params["tenant"])
         for name, choices in (("state", DeliveryState.values), ("event", WebhookEvent.values)):

@@ -30,6 +30,7 @@ class AuditAction(models.TextChoices):
     WITHDRAWN = "withdrawn", "Request withdrawn"
     APPROVED = "approved", "Request approved"
     REJECTED = "rejected", "Request rejected"
+    APPLYING = "applying", "Request being pushed to the brokers"
     APPLIED = "applied", "Request applied to the desired state"
     FAILED = "failed", "Request failed to apply"
     EXPIRED = "expired", "Boost expired"

@@ -13,7 +13,8 @@ change (``quotas.push`` records that per broker).
 
 Every move is announced after its commit with ``request_changed`` (``announce``), which the notifications
 (``quotas.notify``: email, webhooks) listen to: the models know neither them nor Celery, and a transaction that
-rolls back announces nothing.
+rolls back announces nothing. Subscription requests (``client_metrics``) and plan requests (``plans``) go through
+the same states and are announced the same way, the signal's sender naming the model.
 """
 
 from __future__ import annotations
@@ -122,16 +123,19 @@ class Approval(models.Model):
         return f"#{self.request_id} {self.decision} by {self.approver}"
 
 
-#: Sent after the commit that moved a quota request (or created it), with ``request_id``, ``state`` (the new
-#: one), ``actor_id`` (None: the portal itself, e.g. a push), ``comment`` (the reason, the decision's comment, why
-#: it failed) and ``at`` (when it moved). ``quotas.notify`` connects to it and queues the notifications.
+#: Sent after the commit that moved a request (or created it): the sender is its model (``QuotaRequest``,
+#: ``SubscriptionRequest`` or ``PlanRequest``: ids are per model, so a receiver checks it), with ``request_id``,
+#: ``state`` (the new one), ``actor_id`` (None: the portal itself, e.g. a push), ``comment`` (the reason, the
+#: decision's comment, why it failed) and ``at`` (when it moved). ``quotas.notify`` connects to it and queues the
+#: notifications.
 request_changed = Signal()
 
 
 def announce(
-    request: QuotaRequest, state: str, actor: AbstractBaseUser | None, comment: str = "", at: datetime | None = None
+    request: models.Model, state: str, actor: AbstractBaseUser | None, comment: str = "", at: datetime | None = None
 ) -> None:
-    """Send ``request_changed`` once the current transaction commits (nothing if it rolls back).
+    """Send ``request_changed`` (sender: the request's model) once the current transaction commits (nothing if it
+    rolls back).
 
     Outside a transaction it is sent at once; values are copied now, so later changes of ``request`` do not leak in.
     """
@@ -143,4 +147,5 @@ def announce(
         "at": at or timezone.now(),
     }
     # send_robust: a notification that cannot be queued must not turn a committed transition into an error
-    transaction.on_commit(lambda: request_changed.send_robust(sender=QuotaRequest, **sent))
+    model = type(request)
+    transaction.on_commit(lambda: request_changed.send_robust(sender=model, **sent))

@@ -23,7 +23,8 @@ from quotas.models.tenants import Tenant
 
 
 class WebhookEvent(models.TextChoices):
-    """What a webhook may subscribe to: a quota request's moves (``request.<state>``), and a ping to test it."""
+    """What a webhook may subscribe to: a request's moves (``request.<state>``; the body's ``kind`` says whether a
+    quota, subscription or plan request moved), and a ping to test it."""
 
     SUBMITTED = "request.submitted", "A request waits for an admin"
     APPROVED = "request.approved", "A request was approved"
@@ -78,14 +79,29 @@ class DeliveryState(models.TextChoices):
     FAILED = "failed", "Refused (4xx) or out of attempts"
 
 
+#: The foreign key of a delivery naming the request it tells about, by the request's kind (the body's ``kind``).
+REQUEST_FIELDS = {"quota": "request", "subscription": "subscription_request", "plan": "plan_request"}
+
+
 class WebhookDelivery(models.Model):
-    """One event sent to one webhook: the body, and how its attempts went (no secret in here)."""
+    """One event sent to one webhook: the body, and how its attempts went (no secret in here).
+
+    A request event names its request by one foreign key per kind (``REQUEST_FIELDS``: each kind has its own table,
+    and the database keeps "once per webhook, request and event" for each); a ping names none.
+    """
 
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False, help_text="X-Quotas-Delivery.")
     webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
     event = models.CharField(max_length=32, choices=WebhookEvent.choices)
     request = models.ForeignKey(
         QuotaRequest, null=True, blank=True, on_delete=models.SET_NULL, related_name="webhook_deliveries"
+    )
+    subscription_request = models.ForeignKey(
+        "quotas.SubscriptionRequest", null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="webhook_deliveries",
+    )
+    plan_request = models.ForeignKey(
+        "quotas.PlanRequest", null=True, blank=True, on_delete=models.SET_NULL, related_name="webhook_deliveries"
     )
     body = models.TextField(help_text="The exact JSON sent (the signature is over these bytes).")
     body_sha256 = models.CharField(max_length=64)
@@ -107,11 +123,34 @@ class WebhookDelivery(models.Model):
                 condition=Q(request__isnull=False),
                 name="quotas_delivery_once_per_event",
             ),
+            models.UniqueConstraint(
+                fields=["webhook", "subscription_request", "event"],
+                condition=Q(subscription_request__isnull=False),
+                name="quotas_delivery_once_per_subreq_event",
+            ),
+            models.UniqueConstraint(
+                fields=["webhook", "plan_request", "event"],
+                condition=Q(plan_request__isnull=False),
+                name="quotas_delivery_once_per_planreq_event",
+            ),
+            # a delivery tells about one request at most
+            models.CheckConstraint(
+                condition=Q(subscription_request__isnull=True, plan_request__isnull=True)
+                | Q(request__isnull=True, plan_request__isnull=True)
+                | Q(request__isnull=True, subscription_request__isnull=True),
+                name="quotas_delivery_one_request",
+            ),
             models.CheckConstraint(condition=Q(state__in=DeliveryState.values), name="quotas_delivery_known_state"),
         ]
 
     def __str__(self) -> str:
         return f"{self.event} to {self.webhook} ({self.state}, {self.attempts} attempts)"
+
+    @property
+    def kind(self) -> str | None:
+        """Which kind of request it tells about (``quota``, ``subscription``, ``plan``); None for a ping, or once the
+        request is gone."""
+        return next((kind for kind, name in REQUEST_FIELDS.items() if getattr(self, f"{name}_id") is not None), None)
 
     @property
     def payload(self) -> Any:

@@ -329,12 +329,17 @@ def test_a_tenant_request_is_approved_applied_and_settled_when_every_broker_hold
     push_everywhere(w["prod"])
     assert SubscriptionRequest.objects.get(pk=r["id"]).state == "applied"
     assert held(w, 1)[(CLIENT_METRICS, "team-a-apps", "match")] == "client_id=app-1"
-    actions = list(
+    trail = list(
         AuditEntry.objects.filter(entity="/config/client-metrics/team-a-apps", key="")
-        .values_list("action", flat=True)
+        .values_list("action", "before", "after")
         .order_by("pk")
     )
-    assert actions == ["submitted", "approved", "applied"]
+    assert trail == [
+        ("submitted", None, "submitted"),
+        ("approved", "submitted", "approved"),
+        ("applying", "approved", "applying"),  # the move into applying too: no row starts where none ended
+        ("applied", "applying", "applied"),
+    ]
 
     # and the tenant asks for its removal
     gone = ask(w, operation="delete").json()

@@ -1,5 +1,5 @@
-"""Notifications of quota requests, for real: mail through a local SMTP server (aiosmtpd) and signed webhooks to a
-local HTTP receiver.
+"""Notifications of requests (quota, client-metrics subscription and plan requests), for real: mail through a local
+SMTP server (aiosmtpd) and signed webhooks to a local HTTP receiver.
 
 Most tests run the Celery tasks in the test process: the queue (``quotas.notify``'s ``current_app``) is replaced by
 one that runs each task it is sent by name, eagerly (so a retry runs at once, without its countdown), after checking
@@ -32,7 +32,21 @@ from django.db import transaction
 from portal.celery import app as celery_app
 from quotas import notify, push, tasks, workflow
 from quotas.connectors.base import PushError
-from quotas.models import AuditEntry, Cluster, OwnedName, QuotaRequest, Tenant, Webhook, WebhookDelivery
+from quotas.models import (
+    Alteration,
+    AuditEntry,
+    Cluster,
+    OwnedName,
+    PlanRequest,
+    QuotaOp,
+    QuotaRequest,
+    SubscriptionRequest,
+    Tenant,
+    Webhook,
+    WebhookDelivery,
+    alter_client_quotas,
+    alter_subscription,
+)
 from tests.celery_worker import celery_queue_clean, worker_factory  # noqa: F401 (fixtures)
 from tests.waiting import wait_for
 
@@ -363,7 +377,11 @@ def test_webhook_body_and_signature_verify_with_the_secret(
         "cluster": "prod", "entity": "/config/users/svc-a-1", "user": "svc-a-1", "client_id": None,
         "key": PBR, "value": float(MIB_1_5), "value_human": "1.5 MiB/s", "expires_at": None, "actor": "ops",
         "comment": "go", "time": sent["time"], "url": f"https://quotas.example/requests/{request.pk}/",
+        "kind": "quota",  # the one field added since there are other kinds: the rest is as it always was
     }
+    assert (delivery.kind, delivery.request_id, delivery.subscription_request_id, delivery.plan_request_id) == (
+        "quota", request.pk, None, None
+    )
     assert (delivery.state, delivery.attempts, delivery.status_code, delivery.body.encode()) == (
         "delivered", 1, 200, body
     )
@@ -466,6 +484,206 @@ def test_webhooks_hear_their_tenant_and_their_events_only(
     assert events == ["request.submitted", "request.approved", "request.applied"]
     assert [json.loads(b)["event"] for _, b, _ in applied_only.calls] == ["request.applied"]
     assert other.calls == [] and off.calls == []
+
+
+# ------------------------------------------------------------------ subscription and plan requests
+
+
+def subscription_asked(w: dict[str, Any], **fields: Any) -> SubscriptionRequest:
+    """team-a asks for a client-metrics subscription of its own clients (it owns client-ids app-*)."""
+    OwnedName.objects.get_or_create(tenant=w["a"], entity_type="client-id", pattern="app-*")
+    configs = {"metrics": "org.apache.kafka.producer.", "match": "client_id=app-1"}
+    return workflow.submit_subscription(
+        w["alice"], w["a"], w["cluster"], name=fields.pop("name", "team-a-apps"), configs=configs, **fields
+    )
+
+
+PLAN_FILE = "apiVersion: quotas/v1\nkind: ClusterQuotas\ncluster: prod\nquotas:\n"
+
+
+def plan_asked(w: dict[str, Any], user: str = "svc-a-1", percentage: int = 50) -> PlanRequest:
+    """alice plans a quota file for team-a through the API and applies it: one grouped plan request."""
+    document = PLAN_FILE + f"  - entity: {{user: {user}}}\n    request_percentage: {percentage}\n"
+    alice = api(w["alice"])
+    made = alice.post("/api/clusters/prod/plans/", {"document": document}, format="json")
+    assert made.status_code == 201, made.content
+    applied = alice.post(f"/api/plans/{made.json()['id']}/apply/", {"reason": "launch"}, format="json")
+    assert applied.status_code == 202, applied.content
+    return PlanRequest.objects.select_related("plan").get(pk=applied.json()["request"])
+
+
+def bodies(receiver: Receiver) -> list[dict[str, Any]]:
+    """What the receiver was sent, parsed, after checking every signature."""
+    assert all(verify(SECRET, headers, body) for headers, body, _ in receiver.calls)
+    assert all(h["X-Quotas-Event"] == json.loads(b)["event"] for h, b, _ in receiver.calls)
+    return [json.loads(body) for _, body, _ in receiver.calls]
+
+
+@pytest.mark.django_db
+def test_a_subscription_request_is_mailed_and_signed_like_a_quota_request(
+    w: dict[str, Any], mailbox: Inbox, queue: InlineQueue, receiver_factory: Callable[[list[int]], Receiver],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    receiver = receiver_factory([200])
+    hook(w, receiver.url)
+    with django_capture_on_commit_callbacks(execute=True):
+        request = subscription_asked(w, reason="producer latency")
+    link = f"https://quotas.example/clusters/prod/client-metrics/#subscription-request-{request.pk}"
+    # the admins (not the auditor, not the requester) are told it waits, with what it asks for and where to decide
+    assert sorted(a for rcpt, _ in mailbox.messages for a in rcpt) == ["ops@ops.test", "root@ops.test"]
+    message = mailbox.to("root@ops.test")[0]
+    assert message["Subject"] == (
+        f"[Quota portal] Subscription request #{request.pk} waits for approval: create or replace client-metrics "
+        "subscription team-a-apps on prod"
+    )
+    text = body_of(message)
+    assert f"Subscription request #{request.pk} of tenant team-a waits for approval." in text
+    assert "entity:   /config/client-metrics/team-a-apps" in text and "match:    client_id=app-1" in text
+    assert "metrics:  org.apache.kafka.producer." in text and "interval.ms: 300000" in text
+    assert "asked by: alice" in text and "reason:   producer latency" in text and f"Decide at {link}" in text
+
+    with django_capture_on_commit_callbacks(execute=True):
+        workflow.approve_subscription(w["admin2"], request.pk, comment="go")
+    with django_capture_on_commit_callbacks(execute=True):
+        push_everywhere(w["cluster"])  # every broker holds it: applied
+    assert SubscriptionRequest.objects.get(pk=request.pk).state == "applied"
+    subjects = mailbox.subjects("alice@team-a.test")
+    assert [s.split(":")[0] for s in subjects] == [
+        f"[Quota portal] Subscription request #{request.pk} approved",
+        f"[Quota portal] Subscription request #{request.pk} applied",
+    ]
+    approved, applied = (body_of(m) for m in mailbox.to("alice@team-a.test"))
+    assert "approved (ops)." in approved and "comment:  go" in approved and f"See it at {link}" in approved
+    assert "applied (the portal)." in applied and "is on every broker" in applied
+
+    sent = bodies(receiver)
+    assert [b["event"] for b in sent] == ["request.submitted", "request.approved", "request.applied"]
+    assert {(b["kind"], b["request_id"], b["url"]) for b in sent} == {("subscription", request.pk, link)}
+    assert sent[1] == {
+        "event": "request.approved", "kind": "subscription", "request_id": request.pk, "state": "approved",
+        "tenant": "team-a", "cluster": "prod", "entity": "/config/client-metrics/team-a-apps",
+        "subscription": "team-a-apps", "operation": "set",
+        "configs": {"metrics": "org.apache.kafka.producer.", "interval.ms": "300000", "match": "client_id=app-1"},
+        "actor": "ops", "comment": "go", "time": sent[1]["time"], "url": link,
+    }
+    # the delivery log names the subscription request, not a quota request that may share its id
+    deliveries = WebhookDelivery.objects.order_by("pk")
+    assert [(d.kind, d.subscription_request_id, d.request_id, d.state) for d in deliveries] == [
+        ("subscription", request.pk, None, "delivered")
+    ] * 3
+    rows = api(w["admin"]).get("/api/webhook-deliveries/", {"subscription_request": request.pk}).json()["results"]
+    assert sorted((r["event"], r["kind"], r["subscription_request"], r["request"]) for r in rows) == [
+        (f"request.{state}", "subscription", request.pk, None) for state in ("applied", "approved", "submitted")
+    ]
+    assert api(w["admin"]).get("/api/webhook-deliveries/", {"kind": "quota"}).json()["results"] == []
+    # the task running again (a retried mail) queues no second delivery of the same event
+    again = notify.notify(request.pk, "approved", w["admin2"].pk, "go", sent[1]["time"], kind="subscription")
+    assert again.deliveries == [] and again.kind == "subscription" and len(receiver.calls) == 3
+
+
+@pytest.mark.django_db
+def test_a_plan_request_is_mailed_and_signed_with_its_kind_and_link(
+    w: dict[str, Any], mailbox: Inbox, queue: InlineQueue, receiver_factory: Callable[[list[int]], Receiver],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    receiver = receiver_factory([200])
+    hook(w, receiver.url)
+    with django_capture_on_commit_callbacks(execute=True):
+        request = plan_asked(w)
+    link = f"https://quotas.example/plans/{request.plan_id}/"
+    assert sorted(a for rcpt, _ in mailbox.messages for a in rcpt) == ["ops@ops.test", "root@ops.test"]
+    message = mailbox.to("ops@ops.test")[0]
+    assert message["Subject"] == (
+        f"[Quota portal] Plan request #{request.pk} waits for approval: plan #{request.plan_id} on prod "
+        "(1 add, 0 change, 0 remove)"
+    )
+    text = body_of(message)
+    assert f"Plan request #{request.pk} of tenant team-a waits for approval." in text
+    assert "add:      /config/users/svc-a-1 request_percentage: none -> " in text
+    assert "asked by: alice" in text and "reason:   launch" in text and f"Decide at {link}" in text
+
+    with django_capture_on_commit_callbacks(execute=True):
+        workflow.approve_plan(w["admin"], request.pk, comment="ok")
+    with django_capture_on_commit_callbacks(execute=True):
+        push_everywhere(w["cluster"])
+    assert PlanRequest.objects.get(pk=request.pk).state == "applied"
+    assert [s.split(":")[0] for s in mailbox.subjects("alice@team-a.test")] == [
+        f"[Quota portal] Plan request #{request.pk} approved", f"[Quota portal] Plan request #{request.pk} applied"
+    ]
+    assert f"See it at {link}" in body_of(mailbox.to("alice@team-a.test")[0])
+
+    sent = bodies(receiver)
+    assert [b["event"] for b in sent] == ["request.submitted", "request.approved", "request.applied"]
+    assert {(b["kind"], b["request_id"], b["url"], b["plan_id"]) for b in sent} == {
+        ("plan", request.pk, link, request.plan_id)
+    }
+    assert sent[1]["summary"] == {"add": 1, "change": 0, "remove": 0} and sent[1]["actor"] == "root"
+    assert [(d.kind, d.plan_request_id, d.request_id) for d in WebhookDelivery.objects.all()] == [
+        ("plan", request.pk, None)
+    ] * 3
+
+
+@pytest.mark.django_db
+def test_grouped_requests_rejected_or_failed_tell_the_requester_why(
+    w: dict[str, Any], mailbox: Inbox, queue: InlineQueue, receiver_factory: Callable[[list[int]], Receiver],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    receiver = receiver_factory([200])
+    hook(w, receiver.url, events=["request.rejected", "request.failed", "request.withdrawn"])
+    plan = plan_asked(w)
+    with django_capture_on_commit_callbacks(execute=True):
+        workflow.reject_plan(w["admin"], plan.pk, "50 % is too much; ask for 20")
+    # deleting a subscription that is gone by the time it is approved: approved, then failed with the reason
+    OwnedName.objects.get_or_create(tenant=w["a"], entity_type="client-id", pattern="app-*")
+    alter_subscription(w["cluster"], "old", {"metrics": "*", "match": "client_id=app-1"}, None)
+    deleting = workflow.submit_subscription(w["alice"], w["a"], w["cluster"], name="old", configs=None)
+    alter_subscription(w["cluster"], "old", None, None)
+    with django_capture_on_commit_callbacks(execute=True):
+        workflow.approve_subscription(w["admin2"], deleting.pk)
+    withdrawn = subscription_asked(w, name="never-mind")
+    with django_capture_on_commit_callbacks(execute=True):
+        workflow.withdraw_subscription(w["alice"], withdrawn.pk)
+
+    subjects = mailbox.subjects("alice@team-a.test")
+    assert [s.split(":")[0] for s in subjects] == [
+        f"[Quota portal] Plan request #{plan.pk} rejected",
+        f"[Quota portal] Subscription request #{deleting.pk} approved",
+        f"[Quota portal] Subscription request #{deleting.pk} failed",
+    ]  # a withdrawal is the requester's own doing: no mail
+    rejected, _, failed = (body_of(m) for m in mailbox.to("alice@team-a.test"))
+    assert "comment:  50 % is too much; ask for 20" in rejected
+    assert "operation: delete" in failed and "why:      " in failed and "no client-metrics subscription" in failed
+    assert [(b["event"], b["kind"], b["request_id"]) for b in bodies(receiver)] == [
+        ("request.rejected", "plan", plan.pk),
+        ("request.failed", "subscription", deleting.pk),
+        ("request.withdrawn", "subscription", withdrawn.pk),
+    ]
+
+
+@pytest.mark.django_db
+def test_a_rolled_back_grouped_transition_sends_nothing(
+    w: dict[str, Any], mailbox: Inbox, queue: InlineQueue, receiver_factory: Callable[[list[int]], Receiver],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    receiver = receiver_factory([200])
+    hook(w, receiver.url)
+    subscription, plan = subscription_asked(w), plan_asked(w)  # outside the capture: their hooks never run
+    alter_client_quotas(w["cluster"], [Alteration([("user", "svc-a-1")], [QuotaOp("request_percentage", 80)])])
+    with django_capture_on_commit_callbacks(execute=True) as hooks:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            workflow.approve_subscription(w["admin"], subscription.pk, comment="ok")
+            raise RuntimeError("something after the approval failed")
+        with pytest.raises(workflow.PlanStaleError):  # approved, then refused in the same transaction: rolled back
+            workflow.approve_plan(w["admin"], plan.pk, comment="ok")
+        with pytest.raises(RuntimeError), transaction.atomic():
+            workflow.reject_plan(w["admin2"], plan.pk, "no")
+            raise RuntimeError("something after the rejection failed")
+        with pytest.raises(workflow.PermissionDenied):  # and a refused transition announces nothing either
+            workflow.approve_subscription(w["alice"], subscription.pk)
+    assert hooks == [] and queue.sent == [] and mailbox.messages == [] and receiver.calls == []
+    assert not WebhookDelivery.objects.exists()
+    assert SubscriptionRequest.objects.get(pk=subscription.pk).state == "submitted"
+    assert PlanRequest.objects.get(pk=plan.pk).state == "submitted"
 
 
 # ------------------------------------------------------------------ the API

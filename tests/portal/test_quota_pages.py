@@ -464,6 +464,7 @@ def test_approve_needs_the_csrf_token_and_applies(w: dict[str, Any]) -> None:
     assert [(t[1], t[2], t[3], t[4]) for t in transitions] == [
         ("alice", "—", "submitted", ""),
         ("root", "submitted", "approved", "ok"),
+        ("root", "approved", "applying", f"desired-state version {r.applied_version}"),
     ]  # "applied" comes when every broker holds the version (tests/push)
     altered = [row for row in rows if len(row) == 9 and row[2] == "Quota value changed"]
     assert altered and altered[0][6:8] == ["1,000 B/s", "3.91 KiB/s"]  # the audit entry: before and after

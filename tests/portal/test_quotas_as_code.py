@@ -342,6 +342,13 @@ def test_a_members_apply_is_one_grouped_request_that_an_admin_approves_as_a_whol
 
     push_everywhere(w["prod"])
     assert PlanRequest.objects.get(pk=request_id).state == "applied"
+    moves = AuditEntry.objects.filter(entity=f"plan #{body['id']}", key="").order_by("pk")
+    assert list(moves.values_list("action", "before", "after")) == [
+        ("submitted", None, "submitted"),
+        ("approved", "submitted", "approved"),
+        ("applying", "approved", "applying"),  # each row starts where the one before it ended
+        ("applied", "applying", "applied"),
+    ]
     again = api(w["admin"]).post(f"/api/plan-requests/{request_id}/reject/", {"comment": "late"}, format="json")
     assert again.status_code == 409 and again.json()["code"] == "CONFLICT"
 

@@ -278,8 +278,14 @@ def test_approve_applies_to_the_desired_state_and_audits(world: dict[str, Any]) 
         ("submitted", None, "submitted"),
         ("approved", "submitted", "approved"),
         ("quota_altered", 500.0, 1000.0),
+        ("applying", "approved", "applying"),
         ("applied", "applying", "applied"),
-    ]
+    ]  # no gap: every row starts where the one before it ended
+    moves = AuditEntry.objects.filter(request=request).exclude(action="quota_altered").order_by("pk")
+    steps = list(moves.values_list("before", "after"))
+    assert all(before == prior for (_, prior), (before, _) in zip(steps, steps[1:], strict=False))
+    applying = moves.get(action="applying")
+    assert (applying.actor_name, applying.comment) == ("ops", "desired-state version 2")
     altered = AuditEntry.objects.get(action="quota_altered")
     assert altered.actor_name == "ops" and altered.entity == "/config/users/svc-a-1" and altered.key == PBR
 
@@ -826,9 +832,10 @@ def test_audit_endpoint_access(world: dict[str, Any]) -> None:
     bob = [e["action"] for e in api(world["bob"]).get("/api/audit/").json()["results"]]
     assert alice == {"team-a"} and bob == ["submitted"]
     everything = api(world["auditor"]).get("/api/audit/").json()["results"]
-    assert len(everything) == AuditEntry.objects.count() == 5
+    assert len(everything) == AuditEntry.objects.count() == 6
     assert names(api(world["auditor"]).get("/api/audit/", {"request": mine.pk}), "action") == [
         "applied",
+        "applying",
         "approved",
         "quota_altered",
         "submitted",
