@@ -12,6 +12,7 @@ Environment variables:
   ``QUOTAS_LOGIN_*`` (sign-in throttling): see "Edge limits and security headers" below.
 """
 
+import base64
 import os
 import warnings
 from pathlib import Path
@@ -275,6 +276,20 @@ EMAIL_TIMEOUT = float(os.environ.get("EMAIL_TIMEOUT", 10))
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "quota-portal@localhost")
 # Webhook deliveries: each attempt waits this long for an answer; at most this many attempts, retried after
 # base * 2**n seconds (jittered, capped); 4xx other than 408/429 are not retried.
+# Secrets the portal must read back (a webhook's signing key) are stored encrypted with these Fernet keys
+# (quotas.models.sealed): comma-separated, the first seals, all open (rotation: new key first, then
+# `manage.py reseal`). Unset: one key derived from SECRET_KEY, for development.
+QUOTAS_SECRETS_KEYS = env_list("QUOTAS_SECRETS_KEYS", "")
+for _key in QUOTAS_SECRETS_KEYS:
+    try:
+        _raw = base64.urlsafe_b64decode(_key.encode())
+    except (ValueError, TypeError):
+        _raw = b""
+    if len(_raw) != 32:
+        raise ImproperlyConfigured(
+            "QUOTAS_SECRETS_KEYS holds a value that is not a Fernet key (32 bytes, URL-safe base64); make one with "
+            "python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'"
+        )
 QUOTAS_WEBHOOK_TIMEOUT_S = float(os.environ.get("QUOTAS_WEBHOOK_TIMEOUT_S", 5.0))
 QUOTAS_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("QUOTAS_WEBHOOK_MAX_ATTEMPTS", 8))
 QUOTAS_WEBHOOK_RETRY_BASE_S = float(os.environ.get("QUOTAS_WEBHOOK_RETRY_BASE_S", 2.0))
