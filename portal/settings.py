@@ -274,8 +274,6 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS")
 EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL")
 EMAIL_TIMEOUT = float(os.environ.get("EMAIL_TIMEOUT", 10))
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "quota-portal@localhost")
-# Webhook deliveries: each attempt waits this long for an answer; at most this many attempts, retried after
-# base * 2**n seconds (jittered, capped); 4xx other than 408/429 are not retried.
 # Secrets the portal must read back (a webhook's signing key) are stored encrypted with these Fernet keys
 # (quotas.models.sealed): comma-separated, the first seals, all open (rotation: new key first, then
 # `manage.py reseal`). Unset: one key derived from SECRET_KEY, for development.
@@ -290,6 +288,8 @@ for _key in QUOTAS_SECRETS_KEYS:
             "QUOTAS_SECRETS_KEYS holds a value that is not a Fernet key (32 bytes, URL-safe base64); make one with "
             "python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'"
         )
+# Webhook deliveries: each attempt waits this long for an answer; at most this many attempts, retried after
+# base * 2**n seconds (jittered, capped); 4xx other than 408/429 are not retried.
 QUOTAS_WEBHOOK_TIMEOUT_S = float(os.environ.get("QUOTAS_WEBHOOK_TIMEOUT_S", 5.0))
 QUOTAS_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("QUOTAS_WEBHOOK_MAX_ATTEMPTS", 8))
 QUOTAS_WEBHOOK_RETRY_BASE_S = float(os.environ.get("QUOTAS_WEBHOOK_RETRY_BASE_S", 2.0))

@@ -60,6 +60,7 @@ from quotas.models import (
     admin_users,
     request_changed,
 )
+from quotas.models.sealed import SealedValueError
 from quotas.models.webhooks import REQUEST_FIELDS
 
 log = logging.getLogger(__name__)
@@ -541,12 +542,20 @@ def attempt(delivery_id: int) -> Attempt:
         )
         return Attempt(delivery.pk, "failed", delivery.attempts, None, "the webhook was deactivated")
     body = delivery.body.encode()
+    try:
+        signed = signature(hook.secret, body)
+    except SealedValueError as e:  # the key that sealed the secret is gone: no retry can sign it, say why
+        WebhookDelivery.objects.filter(pk=delivery.pk, state=DeliveryState.PENDING).update(
+            state=DeliveryState.FAILED, last_error=str(e), next_attempt_at=None
+        )
+        log.error("Webhook %s delivery %s cannot be signed: %s", hook.pk, delivery.pk, e)
+        return Attempt(delivery.pk, "failed", delivery.attempts, None, str(e))
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "quota-portal-webhooks/1",
         "X-Quotas-Event": delivery.event,
         "X-Quotas-Delivery": str(delivery.uuid),
-        SIGNATURE_HEADER: signature(hook.secret, body),
+        SIGNATURE_HEADER: signed,
     }
     status, error, retry_after = post(hook.url, body, headers, settings.QUOTAS_WEBHOOK_TIMEOUT_S)
     attempts = delivery.attempts + 1

@@ -9,7 +9,7 @@ def seal_existing(apps: Any, schema_editor: Any) -> None:
     """Every webhook's secret, in clear until now, sealed in place (the model here still reads the column as text)."""
     Webhook = apps.get_model("quotas", "Webhook")
     for pk, secret in Webhook.objects.using(schema_editor.connection.alias).values_list("pk", "secret"):
-        if secret and not secret.startswith(quotas.models.sealed.PREFIX):
+        if secret is not None and not secret.startswith(quotas.models.sealed.PREFIX):  # "" too: read as sealed
             Webhook.objects.filter(pk=pk).update(secret=quotas.models.sealed.seal(secret))
 
 
@@ -17,7 +17,7 @@ def open_existing(apps: Any, schema_editor: Any) -> None:
     """Back to secrets in clear (the column is text again), for a migration backwards."""
     Webhook = apps.get_model("quotas", "Webhook")
     for pk, secret in Webhook.objects.using(schema_editor.connection.alias).values_list("pk", "secret"):
-        if secret and secret.startswith(quotas.models.sealed.PREFIX):
+        if secret is not None and secret.startswith(quotas.models.sealed.PREFIX):
             Webhook.objects.filter(pk=pk).update(secret=quotas.models.sealed.unseal(secret))
 
 

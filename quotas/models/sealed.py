@@ -20,6 +20,7 @@ from typing import Any
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 from django.db import models
+from django.db.models.query_utils import DeferredAttribute
 
 PREFIX = "fernet:"
 
@@ -68,13 +69,48 @@ def unseal(stored: str) -> str:
         ) from None
 
 
-class SealedTextField(models.TextField):
-    """A text column kept sealed: written with :func:`seal`, read with :func:`unseal`. Not for lookups (each
-    sealing of the same text differs)."""
+class Sealed(str):
+    """A column value as the database holds it (``fernet:<token>``): carried around unopened, and written back
+    as it is, so loading or saving a row never needs the key; only reading the attribute opens it."""
 
-    def from_db_value(self, value: Any, expression: Any, connection: Any) -> str | None:
-        return None if value is None else unseal(value)
+
+class SealedAttribute(DeferredAttribute):
+    """The model attribute: the text, opened from the stored value when it is read (so a row whose secret no key
+    opens can still be listed, changed or deleted; only what signs with it fails, saying why)."""
+
+    def __get__(self, instance: Any, cls: Any = None) -> Any:
+        value = super().__get__(instance, cls)
+        return unseal(value) if isinstance(value, Sealed) else value
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        """A data descriptor, so that reading goes through ``__get__`` even once the value is in the instance."""
+        instance.__dict__[self.field.attname] = value
+
+
+class SealedTextField(models.TextField):
+    """A text column kept sealed: written with :func:`seal`, read with :func:`unseal` when the attribute is read.
+    Not for lookups (each sealing of the same text differs); ``values()`` gives the stored (sealed) values."""
+
+    descriptor_class = SealedAttribute
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Sealed | None:
+        return None if value is None else Sealed(value)
+
+    def pre_save(self, model_instance: Any, add: bool) -> Any:
+        return model_instance.__dict__.get(self.attname)  # as held: a loaded row's value is saved back unopened
 
     def get_prep_value(self, value: Any) -> str | None:
-        value = super().get_prep_value(value)
-        return None if value is None else seal(value)
+        if value is None or isinstance(value, Sealed):
+            return None if value is None else str(value)
+        return seal(super().get_prep_value(value))
+
+    def value_to_string(self, obj: Any) -> str:
+        """Serialized (``dumpdata``) as stored: sealed."""
+        stored = obj.__dict__.get(self.attname)
+        return str(stored) if isinstance(stored, Sealed) else seal(stored or "")
+
+    def to_python(self, value: Any) -> Any:
+        """A serialized value (``loaddata``) that is sealed stays sealed."""
+        if isinstance(value, str) and not isinstance(value, Sealed) and value.startswith(PREFIX):
+            return Sealed(value)
+        return super().to_python(value)

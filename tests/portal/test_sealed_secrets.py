@@ -17,7 +17,8 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from rest_framework.test import APIClient
 
-from quotas.models import Tenant, Webhook
+from quotas import notify
+from quotas.models import Tenant, Webhook, WebhookDelivery
 from quotas.models.sealed import PREFIX, SealedValueError
 from tests.portal.people import roles
 
@@ -79,10 +80,20 @@ def test_a_key_is_rotated_by_putting_the_new_one_first_and_resealing(admin: APIC
     settings.QUOTAS_SECRETS_KEYS = [NEW]  # the old key dropped: nothing was left sealed with it
     assert Webhook.objects.get(pk=pk).secret == "s" * 40
 
-    settings.QUOTAS_SECRETS_KEYS = [OLD]  # a key that never sealed it: a clear error, and no secret in it
+    settings.QUOTAS_SECRETS_KEYS = [OLD]  # a key that never sealed it: the webhook is still listed and changed...
+    column = stored(pk)
+    assert admin.get("/api/webhooks/").status_code == 200 and admin.get(f"/api/webhooks/{pk}/").status_code == 200
+    assert admin.patch(f"/api/webhooks/{pk}/", {"name": "chat-2"}, format="json").status_code == 200
+    assert stored(pk) == column  # ...saved back as it was, never opened nor sealed again
     with pytest.raises(SealedValueError, match="QUOTAS_SECRETS_KEYS") as refused:
-        Webhook.objects.get(pk=pk)
+        Webhook.objects.get(pk=pk).secret  # noqa: B018 (reading it is what fails)
     assert "s" * 40 not in str(refused.value)
+    # ...and what signs with it fails for good, saying why, instead of waiting for retries that cannot sign
+    delivery = WebhookDelivery.objects.create(webhook_id=pk, event="ping", body="{}", body_sha256="0" * 64)
+    outcome = notify.attempt(delivery.pk)
+    delivery.refresh_from_db()
+    assert (outcome.outcome, delivery.state, delivery.attempts) == ("failed", "failed", 0)
+    assert "QUOTAS_SECRETS_KEYS" in delivery.last_error and "s" * 40 not in delivery.last_error
 
 
 @pytest.mark.django_db(transaction=True)
