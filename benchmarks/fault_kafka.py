@@ -55,6 +55,9 @@ class KafkaTarget:
             server_properties=self._advertised,
         )
         self._clients: dict[int, AdminClient] = {}
+        #: held while a node is started again; stop() takes it, so no restart starts a JVM after the cluster stopped
+        self._nodes_lock = threading.Lock()
+        self._stopped = False
 
     def _advertised(self, node: KafkaNode) -> dict[str, str]:
         """The SASL listener advertised at the node's relay: every connection the portal makes goes through it."""
@@ -70,6 +73,8 @@ class KafkaTarget:
         return self
 
     def stop(self) -> None:
+        with self._nodes_lock:  # a restart under way ends first; none starts after this
+            self._stopped = True
         for client in self._clients.values():
             client.close()
         self._clients.clear()
@@ -117,7 +122,10 @@ class KafkaTarget:
         self.kafka.kill_node(node_id)
 
     def restart(self, node_id: int) -> None:
-        self.kafka.start_node(node_id)
+        with self._nodes_lock:
+            if self._stopped:  # the run ended (or failed) while this node was down: leave it down
+                return
+            self.kafka.start_node(node_id)
 
     # -- what the brokers hold -------------------------------------------------------------------------------------
 
@@ -260,6 +268,7 @@ class KafkaSampler(threading.Thread):
         self.position = {user: n for n, user in enumerate(order)}
         self.order = order
         self.last = dict.fromkeys(target.node_ids(), 0)
+        self.reads = dict.fromkeys(target.node_ids(), 0)  # answers read, per broker
         self.out_of_order: list[str] = []
         self.samples = 0
         self.unreachable = 0
@@ -278,6 +287,7 @@ class KafkaSampler(threading.Thread):
                 except KafkaClientError:  # down, restarting or behind its relay's fault: nothing to read now
                     self.unreachable += 1
                     continue
+                self.reads[node_id] += 1
                 positions = sorted(self.position[u] for u in held if u in self.position)
                 count = len(positions)
                 if positions and positions[-1] != count - 1:
@@ -295,6 +305,13 @@ class KafkaSampler(threading.Thread):
     def finish(self) -> None:
         self.stopping.set()
         self.join()
+
+    def blind(self) -> list[str]:
+        """Why its zero would not count: a broker it never read, or whose last answer it read lacked approvals."""
+        why = [f"kafka broker {n}: the sampler never read it" for n, reads in self.reads.items() if not reads]
+        why += [f"kafka broker {n}: the sampler last saw {held} of {len(self.order)} approvals"
+                for n, held in self.last.items() if self.reads[n] and held != len(self.order)]
+        return why
 
 
 def push_attempts(cluster_id: int) -> dict[str, int]:
