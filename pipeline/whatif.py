@@ -18,6 +18,14 @@ An entity with no usage records but with samples from Prometheus (a real Kafka c
 scrape interval, ``pipeline.usage.sampled_usage``) is replayed from those, as even traffic over each sample's
 interval. Either way ``resolution`` in the result says what the figures rest on ("per 5 s, from Prometheus") and
 what they cannot know at that resolution.
+
+Replayed traffic that Kafka throttled while it was recorded is what Kafka let through, not what the clients asked
+for. ``pipeline.recorded`` reads the landed samples of the same sensors over the same span and the result says so:
+``recorded_throttled_fraction`` (the share of the time they cover spent throttled; None without samples),
+``recorded_quota`` (the quota that applied then) and ``recorded_throttling`` (source, samples, a sentence). The advice
+then carries ``lower_bound`` (that share is at least ``MATERIAL_FRACTION``: the smallest quota meeting the target is at
+least the figure), ``at_or_below_recorded_quota`` (the figure is not above the quota that was throttling the traffic)
+and ``note``, one sentence saying which.
 """
 
 from __future__ import annotations
@@ -43,9 +51,11 @@ from quotas.engine.errors import QuotaValidationError
 from .advice import METHOD, advise_usage
 from .errors import BadArguments, NoHistory, PipelineError
 from .progress import Progress
+from .recorded import advice_caveat, recorded_throttling
 from .replay import never_throttled, replay_frame, replay_sorted
 from .session import base_parser, require_local_dataset, run_job
 from .usage import (
+    SAMPLED_SOURCE,
     check_entity,
     governed,
     load_usage,
@@ -372,7 +382,7 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
             load_usage(spark, args.root)  # raises the typed error of the missing usage
     entity = (args.user, args.client_id)
     good = share_sensors(valid_usage(selected), args.user, args.client_id)
-    replay_end = 0.6 if args.advice_target is not None else 0.95
+    replay_end = 0.57 if args.advice_target is not None else 0.92
     with progress.spark_action(spark, "replaying the history", 0.05, replay_end):
         # the figures (p99 above all) are over every governed record, all clients and brokers together
         s = summarize_proposal(good, args.quota_type, args.value, samples=args.samples, window_ms=args.window_ms,
@@ -386,7 +396,8 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
             "specific than that has no samples of its own)."
         )
     # the clients (user, client-id pairs) behind the sensors: a user's own quota puts all of its clients in one
-    n_clients = valid_usage(selected).select("user", "client_id").distinct().count()
+    clients = valid_usage(selected).select("user", "client_id").distinct()
+    n_clients = clients.count()
     result = {
         "cluster": args.cluster, "user": args.user, "client_id": args.client_id, "key": args.key,
         "value": args.value, "quota_type": args.quota_type, "brokers": s["brokers"], "clients": n_clients,
@@ -394,12 +405,22 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
         "closed_loop": not args.open_loop, "skipped_records": int(selected.count() - s["requests"]),
         "resolution": basis, **{name: s[name] for name in FIGURES},
     }
+    with progress.spark_action(spark, "reading how the history was throttled", replay_end, replay_end + 0.03):
+        # the replayed span as the replay observes it (a window at least); from Prometheus, the samples replayed
+        span_to = max(s["history_to_ms"], s["history_from_ms"] + args.window_ms)
+        sources = (basis["source"],) if basis["source"] == SAMPLED_SOURCE else None
+        result.update(recorded_throttling(spark, args.root, args.cluster, args.quota_type, clients,
+                                          s["history_from_ms"], span_to, sources=sources))
     if args.advice_target is not None:
-        with progress.spark_action(spark, "right-sizing", replay_end, 0.98):
+        with progress.spark_action(spark, "right-sizing", replay_end + 0.03, 0.98):
             advice = advise_usage(good, args.advice_target, args.samples, args.window_ms, entity)
             found = advice.orderBy("user", "client_id").toPandas()
+        entities = found.to_dict(orient="records")
         result["advice"] = {"target": args.advice_target, "method": METHOD, "resolution": basis["text"],
-                            "entities": found.to_dict(orient="records")}
+                            "entities": entities}
+        if entities:  # the strictest client's advice, the one the pages show
+            advised = max(float(e["quota"]) for e in entities)
+            result["advice"].update(advice_caveat(result, advised, args.advice_target, args.key))
     selected.unpersist()
     progress.report("done", 1.0)
     return result
