@@ -21,19 +21,19 @@ cannot be measured from what Kafka let through.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.window import Window
 
+from quotas.engine.entities import sanitize
 from quotas.engine.units import format_quota_value, quota_key
 
-from .errors import MissingInput
+from .errors import CorruptInput, MissingInput, PipelineError
 from .rollups import DEFAULT_RES_MS, with_resolution
-from .session import read_dataset
+from .session import _translate, read_dataset
 
 #: The share of the recorded time spent throttled from which the advice is only a lower bound. A client muted a share
 #: f of the time sent about 1 - f of what it wanted, so the recorded rates hide about f / (1 - f) of its demand: below
@@ -41,88 +41,118 @@ from .session import read_dataset
 #: with; above it the hidden share grows fast (10 % throttled hides 11 %, 50 % hides as much as was recorded).
 MATERIAL_FRACTION = 0.01
 #: What each source is, in words (``src`` of a sample; null is the engine's own sampler).
+#: Up to this many sensor tags are matched with an IN list; more (a ``<default>`` proposal's many clients) through a
+#: broadcast table.
+IN_LIST_MAX = 1000
+#: The longest interval a sample is taken to stand for when choosing the folders to read (a Prometheus scrape).
+MAX_RES_S = 3600
 SOURCE_WORDS = {"engine": "the engine's sensors", "client": "the clients' statistics",
                 "prometheus": "Kafka's own sensors, from Prometheus"}
 
 
-def sensor_tags(clients: DataFrame) -> DataFrame:
-    """The sensor tags (``e``) Kafka may have counted the (user, client_id) rows of ``clients`` under: the pair's own
+def sensor_tags(clients: Iterable[tuple[str | None, str | None]]) -> set[str]:
+    """The sensor tags (``e``) Kafka may have counted these (user, client-id) pairs under: the pair's own
     ``<user>:<client-id>``, its user's ``<user>:`` and its client-id's ``:<client-id>`` (the user sanitized as Kafka
-    does: URL-encoded, a space as %20 and ``*`` as %2A), never ``:`` (the sensor of clients without a quota)."""
-    user = F.coalesce(F.col("user").cast("string"), F.lit(""))
-    client = F.coalesce(F.col("client_id").cast("string"), F.lit(""))
-    sanitized = F.replace(F.replace(F.url_encode(user), F.lit("+"), F.lit("%20")), F.lit("*"), F.lit("%2A"))
-    pairs = clients.select(sanitized.alias("u"), client.alias("c")).distinct()
-    tags = pairs.select(F.concat("u", F.lit(":"), "c").alias("e")).unionByName(
-        pairs.select(F.concat("u", F.lit(":")).alias("e"))).unionByName(
-        pairs.select(F.concat(F.lit(":"), "c").alias("e")))
-    return tags.where(F.col("e") != ":").distinct()
+    does), never ``:`` (the sensor of clients without a quota)."""
+    tags: set[str] = set()
+    for user, client_id in clients:
+        u, c = sanitize(user or ""), client_id or ""
+        tags.update((f"{u}:{c}", f"{u}:", f":{c}"))
+    tags.discard(":")
+    return tags
 
 
-def _day(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")
+def _hours(from_ms: int, to_ms: int) -> Column:
+    """The landing partitions (``date=``/``hour=``, the UTC hour of each sample's ``t``) that can hold samples of the
+    span: Spark then skips the other folders unread."""
+    lo = datetime.fromtimestamp(from_ms / 1000, UTC)
+    hi = datetime.fromtimestamp(to_ms / 1000 + MAX_RES_S, UTC)
+    date, hour = F.col("date").cast("string"), F.col("hour").cast("int")
+    after = (date > f"{lo:%Y-%m-%d}") | ((date == f"{lo:%Y-%m-%d}") & (hour >= lo.hour))
+    before = (date < f"{hi:%Y-%m-%d}") | ((date == f"{hi:%Y-%m-%d}") & (hour <= hi.hour))
+    return after & before
 
 
-def per_source(samples: DataFrame, cluster: str, quota_type: str, tags: DataFrame, from_ms: int,
+def per_source(samples: DataFrame, cluster: str, quota_type: str, tags: Collection[str], from_ms: int,
                to_ms: int) -> list[dict[str, Any]]:
-    """Per source, the matching samples' figures over [from_ms, to_ms]: ``samples``, ``sensors``, ``sampled_ms``,
-    ``throttled_ms``, the highest ``bound`` of a throttled sample (``quota_throttled``) and of any (``quota``).
+    """Per source, the figures of the samples of sensors ``tags`` over [from_ms, to_ms]: ``samples``, ``sensors``,
+    ``sampled_ms``, ``throttled_ms``, the highest ``bound`` of a throttled sample (``quota_throttled``) and of any
+    (``quota``).
 
     A sample stands for the ``res_ms`` (a second when null) before its ``t``; only the part inside the span counts. A
     broker's coarse samples (over a second) in one interval count as their mean, as in ``pipeline.rollups``: the
-    Prometheus source may publish one scrape twice.
+    Prometheus source may publish one scrape twice. Two small aggregations, no window and no join (a preview waits
+    on this): the tags are an IN list pushed to the Parquet reader, or a broadcast table past ``IN_LIST_MAX``.
     """
+    if not tags:
+        return []
     samples = with_resolution(samples)
+    if {"date", "hour"} <= set(samples.columns):
+        samples = samples.where(_hours(from_ms, to_ms))
     res = F.coalesce(F.col("res_ms").cast("long"), F.lit(DEFAULT_RES_MS))
     res = F.when(res > 0, res).otherwise(F.lit(DEFAULT_RES_MS))
-    rows = samples
-    if "date" in samples.columns:  # the partition column first: Spark skips the other days' folders unread
-        rows = rows.where(F.col("date").cast("string").between(_day(from_ms), _day(to_ms + 3_600_000)))
-    rows = rows.where((F.col("c") == cluster) & (F.col("q") == quota_type) & (F.col("t") > from_ms)).select(
+    rows = samples.where((F.col("c") == cluster) & (F.col("q") == quota_type) & (F.col("t") > from_ms))
+    if len(tags) <= IN_LIST_MAX:
+        rows = rows.where(F.col("e").isin(sorted(tags)))
+    else:
+        table = samples.sparkSession.createDataFrame([(t,) for t in sorted(tags)], "e string")
+        rows = rows.join(F.broadcast(table), "e", "left_semi")
+    rows = rows.select(
         F.col("e").cast("string").alias("e"), F.col("b").cast("long").alias("b"), F.col("t").cast("long").alias("t"),
         res.alias("res_ms"), F.coalesce(F.col("src").cast("string"), F.lit("engine")).alias("source"),
         F.least(F.greatest(F.coalesce(F.col("thr_frac").cast("double"), F.lit(0.0)), F.lit(0.0)), F.lit(1.0))
         .alias("thr"),
         F.col("bound").cast("double").alias("bound"),
     ).where(F.col("t") - F.col("res_ms") < to_ms)
-    rows = rows.join(F.broadcast(tags), "e", "left_semi")
-    slot = ["source", "e", "b", "res_ms", F.floor(F.col("t") / F.col("res_ms"))]
-    weight = F.when(F.col("res_ms") > DEFAULT_RES_MS, 1.0 / F.count(F.lit(1)).over(Window.partitionBy(*slot)))
     inside = F.least(F.col("t"), F.lit(to_ms)) - F.greatest(F.col("t") - F.col("res_ms"), F.lit(from_ms))
-    rows = rows.withColumn("w", weight.otherwise(F.lit(1.0)) * inside)
-    found = rows.groupBy("source").agg(
-        F.count(F.lit(1)).alias("samples"), F.countDistinct("e").alias("sensors"),
-        F.sum("w").alias("sampled_ms"), F.sum(F.col("w") * F.col("thr")).alias("throttled_ms"),
-        F.max(F.when(F.col("thr") > 0, F.col("bound"))).alias("quota_throttled"), F.max("bound").alias("quota"),
+    slots = rows.groupBy("source", "e", "b", "res_ms", F.floor(F.col("t") / F.col("res_ms")).alias("slot")).agg(
+        F.count(F.lit(1)).alias("n"), F.sum(inside).alias("inside"), F.sum(inside * F.col("thr")).alias("thr_in"),
+        F.max(F.when(F.col("thr") > 0, F.col("bound"))).alias("qt"), F.max("bound").alias("q"),
+    )
+    each = F.when(F.col("res_ms") > DEFAULT_RES_MS, 1.0 / F.col("n")).otherwise(F.lit(1.0))  # a coarse slot: its mean
+    found = slots.groupBy("source").agg(
+        F.sum("n").alias("samples"), F.size(F.collect_set("e")).alias("sensors"),
+        F.sum(F.col("inside") * each).alias("sampled_ms"), F.sum(F.col("thr_in") * each).alias("throttled_ms"),
+        F.max("qt").alias("quota_throttled"), F.max("q").alias("quota"),
     ).collect()
     return [r.asDict() for r in found]
 
 
-def recorded_throttling(spark: SparkSession, root: str, cluster: str, quota_type: str, clients: DataFrame,
-                        from_ms: int, to_ms: int, *, sources: Sequence[str] | None = None) -> dict[str, Any]:
+def recorded_throttling(spark: SparkSession, root: str, cluster: str, quota_type: str,
+                        clients: Iterable[tuple[str | None, str | None]], from_ms: int, to_ms: int, *,
+                        sources: Sequence[str] | None = None) -> dict[str, Any]:
     """What the landed samples say of how the replayed traffic was throttled while it was recorded: the what-if's
     ``recorded_throttled_fraction`` (None when no sample covers it), ``recorded_quota`` (the quota that applied then,
     None when unknown) and ``recorded_throttling`` (the details and a sentence). ``clients``: the replayed records'
     (user, client_id) pairs; ``sources``: only these ``src`` (``"engine"`` for the engine's), e.g. the Prometheus
-    samples a Prometheus-resolution replay rests on."""
+    samples a Prometheus-resolution replay rests on.
+
+    An unreadable samples file does not fail the what-if (its figures rest on the usage records): the answer is then
+    unknown, and says why; the rollups job, which reads every sample, reports the file."""
     try:
         samples = read_dataset(spark, root, "samples", merge_schema=True)
-    except MissingInput:
-        found: list[dict[str, Any]] = []
-    else:
         found = per_source(samples, cluster, quota_type, sensor_tags(clients), from_ms, to_ms)
+    except MissingInput:
+        found = []
+    except Exception as e:  # a corrupt file surfaces when the query runs
+        error = e if isinstance(e, PipelineError) else _translate(e, root)
+        if not isinstance(error, CorruptInput):
+            raise
+        return report([], quota_type, unknown="the landed samples could not be read (a damaged file)")
     found = [f for f in found if f["sampled_ms"] and (sources is None or f["source"] in sources)]
     return report(found, quota_type)
 
 
-def report(found: Sequence[dict[str, Any]], quota_type: str) -> dict[str, Any]:
-    """The figures of the source that saw the most throttling (then the most samples), as the what-if reports them."""
+def report(found: Sequence[dict[str, Any]], quota_type: str,
+           unknown: str = "no live samples of these clients' sensors cover the replayed span") -> dict[str, Any]:
+    """The figures of the source that saw the most throttling (then the most samples), as the what-if reports them;
+    ``unknown`` says why there are none."""
     if not found:
         return {"recorded_throttled_fraction": None, "recorded_quota": None, "recorded_throttling": {
             "source": None, "samples": 0, "sensors": 0, "sampled_ms": 0, "throttled_ms": 0, "material": False,
             "threshold": MATERIAL_FRACTION,
-            "text": "No live samples of these clients' sensors cover the replayed span: whether Kafka throttled "
-                    "this traffic while it was recorded is unknown"}}
+            "text": f"{unknown[:1].upper()}{unknown[1:]}: whether Kafka throttled this traffic while it was recorded "
+                    "is unknown"}}
     best = max(found, key=lambda f: (f["throttled_ms"] / f["sampled_ms"], f["samples"]))
     fraction = float(best["throttled_ms"]) / float(best["sampled_ms"])
     quota = best["quota_throttled"] if best["throttled_ms"] > 0 else best["quota"]

@@ -26,7 +26,7 @@ from quotas.engine.config import AlterOp, EntityRef, QuotaConfigStore, namespace
 from tests.redis_keys import keys_cleared
 from traffic.loadgen import BrokerTarget, FakeClock, LoadGenerator, Traffic
 
-from .conftest import write_landing
+from .conftest import hour_dir, write_landing
 from .test_prometheus_history import T0, _prometheus_samples, land_samples
 
 KIB = 1024
@@ -118,6 +118,14 @@ def test_without_samples_the_result_says_it_cannot_tell(spark: Any, tmp_path: Pa
     assert r["recorded_throttling"]["samples"] == 0 and "unknown" in r["recorded_throttling"]["text"]
     assert r["advice"]["lower_bound"] is False and r["advice"]["note"] is None
 
+    # a damaged samples file: the replay (of the usage records) still answers, and says why it cannot tell
+    (hour_dir(root, "samples", T0) / "part-damaged.parquet").write_bytes(b"not parquet at all")
+    assert whatif.main(["--root", str(root), "--cluster", "prod", "--user", "alice", "--client-id", "app",
+                        "--key", PBR, "--value", "500"], spark=spark) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["requests"] == 100 and r["recorded_throttled_fraction"] is None
+    assert r["recorded_throttling"]["text"].startswith("The landed samples could not be read")
+
 
 def test_prometheus_samples_weigh_by_the_part_of_their_scrape_inside_the_span(
     spark: Any, tmp_path: Path, capsys: Any
@@ -145,9 +153,8 @@ def test_prometheus_samples_weigh_by_the_part_of_their_scrape_inside_the_span(
 def test_a_sensor_matches_its_clients_by_kafkas_tags_and_sources_stay_apart(spark: Any, tmp_path: Path) -> None:
     """The sensors a client may have been counted in: its own tags, its user's, its client-id's (the user sanitized as
     Kafka does); never ``:``. Each source is summed on its own, a broker's repeated coarse sample counted once."""
-    clients = spark.createDataFrame([("svc@corp x*", "app"), ("", "legacy")], "user string, client_id string")
-    assert sorted(r.e for r in sensor_tags(clients).collect()) == [
-        ":app", ":legacy", "svc%40corp%20x%2A:", "svc%40corp%20x%2A:app"]
+    tags = sensor_tags([("svc@corp x*", "app"), ("", "legacy")])
+    assert sorted(tags) == [":app", ":legacy", "svc%40corp%20x%2A:", "svc%40corp%20x%2A:app"]
 
     def sample(t: int, e: str, thr: float, src: str | None = None, res: int | None = None, b: int = 1) -> dict:
         return {"t": t, "c": "prod", "b": b, "q": "produce", "e": e, "rate": 1.0, "bound": 500.0 + 100 * thr,
@@ -161,7 +168,7 @@ def test_a_sensor_matches_its_clients_by_kafkas_tags_and_sources_stay_apart(spar
     rows += [sample(T0 + 1000 * s, "someone:app", 1.0) for s in range(1, 11)]  # another user's own sensor
     land_samples(tmp_path, rows, "mixed")
     samples = read_dataset(spark, str(tmp_path), "samples", merge_schema=True)
-    found = {f["source"]: f for f in per_source(samples, "prod", "produce", sensor_tags(clients), T0, T0 + 10_000)}
+    found = {f["source"]: f for f in per_source(samples, "prod", "produce", tags, T0, T0 + 10_000)}
     assert set(found) == {"engine", "prometheus"}
     assert (found["engine"]["samples"], found["engine"]["sampled_ms"], found["engine"]["throttled_ms"]) == (
         10, 10_000, 5000)
