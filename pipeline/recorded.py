@@ -40,12 +40,12 @@ from .session import _translate, read_dataset
 #: 1 % that is about 1 %, the same order as the advice's own 1 % target and well within the headroom a quota is set
 #: with; above it the hidden share grows fast (10 % throttled hides 11 %, 50 % hides as much as was recorded).
 MATERIAL_FRACTION = 0.01
-#: What each source is, in words (``src`` of a sample; null is the engine's own sampler).
 #: Up to this many sensor tags are matched with an IN list; more (a ``<default>`` proposal's many clients) through a
 #: broadcast table.
 IN_LIST_MAX = 1000
 #: The longest interval a sample is taken to stand for when choosing the folders to read (a Prometheus scrape).
 MAX_RES_S = 3600
+#: What each source is, in words (``src`` of a sample; null is the engine's own sampler).
 SOURCE_WORDS = {"engine": "the engine's sensors", "client": "the clients' statistics",
                 "prometheus": "Kafka's own sensors, from Prometheus"}
 
