@@ -346,6 +346,14 @@ def summary(preview: ImpactPreview | None) -> dict[str, Any] | None:
         r["advised"] = {**top, "clients": len(advice), "target": target, "target_pct": 100 * target,
                         "over_peak": max(0.0, -top["headroom"])}
     r["throttled_pct"] = 100 * float(r.get("throttled_fraction", 0.0))
+    # how the replayed traffic was throttled while it was recorded (pipeline.recorded; None: no samples, or a preview
+    # computed before it was reported)
+    recorded = r.get("recorded_throttled_fraction")
+    r["recorded_pct"] = None if recorded is None else 100 * float(recorded)
+    if advice:
+        # the advice is a lower bound, or at or below the quota that was throttling the recorded traffic: the page
+        # says so next to it (the pipeline's sentence, in the page's units)
+        r["advised"]["caveat"] = r["advice"].get("note")
     # replayed from a real cluster's sensors at Prometheus resolution, not from recorded requests
     r["sampled"] = (r.get("resolution") or {}).get("source") == "prometheus"
     r["step_ms"] = (r.get("resolution") or {}).get("step_ms")

@@ -18,6 +18,14 @@ An entity with no usage records but with samples from Prometheus (a real Kafka c
 scrape interval, ``pipeline.usage.sampled_usage``) is replayed from those, as even traffic over each sample's
 interval. Either way ``resolution`` in the result says what the figures rest on ("per 5 s, from Prometheus") and
 what they cannot know at that resolution.
+
+Replayed traffic that Kafka throttled while it was recorded is what Kafka let through, not what the clients asked
+for. ``pipeline.recorded`` reads the landed samples of the same sensors over the same span and the result says so:
+``recorded_throttled_fraction`` (the share of the time they cover spent throttled; None without samples),
+``recorded_quota`` (the quota that applied then) and ``recorded_throttling`` (source, samples, a sentence). The advice
+then carries ``lower_bound`` (that share is at least ``MATERIAL_FRACTION``: the smallest quota meeting the target is at
+least the figure), ``at_or_below_recorded_quota`` (the figure is not above the quota that was throttling the traffic)
+and ``note``, one sentence saying which.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import itertools
 import math
 import operator
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import numpy as np
@@ -43,9 +52,11 @@ from quotas.engine.errors import QuotaValidationError
 from .advice import METHOD, advise_usage
 from .errors import BadArguments, NoHistory, PipelineError
 from .progress import Progress
+from .recorded import advice_caveat, recorded_throttling
 from .replay import never_throttled, replay_frame, replay_sorted
 from .session import base_parser, require_local_dataset, run_job
 from .usage import (
+    SAMPLED_SOURCE,
     check_entity,
     governed,
     load_usage,
@@ -386,7 +397,9 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
             "specific than that has no samples of its own)."
         )
     # the clients (user, client-id pairs) behind the sensors: a user's own quota puts all of its clients in one
-    n_clients = valid_usage(selected).select("user", "client_id").distinct().count()
+    clients = [(r["user"], r["client_id"]) for r in valid_usage(selected).select("user", "client_id").distinct()
+               .collect()]
+    n_clients = len(clients)
     result = {
         "cluster": args.cluster, "user": args.user, "client_id": args.client_id, "key": args.key,
         "value": args.value, "quota_type": args.quota_type, "brokers": s["brokers"], "clients": n_clients,
@@ -394,12 +407,27 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
         "closed_loop": not args.open_loop, "skipped_records": int(selected.count() - s["requests"]),
         "resolution": basis, **{name: s[name] for name in FIGURES},
     }
+    # how the samples say the replayed traffic was throttled while it was recorded: over the span the replay observes
+    # (a window at least), from Prometheus only the samples it replays. Read in a thread while the advice runs: the
+    # advice of one entity is one task, so the query takes the cores it leaves idle instead of adding its time.
+    span_to = max(s["history_to_ms"], s["history_from_ms"] + args.window_ms)
+    sources = (basis["source"],) if basis["source"] == SAMPLED_SOURCE else None
+    with ThreadPoolExecutor(1, thread_name_prefix="recorded") as pool:
+        recorded = pool.submit(recorded_throttling, spark, args.root, args.cluster, args.quota_type, clients,
+                               s["history_from_ms"], span_to, sources=sources)
+        if args.advice_target is not None:
+            with progress.spark_action(spark, "right-sizing", replay_end, 0.98):
+                advice = advise_usage(good, args.advice_target, args.samples, args.window_ms, entity)
+                found = advice.orderBy("user", "client_id").toPandas()
+        with progress.spark_action(spark, "reading how the history was throttled", 0.98, 0.99):
+            result.update(recorded.result())
     if args.advice_target is not None:
-        with progress.spark_action(spark, "right-sizing", replay_end, 0.98):
-            advice = advise_usage(good, args.advice_target, args.samples, args.window_ms, entity)
-            found = advice.orderBy("user", "client_id").toPandas()
+        entities = found.to_dict(orient="records")
         result["advice"] = {"target": args.advice_target, "method": METHOD, "resolution": basis["text"],
-                            "entities": found.to_dict(orient="records")}
+                            "entities": entities}
+        if entities:  # the strictest client's advice, the one the pages show
+            advised = max(float(e["quota"]) for e in entities)
+            result["advice"].update(advice_caveat(result, advised, args.advice_target, args.key))
     selected.unpersist()
     progress.report("done", 1.0)
     return result

@@ -38,6 +38,11 @@ def test_a_tenant_previews_a_proposal_and_the_admin_sees_it_beside_the_capacity_
     root = Path(portal.env["QUOTAS_LANDING_ROOT"])
     start = int(time.time() * 1000) // H * H - H
     write_landing(None, root, "usage", usage("svc-a-1", "app-a-1", start, 120), "t_ms")
+    # the engine's samples of its sensor while that traffic was recorded: throttled a quarter of the time under 800 B/s
+    samples = [{"t": start + 1000 * s, "c": CLUSTER, "b": 0, "q": "produce", "e": "svc-a-1:app-a-1", "rate": 1000.0,
+                "bound": 800.0, "util": 1.25, "thr_avg": 250.0, "thr_max": 250.0, "thr_frac": 0.25, "tokens": None}
+               for s in range(1, 121)]
+    write_landing(None, root, "samples", samples, "t")
     worker = Worker(portal.env["QUOTAS_REDIS_URL"], portal.env["DATABASE_URL"],
                     tmp_path / "worker.log", "pipeline", QUOTAS_LANDING_ROOT=str(root)).start()
     try:
@@ -61,6 +66,12 @@ def test_a_tenant_previews_a_proposal_and_the_admin_sees_it_beside_the_capacity_
         advice = done.query_selector('[data-figure="advice"]').inner_text()
         assert "smallest value that keeps throttled time under 1%" in advice
         assert "The proposed value is below it." in advice
+        # ... and, next to it, that it is a lower bound: the traffic it rests on was throttled while it was recorded
+        caveat = done.query_selector('[data-figure="advice-caveat"]').inner_text()
+        assert caveat.startswith("Kafka throttled this traffic 25% of the time while it was recorded under 800 B/s")
+        assert "is a lower bound" in caveat and advice.startswith("Right-sizing, a lower bound:")
+        recorded = done.query_selector('[data-figure="recorded_throttled_fraction"]').inner_text()
+        assert recorded == "25.00% under 800 B/s"
         screenshot(page, "history-request-form-preview")
 
         page.fill("#id_reason", "More throughput for the spring sale")

@@ -12,8 +12,10 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import redis
 from django.test import Client
 from django.utils import timezone
+from django.utils.html import escape
 
 from history import jobs, services
 from history.models import ImpactPreview, PreviewState
@@ -21,6 +23,8 @@ from pipeline.advice import advise
 from pipeline.replay import replay_frame, summarize
 from quotas import workflow
 from quotas.engine.entities import DEFAULT
+from quotas.engine.monitor import Sampler
+from quotas.engine.units import format_quota_value
 from quotas.models import QuotaEntity, QuotaValue
 from tests.portal.people import api
 from tests.waiting import wait_for
@@ -80,6 +84,9 @@ def test_a_member_previews_a_proposal_a_worker_replays_it_and_the_answer_is_cach
     (advice,) = got["advice"]["entities"]
     assert advice["quota"] == advised and advice["throttled_fraction"] <= 0.01
     assert (got["history_from_ms"], got["history_to_ms"]) == (T0, T0 + 59_900)
+    # no live samples were landed: whether the traffic was throttled while recorded is unknown, and not guessed
+    assert got["recorded_throttled_fraction"] is None and got["recorded_throttling"]["samples"] == 0
+    assert got["advice"]["lower_bound"] is False and got["advice"]["note"] is None
 
     polled = alice.get(f"/api/previews/{preview.pk}/").json()
     assert (polled["state"], polled["progress"], polled["stage"], polled["error"]) == ("done", 1.0, "done", None)
@@ -122,6 +129,44 @@ def test_a_user_level_proposal_replays_all_its_clients_through_one_sensor(
     assert preview.result["total_delay_ms"] == want["total_delay_ms"]
     (advice,) = preview.result["advice"]["entities"]
     assert advice["quota"] == advised and 1500 < advised <= 2100  # the shared sensor sees ~2000 B/s
+
+
+def test_advice_on_traffic_throttled_while_recorded_says_it_is_a_lower_bound_in_the_api_and_on_the_page(
+    world: dict[str, Any], land: Callable, worker_factory: Callable, redis_url: str
+) -> None:
+    """The engine's sampler saw the client's sensor throttled 30 % of each second under 800 B/s while its 1000 B/s
+    were recorded: its samples are published to the firehose and landed with the usage, as the portal does."""
+    client = redis.Redis.from_url(redis_url)
+    sampler = Sampler(client, CLUSTER, 1, {})
+    for s in range(1, 61):
+        t = T0 + 1000 * s
+        sampler.publish([{"t": t, "c": CLUSTER, "b": 1, "q": "produce", "e": "svc-a-1:app-a-1", "rate": 1000.0,
+                          "bound": 800.0, "util": 1.25, "thr_avg": 300.0, "thr_max": 300.0, "thr_frac": 0.3,
+                          "tokens": None}], t)
+    client.close()
+    root = land(1, steady("svc-a-1", "app-a-1", 60))
+    worker_factory(**worker_env(root))
+    alice = api(world["alice"])
+    preview = finished(alice.post("/api/previews/", {**ALICE, "value": 600}, format="json").json()["id"])
+    assert preview.state == PreviewState.DONE, preview.error_message
+
+    result = alice.get(f"/api/previews/{preview.pk}/").json()["result"]
+    assert result["recorded_throttled_fraction"] == pytest.approx(0.3)
+    assert result["recorded_quota"] == 800.0 and result["recorded_throttling"]["source"] == "engine"
+    advice = result["advice"]
+    (advised,) = advice["entities"]
+    assert advised["quota"] > 800 and advice["lower_bound"] and not advice["at_or_below_recorded_quota"]
+    assert advice["note"] == (
+        "Kafka throttled this traffic 30% of the time while it was recorded under 800 B/s, so the rates recorded are "
+        f"what Kafka let through, not what the clients asked for: {format_quota_value(PBR, advised['quota'])} is a "
+        "lower bound, and the value that keeps throttled time under 1% may be well above it.")
+
+    pages = Client()
+    pages.force_login(world["alice"])
+    html = pages.get(f"/previews/{preview.pk}/").content.decode()
+    assert "Right-sizing, a lower bound:" in html
+    assert f'<p class="warning" data-figure="advice-caveat">{escape(advice["note"])}</p>' in html
+    assert "Throttled while recorded" in html and "30.00%" in html
 
 
 def test_no_history_and_corrupt_files_fail_with_their_code_and_a_message(

@@ -160,3 +160,7 @@ def test_kafkas_sensors_from_the_real_prometheus_land_and_replay_at_the_scrape_i
     r = json.loads(capsys.readouterr().out)
     assert r["resolution"]["text"] == f"per {interval_s:g} s, from Prometheus"
     assert r["throttle_events"] > 0 and r["bytes"] > 0
+    # Kafka throttled that producer (300 KiB at once against 1 KiB/s) while its sensor was scraped: the samples the
+    # replay rests on say so (Kafka's throttle-time average, far above a second here: the whole interval)
+    assert r["recorded_throttling"]["source"] == "prometheus" and r["recorded_throttling"]["material"]
+    assert r["recorded_throttled_fraction"] > 0.5

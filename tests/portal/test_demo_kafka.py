@@ -12,6 +12,8 @@ import pytest
 import redis
 from django.core.management import call_command
 
+from history import jobs
+from pipeline.recorded import MATERIAL_FRACTION
 from quotas import push, tasks
 from quotas.connectors.kafka_client import MATCH_EXACT, AdminClient
 from quotas.engine import usage_log
@@ -89,3 +91,13 @@ def test_the_demo_clients_are_throttled_by_kafka_and_the_monitor_shows_it(
     settings.QUOTAS_LANDING_ROOT = str(tmp_path)
     landed = tasks.land()
     assert list((tmp_path / "usage").rglob("*.parquet")), landed
+
+    # the preview's job on what landed: the records hold what Kafka let through, and the clients' samples of the same
+    # sensor say Kafka was throttling it under 512 KiB/s meanwhile, so the advice says it is a lower bound
+    result = jobs.run("whatif", ["--root", str(tmp_path), "--cluster", "prod", "--user=svc-payments-api", "--key",
+                                 "producer_byte_rate", "--value", str(2 * 1024 * KIB), "--advice-target", "0.01"])
+    recorded = result["recorded_throttling"]
+    assert recorded["source"] == "client" and result["recorded_quota"] == 512 * KIB
+    assert result["recorded_throttled_fraction"] >= MATERIAL_FRACTION and recorded["material"]
+    advice = result["advice"]
+    assert advice["lower_bound"] and "under 512 KiB/s" in advice["note"]

@@ -1,0 +1,207 @@
+"""Was the traffic a what-if replays itself throttled while it was recorded? The landed samples of its sensors say.
+
+A replay can only replay what was recorded, and traffic that Kafka (or the engine) throttled while it was recorded is
+what Kafka let through, not what the clients asked for: a client muted a share ``f`` of the time sends about
+``1 - f`` of what it wants, so its recorded rate understates its demand by about ``f / (1 - f)``. Nothing in the
+usage records says so (they hold what was sent: user, client-id, value, time); the live samples do. ``samples/``
+holds, per sensor (tags ``e``) and broker, ``thr_frac`` (the share of the sample's interval the sensor spent
+throttled) and ``bound`` (the quota that applied), from the engine's sampler (``src`` null), from librdkafka's
+statistics of the demo clients (``"client"``) or from Kafka's own sensors through Prometheus (``"prometheus"``, one
+sample per scrape interval ``res_ms``, ``thr_frac`` estimated from Kafka's throttle-time average).
+
+``recorded_throttling`` reads the samples of the sensors the replayed clients were counted in (a client's own tags,
+its user's, its client-id's: whichever quota level applied then) over the replayed span, and answers the share of
+the time they cover that was spent throttled (each sample weighted by the part of its interval inside the span,
+summed over sensors and brokers as the replay's own ``throttled_fraction`` is), the quota that applied, and which
+source said so (of several, the one that saw the most throttling). ``advice_caveat`` turns it into what the advice
+must say: a lower bound when the share is material (``MATERIAL_FRACTION``), and a warning when the advised value is
+at or below the quota that was throttling the recorded traffic. Nothing here estimates the demand held back: it
+cannot be measured from what Kafka let through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from quotas.engine.entities import sanitize
+from quotas.engine.units import format_quota_value, quota_key
+
+from .errors import CorruptInput, MissingInput, PipelineError
+from .rollups import DEFAULT_RES_MS, with_resolution
+from .session import _translate, read_dataset
+
+#: The share of the recorded time spent throttled from which the advice is only a lower bound. A client muted a share
+#: f of the time sent about 1 - f of what it wanted, so the recorded rates hide about f / (1 - f) of its demand: below
+#: 1 % that is about 1 %, the same order as the advice's own 1 % target and well within the headroom a quota is set
+#: with; above it the hidden share grows fast (10 % throttled hides 11 %, 50 % hides as much as was recorded).
+MATERIAL_FRACTION = 0.01
+#: Up to this many sensor tags are matched with an IN list; more (a ``<default>`` proposal's many clients) through a
+#: broadcast table.
+IN_LIST_MAX = 1000
+#: The longest interval a sample is taken to stand for when choosing the folders to read (a Prometheus scrape).
+MAX_RES_S = 3600
+#: What each source is, in words (``src`` of a sample; null is the engine's own sampler).
+SOURCE_WORDS = {"engine": "the engine's sensors", "client": "the clients' statistics",
+                "prometheus": "Kafka's own sensors, from Prometheus"}
+
+
+def sensor_tags(clients: Iterable[tuple[str | None, str | None]]) -> set[str]:
+    """The sensor tags (``e``) Kafka may have counted these (user, client-id) pairs under: the pair's own
+    ``<user>:<client-id>``, its user's ``<user>:`` and its client-id's ``:<client-id>`` (the user sanitized as Kafka
+    does), never ``:`` (the sensor of clients without a quota)."""
+    tags: set[str] = set()
+    for user, client_id in clients:
+        u, c = sanitize(user or ""), client_id or ""
+        tags.update((f"{u}:{c}", f"{u}:", f":{c}"))
+    tags.discard(":")
+    return tags
+
+
+def _hours(from_ms: int, to_ms: int) -> Column:
+    """The landing partitions (``date=``/``hour=``, the UTC hour of each sample's ``t``) that can hold samples of the
+    span: Spark then skips the other folders unread."""
+    lo = datetime.fromtimestamp(from_ms / 1000, UTC)
+    hi = datetime.fromtimestamp(to_ms / 1000 + MAX_RES_S, UTC)
+    date, hour = F.col("date").cast("string"), F.col("hour").cast("int")
+    after = (date > f"{lo:%Y-%m-%d}") | ((date == f"{lo:%Y-%m-%d}") & (hour >= lo.hour))
+    before = (date < f"{hi:%Y-%m-%d}") | ((date == f"{hi:%Y-%m-%d}") & (hour <= hi.hour))
+    return after & before
+
+
+def per_source(samples: DataFrame, cluster: str, quota_type: str, tags: Collection[str], from_ms: int,
+               to_ms: int) -> list[dict[str, Any]]:
+    """Per source, the figures of the samples of sensors ``tags`` over [from_ms, to_ms]: ``samples``, ``sensors``,
+    ``sampled_ms``, ``throttled_ms``, the highest ``bound`` of a throttled sample (``quota_throttled``) and of any
+    (``quota``).
+
+    A sample stands for the ``res_ms`` (a second when null) before its ``t``; only the part inside the span counts. A
+    broker's coarse samples (over a second) in one interval count as their mean, as in ``pipeline.rollups``: the
+    Prometheus source may publish one scrape twice. Two small aggregations, no window and no join (a preview waits
+    on this): the tags are an IN list pushed to the Parquet reader, or a broadcast table past ``IN_LIST_MAX``.
+    """
+    if not tags:
+        return []
+    samples = with_resolution(samples)
+    if {"date", "hour"} <= set(samples.columns):
+        samples = samples.where(_hours(from_ms, to_ms))
+    res = F.coalesce(F.col("res_ms").cast("long"), F.lit(DEFAULT_RES_MS))
+    res = F.when(res > 0, res).otherwise(F.lit(DEFAULT_RES_MS))
+    rows = samples.where((F.col("c") == cluster) & (F.col("q") == quota_type) & (F.col("t") > from_ms))
+    if len(tags) <= IN_LIST_MAX:
+        rows = rows.where(F.col("e").isin(sorted(tags)))
+    else:
+        table = samples.sparkSession.createDataFrame([(t,) for t in sorted(tags)], "e string")
+        rows = rows.join(F.broadcast(table), "e", "left_semi")
+    rows = rows.select(
+        F.col("e").cast("string").alias("e"), F.col("b").cast("long").alias("b"), F.col("t").cast("long").alias("t"),
+        res.alias("res_ms"), F.coalesce(F.col("src").cast("string"), F.lit("engine")).alias("source"),
+        F.least(F.greatest(F.coalesce(F.col("thr_frac").cast("double"), F.lit(0.0)), F.lit(0.0)), F.lit(1.0))
+        .alias("thr"),
+        F.col("bound").cast("double").alias("bound"),
+    ).where(F.col("t") - F.col("res_ms") < to_ms)
+    inside = F.least(F.col("t"), F.lit(to_ms)) - F.greatest(F.col("t") - F.col("res_ms"), F.lit(from_ms))
+    slots = rows.groupBy("source", "e", "b", "res_ms", F.floor(F.col("t") / F.col("res_ms")).alias("slot")).agg(
+        F.count(F.lit(1)).alias("n"), F.sum(inside).alias("inside"), F.sum(inside * F.col("thr")).alias("thr_in"),
+        F.max(F.when(F.col("thr") > 0, F.col("bound"))).alias("qt"), F.max("bound").alias("q"),
+    )
+    each = F.when(F.col("res_ms") > DEFAULT_RES_MS, 1.0 / F.col("n")).otherwise(F.lit(1.0))  # a coarse slot: its mean
+    found = slots.groupBy("source").agg(
+        F.sum("n").alias("samples"), F.size(F.collect_set("e")).alias("sensors"),
+        F.sum(F.col("inside") * each).alias("sampled_ms"), F.sum(F.col("thr_in") * each).alias("throttled_ms"),
+        F.max("qt").alias("quota_throttled"), F.max("q").alias("quota"),
+    ).collect()
+    return [r.asDict() for r in found]
+
+
+def recorded_throttling(spark: SparkSession, root: str, cluster: str, quota_type: str,
+                        clients: Iterable[tuple[str | None, str | None]], from_ms: int, to_ms: int, *,
+                        sources: Sequence[str] | None = None) -> dict[str, Any]:
+    """What the landed samples say of how the replayed traffic was throttled while it was recorded: the what-if's
+    ``recorded_throttled_fraction`` (None when no sample covers it), ``recorded_quota`` (the quota that applied then,
+    None when unknown) and ``recorded_throttling`` (the details and a sentence). ``clients``: the replayed records'
+    (user, client_id) pairs; ``sources``: only these ``src`` (``"engine"`` for the engine's), e.g. the Prometheus
+    samples a Prometheus-resolution replay rests on.
+
+    An unreadable samples file does not fail the what-if (its figures rest on the usage records): the answer is then
+    unknown, and says why; the rollups job, which reads every sample, reports the file."""
+    try:
+        samples = read_dataset(spark, root, "samples", merge_schema=True)
+        found = per_source(samples, cluster, quota_type, sensor_tags(clients), from_ms, to_ms)
+    except MissingInput:
+        found = []
+    except Exception as e:  # a corrupt file surfaces when the query runs
+        error = e if isinstance(e, PipelineError) else _translate(e, root)
+        if not isinstance(error, CorruptInput):
+            raise
+        return report([], quota_type, unknown="the landed samples could not be read (a damaged file)")
+    found = [f for f in found if f["sampled_ms"] and (sources is None or f["source"] in sources)]
+    return report(found, quota_type)
+
+
+def report(found: Sequence[dict[str, Any]], quota_type: str,
+           unknown: str = "no live samples of these clients' sensors cover the replayed span") -> dict[str, Any]:
+    """The figures of the source that saw the most throttling (then the most samples), as the what-if reports them;
+    ``unknown`` says why there are none."""
+    if not found:
+        return {"recorded_throttled_fraction": None, "recorded_quota": None, "recorded_throttling": {
+            "source": None, "samples": 0, "sensors": 0, "sampled_ms": 0, "throttled_ms": 0, "material": False,
+            "threshold": MATERIAL_FRACTION,
+            "text": f"{unknown[:1].upper()}{unknown[1:]}: whether Kafka throttled this traffic while it was recorded "
+                    "is unknown"}}
+    best = max(found, key=lambda f: (f["throttled_ms"] / f["sampled_ms"], f["samples"]))
+    fraction = float(best["throttled_ms"]) / float(best["sampled_ms"])
+    quota = best["quota_throttled"] if best["throttled_ms"] > 0 else best["quota"]
+    quota = None if quota is None else float(quota)
+    words = SOURCE_WORDS.get(best["source"], f"the {best['source']} samples")
+    under = f", under a quota of {format_quota_value(quota_type, quota)}" if quota is not None else ""
+    text = (f"Kafka throttled this traffic {percent(fraction)} of the time while it was recorded{under} (from "
+            f"{words})" if best["throttled_ms"] > 0 else f"Kafka did not throttle this traffic while it was recorded"
+            f"{under} (from {words})")
+    return {"recorded_throttled_fraction": fraction, "recorded_quota": quota, "recorded_throttling": {
+        "source": best["source"], "samples": int(best["samples"]), "sensors": int(best["sensors"]),
+        "sampled_ms": round(float(best["sampled_ms"])), "throttled_ms": round(float(best["throttled_ms"])),
+        "material": fraction >= MATERIAL_FRACTION, "threshold": MATERIAL_FRACTION, "text": text}}
+
+
+def percent(fraction: float) -> str:
+    """``0.4123`` -> ``41.2%``, ``0.0042`` -> ``0.42%``: as the preview page writes shares of time."""
+    return f"{100 * fraction:.3g}%"
+
+
+def advice_caveat(recorded: dict[str, Any], advised: float, target: float, key: str) -> dict[str, Any]:
+    """What the advice must add when the replayed traffic was throttled while it was recorded.
+
+    ``lower_bound``: the recorded share throttled is material, so the smallest quota that keeps throttling under
+    ``target`` is at least ``advised`` (the records hold what Kafka let through). ``at_or_below_recorded_quota``: the
+    advised value is not above the quota that was throttling the recorded traffic, so the clients asked for more than
+    it. ``note``: one sentence saying so (None when neither holds), in the page's units.
+    """
+    fraction = recorded.get("recorded_throttled_fraction")
+    details = recorded.get("recorded_throttling") or {}
+    quota = recorded.get("recorded_quota")
+    throttled = bool(fraction) and details.get("throttled_ms", 0) > 0
+    lower = throttled and bool(details.get("material"))
+    below = throttled and quota is not None and advised <= quota
+    out: dict[str, Any] = {"lower_bound": lower, "at_or_below_recorded_quota": below, "note": None}
+    if not (lower or below):
+        return out
+    key = quota_key(key)
+    value, goal = format_quota_value(key, advised), percent(target)
+    held = f"Kafka throttled this traffic {percent(fraction)} of the time while it was recorded"
+    if below:
+        out["note"] = (
+            f"{held} under {format_quota_value(key, quota)}, so the clients asked for more than that: the advised "
+            f"{value}, at or below that quota, would throttle them at least as much; the value that keeps throttled "
+            f"time under {goal} is above {format_quota_value(key, quota)}, by how much the recorded traffic cannot "
+            "tell.")
+    else:
+        under = f" under {format_quota_value(key, quota)}" if quota is not None else ""
+        out["note"] = (
+            f"{held}{under}, so the rates recorded are what Kafka let through, not what the clients asked for: "
+            f"{value} is a lower bound, and the value that keeps throttled time under {goal} may be well above it.")
+    return out
