@@ -20,7 +20,14 @@ from typing import Any
 import pytest
 
 from pipeline import landing, whatif
-from pipeline.recorded import MATERIAL_FRACTION, advice_caveat, per_source, report, sensor_tags
+from pipeline.recorded import (
+    MATERIAL_FRACTION,
+    advice_caveat,
+    per_source,
+    recorded_throttling,
+    report,
+    sensor_tags,
+)
 from pipeline.session import read_dataset
 from quotas.engine.config import AlterOp, EntityRef, QuotaConfigStore, namespace_for_broker
 from tests.redis_keys import keys_cleared
@@ -199,3 +206,23 @@ def test_the_advice_caveat(fraction: float, advised: float, lower: bool, below: 
         assert "at or below that quota" in got["note"] and "is above 10 KiB/s" in got["note"]
     elif lower:
         assert "11.72 KiB/s is a lower bound" in got["note"] and "under 1%" in got["note"]
+
+
+def test_a_long_lived_process_asks_spark_once_per_state_of_the_landed_samples(spark: Any, tmp_path: Path) -> None:
+    """The answer does not depend on the proposed value: the warm session's previews of one entity with other values
+    ask Spark once, and again once samples of the span land."""
+    def sample(t: int, thr: float) -> dict:
+        return {"t": t, "c": "prod", "b": 1, "q": "produce", "e": "svc-m:", "rate": 1.0, "bound": 500.0,
+                "util": None, "thr_avg": 0.0, "thr_max": 0.0, "thr_frac": thr, "tokens": None, "src": None,
+                "res_ms": None}
+
+    land_samples(tmp_path, [sample(T0 + 1000 * s, 0.5) for s in range(1, 11)], "first")
+    ask = (str(tmp_path), "prod", "produce", [("svc-m", None)], T0, T0 + 20_000)
+    first = recorded_throttling(spark, *ask)
+    assert first["recorded_throttled_fraction"] == 0.5
+    assert recorded_throttling(None, *ask) == first  # no Spark asked: the same files, the same answer
+
+    land_samples(tmp_path, [sample(T0 + 1000 * s, 0.0) for s in range(11, 21)], "second")
+    with pytest.raises(AttributeError):  # new files in the span: Spark is asked again (and here there is none)
+        recorded_throttling(None, *ask)
+    assert recorded_throttling(spark, *ask)["recorded_throttled_fraction"] == 0.25
