@@ -408,6 +408,9 @@ SPECTACULAR_SETTINGS = {
         "ScramMechanismEnum": "quotas.models.scram.SCRAM_MECHANISM_CHOICES",
         "DeliveryStateEnum": "quotas.models.webhooks.DeliveryState",
         "WebhookEventEnum": "quotas.models.webhooks.WebhookEvent",
+        # two fields named "kind": what a push carries, and which kind of request a delivery tells about
+        "PushKindEnum": "quotas.models.pushes.KIND_CHOICES",
+        "RequestKindEnum": ["quota", "subscription", "plan"],
         # a quotas file's sections, named by the plan's changes and their filters alike
         "QuotasFileSectionEnum": ["quota", "broker", "topic", "client-metrics"],
     },
