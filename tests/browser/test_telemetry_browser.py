@@ -11,14 +11,13 @@ from typing import Any
 
 import pytest
 import redis
-from django.contrib.auth import get_user_model
 
 from quotas.models import Cluster
 from quotas.models.client_metrics import alter_subscription
 from quotas.telemetry.client import TelemetryClient
 from tests.waiting import wait_for
 
-from .conftest import PASSWORD, Portal, log_in, screenshot
+from .conftest import Portal, log_in, person, screenshot
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 TEL_CLUSTER = "tprod"
@@ -32,7 +31,7 @@ def chart_points(page: Any) -> int:
 def test_a_client_loop_subscribes_pushes_obeys_throttling_recovers_and_its_metrics_show_in_the_browser(
     portal: Portal, context: Any, engine_redis: redis.Redis
 ) -> None:
-    get_user_model().objects.create_user("root", password=PASSWORD, is_staff=True)
+    person("root", staff=True)
     cluster = Cluster.objects.create(name=TEL_CLUSTER)
     alter_subscription(cluster, "producers", {"metrics": "org.apache.kafka.producer.", "interval.ms": "500"}, None)
     client = TelemetryClient(portal.url, TEL_CLUSTER, "app-1", "apache-kafka-java", "3.9.0", compression="zstd")
