@@ -43,9 +43,15 @@ def world(engine_redis: redis.Redis) -> dict[str, Any]:
 
 
 @pytest.fixture
-def land(settings: Any, tmp_path: Path, redis_url: str) -> Iterator[Callable[[int, Sequence[Record]], Path]]:
+def landing_root(tmp_path: Path) -> Path:
+    """Where ``land`` lands: the test's own folder (a test class whose worker reads one area overrides it)."""
+    return tmp_path / "landing"
+
+
+@pytest.fixture
+def land(settings: Any, landing_root: Path, redis_url: str) -> Iterator[Callable[[int, Sequence[Record]], Path]]:
     """``land(broker, records)``: produce usage logged and landed as the portal does; returns the landing root."""
-    root = tmp_path / "landing"
+    root = landing_root
     settings.QUOTAS_LANDING_ROOT = root
     with keys_cleared(redis_url, f"usage:{{{CLUSTER}}}*", f"land:{{{CLUSTER}}}*", f"mon:{{{CLUSTER}}}*") as client:
 

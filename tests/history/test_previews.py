@@ -6,8 +6,10 @@ worker) on the same records: the preview must replay exactly the records the ent
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -26,7 +28,10 @@ from quotas.engine.entities import DEFAULT
 from quotas.engine.monitor import Sampler
 from quotas.engine.units import format_quota_value
 from quotas.models import QuotaEntity, QuotaValue
+from tests.celery_worker import CELERY_KEYS, Worker
+from tests.database import database_url
 from tests.portal.people import api
+from tests.redis_keys import keys_cleared
 from tests.waiting import wait_for
 
 from .conftest import CLUSTER, T0, steady, worker_env
@@ -110,27 +115,6 @@ def test_a_member_previews_a_proposal_a_worker_replays_it_and_the_answer_is_cach
     assert third.result["requests"] == got["requests"] + 100  # the 10 s landed since: 100 more records
 
 
-def test_a_user_level_proposal_replays_all_its_clients_through_one_sensor(
-    world: dict[str, Any], land: Callable, worker_factory: Callable
-) -> None:
-    a1, a2 = steady("svc-a-1", "app-a-1", 30), steady("svc-a-1", "app-a-2", 30, start_ms=T0 + 50)
-    root = land(1, sorted(a1 + a2, key=lambda r: r[3]) + steady("svc-a-9", "app-a-1", 30))
-    worker_factory(**worker_env(root))
-    asked = api(world["alice"]).post(
-        "/api/previews/", {"cluster": CLUSTER, "user": "svc-a-1", "key": PBR, "value": 1500}, format="json"
-    )
-    preview = finished(asked.json()["id"])
-    assert preview.state == PreviewState.DONE, preview.error_message
-    # Kafka's user-level quota: one sensor for every client-id of the user, here 2000 B/s against 1500
-    shared = [("svc-a-1", "", v, t) for _, _, v, t in sorted(a1 + a2, key=lambda r: r[3])]
-    want, advised = expected({1: shared}, 1500.0, entity=("svc-a-1", None))
-    assert preview.result["requests"] == want["requests"] == 600
-    assert preview.result["throttle_events"] == want["throttle_events"] > 0
-    assert preview.result["total_delay_ms"] == want["total_delay_ms"]
-    (advice,) = preview.result["advice"]["entities"]
-    assert advice["quota"] == advised and 1500 < advised <= 2100  # the shared sensor sees ~2000 B/s
-
-
 def test_advice_on_traffic_throttled_while_recorded_says_it_is_a_lower_bound_in_the_api_and_on_the_page(
     world: dict[str, Any], land: Callable, worker_factory: Callable, redis_url: str
 ) -> None:
@@ -169,29 +153,85 @@ def test_advice_on_traffic_throttled_while_recorded_says_it_is_a_lower_bound_in_
     assert "Throttled while recorded" in html and "30.00%" in html
 
 
-def test_no_history_and_corrupt_files_fail_with_their_code_and_a_message(
-    world: dict[str, Any], land: Callable, worker_factory: Callable
-) -> None:
-    root = land(1, steady("svc-a-1", "app-a-1", 5))
-    worker_factory(**worker_env(root))
-    alice = api(world["alice"])
-    nobody = {**ALICE, "client_id": "app-a-404", "value": 1000}
-    preview = finished(alice.post("/api/previews/", nobody, format="json").json()["id"])
-    assert (preview.state, preview.error_code) == (PreviewState.FAILED, "NO_HISTORY")
-    assert "app-a-404" in preview.error_message and CLUSTER in preview.error_message
-    body = alice.get(f"/api/previews/{preview.pk}/").json()
-    assert body["error"] == {"code": "NO_HISTORY", "message": preview.error_message}
-    again = alice.post("/api/previews/", nobody, format="json")
-    assert (again.status_code, again.json()["id"]) == (200, preview.pk)  # no history stays no history
+class TestOnOneWorker:
+    """Previews that only need a pipeline worker, run by one worker and its Spark session (started by the first
+    preview that reaches Spark) on one landing area, emptied after each test (the worker reads the area it was
+    started with, ``QUOTAS_LANDING_ROOT``)."""
 
-    hour = next((root / "usage").glob("date=*/hour=*"))
-    (hour / "part-zz-corrupt.parquet").write_bytes(b"not parquet at all")
-    broken = finished(alice.post("/api/previews/", {**ALICE, "value": 1000}, format="json").json()["id"])
-    assert (broken.state, broken.error_code) == (PreviewState.FAILED, "CORRUPT_INPUT")
-    assert "Parquet" in broken.error_message
-    assert str(root) not in broken.error_message and "/" not in broken.error_message.replace("'/'", "")
-    again = alice.post("/api/previews/", {**ALICE, "value": 1000}, format="json")
-    assert (again.status_code, again.json()["id"]) == (200, broken.pk)  # the same file stays corrupt: not rerun
+    @pytest.fixture(scope="class")
+    @classmethod
+    def worker(
+        cls, redis_url: str, django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[tuple[Worker, Path]]:
+        root = tmp_path_factory.mktemp("one-worker") / "landing"
+        with keys_cleared(redis_url, *CELERY_KEYS):  # no message of another test for it, none left behind
+            w = Worker(redis_url, database_url(), root.parent / "worker.log", name="previews", **worker_env(root))
+            w.start()
+            try:
+                yield w, root
+            finally:
+                w.stop()
+
+    @pytest.fixture
+    def landing_root(self, worker: tuple[Worker, Path]) -> Iterator[Path]:
+        """``land`` writes where the worker reads; nothing of it is left for the next test."""
+        yield worker[1]
+        shutil.rmtree(worker[1], ignore_errors=True)
+
+    def test_a_user_level_proposal_replays_all_its_clients_through_one_sensor(
+        self, world: dict[str, Any], land: Callable
+    ) -> None:
+        a1, a2 = steady("svc-a-1", "app-a-1", 30), steady("svc-a-1", "app-a-2", 30, start_ms=T0 + 50)
+        land(1, sorted(a1 + a2, key=lambda r: r[3]) + steady("svc-a-9", "app-a-1", 30))
+        asked = api(world["alice"]).post(
+            "/api/previews/", {"cluster": CLUSTER, "user": "svc-a-1", "key": PBR, "value": 1500}, format="json"
+        )
+        preview = finished(asked.json()["id"])
+        assert preview.state == PreviewState.DONE, preview.error_message
+        # Kafka's user-level quota: one sensor for every client-id of the user, here 2000 B/s against 1500
+        shared = [("svc-a-1", "", v, t) for _, _, v, t in sorted(a1 + a2, key=lambda r: r[3])]
+        want, advised = expected({1: shared}, 1500.0, entity=("svc-a-1", None))
+        assert preview.result["requests"] == want["requests"] == 600
+        assert preview.result["throttle_events"] == want["throttle_events"] > 0
+        assert preview.result["total_delay_ms"] == want["total_delay_ms"]
+        (advice,) = preview.result["advice"]["entities"]
+        assert advice["quota"] == advised and 1500 < advised <= 2100  # the shared sensor sees ~2000 B/s
+
+    def test_no_history_and_corrupt_files_fail_with_their_code_and_a_message(
+        self, world: dict[str, Any], land: Callable
+    ) -> None:
+        root = land(1, steady("svc-a-1", "app-a-1", 5))
+        alice = api(world["alice"])
+        nobody = {**ALICE, "client_id": "app-a-404", "value": 1000}
+        preview = finished(alice.post("/api/previews/", nobody, format="json").json()["id"])
+        assert (preview.state, preview.error_code) == (PreviewState.FAILED, "NO_HISTORY")
+        assert "app-a-404" in preview.error_message and CLUSTER in preview.error_message
+        body = alice.get(f"/api/previews/{preview.pk}/").json()
+        assert body["error"] == {"code": "NO_HISTORY", "message": preview.error_message}
+        again = alice.post("/api/previews/", nobody, format="json")
+        assert (again.status_code, again.json()["id"]) == (200, preview.pk)  # no history stays no history
+
+        hour = next((root / "usage").glob("date=*/hour=*"))
+        (hour / "part-zz-corrupt.parquet").write_bytes(b"not parquet at all")
+        broken = finished(alice.post("/api/previews/", {**ALICE, "value": 1000}, format="json").json()["id"])
+        assert (broken.state, broken.error_code) == (PreviewState.FAILED, "CORRUPT_INPUT")
+        assert "Parquet" in broken.error_message
+        assert str(root) not in broken.error_message and "/" not in broken.error_message.replace("'/'", "")
+        again = alice.post("/api/previews/", {**ALICE, "value": 1000}, format="json")
+        assert (again.status_code, again.json()["id"]) == (200, broken.pk)  # the same file stays corrupt: not rerun
+
+    def test_a_preview_before_anything_landed_says_when_to_ask_again_and_names_no_server_file(
+        self, world: dict[str, Any], landing_root: Path
+    ) -> None:
+        """A fresh demo: nothing landed yet. The answer is a typed code and a sentence, never the landing path."""
+        assert not landing_root.exists()
+        preview = finished(
+            api(world["alice"]).post("/api/previews/", {**ALICE, "value": 600}, format="json").json()["id"]
+        )
+
+        assert (preview.state, preview.error_code) == (PreviewState.FAILED, "MISSING_INPUT")
+        assert "landed every" in preview.error_message and "ask again" in preview.error_message
+        assert str(landing_root.parent) not in preview.error_message
 
 
 @pytest.mark.parametrize(
@@ -329,18 +369,6 @@ def test_a_job_that_refuses_its_input_raises_its_code(world: dict[str, Any], lan
     with pytest.raises(jobs.JobFailed) as failed:
         jobs.run("whatif", ["--root", str(root), "--cluster", CLUSTER, "--user", "x", "--key", "bogus", "--value", "1"])
     assert failed.value.code == "INVALID_REQUEST" and "bogus" in failed.value.message
-
-
-def test_a_preview_before_anything_landed_says_when_to_ask_again_and_names_no_server_file(
-    world: dict[str, Any], worker_factory: Callable, tmp_path: Any
-) -> None:
-    """A fresh demo: nothing landed yet. The answer is a typed code and a sentence, never the landing path."""
-    worker_factory(**worker_env(tmp_path / "nothing-landed-yet"))
-    preview = finished(api(world["alice"]).post("/api/previews/", {**ALICE, "value": 600}, format="json").json()["id"])
-
-    assert (preview.state, preview.error_code) == (PreviewState.FAILED, "MISSING_INPUT")
-    assert "landed every" in preview.error_message and "ask again" in preview.error_message
-    assert str(tmp_path) not in preview.error_message
 
 
 def test_covered_text_says_how_much_traffic_a_preview_replayed() -> None:
