@@ -11,6 +11,10 @@ throttled fraction does not grow with the quota (true up to the closed loop's sh
 replayed with a quota that never binds); ``headroom`` = quota - peak_rate (bytes/s; negative when the
 advice accepts throttling at the peak), ``headroom_pct`` = headroom / quota.
 Entities are (cluster, quota_type, user, client_id) as recorded; the advice is for the (user, client-id) entity.
+Each entity's advice also carries what the landed samples of its sensors say of how Kafka throttled it while it was
+recorded (``recorded_throttled_fraction``, ``recorded_quota``, ``recorded_throttling``) and what that makes of the
+advice (``lower_bound``, ``at_or_below_recorded_quota``, ``note``), as the what-if's advice does
+(``pipeline.recorded``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pyspark.sql import functions as F
 from quotas.engine.entities import QuotaType
 
 from .errors import BadArguments, NoHistory
+from .recorded import ENTITY_COLUMNS, advice_caveat, recorded_per_entity
 from .replay import replay_frame, throttled_fraction
 from .session import base_parser, run_job
 from .usage import load_usage, valid_usage
@@ -114,7 +119,18 @@ def job(spark: SparkSession, args: argparse.Namespace) -> dict:
     out = rows.orderBy("cluster", "quota_type", "user", "client_id").toPandas()
     if out.empty:
         raise NoHistory("No recorded usage to advise on" + (f" for cluster {args.cluster!r}." if args.cluster else "."))
-    return {"target": args.target, "method": METHOD, "entities": out.to_dict(orient="records")}
+    entities = out.to_dict(orient="records")
+    # each entity's recorded span, over which its sensors' samples say how Kafka throttled it (a window at least, as
+    # the what-if reads it): advice on traffic that was held back is a lower bound, and says so
+    first_last = usage.groupBy(*ENTITY_COLUMNS).agg(F.min("t_ms").alias("lo"), F.max("t_ms").alias("hi"))
+    spans = {tuple(str(r[c]) for c in ENTITY_COLUMNS): (int(r["lo"]), int(r["hi"])) for r in first_last.collect()}
+    keys = [(e["cluster"], e["quota_type"], e["user"], e["client_id"]) for e in entities]  # str, as advise() names them
+    recorded = recorded_per_entity(spark, args.root, [
+        (key, spans[key][0], max(spans[key][1], spans[key][0] + args.window_ms)) for key in keys])
+    for entity, key in zip(entities, keys, strict=True):
+        entity.update(recorded[key])
+        entity.update(advice_caveat(recorded[key], float(entity["quota"]), args.target, entity["key"]))
+    return {"target": args.target, "method": METHOD, "entities": entities}
 
 
 def _group(pdf, *, target, samples, window_ms, entity):  # runs on the executors

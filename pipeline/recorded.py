@@ -94,36 +94,91 @@ def per_source(samples: DataFrame, cluster: str, quota_type: str, tags: Collecti
     """
     if not tags:
         return []
-    samples = with_resolution(samples)
-    if {"date", "hour"} <= set(samples.columns):
-        samples = samples.where(_hours(from_ms, to_ms))
-    res = F.coalesce(F.col("res_ms").cast("long"), F.lit(DEFAULT_RES_MS))
-    res = F.when(res > 0, res).otherwise(F.lit(DEFAULT_RES_MS))
+    samples = _in_hours(samples, from_ms, to_ms)
     rows = samples.where((F.col("c") == cluster) & (F.col("q") == quota_type) & (F.col("t") > from_ms))
     if len(tags) <= IN_LIST_MAX:
         rows = rows.where(F.col("e").isin(sorted(tags)))
     else:
         table = samples.sparkSession.createDataFrame([(t,) for t in sorted(tags)], "e string")
         rows = rows.join(F.broadcast(table), "e", "left_semi")
+    rows = rows.withColumn("from_ms", F.lit(from_ms)).withColumn("to_ms", F.lit(to_ms))
+    return [r.asDict() for r in _figures(rows, []).collect()]
+
+
+def _in_hours(samples: DataFrame, from_ms: int, to_ms: int) -> DataFrame:
+    """The samples with their resolution, from the hour folders that can hold the span only."""
+    samples = with_resolution(samples)
+    if {"date", "hour"} <= set(samples.columns):
+        samples = samples.where(_hours(from_ms, to_ms))
+    return samples
+
+
+def _figures(rows: DataFrame, by: list[str]) -> DataFrame:
+    """``per_source``'s figures per ``by`` and source, of sample rows that carry their span (``from_ms``, ``to_ms``)
+    beside ``e``, ``b``, ``t``, ``res_ms``, ``src``, ``thr_frac`` and ``bound``: one aggregation for one entity (the
+    what-if) and for every entity at once (the stand-alone advice)."""
+    res = F.coalesce(F.col("res_ms").cast("long"), F.lit(DEFAULT_RES_MS))
+    res = F.when(res > 0, res).otherwise(F.lit(DEFAULT_RES_MS))
     rows = rows.select(
+        *by, F.col("from_ms").cast("long").alias("from_ms"), F.col("to_ms").cast("long").alias("to_ms"),
         F.col("e").cast("string").alias("e"), F.col("b").cast("long").alias("b"), F.col("t").cast("long").alias("t"),
         res.alias("res_ms"), F.coalesce(F.col("src").cast("string"), F.lit("engine")).alias("source"),
         F.least(F.greatest(F.coalesce(F.col("thr_frac").cast("double"), F.lit(0.0)), F.lit(0.0)), F.lit(1.0))
         .alias("thr"),
         F.col("bound").cast("double").alias("bound"),
-    ).where(F.col("t") - F.col("res_ms") < to_ms)
-    inside = F.least(F.col("t"), F.lit(to_ms)) - F.greatest(F.col("t") - F.col("res_ms"), F.lit(from_ms))
-    slots = rows.groupBy("source", "e", "b", "res_ms", F.floor(F.col("t") / F.col("res_ms")).alias("slot")).agg(
+    ).where((F.col("t") > F.col("from_ms")) & (F.col("t") - F.col("res_ms") < F.col("to_ms")))
+    inside = F.least(F.col("t"), F.col("to_ms")) - F.greatest(F.col("t") - F.col("res_ms"), F.col("from_ms"))
+    slot = F.floor(F.col("t") / F.col("res_ms")).alias("slot")
+    slots = rows.groupBy(*by, "source", "e", "b", "res_ms", slot).agg(
         F.count(F.lit(1)).alias("n"), F.sum(inside).alias("inside"), F.sum(inside * F.col("thr")).alias("thr_in"),
         F.max(F.when(F.col("thr") > 0, F.col("bound"))).alias("qt"), F.max("bound").alias("q"),
     )
     each = F.when(F.col("res_ms") > DEFAULT_RES_MS, 1.0 / F.col("n")).otherwise(F.lit(1.0))  # a coarse slot: its mean
-    found = slots.groupBy("source").agg(
+    return slots.groupBy(*by, "source").agg(
         F.sum("n").alias("samples"), F.size(F.collect_set("e")).alias("sensors"),
         F.sum(F.col("inside") * each).alias("sampled_ms"), F.sum(F.col("thr_in") * each).alias("throttled_ms"),
         F.max("qt").alias("quota_throttled"), F.max("q").alias("quota"),
-    ).collect()
-    return [r.asDict() for r in found]
+    )
+
+
+#: The key of an entity of the stand-alone advice: (cluster, quota_type, user, client_id) as recorded.
+EntityKey = tuple[str, str, str | None, str | None]
+ENTITY_COLUMNS = ["cluster", "quota_type", "user", "client_id"]
+
+
+def recorded_per_entity(spark: SparkSession, root: str,
+                        spans: Sequence[tuple[EntityKey, int, int]]) -> dict[EntityKey, dict[str, Any]]:
+    """``recorded_throttling`` of many entities in one query, each over its own span (``spans``: the entity and its
+    [from_ms, to_ms]), every source considered: the stand-alone advice's caveats for every entity it advises on. Each
+    entity's sensors are its own tags, its user's and its client-id's (``sensor_tags``), matched through a broadcast
+    table."""
+    if not spans:
+        return {}
+    pairs = [(*key, tag, lo, hi) for key, lo, hi in spans for tag in sorted(sensor_tags([key[2:]]))]
+    unknown = "the landed samples could not be read (a damaged file)"
+    found: dict[EntityKey, list[dict[str, Any]]] = {key: [] for key, _lo, _hi in spans}
+    if pairs:
+        try:
+            samples = read_dataset(spark, root, "samples", merge_schema=True)
+            samples = _in_hours(samples, min(lo for _k, lo, _h in spans), max(hi for _k, _l, hi in spans))
+            table = spark.createDataFrame(pairs, "cluster string, quota_type string, user string, client_id string, "
+                                                 "e string, from_ms long, to_ms long")
+            rows = samples.join(F.broadcast(table), (samples["c"] == table["cluster"])
+                                & (samples["q"] == table["quota_type"]) & (samples["e"] == table["e"]))
+            rows = rows.drop(samples["e"])
+            for r in _figures(rows, ENTITY_COLUMNS).collect():
+                figures = r.asDict()
+                key = tuple(figures.pop(c) for c in ENTITY_COLUMNS)
+                if figures["sampled_ms"]:
+                    found[key].append(figures)
+        except MissingInput:
+            pass
+        except Exception as e:  # a corrupt file surfaces when the query runs
+            error = e if isinstance(e, PipelineError) else _translate(e, root)
+            if not isinstance(error, CorruptInput):
+                raise
+            return {key: report([], key[1], unknown=unknown) for key, _lo, _hi in spans}
+    return {key: report(figures, key[1]) for key, figures in found.items()}
 
 
 def recorded_throttling(spark: SparkSession, root: str, cluster: str, quota_type: str,

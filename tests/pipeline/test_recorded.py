@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pipeline import landing, whatif
+from pipeline import advice, landing, whatif
 from pipeline.recorded import (
     MATERIAL_FRACTION,
     advice_caveat,
     per_source,
+    recorded_per_entity,
     recorded_throttling,
     report,
     sensor_tags,
@@ -72,8 +72,9 @@ def _whatif(spark: Any, capsys: Any, root: Path, cluster: str, value: float) -> 
 def test_advice_over_traffic_the_engine_throttled_says_it_is_a_lower_bound(
     spark: Any, redis_url: str, tmp_path: Path, capsys: Any
 ) -> None:
-    tag = uuid.uuid4().hex[:6]
-    tight, roomy = f"rec-tight-{tag}", f"rec-roomy-{tag}"
+    # fixed names: the load generator seeds each client's randomness with its cluster's name, so the run is the same
+    # every time (its Redis keys are cleared before it runs)
+    tight, roomy = "rec-tight", "rec-roomy"
     root = tmp_path / "landing"
     _run_engine_traffic(redis_url, {tight: 10 * KIB, roomy: 64 * KIB}, root)
 
@@ -93,22 +94,40 @@ def test_advice_over_traffic_the_engine_throttled_says_it_is_a_lower_bound(
     assert 0.8 * span <= recorded["sampled_ms"] <= span + 1000  # the samples cover the replayed span
     assert recorded["text"].startswith("Kafka throttled this traffic") and "10 KiB/s" in recorded["text"]
     # so the advice is a lower bound, and says so in one sentence, in the page's units
-    advice = r["advice"]
-    assert advice["lower_bound"] is True
-    assert advice["at_or_below_recorded_quota"] is (advised["quota"] <= 10 * KIB)
-    note = advice["note"]
+    advice_r = r["advice"]
+    assert advice_r["lower_bound"] is True
+    assert advice_r["at_or_below_recorded_quota"] is (advised["quota"] <= 10 * KIB)
+    note = advice_r["note"]
     assert note.startswith("Kafka throttled this traffic ")
     assert "of the time while it was recorded under 10 KiB/s" in note
-    assert ("is a lower bound" in note) != advice["at_or_below_recorded_quota"]
+    assert ("is a lower bound" in note) != advice_r["at_or_below_recorded_quota"]
     assert note.count(". ") == 0 and note.endswith(".")
+
+    tight_whatif = r
 
     r = _whatif(spark, capsys, root, roomy, 30 * KIB)
     assert r["recorded_rate"] == pytest.approx(DEMAND, rel=0.1)  # never throttled: the records hold the demand
     assert r["recorded_throttled_fraction"] == 0.0 and r["recorded_quota"] == 64 * KIB
     assert r["recorded_throttling"]["source"] == "engine" and not r["recorded_throttling"]["material"]
     assert r["recorded_throttling"]["text"].startswith("Kafka did not throttle this traffic")
-    advice = r["advice"]
-    assert (advice["lower_bound"], advice["at_or_below_recorded_quota"], advice["note"]) == (False, False, None)
+    advice_r = r["advice"]
+    assert (advice_r["lower_bound"], advice_r["at_or_below_recorded_quota"], advice_r["note"]) == (False, False, None)
+    roomy_whatif = r
+
+    # the stand-alone advice over every entity says the same of each, from the same samples, in one query
+    assert advice.main(["--root", str(root), "--target", "0.01"], spark=spark) == 0
+    entities = json.loads(capsys.readouterr().out)["entities"]
+    by_cluster = {e["cluster"]: e for e in entities if e["quota_type"] == "produce"}  # the producer's requests too
+    assert set(by_cluster) == {tight, roomy}
+    for cluster, whatif_r in ((tight, tight_whatif), (roomy, roomy_whatif)):
+        e = by_cluster[cluster]
+        (advised,) = whatif_r["advice"]["entities"]
+        assert (e["user"], e["client_id"], e["quota"]) == ("svc-pay", "pay-api", advised["quota"])
+        for name in ("recorded_throttled_fraction", "recorded_quota", "recorded_throttling"):
+            assert e[name] == whatif_r[name], name
+        for name in ("lower_bound", "at_or_below_recorded_quota", "note"):
+            assert e[name] == whatif_r["advice"][name], name
+    assert by_cluster[tight]["lower_bound"] and by_cluster[tight]["note"]
 
 
 def test_without_samples_the_result_says_it_cannot_tell(spark: Any, tmp_path: Path, capsys: Any) -> None:
@@ -186,6 +205,17 @@ def test_a_sensor_matches_its_clients_by_kafkas_tags_and_sources_stay_apart(spar
     best = report(list(found.values()), "produce")
     assert best["recorded_throttling"]["source"] == "engine" and best["recorded_throttled_fraction"] == 0.5
     assert best["recorded_quota"] == 550.0
+
+    # many entities in one query (the stand-alone advice), each from its own sensors only: the same answers
+    mine, theirs, nobody = ("prod", "produce", "svc@corp x*", "app"), ("prod", "produce", "someone", "app"), (
+        "prod", "produce", "", "legacy")
+    each = recorded_per_entity(spark, str(tmp_path), [(k, T0, T0 + 10_000) for k in (mine, theirs, nobody)])
+    for key in (mine, theirs):
+        alone = per_source(samples, "prod", "produce", sensor_tags([key[2:]]), T0, T0 + 10_000)
+        assert each[key] == report(alone, "produce")
+    assert each[mine]["recorded_throttled_fraction"] == 0.5  # its user's sensor, half throttled
+    assert each[theirs]["recorded_throttled_fraction"] == 1.0  # someone's own sensor, always throttled
+    assert each[nobody]["recorded_throttled_fraction"] is None  # no sample of :legacy
 
 
 @pytest.mark.parametrize(("fraction", "advised", "lower", "below"), [
