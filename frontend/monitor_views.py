@@ -76,6 +76,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         hm = heatmap(snap)
         if hm is not None:
             hm["links"] = [entity_url(snap.name, tags) for tags in hm["entities"]]
+            hm["who"] = [describe_tags(tags) for tags in hm["entities"]]  # the hover says whose sensor, in words
             maps.append(hm)
             rows = [
                 {"tags": tags, "url": url, "cells": cells}

@@ -225,6 +225,12 @@ def test_an_admin_approves_the_push_lands_everywhere_and_throttling_falls(
         box = cells.bounding_box()
         rows = page.evaluate("document.getElementById('heatmap-0').data[0].y.length")
         assert rows == 50  # the 50 most utilized of 81
+        # a cell's hover names the sensor, whose it is in words and its share of the bound
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / rows / 2)
+        until(page, "the top row's hover", lambda: "user svc-a-1 (all its client-ids)"
+              in (page.locator("#heatmap-0 .hoverlayer").text_content() or ""), 5)
+        assert "of its bound" in page.locator("#heatmap-0 .hoverlayer").text_content()
+        screenshot(page, "05-overview-admin-hover")
         with page.expect_navigation():  # a cell of the top row (the most utilized: svc-a-1) opens its page
             cells.click(position={"x": box["width"] / 2, "y": box["height"] / rows / 2})
         assert page.url.endswith(ENTITY_URL), page.url

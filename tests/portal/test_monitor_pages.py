@@ -244,6 +244,7 @@ def test_overview_for_an_admin_shows_what_is_throttled_now_heatmap_pending_and_d
     assert hm["entities"] == ["svc-b-1:", "svc-a-1:", "svc-a-2:"]  # by utilization; stale and connection left out
     assert hm["z"][1] == [1.8, 1.5, 0.4] and hm["z"][0] == [2.0, None, None]
     assert hm["links"][0] == f"/monitor/{CLUSTER}/entity/?e=svc-b-1:"
+    assert hm["who"][0] == "user svc-b-1 (all its client-ids)"  # in words, on hover
     tiles = re.findall(r'href="([^"]+)"><span class="tile-num">(\d+)</span>\s*<span class="tile-label">([^<]+)', page)
     assert [(href, n, " ".join(label.split())) for href, n, label in tiles] == [
         ("/approvals/", "1", "pending request"),

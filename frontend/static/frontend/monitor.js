@@ -541,7 +541,9 @@
         colorbar: { title: { text: "of bound" }, ticksuffix: "%", thickness: 14 },
         xgap: 2,
         ygap: 1,
-        hovertemplate: "%{y}<br>%{x}: %{z:.0f}% of its bound<extra></extra>",
+        // the sensor's tags, then whose they are in words (user, client-id) and the cell's figure
+        customdata: hm.z.map(function (row, r) { return row.map(function () { return (hm.who || [])[r] || ""; }); }),
+        hovertemplate: "%{y}<br>%{customdata}<br>%{x}: %{z:.0f}% of its bound<extra></extra>",
       };
       // on a phone the labels are shorter: "broker 1" turned on its side and names cut at their start otherwise
       var narrow = el.clientWidth < 560;
