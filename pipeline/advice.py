@@ -122,11 +122,13 @@ def job(spark: SparkSession, args: argparse.Namespace) -> dict:
     entities = out.to_dict(orient="records")
     # each entity's recorded span, over which its sensors' samples say how Kafka throttled it (a window at least, as
     # the what-if reads it): advice on traffic that was held back is a lower bound, and says so
-    first_last = usage.groupBy(*ENTITY_COLUMNS).agg(F.min("t_ms").alias("lo"), F.max("t_ms").alias("hi"))
-    spans = {tuple(str(r[c]) for c in ENTITY_COLUMNS): (int(r["lo"]), int(r["hi"])) for r in first_last.collect()}
-    keys = [(e["cluster"], e["quota_type"], e["user"], e["client_id"]) for e in entities]  # str, as advise() names them
-    recorded = recorded_per_entity(spark, args.root, [
-        (key, spans[key][0], max(spans[key][1], spans[key][0] + args.window_ms)) for key in keys])
+    first_last = usage.groupBy(*ENTITY_COLUMNS).agg(F.min("t_ms").alias("lo"), F.max("t_ms").alias("hi")).collect()
+    # by the names advise() gives its rows (str), the entity as recorded (a null stays null: no sensor of "None")
+    recorded_as = {tuple(str(r[c]) for c in ENTITY_COLUMNS): tuple(r[c] for c in ENTITY_COLUMNS) for r in first_last}
+    spans = {tuple(r[c] for c in ENTITY_COLUMNS): (int(r["lo"]), max(int(r["hi"]), int(r["lo"]) + args.window_ms))
+             for r in first_last}
+    keys = [recorded_as[(e["cluster"], e["quota_type"], e["user"], e["client_id"])] for e in entities]
+    recorded = recorded_per_entity(spark, args.root, {key: spans[key] for key in keys})
     for entity, key in zip(entities, keys, strict=True):
         entity.update(recorded[key])
         entity.update(advice_caveat(recorded[key], float(entity["quota"]), args.target, entity["key"]))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -147,20 +147,20 @@ ENTITY_COLUMNS = ["cluster", "quota_type", "user", "client_id"]
 
 
 def recorded_per_entity(spark: SparkSession, root: str,
-                        spans: Sequence[tuple[EntityKey, int, int]]) -> dict[EntityKey, dict[str, Any]]:
-    """``recorded_throttling`` of many entities in one query, each over its own span (``spans``: the entity and its
+                        spans: Mapping[EntityKey, tuple[int, int]]) -> dict[EntityKey, dict[str, Any]]:
+    """``recorded_throttling`` of many entities in one query, each over its own span (``spans``: each entity's
     [from_ms, to_ms]), every source considered: the stand-alone advice's caveats for every entity it advises on. Each
     entity's sensors are its own tags, its user's and its client-id's (``sensor_tags``), matched through a broadcast
     table."""
     if not spans:
         return {}
-    pairs = [(*key, tag, lo, hi) for key, lo, hi in spans for tag in sorted(sensor_tags([key[2:]]))]
+    pairs = [(*key, tag, lo, hi) for key, (lo, hi) in spans.items() for tag in sorted(sensor_tags([key[2:]]))]
     unknown = "the landed samples could not be read (a damaged file)"
-    found: dict[EntityKey, list[dict[str, Any]]] = {key: [] for key, _lo, _hi in spans}
+    found: dict[EntityKey, list[dict[str, Any]]] = {key: [] for key in spans}
     if pairs:
         try:
             samples = read_dataset(spark, root, "samples", merge_schema=True)
-            samples = _in_hours(samples, min(lo for _k, lo, _h in spans), max(hi for _k, _l, hi in spans))
+            samples = _in_hours(samples, min(lo for lo, _hi in spans.values()), max(hi for _lo, hi in spans.values()))
             table = spark.createDataFrame(pairs, "cluster string, quota_type string, user string, client_id string, "
                                                  "e string, from_ms long, to_ms long")
             rows = samples.join(F.broadcast(table), (samples["c"] == table["cluster"])
@@ -177,7 +177,7 @@ def recorded_per_entity(spark: SparkSession, root: str,
             error = e if isinstance(e, PipelineError) else _translate(e, root)
             if not isinstance(error, CorruptInput):
                 raise
-            return {key: report([], key[1], unknown=unknown) for key, _lo, _hi in spans}
+            return {key: report([], key[1], unknown=unknown) for key in spans}
     return {key: report(figures, key[1]) for key, figures in found.items()}
 
 
@@ -248,15 +248,15 @@ def _recorded_throttling(spark: SparkSession, root: str, cluster: str, quota_typ
 
 def report(found: Sequence[dict[str, Any]], quota_type: str,
            unknown: str = "no live samples of these clients' sensors cover the replayed span") -> dict[str, Any]:
-    """The figures of the source that saw the most throttling (then the most samples), as the what-if reports them;
-    ``unknown`` says why there are none."""
+    """The figures of the source that saw the most throttling (then the most samples, then by name), as the what-if
+    reports them; ``unknown`` says why there are none."""
     if not found:
         return {"recorded_throttled_fraction": None, "recorded_quota": None, "recorded_throttling": {
             "source": None, "samples": 0, "sensors": 0, "sampled_ms": 0, "throttled_ms": 0, "material": False,
             "threshold": MATERIAL_FRACTION,
             "text": f"{unknown[:1].upper()}{unknown[1:]}: whether Kafka throttled this traffic while it was recorded "
                     "is unknown"}}
-    best = max(found, key=lambda f: (f["throttled_ms"] / f["sampled_ms"], f["samples"]))
+    best = max(found, key=lambda f: (f["throttled_ms"] / f["sampled_ms"], f["samples"], f["source"]))  # one answer
     fraction = float(best["throttled_ms"]) / float(best["sampled_ms"])
     quota = best["quota_throttled"] if best["throttled_ms"] > 0 else best["quota"]
     quota = None if quota is None else float(quota)

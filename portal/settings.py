@@ -410,7 +410,7 @@ SPECTACULAR_SETTINGS = {
         "WebhookEventEnum": "quotas.models.webhooks.WebhookEvent",
         # two fields named "kind": what a push carries, and which kind of request a delivery tells about
         "PushKindEnum": "quotas.models.pushes.KIND_CHOICES",
-        "RequestKindEnum": ["quota", "subscription", "plan"],
+        "RequestKindEnum": "quotas.models.webhooks.REQUEST_FIELDS",
         # a quotas file's sections, named by the plan's changes and their filters alike
         "QuotasFileSectionEnum": ["quota", "broker", "topic", "client-metrics"],
     },

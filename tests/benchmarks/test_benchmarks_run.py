@@ -98,7 +98,7 @@ def test_kafka_push_benchmark_quick_run_reports_its_ratio(kafka_cluster) -> None
 
 def test_monitor_benchmark_quick_run_reports_its_delays() -> None:
     proc = subprocess.run(
-        [sys.executable, "benchmarks/monitor_bench.py", "--quick", "--seconds", "1", "--warmup", "0.5"],
+        [sys.executable, "benchmarks/monitor_bench.py", "--quick", "--seconds", "1.5", "--warmup", "0.5"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

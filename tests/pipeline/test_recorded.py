@@ -206,15 +206,21 @@ def test_a_sensor_matches_its_clients_by_kafkas_tags_and_sources_stay_apart(spar
     assert best["recorded_throttling"]["source"] == "engine" and best["recorded_throttled_fraction"] == 0.5
     assert best["recorded_quota"] == 550.0
 
-    # many entities in one query (the stand-alone advice), each from its own sensors only: the same answers
+    # many entities in one query (the stand-alone advice), each from its own sensors over its own span, the scrapes
+    # that cross a span's edge counted for their part inside it: the same answers as one at a time
     mine, theirs, nobody = ("prod", "produce", "svc@corp x*", "app"), ("prod", "produce", "someone", "app"), (
         "prod", "produce", "", "legacy")
-    each = recorded_per_entity(spark, str(tmp_path), [(k, T0, T0 + 10_000) for k in (mine, theirs, nobody)])
+    spans = {mine: (T0, T0 + 7_500), theirs: (T0 + 2_500, T0 + 10_000), nobody: (T0, T0 + 10_000)}
+    each = recorded_per_entity(spark, str(tmp_path), spans)
     for key in (mine, theirs):
-        alone = per_source(samples, "prod", "produce", sensor_tags([key[2:]]), T0, T0 + 10_000)
+        alone = per_source(samples, "prod", "produce", sensor_tags([key[2:]]), *spans[key])
         assert each[key] == report(alone, "produce")
     assert each[mine]["recorded_throttled_fraction"] == 0.5  # its user's sensor, half throttled
+    assert each[mine]["recorded_throttling"]["sampled_ms"] == 7_500
     assert each[theirs]["recorded_throttled_fraction"] == 1.0  # someone's own sensor, always throttled
+    assert each[theirs]["recorded_throttling"]["sampled_ms"] == 7_500
+    prom = {f["source"]: f for f in per_source(samples, "prod", "produce", {":app"}, *spans[theirs])}["prometheus"]
+    assert prom["sampled_ms"] == 2_500 + 5_000  # the first scrape from the span's start, the second whole
     assert each[nobody]["recorded_throttled_fraction"] is None  # no sample of :legacy
 
 
