@@ -4,10 +4,9 @@ One project-local Prometheus (Debian's ``prometheus``, started by ``devtools.pro
 scraping the JMX exporter of every node of the session's ``kafka_cluster`` every 5 s (``IDLE_INTERVAL``), started the
 first time a test asks for it (once every target was scraped) and stopped, its folder removed, at the end of the
 session. A test that needs fresh samples each second asks for ``fast_prometheus``: 1 s scrapes for that test only
-(each scrape of three brokers costs CPU for the rest of the session otherwise); one that needs samples standing for
-more than a second, without waiting for 5 s scrapes, asks for ``coarse_prometheus`` (2 s). A cluster without the
-exporter (an external one, or one started with ``--no-jmx-exporter``) skips the tests that need it; no
-``prometheus`` on the PATH fails them, naming the fix.
+(each scrape of three brokers costs CPU for the rest of the session otherwise). A
+cluster without the exporter (an external one, or one started with ``--no-jmx-exporter``) skips the tests that
+need it; no ``prometheus`` on the PATH fails them, naming the fix.
 
 Registered from tests/conftest.py (``pytest_plugins``).
 """
@@ -24,10 +23,9 @@ import pytest
 
 from devtools.kafka_cluster import JMX_EXPORTER
 from devtools.prometheus import PrometheusError, PrometheusServer
-from tests.waiting import wait_for
 
 _report: list[str] = []
-IDLE_INTERVAL, FAST_INTERVAL, COARSE_INTERVAL = "5s", "1s", "2s"
+IDLE_INTERVAL, FAST_INTERVAL = "5s", "1s"
 
 
 @pytest.fixture(scope="session")
@@ -64,25 +62,6 @@ def fast_prometheus(prometheus: PrometheusServer) -> Iterator[PrometheusServer]:
         prometheus.set_scrape_interval(FAST_INTERVAL)
     except PrometheusError as e:
         pytest.fail(str(e), pytrace=False)
-    try:
-        yield prometheus
-    finally:
-        prometheus.set_scrape_interval(IDLE_INTERVAL)
-
-
-@pytest.fixture
-def coarse_prometheus(prometheus: PrometheusServer) -> Iterator[PrometheusServer]:
-    """The session's Prometheus scraping every 2 s during this test: samples that stand for more than the engine's
-    second, as Prometheus's do, coming in less than half the time the idle 5 s takes (back to every 5 s after it)."""
-    try:
-        prometheus.set_scrape_interval(COARSE_INTERVAL)
-    except PrometheusError as e:
-        pytest.fail(str(e), pytrace=False)
-    # Prometheus runs the new config at once but restarts its scrape loops up to 5 s later (its scrape manager
-    # reloads on a 5 s tick): a series born before then would have gaps of neither interval
-    wait_for("every target to be scraped every 2 s", lambda: all(
-        t.get("scrapeInterval") == COARSE_INTERVAL for t in prometheus.api("targets?state=active")["activeTargets"]
-    ), 20, 0.2)
     try:
         yield prometheus
     finally:

@@ -118,12 +118,10 @@ def test_usage_records_win_over_samples_and_say_so(spark, tmp_path: Path, capsys
 
 @pytest.mark.timeout(300)
 def test_kafkas_sensors_from_the_real_prometheus_land_and_replay_at_the_scrape_interval(
-    spark, kafka_cluster: Any, coarse_prometheus: Any, redis_url: str, tmp_path: Path, capsys
+    spark, kafka_cluster: Any, prometheus: Any, redis_url: str, tmp_path: Path, capsys
 ) -> None:
     from tests.kafka.test_exporter import throttle_producer
     from tests.redis_keys import keys_cleared
-
-    prometheus = coarse_prometheus  # every 2 s: samples that stand for 2 s, not the engine's 1 s
 
     client_id = f"promhist-{uuid.uuid4().hex[:8]}"
     name = f"promhist-{uuid.uuid4().hex[:6]}"
