@@ -53,6 +53,8 @@ MAX_RES_S = 3600
 #: Answers kept by a long-lived process (the pipeline worker's warm Spark session), each for one span of one entity's
 #: sensors on one state of the landed samples: the previews of one entity with other values ask the same question.
 MEMO_SIZE = 64
+#: Why the answer is unknown when a samples file cannot be read (the what-if and the advice still answer).
+DAMAGED = "the landed samples could not be read (a damaged file)"
 _memo: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
 SOURCE_WORDS = {"engine": "the engine's sensors", "client": "the clients' statistics",
                 "prometheus": "Kafka's own sensors, from Prometheus"}
@@ -155,7 +157,6 @@ def recorded_per_entity(spark: SparkSession, root: str,
     if not spans:
         return {}
     pairs = [(*key, tag, lo, hi) for key, (lo, hi) in spans.items() for tag in sorted(sensor_tags([key[2:]]))]
-    unknown = "the landed samples could not be read (a damaged file)"
     found: dict[EntityKey, list[dict[str, Any]]] = {key: [] for key in spans}
     if pairs:
         try:
@@ -177,7 +178,7 @@ def recorded_per_entity(spark: SparkSession, root: str,
             error = e if isinstance(e, PipelineError) else _translate(e, root)
             if not isinstance(error, CorruptInput):
                 raise
-            return {key: report([], key[1], unknown=unknown) for key in spans}
+            return {key: report([], key[1], unknown=DAMAGED) for key in spans}
     return {key: report(figures, key[1]) for key, figures in found.items()}
 
 
@@ -241,7 +242,7 @@ def _recorded_throttling(spark: SparkSession, root: str, cluster: str, quota_typ
         error = e if isinstance(e, PipelineError) else _translate(e, root)
         if not isinstance(error, CorruptInput):
             raise
-        return report([], quota_type, unknown="the landed samples could not be read (a damaged file)")
+        return report([], quota_type, unknown=DAMAGED)
     found = [f for f in found if f["sampled_ms"] and (sources is None or f["source"] in sources)]
     return report(found, quota_type)
 
