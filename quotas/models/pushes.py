@@ -15,15 +15,18 @@ from django.db import connection, models, transaction
 from django.db.models import Q
 from django.db.models.signals import post_save
 from django.dispatch import receiver
+from django.utils import timezone
 
 from quotas.choices import ConnectorKind, QuotaScope
 from quotas.connectors.base import BROKER, CLIENT_METRICS, KINDS, QUOTA, TOPIC, Item
 from quotas.engine.config import EntityRef
 from quotas.engine.entities import DEFAULT, entity_path
 from quotas.engine.errors import QuotaEngineError
+from quotas.models import rows
 from quotas.models.clusters import Broker, Cluster, push_wanted
 
 KIND_CHOICES = [(k, k) for k in KINDS]
+
 
 class DesiredStateVersion(models.Model):
     """The version of a cluster's desired quota state, bumped in the transaction of every change.
@@ -40,12 +43,18 @@ class DesiredStateVersion(models.Model):
 
     @classmethod
     def lock(cls, cluster: Cluster) -> DesiredStateVersion:
-        """The cluster's version row, locked until the surrounding transaction ends (serializes changes)."""
-        try:
-            row = cls.objects.select_for_update().get(cluster=cluster)
-        except cls.DoesNotExist:  # clusters made before versions existed; Cluster.save makes the row
+        """The cluster's version row, locked until the surrounding transaction ends (serializes changes): ``SELECT
+        ... FOR UPDATE`` on PostgreSQL; on SQLite the transaction itself (IMMEDIATE: one writer at a time)."""
+        if connection.get_autocommit():
+            raise transaction.TransactionManagementError("DesiredStateVersion.lock() outside a transaction")
+        sql = f"SELECT {rows.column(cls, 'version')} FROM {rows.table(cls)} WHERE {rows.column(cls, 'cluster')} = %s"
+        if connection.features.has_select_for_update:
+            sql += " FOR UPDATE"
+        found = rows.execute(sql, [cluster.pk])
+        if not found:  # clusters made before versions existed; Cluster.save makes the row
             cls.objects.get_or_create(cluster=cluster)
-            row = cls.objects.select_for_update().get(cluster=cluster)
+            found = rows.execute(sql, [cluster.pk])
+        row = cls.from_db(connection.alias, ["cluster_id", "version"], [cluster.pk, found[0][0]])
         row.cluster = cluster  # known already: bump() needs it without another query
         return row
 
@@ -56,7 +65,13 @@ class DesiredStateVersion(models.Model):
         The items are logged under the new version and a push to every broker follows the commit.
         """
         self.version += 1  # the row is locked: nobody else moves it until we commit
-        self.save(update_fields=["version", "updated"])
+        self.updated = timezone.now()
+        model = type(self)
+        rows.execute(
+            f"UPDATE {rows.table(model)} SET {rows.column(model, 'version')} = %s, {rows.column(model, 'updated')} = %s"
+            f" WHERE {rows.column(model, 'cluster')} = %s",
+            [self.version, model._meta.get_field("updated").get_db_prep_save(self.updated, connection), self.pk],
+        )
         log_version(self.cluster, self.version, changes)
         return self.version
 
@@ -108,7 +123,8 @@ class Push(models.Model):
     error_code = models.CharField(max_length=64, blank=True, help_text="Kafka's error name of the last failure.")
     error = models.TextField(blank=True)
     answers = models.JSONField(
-        default=dict, blank=True,
+        default=dict,
+        blank=True,
         help_text="Kafka: what each broker answered from its own metadata (broker id -> text).",
     )
     created = models.DateTimeField(auto_now_add=True)
@@ -223,15 +239,30 @@ def push_targets(cluster: Cluster) -> list[Broker | None]:
     return list(Broker.objects.filter(cluster=cluster).order_by("broker_id"))
 
 
+def push_target_pks(cluster: Cluster) -> list[int | None]:
+    """``push_targets`` as primary keys (None: the whole cluster), in one plain statement: every change runs it."""
+    if cluster.scope == QuotaScope.CLUSTER_WIDE or cluster.connector == ConnectorKind.KAFKA:
+        return [None]
+    sql = (
+        f"SELECT {rows.column(Broker, 'id')} FROM {rows.table(Broker)} WHERE {rows.column(Broker, 'cluster')} = %s "
+        f"ORDER BY {rows.column(Broker, 'broker_id')}"
+    )
+    return [pk for (pk,) in rows.execute(sql, [cluster.pk])]
+
+
+_CHANGE_FIELDS = ("cluster", "version", "kind", "resource", "key", "value")
+_PUSH_FIELDS = ("cluster", "broker", "version", "state", "attempts", "error_code", "error", "answers", "created",
+                "updated", "applied_at")  # fmt: skip
+
+
 def log_version(cluster: Cluster, version: int, changes: Mapping[Item, str | None]) -> None:
     """Inside the change's transaction: log its items, add a pending push per target, push after commit."""
-    DesiredChange.objects.bulk_create(
-        DesiredChange(cluster=cluster, version=version, kind=i.kind, resource=i.resource, key=i.key, value=v)
-        for i, v in changes.items()
-    )
-    targets = push_targets(cluster)
-    Push.objects.bulk_create(Push(cluster=cluster, broker=b, version=version) for b in targets)
-    cluster_id, pks, kind = cluster.pk, [b.pk if b is not None else None for b in targets], cluster.connector
+    rows.insert(DesiredChange, _CHANGE_FIELDS, ((cluster.pk, version, *item, v) for item, v in changes.items()))
+    pks = push_target_pks(cluster)
+    now = timezone.now()
+    rows.insert(Push, _PUSH_FIELDS, ((cluster.pk, pk, version, PushState.PENDING, 0, "", "", {}, now, now, None)
+                                     for pk in pks))  # fmt: skip
+    cluster_id, kind = cluster.pk, cluster.connector
 
     def after_commit() -> None:
         push_wanted.send(sender=Cluster, cluster_id=cluster_id, broker_pks=pks, connector=kind)

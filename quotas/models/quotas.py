@@ -8,11 +8,11 @@ DescribeClientQuotas, AlterClientQuotas and "which quota applies to this client"
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import models, transaction
+from django.db import connection, models, transaction
 from django.db.models import Q
 
 from quotas.choices import MatchType, QuotaKey
@@ -33,6 +33,7 @@ from quotas.engine.entities import (
     validate_quota_value,
 )
 from quotas.engine.errors import QuotaEngineError, QuotaValidationError
+from quotas.models import rows
 from quotas.models.clusters import Cluster
 from quotas.models.pushes import DesiredStateVersion
 
@@ -327,12 +328,39 @@ def alter_client_quotas(cluster: Cluster, entries: Sequence[Alteration], validat
 _MATCH_CHUNK = 200
 
 
+def _held_rows(cluster: Cluster, refs: Sequence[EntityRef]) -> list[tuple[Any, ...]]:
+    """(entity pk, user, client_id, ip, value pk, key, value) of the entities ``refs`` that exist, a row per value
+    (a LEFT JOIN: an entity without values comes back once, with NULLs); chunked because SQLite refuses an OR of
+    thousands of terms ("Expression tree is too large")."""
+    e = {name: rows.column(QuotaEntity, name) for name in ("id", "cluster", "user", "client_id", "ip")}
+    v = {name: rows.column(QuotaValue, name) for name in ("id", "entity", "key", "value")}
+    head = (
+        f"SELECT e.{e['id']}, e.{e['user']}, e.{e['client_id']}, e.{e['ip']}, v.{v['id']}, v.{v['key']}, "
+        f"v.{v['value']} FROM {rows.table(QuotaEntity)} e LEFT JOIN {rows.table(QuotaValue)} v "
+        f"ON v.{v['entity']} = e.{e['id']} WHERE e.{e['cluster']} = %s AND ("
+    )
+    found: list[tuple[Any, ...]] = []
+    for start in range(0, len(refs), _MATCH_CHUNK):
+        terms, params = [], [cluster.pk]
+        for ref in refs[start : start + _MATCH_CHUNK]:
+            parts = []
+            for name, value in (("user", ref.user), ("client_id", ref.client_id), ("ip", ref.ip)):
+                if value is None:
+                    parts.append(f"e.{e[name]} IS NULL")
+                else:
+                    parts.append(f"e.{e[name]} = %s")
+                    params.append(value)
+            terms.append("(" + " AND ".join(parts) + ")")
+        found.extend(rows.execute(head + " OR ".join(terms) + ")", params))
+    return found
+
+
 def _apply_all(
     cluster: Cluster, validated: Sequence[tuple[EntityRef, list[tuple[str, float | None]]]]
 ) -> dict[Item, str | None]:
-    """Write validated entries in a few statements whatever their number (one change or a batch of 100 costs about
-    the same): their entities and values read at once, then inserted, updated and deleted in bulk. Runs under the
-    cluster's version lock, so no other change of the cluster interleaves. Returns the items that changed (None =
+    """Write validated entries in a few plain statements whatever their number (one change or a batch of 100 costs
+    about the same): their entities and values read at once, then inserted, updated and deleted in bulk. Runs under
+    the cluster's version lock, so no other change of the cluster interleaves. Returns the items that changed (None =
     removed); an entity left without values is deleted."""
     by_ref: dict[EntityRef, list[tuple[str, float | None]]] = {}
     for ref, ops in validated:
@@ -343,40 +371,23 @@ def _apply_all(
     def parts(ref: EntityRef) -> tuple[str | None, str | None, str | None]:
         return ref.user, ref.client_id, ref.ip
 
-    # the entities and their values in one statement per chunk (a LEFT JOIN: an entity without values still comes
-    # back); chunked because SQLite refuses an OR of thousands of terms ("Expression tree is too large")
-    entities: dict[tuple[str | None, str | None, str | None], QuotaEntity] = {}
-    held: dict[tuple[int, str], QuotaValue] = {}
-    refs = list(by_ref)
-    rows: list[tuple[Any, ...]] = []
-    for start in range(0, len(refs), _MATCH_CHUNK):
-        match = Q()
-        for ref in refs[start : start + _MATCH_CHUNK]:
-            match |= Q(user=ref.user, client_id=ref.client_id, ip=ref.ip)  # None: IS NULL
-        rows.extend(
-            QuotaEntity.objects.filter(match, cluster=cluster).order_by().values_list(
-                "pk", "user", "client_id", "ip", "quota_values__pk", "quota_values__key", "quota_values__value"
-            )
-        )
-    for pk, user, client_id, ip, value_pk, key, value in rows:
-        entity = entities.get((user, client_id, ip))
-        if entity is None:
-            entity = entities[(user, client_id, ip)] = QuotaEntity(pk=pk, cluster=cluster, user=user,
-                                                                  client_id=client_id, ip=ip)
+    entities: dict[tuple[str | None, str | None, str | None], int] = {}
+    held: dict[tuple[int, str], tuple[int, float]] = {}  # (entity pk, key) -> (value pk, value)
+    for pk, user, client_id, ip, value_pk, key, value in _held_rows(cluster, list(by_ref)):
+        entities[(user, client_id, ip)] = pk
         if value_pk is not None:
-            held[(pk, key)] = QuotaValue(pk=value_pk, entity=entity, key=key, value=value)
+            held[(pk, key)] = (value_pk, value)
     new = [
-        QuotaEntity(cluster=cluster, user=ref.user, client_id=ref.client_id, ip=ref.ip)
-        for ref, ops in by_ref.items()
+        parts(ref) for ref, ops in by_ref.items()
         if parts(ref) not in entities and any(value is not None for _, value in ops)
-    ]
+    ]  # fmt: skip
     if new:
-        QuotaEntity.objects.bulk_create(new)
-        entities.update({(e.user, e.client_id, e.ip): e for e in new})
+        made = rows.insert(QuotaEntity, ("cluster", "user", "client_id", "ip"), [(cluster.pk, *p) for p in new], "id")
+        entities.update(zip(new, made, strict=True))
 
     changes: dict[Item, str | None] = {}
-    creates: list[QuotaValue] = []
-    updates: list[QuotaValue] = []
+    creates: list[tuple[int, str, float]] = []
+    updates: list[tuple[float, int]] = []
     deletes: list[int] = []
     emptied: set[int] = set()
     for ref, ops in by_ref.items():
@@ -385,64 +396,37 @@ def _apply_all(
             continue  # only removals, of an entity that holds nothing
         resource = ref.field()
         for key, value in ops:
-            row = held.get((entity.pk, key))
+            row = held.get((entity, key))
             if value is None:
                 if row is not None:
-                    deletes.append(row.pk)
-                    del held[(entity.pk, key)]
-                    emptied.add(entity.pk)
+                    deletes.append(row[0])
+                    del held[(entity, key)]
+                    emptied.add(entity)
                     changes[Item(QUOTA, resource, key)] = None
                 continue
             if row is None:
-                row = QuotaValue(entity=entity, key=key, value=value)
-                creates.append(row)
-                held[(entity.pk, key)] = row
-            elif row.value != value:
-                row.value = value
-                updates.append(row)
+                creates.append((entity, key, value))
+                held[(entity, key)] = (0, value)
+            elif row[1] != value:
+                updates.append((value, row[0]))
+                held[(entity, key)] = (row[0], value)
             else:
                 continue
             changes[Item(QUOTA, resource, key)] = repr(float(value))
     if deletes:
         QuotaValue.objects.filter(pk__in=deletes).delete()
-    if creates:
-        QuotaValue.objects.bulk_create(creates)
-    if len(updates) == 1:
-        QuotaValue.objects.filter(pk=updates[0].pk).update(value=updates[0].value)
-    elif updates:
-        QuotaValue.objects.bulk_update(updates, ["value"])
-    still = {entity_pk for entity_pk, _ in held}
+    rows.insert(QuotaValue, ("entity", "key", "value"), creates)
+    if updates:
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {rows.table(QuotaValue)} SET {rows.column(QuotaValue, 'value')} = %s "
+                f"WHERE {rows.column(QuotaValue, 'id')} = %s",
+                updates,
+            )
+    still = {entity for entity, _ in held}
     gone = [pk for pk in emptied if pk not in still]
     if gone:
         QuotaEntity.objects.filter(pk__in=gone).delete()
-    return changes
-
-
-def _apply(cluster: Cluster, ref: EntityRef, ops: Iterable[tuple[str, float | None]]) -> dict[Item, str | None]:
-    """Write one validated entry; returns the items that changed (None = removed). An empty entity is deleted."""
-    sets = {key: value for key, value in ops if value is not None}
-    removes = [key for key, value in ops if value is None]
-    entity = QuotaEntity.objects.filter(cluster=cluster, user=ref.user, client_id=ref.client_id, ip=ref.ip).first()
-    if entity is None:
-        if not sets:
-            return {}
-        entity = QuotaEntity.objects.create(cluster=cluster, user=ref.user, client_id=ref.client_id, ip=ref.ip)
-    changes: dict[Item, str | None] = {}
-    resource = ref.field()
-    if removes:
-        present = list(entity.quota_values.filter(key__in=removes).values_list("key", flat=True))
-        entity.quota_values.filter(key__in=present).delete()
-        changes.update({Item(QUOTA, resource, key): None for key in present})
-    for key, value in sets.items():
-        row, created = QuotaValue.objects.get_or_create(entity=entity, key=key, defaults={"value": value})
-        if not created and row.value != value:
-            row.value = value
-            row.save(update_fields=["value"])
-        elif not created:
-            continue
-        changes[Item(QUOTA, resource, key)] = repr(float(value))
-    if not entity.quota_values.exists():
-        entity.delete()
     return changes
 
 
@@ -520,6 +504,7 @@ def effective_ip_quota(cluster: Cluster, ip: str) -> EffectiveQuota:
     if DEFAULT in present:
         return EffectiveQuota(IP_KEY, float(rates.rate_for(ip)), 2, default, [(1, own)])
     return EffectiveQuota(IP_KEY, None, None, None, [(1, own), (2, default)])
+
 
 __all__ = [
     "Alteration",
