@@ -7,7 +7,9 @@
 Everything is the portal's own, started by the benchmark and stopped on any exit: a private redis-server
 (data under ``.run/``), a throw-away SQLite database file under ``.run/`` (``manage.py migrate``), one engine
 cluster with 3 brokers whose ``engine_url`` is that Redis, and a real Celery worker
-(``celery -A portal worker --pool prefork -c <concurrency>``) pointed at the same Redis and database.
+(``celery -A portal worker --pool prefork -c <concurrency>``) pointed at the same Redis and database. On 2+ CPUs
+redis-server and the worker share one CPU and this process (the committer, and the raw loop) has the others: the
+committer gets the CPU the raw loop's client gets, and the worker runs apart from it as a deployment's workers do.
 
 * raw (the baseline, measured first and last; the ratio uses the mean of both): for each change, for each
   of the 3 brokers, one ``HSET`` of the field the engine stores (``qe:{<cluster>.broker-<id>}:config``,
@@ -165,9 +167,10 @@ class Worker(SessionProcess):
 
     grace_s = 15.0  # a warm shutdown of the pool
 
-    def __init__(self, env: dict[str, str], concurrency: int, log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], concurrency: int, log_path: Path, cpus: set[int] | None = None) -> None:
         self.env = {**os.environ, **env}
         self.concurrency = concurrency
+        self.cpus = cpus  # None: this process's CPUs
         super().__init__(log_path)
 
     def command(self) -> list[str]:
@@ -182,8 +185,9 @@ class Worker(SessionProcess):
     def start(self) -> Worker:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                self.command(), cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+                self.command(), cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=None if self.cpus is None else lambda: os.sched_setaffinity(0, self.cpus),
+            )  # fmt: skip
         return self
 
     def check(self) -> None:
@@ -527,6 +531,7 @@ def run_phase(
     }
     return {
         "label": label,
+        "pace": pace,
         "changes": n,
         "batch": batch,
         "calls": calls_n,
@@ -566,6 +571,8 @@ def run_phase(
 def report_phase(r: dict[str, Any], raw_cps: float, concurrency: int) -> None:
     ratio = r["changes_per_s"] / raw_cps
     verdict = f"(target >= {TARGET_RATIO:g}: {'OK' if ratio >= TARGET_RATIO else 'MISSED'})"
+    if r.get("pace"):  # its rate is the schedule's: its target is the latency, reported after it
+        verdict = "(paced: the rate is the schedule's; its target is the p99 below)"
     per = f"{r['batch']} change{'s' * (r['batch'] > 1)} per AlterClientQuotas call"
     print(
         f"{r['label']:<13} {r['changes']:,} changes ({per}, {r['calls']:,} versions) on {BROKERS} brokers in "
@@ -808,7 +815,9 @@ def profile_paths(
 
 
 def pin(server: RedisServer, wanted: bool) -> tuple[list[int], list[int]] | None:
-    """redis-server on a CPU of its own, this process (and the worker it starts) on the others (2+ CPUs)."""
+    """redis-server on one CPU, this process (the committer, and the raw loop it spawns) on the others (2+ CPUs);
+    the worker is started on redis-server's CPU (``run``), as a deployment runs its Celery workers apart from the
+    portal's processes: the committer has a CPU to itself as the raw loop's client has."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
     if not wanted or server.proc is None or len(cpus) < 2:
         return None
@@ -839,7 +848,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--check", action="store_true", help="exit 1 when the target ratio is missed")
     parser.add_argument(
         "--no-pin", dest="pin", action="store_false",
-        help="do not give redis-server a CPU of its own (it is pinned by default on 2+ CPUs)",
+        help="no CPU placement (by default on 2+ CPUs: redis-server and the worker on one, this process on the rest)",
     )  # fmt: skip
     parser.add_argument(
         "--postgres", action="store_true",
@@ -885,7 +894,7 @@ def run(args: argparse.Namespace, server: RedisServer, stack: list[Callable[[], 
     from django.db import connections
 
     connections.close_all()
-    worker = Worker(env, args.concurrency, BENCH_DIR / "celery-worker.log")
+    worker = Worker(env, args.concurrency, BENCH_DIR / "celery-worker.log", set(pins[0]) if pins else None)
     stack.append(worker.stop)
     worker.start()
     probe = Probe()
@@ -897,7 +906,7 @@ def run(args: argparse.Namespace, server: RedisServer, stack: list[Callable[[], 
         warm_up(batch_cluster, states_of(client, batch_cluster), worker)
     if paced_cluster is not None:
         warm_up(paced_cluster, states_of(client, paced_cluster), worker)
-    where = f"redis-server on CPU {pins[0]}, this process and the worker on {pins[1]}" if pins else "not pinned"
+    where = f"redis-server and the worker on CPU {pins[0]}, this process on {pins[1]}" if pins else "not pinned"
     print(
         f"setup         redis {client.info('server')['redis_version']} ({where}); {where_db} "
         f"(migrated in {migrate_s:.1f} s); Django {package_version('django')}, Celery {package_version('celery')}; "

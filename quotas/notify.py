@@ -105,7 +105,7 @@ def _on_request_changed(
     if kind.name != DEFAULT_KIND:
         kwargs["kind"] = kind.name
     try:
-        current_app.send_task(NOTIFY_TASK, kwargs=kwargs)
+        current_app.send_task(NOTIFY_TASK, kwargs=kwargs, ignore_result=True)
     except QUEUE_ERRORS as e:
         log.warning("Could not queue the notifications of %s #%s (%s): %s", kind.title.lower(), request_id, state, e)
 
@@ -437,7 +437,7 @@ def fan_out(request: AnyRequest, event: str, payload: dict[str, Any]) -> list[in
 def _queue_deliveries(ids: list[int]) -> None:
     for pk in ids:
         try:
-            current_app.send_task(DELIVER_TASK, (pk,))
+            current_app.send_task(DELIVER_TASK, (pk,), ignore_result=True)
         except QUEUE_ERRORS as e:
             log.warning("Could not queue webhook delivery %s: %s", pk, e)
 

@@ -227,7 +227,7 @@ def enqueue_pushes(
         due = [pk for pk, mine in zip(broker_pks, claimed, strict=True) if mine or force]
         for pk in due:
             if not (direct and _submit_direct(cluster_id, pk)):
-                current_app.send_task(PUSH_TASK, (cluster_id, pk))
+                current_app.send_task(PUSH_TASK, (cluster_id, pk), ignore_result=True)
     except (redis.exceptions.RedisError, OSError, kombu.exceptions.OperationalError) as e:
         log.warning("Could not enqueue pushes to cluster %s (reconcile will): %s", cluster_id, e)
         return 0
@@ -282,7 +282,7 @@ def _to_task(cluster_id: int, broker_pk: int | None, *, claim: bool, countdown: 
     try:
         if claim and not claim_retry(cluster_id, broker_pk):
             return  # another push to the target is already pending
-        current_app.send_task(PUSH_TASK, (cluster_id, broker_pk), countdown=countdown)
+        current_app.send_task(PUSH_TASK, (cluster_id, broker_pk), countdown=countdown, ignore_result=True)
     except (redis.exceptions.RedisError, OSError, kombu.exceptions.OperationalError) as e:
         log.warning("Could not enqueue a push to cluster %s (reconcile will): %s", cluster_id, e)
 
