@@ -92,8 +92,9 @@ PACE = 100.0  # issue 19: changes/s of the paced phase
 TARGET_PACED_P99_MS = 1000.0  # issue 19: at PACE, commit -> every broker holds it, p99 <= 1 s
 LOG_KEEP = 10_000  # the push log keeps the last 10,000 applications (lua/apply_state.lua)
 BENCH_DIR = RUN_DIR / "push-bench"
-#: The worker's INFO line for a finished push task: its run time (in the pool process) and the push's mode.
-TASK_LINE = re.compile(r"Task quotas\.tasks\.push_target\[[^\]]*\] succeeded in ([0-9.e+-]+)s: ([^\n]*)")
+#: The worker's INFO line for a finished push task (one target, or a group of a cluster's): its run time (in the
+#: pool process) and its answer, which holds each target's mode.
+TASK_LINE = re.compile(r"Task quotas\.tasks\.push_(?:target|group)\[[^\]]*\] succeeded in ([0-9.e+-]+)s: ([^\n]*)")
 MODE = re.compile(r"'mode': '(\w+)'|'(failed|skipped|retry)'")
 
 
@@ -200,15 +201,16 @@ class Worker(SessionProcess):
         except OSError:
             return 0
 
-    def task_runs(self, offset: int) -> list[tuple[float, str]]:
-        """(seconds, mode) of every push task the worker logged as succeeded since ``offset`` (its INFO lines)."""
+    def task_runs(self, offset: int) -> list[tuple[float, list[str]]]:
+        """(seconds, the mode of each target it pushed) of every push task the worker logged as succeeded since
+        ``offset`` (its INFO lines)."""
         with open(self.log_path, "rb") as f:
             f.seek(offset)
             text = f.read().decode(errors="replace")
         runs = []
         for m in TASK_LINE.finditer(text):
-            mode = MODE.search(m[2])
-            runs.append((float(m[1]), (mode[1] or mode[2]) if mode else "?"))
+            modes = [mode[1] or mode[2] for mode in MODE.finditer(m[2])]
+            runs.append((float(m[1]), modes or ["?"]))
         return runs
 
 
@@ -553,7 +555,7 @@ def run_phase(
         "worker_cpu_s": worker_cpu,
         "worker_cpu_ms_per_task": 1000.0 * worker_cpu / tasks if tasks else 0.0,
         "task_runs": len(runs),
-        "task_modes": dict(Counter(m for _, m in runs)),
+        "task_modes": dict(Counter(m for _, modes in runs for m in modes)),
         "task_ms_mean": 1000.0 * sum(run_s) / len(run_s) if run_s else 0.0,
         "task_ms_p50": 1000.0 * percentile(run_s, 50) if run_s else 0.0,
         "task_ms_p99": 1000.0 * percentile(run_s, 99) if run_s else 0.0,
@@ -593,16 +595,16 @@ def report_phase(r: dict[str, Any], raw_cps: float, concurrency: int) -> None:
     top = ", ".join(f"{k} {v:,}" for k, v in sorted(r["redis_commands"].items(), key=lambda kv: -kv[1])[:8])
     print(
         f"{'':<13} per call {r['call_ms']:.3f} ms (p99 {r['call_p99_ms']:.2f} ms) of which enqueue "
-        f"{r['enqueue_ms']:.3f} ms; committer CPU {r['own_cpu_ms_per_call']:.3f} ms/call; {r['tasks']:,} push tasks "
-        f"(worker -c {concurrency}, {r['worker_cpu_s']:.2f} s CPU = {r['worker_cpu_ms_per_task']:.2f} ms/task); "
+        f"{r['enqueue_ms']:.3f} ms; committer CPU {r['own_cpu_ms_per_call']:.3f} ms/call; {r['tasks']:,} target pushes "
+        f"sent (worker -c {concurrency}, {r['worker_cpu_s']:.2f} s CPU = {r['worker_cpu_ms_per_task']:.2f} ms/target); "
         f"applications per broker {r['applications']} {r['modes']}",
         flush=True,
     )
     print(
-        f"{'':<13} worker: {r['task_runs']} push tasks logged {r['task_modes']}, run time mean "
-        f"{r['task_ms_mean']:.1f} ms (p50 {r['task_ms_p50']:.1f}, p99 {r['task_ms_p99']:.1f}) against "
-        f"{r['worker_cpu_ms_per_task']:.1f} ms of worker CPU per task (all its processes); busy "
-        f"{r['task_busy_s']:.2f} s of {r['elapsed_s']:.2f} s",
+        f"{'':<13} worker: {r['task_runs']} push tasks (messages) logged, target modes {r['task_modes']}, run time "
+        f"mean {r['task_ms_mean']:.1f} ms (p50 {r['task_ms_p50']:.1f}, p99 {r['task_ms_p99']:.1f}) against "
+        f"{1000.0 * r['worker_cpu_s'] / max(r['task_runs'], 1):.1f} ms of worker CPU per task (all its processes); "
+        f"busy {r['task_busy_s']:.2f} s of {r['elapsed_s']:.2f} s",
         flush=True,
     )
     parts = []

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import kombu.exceptions
 import redis
@@ -32,7 +32,7 @@ from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import OperationalError, connection, transaction
-from django.db.models import Case, F, Max, PositiveIntegerField, When
+from django.db.models import F, Max
 from django.utils import timezone
 
 from quotas import workflow
@@ -77,10 +77,12 @@ from quotas.models import (
     push_targets,
     push_wanted,
     record,
+    rows,
 )
 from quotas.models.pushes import item_path
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 PENDING_TTL_S = 600  # a pending flag outlives the longest backoff; reconcile re-enqueues if a flag is orphaned
 REPORT, HEAL = "report", "heal"
@@ -188,6 +190,9 @@ def portal_applied_version(cluster: Cluster, broker: Broker | None) -> int:
 #: The Celery task that pushes one target (``quotas.tasks.push_target``), sent by name: the tasks sit above this
 #: module and call into it.
 PUSH_TASK = "quotas.tasks.push_target"
+#: The task that pushes several targets of one cluster (``quotas.tasks.push_group``): one message for a commit
+#: that left them all behind, instead of one per broker (each costs the worker a few ms of its own).
+PUSH_GROUP_TASK = "quotas.tasks.push_group"
 
 
 def _on_push_wanted(
@@ -212,8 +217,9 @@ def enqueue_pushes(
 
     A target with a push already pending gets none (that push will read the newer state), unless ``force``.
     ``connector`` (the cluster's kind, when the caller knows it) in ``QUOTAS_PUSH_DIRECT``: the push runs in this
-    process (``push_direct``) instead of a Celery task. A Redis failure here loses nothing: the change is in the
-    database and reconcile pushes it.
+    process (``push_direct``) instead of a Celery task. The targets left for the worker go in one message
+    (``push_group``) when there are several. A Redis failure here loses nothing: the change is in the database and
+    reconcile pushes it.
     """
     if broker_pks is None:
         cluster = Cluster.objects.get(pk=cluster_id)
@@ -225,9 +231,11 @@ def enqueue_pushes(
                 p.set(_flag(cluster_id, pk), 1, nx=True, ex=PENDING_TTL_S)
             claimed = p.execute()
         due = [pk for pk, mine in zip(broker_pks, claimed, strict=True) if mine or force]
-        for pk in due:
-            if not (direct and _submit_direct(cluster_id, pk)):
-                current_app.send_task(PUSH_TASK, (cluster_id, pk), ignore_result=True)
+        queued = [pk for pk in due if not (direct and _submit_direct(cluster_id, pk))]
+        if len(queued) == 1:
+            current_app.send_task(PUSH_TASK, (cluster_id, queued[0]), ignore_result=True)
+        elif queued:
+            current_app.send_task(PUSH_GROUP_TASK, (cluster_id, queued), ignore_result=True)
     except (redis.exceptions.RedisError, OSError, kombu.exceptions.OperationalError) as e:
         log.warning("Could not enqueue pushes to cluster %s (reconcile will): %s", cluster_id, e)
         return 0
@@ -397,6 +405,14 @@ def push_target(cluster_id: int, broker_pk: int | None, *, force: bool = False, 
         _client().delete(_flag(cluster_id, broker_pk))  # commits from now on enqueue a new push
     cluster = Cluster.objects.get(pk=cluster_id)
     broker = Broker.objects.get(pk=broker_pk) if broker_pk is not None else None
+    return _push(cluster, broker, force=force, direct=direct, record=lambda o: _applied(cluster, [(broker, o)]))
+
+
+def _push(
+    cluster: Cluster, broker: Broker | None, *, force: bool, direct: bool, record: Callable[[PushOutcome], None]
+) -> PushOutcome:
+    """``push_target`` once the target is known: ``record`` books the outcome, under the target's lock."""
+    cluster_id, broker_pk = cluster.pk, broker.pk if broker is not None else None
     connector = connector_for(cluster.connector)
     try:
         target = target_of(cluster, broker)
@@ -416,13 +432,46 @@ def push_target(cluster_id: int, broker_pk: int | None, *, force: bool = False, 
             _client().delete(_flag(cluster_id, broker_pk))
         outcome = _push_locked(connector, target, cluster, broker, force)
         # under the lock: the next push reads what this one applied (Kafka's held version is the portal's rows)
-        _applied(cluster, broker, outcome)
+        record(outcome)
     except PushError as e:
         _failed(cluster, broker, e)
         raise
     finally:
         lock.release()
     return outcome
+
+
+def push_group(cluster_id: int, broker_pks: Sequence[int | None]) -> dict[int | None, PushOutcome | PushError]:
+    """Several targets of one cluster in one go (what one task does for a round of commits that left them all
+    behind): each pushed as ``push_target`` pushes it, their pending flags cleared together first, then what
+    landed booked in one transaction and the cluster's requests settled once. A target that failed answers its
+    PushError (already recorded on its rows); one that no longer exists is left out.
+
+    A connector that orders pushes with a lock (Kafka) books each push under its lock, one target at a time."""
+    with _client().pipeline(transaction=False) as p:
+        for pk in broker_pks:
+            p.delete(_flag(cluster_id, pk))  # commits from now on enqueue a new push
+        p.execute()
+    cluster = Cluster.objects.get(pk=cluster_id)
+    brokers = Broker.objects.in_bulk([pk for pk in broker_pks if pk is not None])
+    deferred = not connector_for(cluster.connector).needs_lock
+    landed: list[tuple[Broker | None, PushOutcome]] = []
+    out: dict[int | None, PushOutcome | PushError] = {}
+    for pk in broker_pks:
+        broker = brokers.get(pk) if pk is not None else None
+        if pk is not None and broker is None:
+            continue
+        if deferred:
+            record: Callable[[PushOutcome], None] = lambda o, b=broker: landed.append((b, o))  # noqa: E731
+        else:
+            record = lambda o, b=broker: _applied(cluster, [(b, o)])  # noqa: E731
+        try:
+            out[pk] = _push(cluster, broker, force=False, direct=False, record=record)
+        except PushError as e:
+            out[pk] = e
+    if landed:
+        _applied(cluster, landed)
+    return out
 
 
 def _push_locked(
@@ -459,7 +508,7 @@ def _rows(cluster: Cluster, broker: Broker | None, up_to: int) -> Any:
 SQLITE_WRITE_WAIT_S = 5.0
 
 
-def _bookkeeping(write: Callable[[], int]) -> int:
+def _bookkeeping(write: Callable[[], _T]) -> _T:
     """Run ``write`` (a push's UPDATE of its Push rows) in a transaction of its own; returns what it returns.
 
     On SQLite (one writer at a time) the write lock is asked for every 2 ms or so: SQLite's busy handler sleeps up
@@ -488,34 +537,48 @@ def _bookkeeping(write: Callable[[], int]) -> int:
         raw.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
 
 
-def _applied(cluster: Cluster, broker: Broker | None, outcome: PushOutcome) -> None:
-    """Every version up to the outcome's is on the target (those it carried count one more attempt); requests
-    all of whose targets hold their version become applied. Written after the send: nothing before the send
-    waits for the database's write lock."""
+def _applied(cluster: Cluster, landed: Sequence[tuple[Broker | None, PushOutcome]]) -> None:
+    """Every version up to each outcome's is on its target (those it carried count one more attempt), in one
+    transaction for all of them; requests all of whose targets hold their version become applied. Written after
+    the sends: nothing before a send waits for the database's write lock."""
     now = timezone.now()
-    attempts: Any = F("attempts")
-    if outcome.mode != "none":
-        attempts = Case(
-            When(version__gt=outcome.held, then=F("attempts") + 1),
-            default=F("attempts"),
-            output_field=PositiveIntegerField(),
-        )
-    extra = {"answers": dict(outcome.answers)} if outcome.answers else {}
+    c = {name: rows.column(Push, name) for name in (
+        "cluster", "broker", "version", "state", "attempts", "error_code", "error", "answers", "updated", "applied_at"
+    )}  # fmt: skip
+    statements = []
+    for broker, outcome in landed:
+        # the versions this push carried (above the one the target held) count one more attempt; "none" carried none
+        carried = outcome.held if outcome.mode != "none" else outcome.version
+        answers: tuple[str, list[Any]] = ("", [])
+        if outcome.answers:  # a Kafka cluster: what each broker answered
+            answers = (f", {c['answers']} = %s", [rows.prep(Push, "answers", dict(outcome.answers))])
+        where_broker = f"{c['broker']} = %s" if broker is not None else f"{c['broker']} IS NULL"
+        statements.append((
+            f"UPDATE {rows.table(Push)} SET {c['state']} = %s, {c['applied_at']} = %s, {c['updated']} = %s, "
+            f"{c['error']} = '', {c['error_code']} = '', {c['attempts']} = CASE WHEN {c['version']} > %s "
+            f"THEN {c['attempts']} + 1 ELSE {c['attempts']} END{answers[0]} WHERE {c['cluster']} = %s AND "
+            f"{where_broker} AND {c['version']} <= %s AND {c['state']} <> %s",
+            [str(PushState.APPLIED), rows.prep(Push, "applied_at", now), rows.prep(Push, "updated", now), carried,
+             *answers[1], cluster.pk, *([broker.pk] if broker is not None else []), outcome.version,
+             str(PushState.APPLIED)],
+        ))  # fmt: skip
 
-    def write() -> int:
-        Push.lock_target(cluster.pk, broker.pk if broker is not None else None)  # concurrent pushes take turns
-        return _rows(cluster, broker, outcome.version).update(
-            state=PushState.APPLIED, applied_at=now, updated=now, error="", error_code="", attempts=attempts, **extra
-        )
+    def write() -> list[int]:  # plain statements, made before: the write lock is held for the UPDATEs alone
+        moved = []
+        for (broker, _), (sql, params) in zip(landed, statements, strict=True):
+            Push.lock_target(cluster.pk, broker.pk if broker is not None else None)  # concurrent pushes take turns
+            moved.append(rows.write(sql, params))
+        return moved
 
     moved = _bookkeeping(write)
-    if moved:
+    if any(moved):
         workflow.settle_pushed(cluster)
-    elif outcome.mode != "none":  # a broker added after the version was committed has no row for it yet
-        Push.objects.get_or_create(
-            cluster=cluster, broker=broker, version=outcome.version,
-            defaults={"state": PushState.APPLIED, "applied_at": now, "attempts": 1},
-        )
+    for (broker, outcome), n in zip(landed, moved, strict=True):
+        if not n and outcome.mode != "none":  # a broker added after the version was committed has no row for it yet
+            Push.objects.get_or_create(
+                cluster=cluster, broker=broker, version=outcome.version,
+                defaults={"state": PushState.APPLIED, "applied_at": now, "attempts": 1},
+            )  # fmt: skip
 
 
 def _failed(cluster: Cluster, broker: Broker | None, e: PushError) -> None:

@@ -64,6 +64,38 @@ def push_target(self: Any, cluster_id: int, broker_pk: int | None) -> dict[str, 
         raise self.retry(exc=e, countdown=countdown) from e
 
 
+@shared_task(
+    name="quotas.tasks.push_group",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def push_group(cluster_id: int, broker_pks: list[int | None]) -> dict[str, Any]:
+    """Bring several targets of one cluster to its current version (a round of commits that left them all behind).
+
+    Each target's outcome as ``push_target`` answers it; a target that failed and may succeed later is retried on
+    its own (``push_target``, with backoff), one that was refused is recorded as failed.
+    """
+    try:
+        results = push.push_group(cluster_id, broker_pks)
+    except Cluster.DoesNotExist:
+        return {"skipped": "the cluster no longer exists"}
+    out: dict[str, Any] = {}
+    for pk, result in results.items():
+        if not isinstance(result, PushError):
+            out[str(pk)] = result.as_dict()
+        elif not result.retriable:
+            out[str(pk)] = {"failed": result.code, "message": result.message}
+        elif not push.claim_retry(cluster_id, pk):
+            out[str(pk)] = {"retry": "another push to this target is already pending"}
+        else:
+            countdown = push.backoff_s(0)
+            log.info("Push to cluster %s target %s failed (%s); retrying in %.1fs", cluster_id, pk, result, countdown)
+            push_target.apply_async((cluster_id, pk), countdown=countdown)
+            out[str(pk)] = {"retry": f"in {countdown:.1f}s"}
+    return {"targets": out}
+
+
 @shared_task(name="quotas.tasks.reconcile")
 def reconcile() -> list[dict[str, Any]]:
     """Beat: catch up targets that are behind, and record (or heal, per QUOTAS_DRIFT_MODE) drift."""

@@ -37,6 +37,18 @@ def execute(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return cursor.fetchall() if cursor.description is not None else []
 
 
+def write(sql: str, params: Sequence[Any] = ()) -> int:
+    """Run one UPDATE or DELETE; the number of rows it changed."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+def prep(model: type[models.Model], name: str, value: Any) -> Any:
+    """``value`` as the field ``name`` of ``model`` writes it (a date, JSON...)."""
+    return model._meta.get_field(name).get_db_prep_save(value, connection)
+
+
 @cache
 def _natural(field: models.Field) -> type | None:
     """The Python type a column takes as it is (its field's preparation of such a value, or of None, is the

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import json
+
+import redis
+
 from quotas import push
 from quotas.models import Alteration, Cluster, QuotaOp, alter_client_quotas, push_targets
 
@@ -14,3 +19,26 @@ def push_everywhere(cluster: Cluster) -> list[push.PushOutcome]:
 def set_quota(cluster: Cluster, user: str, value: float, key: str = "producer_byte_rate") -> int:
     """One quota of one user, through AlterClientQuotas; returns the desired-state version it made."""
     return alter_client_quotas(cluster, [Alteration([("user", user)], [QuotaOp(key, value)])]).version
+
+
+def queued_push_messages(client: redis.Redis) -> list[tuple[str, list[object]]]:
+    """(task name, arguments) of every push message waiting in Celery's queue (the test Redis is the broker)."""
+    out = []
+    for raw in client.lrange("celery", 0, -1):
+        message = json.loads(raw)
+        if message["headers"]["task"] in (push.PUSH_TASK, push.PUSH_GROUP_TASK):
+            args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))  # Celery's message protocol 2
+            out.append((message["headers"]["task"], args))
+    return out
+
+
+def queued_pushes(client: redis.Redis) -> list[tuple[int, int | None]]:
+    """(cluster pk, broker pk) of every target a waiting push message will push (a group message: each of its)."""
+    out: list[tuple[int, int | None]] = []
+    for task, args in queued_push_messages(client):
+        if task == push.PUSH_GROUP_TASK:
+            cluster_pk, broker_pks = args
+            out.extend((cluster_pk, pk) for pk in broker_pks)  # type: ignore[union-attr]
+        else:
+            out.append((args[0], args[1]))  # type: ignore[arg-type]
+    return out

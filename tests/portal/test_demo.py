@@ -3,9 +3,7 @@ when it commits bring every broker to the newest desired-state version."""
 
 from __future__ import annotations
 
-import base64
 import io
-import json
 from datetime import timedelta
 from typing import Any
 
@@ -39,6 +37,7 @@ from quotas.models import (
     is_auditor,
     owning_tenant,
 )
+from tests.portal.brokers import queued_pushes
 from traffic.loadgen import DEMO_TOPIC_BURSTS, DEMO_TRAFFIC, STORM_IP
 
 pytestmark = pytest.mark.django_db
@@ -178,17 +177,6 @@ def test_demo_data_resets_a_changed_demo_password(engine_redis: redis.Redis) -> 
     out = demo_data()
     assert "demo-search: password reset" in out
     assert authenticate(username="demo-search", password=DEMO_PASSWORD) is not None
-
-
-def queued_pushes(client: redis.Redis) -> list[tuple[int, int]]:
-    """The (cluster pk, broker pk) of every push task waiting in Celery's queue (the test Redis is the broker)."""
-    out = []
-    for raw in client.lrange("celery", 0, -1):
-        message = json.loads(raw)
-        if message["headers"]["task"] == "quotas.tasks.push_target":
-            args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
-            out.append(tuple(args))
-    return out
 
 
 def test_the_first_push_of_each_broker_lands_everything(

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import base64
-import json
+import socket
 
 import pytest
 import redis
 
 from quotas import push
 from quotas.choices import QuotaScope
-from quotas.connectors.base import QUOTA
+from quotas.connectors.base import QUOTA, PushError
 from quotas.engine.config import EntityRef, cluster_namespace, namespace_for_broker
 from quotas.engine.desired import NamespaceState
 from quotas.models import (
@@ -20,7 +19,7 @@ from quotas.models import (
     Drift,
     Push,
 )
-from tests.portal.brokers import set_quota
+from tests.portal.brokers import queued_push_messages, queued_pushes, set_quota
 
 pytestmark = pytest.mark.django_db
 PBR = "producer_byte_rate"
@@ -41,17 +40,6 @@ def cluster(engine_redis: redis.Redis) -> Cluster:
 
 def broker_state(client: redis.Redis, cluster: Cluster, broker_id: int) -> NamespaceState:
     return NamespaceState(client, namespace_for_broker(cluster.name, broker_id), broker_id)
-
-
-def queued_pushes(client: redis.Redis) -> list[list[object]]:
-    """The arguments of every push task waiting in Celery's queue (the test Redis is the Celery broker)."""
-    out = []
-    for raw in client.lrange("celery", 0, -1):
-        message = json.loads(raw)
-        if message["headers"]["task"] == "quotas.tasks.push_target":
-            args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))  # Celery's message protocol 2
-            out.append(args)
-    return out
 
 
 def test_heal_mode_re_applies_a_drifted_broker_at_once(cluster: Cluster, engine_redis: redis.Redis) -> None:
@@ -78,7 +66,7 @@ def test_a_broker_behind_desired_state_gets_a_push_not_a_drift_report(
     outcomes = {o.status for o in push.reconcile_all(mode="report")}
     assert outcomes == {"behind"} and not Drift.objects.exists()
     b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
-    assert sorted(queued_pushes(engine_redis)) == [[cluster.pk, b1.pk], [cluster.pk, b2.pk]]
+    assert sorted(queued_pushes(engine_redis)) == [(cluster.pk, b1.pk), (cluster.pk, b2.pk)]
     engine_redis.delete("celery")
 
 
@@ -89,13 +77,15 @@ def test_commits_enqueue_one_pending_push_per_broker_however_many_they_are(
     for n in range(5):
         with django_capture_on_commit_callbacks(execute=True):
             set_quota(cluster, f"user-{n}", 1000 + n)
-    assert len(queued_pushes(engine_redis)) == 2  # the pending push reads the newest state when it runs
-    b1 = Broker.objects.get(cluster=cluster, broker_id=1)
+    b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
+    # one message for both brokers (the first commit claimed them together); the pending push reads the newest state
+    assert queued_push_messages(engine_redis) == [(push.PUSH_GROUP_TASK, [cluster.pk, [b1.pk, b2.pk]])]
     outcome = push.push_target(cluster.pk, b1.pk)  # the push clears its flag: the next commit enqueues again
     assert (outcome.held, outcome.version, outcome.mode) == (-1, 5, "full")
     with django_capture_on_commit_callbacks(execute=True):
         set_quota(cluster, "user-9", 9)
-    assert len(queued_pushes(engine_redis)) == 3
+    # the group still waits; b1's own message carries the new commit (b2's flag is still set: its push is pending)
+    assert sorted(queued_pushes(engine_redis)) == [(cluster.pk, b1.pk), (cluster.pk, b1.pk), (cluster.pk, b2.pk)]
     assert push.push_target(cluster.pk, b1.pk).mode == "delta"
     assert Push.objects.filter(broker=b1).exclude(state="applied").count() == 0
     engine_redis.delete("celery")
@@ -111,3 +101,41 @@ def test_a_cluster_wide_cluster_is_one_namespace_and_one_push_per_version(engine
     assert NamespaceState(engine_redis, cluster_namespace("shared")).read() == (v, {item("alice"): "3000.0"})
     assert Push.objects.get(cluster=shared).state == "applied"
     assert not engine_redis.exists(f"qe:{{{namespace_for_broker('shared', 1)}}}:desired-version")
+
+
+def test_one_group_push_brings_each_broker_to_the_version_and_books_them_together(
+    cluster: Cluster, engine_redis: redis.Redis
+) -> None:
+    v = set_quota(cluster, "alice", 1000)
+    b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
+    for b in (b1, b2):
+        engine_redis.set(push._flag(cluster.pk, b.pk), 1)  # what the commit's enqueue left: a push is pending
+    results = push.push_group(cluster.pk, [b1.pk, b2.pk])
+    assert {pk: (o.held, o.version, o.mode) for pk, o in results.items()} == {
+        b1.pk: (-1, v, "full"), b2.pk: (-1, v, "full")
+    }
+    # the flags are cleared: a commit from now on enqueues a new push
+    assert not engine_redis.exists(push._flag(cluster.pk, b1.pk), push._flag(cluster.pk, b2.pk))
+    for broker_id in (1, 2):
+        assert broker_state(engine_redis, cluster, broker_id).read() == (v, {item("alice"): "1000.0"})
+    assert sorted(Push.objects.filter(cluster=cluster).values_list("broker", "state", "attempts")) == [
+        (b1.pk, "applied", 1), (b2.pk, "applied", 1)
+    ]
+
+
+def test_a_group_push_answers_each_brokers_failure_apart_and_lands_the_others(
+    cluster: Cluster, engine_redis: redis.Redis
+) -> None:
+    with socket.socket() as s:  # a port nothing listens on: the broker is down
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    down = Broker.objects.create(cluster=cluster, broker_id=3, host="b3:9092", engine_url=f"redis://127.0.0.1:{dead}/0")
+    v = set_quota(cluster, "alice", 1000)
+    pks = list(Broker.objects.filter(cluster=cluster).order_by("broker_id").values_list("pk", flat=True))
+    results = push.push_group(cluster.pk, pks)
+    failed = results[down.pk]
+    assert isinstance(failed, PushError) and (failed.code, failed.retriable) == ("BROKER_NOT_AVAILABLE", True)
+    assert all(results[pk].version == v for pk in pks if pk != down.pk)
+    assert sorted(Push.objects.filter(cluster=cluster).values_list("broker__broker_id", "state", "error_code")) == [
+        (1, "applied", ""), (2, "applied", ""), (3, "pending", "BROKER_NOT_AVAILABLE")
+    ]

@@ -199,8 +199,8 @@ def test_two_replicas_and_two_workers_share_the_database_and_redis(
                 repr(float(1000))} | {repr(float(2000 + i)) for i in range(1, APPROVALS)}
         wait_for("replica A to see the last request applied", lambda: "applied" in moves(pks[-1]), 15)
         assert moves(pks[1]) == ["submitted", "approved", "applied"], moves(pks[1])  # decided through B
-        pushed = [sum("push_target[" in line and "succeeded" in line for line in w.log.read_text().splitlines())
-                  for w in workers]
+        pushed = [sum(("push_target[" in line or "push_group[" in line) and "succeeded" in line
+                      for line in w.log.read_text().splitlines()) for w in workers]
         assert all(n > 0 for n in pushed), f"a worker did no push: {pushed}"
         print(f"pushes done per worker: {pushed}")
     finally:
