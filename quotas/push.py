@@ -500,8 +500,13 @@ def _send(connector: Connector, target: Target, delta: Delta) -> PushOutcome:
     return PushOutcome(target.label, delta.base, answer.version, mode, answer.changed, answer.answers)
 
 
+#: A target's rows not yet applied, named by their states (not "<> applied"): the index on (cluster, broker, state,
+#: version) then reads just them, where a NOT read every row the target ever had, under SQLite's write lock.
+_NOT_APPLIED = (str(PushState.PENDING), str(PushState.FAILED))
+
+
 def _rows(cluster: Cluster, broker: Broker | None, up_to: int) -> Any:
-    return Push.objects.filter(cluster=cluster, broker=broker, version__lte=up_to).exclude(state=PushState.APPLIED)
+    return Push.objects.filter(cluster=cluster, broker=broker, state__in=_NOT_APPLIED, version__lte=up_to)
 
 
 #: How long a push's bookkeeping waits for SQLite's write lock (its busy timeout, Python's default).
@@ -557,10 +562,9 @@ def _applied(cluster: Cluster, landed: Sequence[tuple[Broker | None, PushOutcome
             f"UPDATE {rows.table(Push)} SET {c['state']} = %s, {c['applied_at']} = %s, {c['updated']} = %s, "
             f"{c['error']} = '', {c['error_code']} = '', {c['attempts']} = CASE WHEN {c['version']} > %s "
             f"THEN {c['attempts']} + 1 ELSE {c['attempts']} END{answers[0]} WHERE {c['cluster']} = %s AND "
-            f"{where_broker} AND {c['version']} <= %s AND {c['state']} <> %s",
+            f"{where_broker} AND {c['state']} IN (%s, %s) AND {c['version']} <= %s",
             [str(PushState.APPLIED), rows.prep(Push, "applied_at", now), rows.prep(Push, "updated", now), carried,
-             *answers[1], cluster.pk, *([broker.pk] if broker is not None else []), outcome.version,
-             str(PushState.APPLIED)],
+             *answers[1], cluster.pk, *([broker.pk] if broker is not None else []), *_NOT_APPLIED, outcome.version],
         ))  # fmt: skip
 
     def write() -> list[int]:  # plain statements, made before: the write lock is held for the UPDATEs alone
