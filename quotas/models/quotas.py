@@ -324,34 +324,44 @@ def alter_client_quotas(cluster: Cluster, entries: Sequence[Alteration], validat
     return AlterOutcome(version, bool(changes), results)
 
 
-#: Entities matched per statement by ``_apply_all`` (SQLite's expression depth limit is 1000).
-_MATCH_CHUNK = 200
+#: Names matched per statement by ``_held_rows``.
+_MATCH_CHUNK = 500
+_COLUMNS = ("user", "client_id", "ip")
 
 
 def _held_rows(cluster: Cluster, refs: Sequence[EntityRef]) -> list[tuple[Any, ...]]:
     """(entity pk, user, client_id, ip, value pk, key, value) of the entities ``refs`` that exist, a row per value
-    (a LEFT JOIN: an entity without values comes back once, with NULLs); chunked because SQLite refuses an OR of
-    thousands of terms ("Expression tree is too large")."""
-    e = {name: rows.column(QuotaEntity, name) for name in ("id", "cluster", "user", "client_id", "ip")}
+    (a LEFT JOIN: an entity without values comes back once, with NULLs).
+
+    One statement per shape of entity (which of user, client id and ip it names), matching the first name it has
+    with IN and the others' presence with IS [NOT] NULL: the shape's own unique index then finds each name (an OR of
+    a term per entity made SQLite read every entity of the cluster from a batch of 100 on). Entities of the same
+    first name but another second one are read too and left out here."""
+    e = {name: rows.column(QuotaEntity, name) for name in ("id", "cluster", *_COLUMNS)}
     v = {name: rows.column(QuotaValue, name) for name in ("id", "entity", "key", "value")}
     head = (
         f"SELECT e.{e['id']}, e.{e['user']}, e.{e['client_id']}, e.{e['ip']}, v.{v['id']}, v.{v['key']}, "
         f"v.{v['value']} FROM {rows.table(QuotaEntity)} e LEFT JOIN {rows.table(QuotaValue)} v "
-        f"ON v.{v['entity']} = e.{e['id']} WHERE e.{e['cluster']} = %s AND ("
+        f"ON v.{v['entity']} = e.{e['id']} WHERE e.{e['cluster']} = %s"
     )
+    shapes: dict[tuple[bool, ...], list[str]] = {}
+    for ref in refs:
+        parts = (ref.user, ref.client_id, ref.ip)
+        shape = tuple(part is not None for part in parts)
+        shapes.setdefault(shape, []).append(next(part for part in parts if part is not None))
+    wanted = {(ref.user, ref.client_id, ref.ip) for ref in refs}
     found: list[tuple[Any, ...]] = []
-    for start in range(0, len(refs), _MATCH_CHUNK):
-        terms, params = [], [cluster.pk]
-        for ref in refs[start : start + _MATCH_CHUNK]:
-            parts = []
-            for name, value in (("user", ref.user), ("client_id", ref.client_id), ("ip", ref.ip)):
-                if value is None:
-                    parts.append(f"e.{e[name]} IS NULL")
-                else:
-                    parts.append(f"e.{e[name]} = %s")
-                    params.append(value)
-            terms.append("(" + " AND ".join(parts) + ")")
-        found.extend(rows.execute(head + " OR ".join(terms) + ")", params))
+    for shape, names in shapes.items():
+        lead = shape.index(True)
+        presence = "".join(
+            f" AND e.{e[name]} IS {'NOT ' if present else ''}NULL"
+            for i, (name, present) in enumerate(zip(_COLUMNS, shape, strict=True)) if i != lead
+        )  # fmt: skip
+        names = list(dict.fromkeys(names))
+        for start in range(0, len(names), _MATCH_CHUNK):
+            chunk = names[start : start + _MATCH_CHUNK]
+            sql = f"{head} AND e.{e[_COLUMNS[lead]]} IN ({', '.join(['%s'] * len(chunk))}){presence}"
+            found.extend(row for row in rows.execute(sql, [cluster.pk, *chunk]) if tuple(row[1:4]) in wanted)
     return found
 
 

@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from quotas.engine.entities import DEFAULT
 from quotas.models import (
     Alteration,
     Cluster,
@@ -246,6 +247,39 @@ def test_a_batch_of_thousands_of_entities_is_one_version(cluster: Cluster) -> No
     assert version(cluster) == before + 1
     assert counts() == (3000, 3000)
     assert set(QuotaValue.objects.values_list("value", flat=True)) == {2000.0}
+
+
+def test_a_batch_of_every_entity_shape_changes_exactly_the_entities_it_names(cluster: Cluster) -> None:
+    """Entities are matched by shape (user, user and client id, client id, ip, defaults among them): an entity that
+    shares a user or client id with one named in the batch keeps its own values."""
+    kept = [
+        ({"user": "alice", "client-id": "other"}, PBR, 11.0),
+        ({"user": "bob"}, PBR, 12.0),
+        ({"user": "bob", "client-id": "app"}, PBR, 13.0),  # the client id of a named client-id-only entity
+        ({"user": None, "client-id": "web"}, PBR, 14.0),  # the default user of a named client id
+    ]
+    changed = [
+        ({"user": "alice"}, PBR, 1.0),
+        ({"user": "alice", "client-id": "app"}, PBR, 2.0),
+        ({"client-id": "app"}, PBR, 3.0),
+        ({"user": None}, PBR, 4.0),
+        ({"user": "bob", "client-id": None}, PBR, 5.0),
+        ({"ip": "10.0.0.1"}, "connection_creation_rate", 6.0),
+        ({"ip": None}, "connection_creation_rate", 7.0),
+    ]
+    seed(cluster, kept + [(parts, key, value * 100) for parts, key, value in changed[:3]])  # some exist already
+    seed(cluster, changed)  # one batch, one version
+    held = {
+        (e.user, e.client_id, e.ip): {v.key: v.value for v in e.quota_values.all()}
+        for e in QuotaEntity.objects.filter(cluster=cluster)
+    }
+    assert held == {
+        ("alice", "other", None): {PBR: 11.0}, ("bob", None, None): {PBR: 12.0}, ("bob", "app", None): {PBR: 13.0},
+        (DEFAULT, "web", None): {PBR: 14.0}, ("alice", None, None): {PBR: 1.0}, ("alice", "app", None): {PBR: 2.0},
+        (None, "app", None): {PBR: 3.0}, (DEFAULT, None, None): {PBR: 4.0}, ("bob", DEFAULT, None): {PBR: 5.0},
+        (None, None, "10.0.0.1"): {"connection_creation_rate": 6.0},
+        (None, None, DEFAULT): {"connection_creation_rate": 7.0},
+    }
 
 
 def test_alter_ip_entities_are_stored_canonical(staff: APIClient, cluster: Cluster) -> None:
