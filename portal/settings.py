@@ -245,6 +245,9 @@ QUOTAS_PUSH_LOCK_S = float(os.environ.get("QUOTAS_PUSH_LOCK_S", 60.0))
 # Connectors whose targets the committing process pushes itself (a thread, when the target's lock is free) instead
 # of a Celery task: Kafka, whose push time is its round trips. Comma-separated ("kafka,engine"); empty: none.
 QUOTAS_PUSH_DIRECT = [k for k in os.environ.get("QUOTAS_PUSH_DIRECT", "kafka").split(",") if k.strip()]
+# The brokers a commit left behind go to the worker in one message (quotas.tasks.push_group). Off ("0") during a
+# rolling upgrade from a version without that task, until every worker runs this one: one message per broker.
+QUOTAS_PUSH_GROUPS = env_bool("QUOTAS_PUSH_GROUPS", default=True)
 # Reconcile compares every broker with desired state this often; "report" records drift, "heal" re-applies.
 QUOTAS_RECONCILE_SECONDS = float(os.environ.get("QUOTAS_RECONCILE_SECONDS", 60.0))
 QUOTAS_DRIFT_MODE = os.environ.get("QUOTAS_DRIFT_MODE", "report")

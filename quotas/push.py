@@ -232,10 +232,11 @@ def enqueue_pushes(
             claimed = p.execute()
         due = [pk for pk, mine in zip(broker_pks, claimed, strict=True) if mine or force]
         queued = [pk for pk in due if not (direct and _submit_direct(cluster_id, pk))]
-        if len(queued) == 1:
-            current_app.send_task(PUSH_TASK, (cluster_id, queued[0]), ignore_result=True)
-        elif queued:
+        if len(queued) > 1 and settings.QUOTAS_PUSH_GROUPS:
             current_app.send_task(PUSH_GROUP_TASK, (cluster_id, queued), ignore_result=True)
+        else:
+            for pk in queued:
+                current_app.send_task(PUSH_TASK, (cluster_id, pk), ignore_result=True)
     except (redis.exceptions.RedisError, OSError, kombu.exceptions.OperationalError) as e:
         log.warning("Could not enqueue pushes to cluster %s (reconcile will): %s", cluster_id, e)
         return 0
@@ -441,13 +442,15 @@ def _push(
     return outcome
 
 
-def push_group(cluster_id: int, broker_pks: Sequence[int | None]) -> dict[int | None, PushOutcome | PushError]:
+def push_group(cluster_id: int, broker_pks: Sequence[int | None]) -> dict[int | None, PushOutcome | Exception]:
     """Several targets of one cluster in one go (what one task does for a round of commits that left them all
     behind): each pushed as ``push_target`` pushes it, their pending flags cleared together first, then what
-    landed booked in one transaction and the cluster's requests settled once. A target that failed answers its
-    PushError (already recorded on its rows); one that no longer exists is left out.
+    landed booked in one transaction and the cluster's requests settled once.
 
-    A connector that orders pushes with a lock (Kafka) books each push under its lock, one target at a time."""
+    A target that failed answers its exception (a PushError is recorded on its rows; the task retries it on its
+    own); one that no longer exists is left out. Targets whose last push failed go last, after what the others
+    landed is booked, so a broker that is down (its connect timeout) delays no other. A connector that orders
+    pushes with a lock (Kafka) books each push under its lock, one target at a time."""
     with _client().pipeline(transaction=False) as p:
         for pk in broker_pks:
             p.delete(_flag(cluster_id, pk))  # commits from now on enqueue a new push
@@ -455,23 +458,45 @@ def push_group(cluster_id: int, broker_pks: Sequence[int | None]) -> dict[int | 
     cluster = Cluster.objects.get(pk=cluster_id)
     brokers = Broker.objects.in_bulk([pk for pk in broker_pks if pk is not None])
     deferred = not connector_for(cluster.connector).needs_lock
+    failing = set(
+        Push.objects.filter(cluster=cluster, broker__in=list(brokers), state=PushState.PENDING, attempts__gt=0)
+        .values_list("broker", flat=True)
+    )  # fmt: skip
     landed: list[tuple[Broker | None, PushOutcome]] = []
-    out: dict[int | None, PushOutcome | PushError] = {}
-    for pk in broker_pks:
-        broker = brokers.get(pk) if pk is not None else None
-        if pk is not None and broker is None:
-            continue
-        if deferred:
-            record: Callable[[PushOutcome], None] = lambda o, b=broker: landed.append((b, o))  # noqa: E731
-        else:
-            record = lambda o, b=broker: _applied(cluster, [(b, o)])  # noqa: E731
-        try:
-            out[pk] = _push(cluster, broker, force=False, direct=False, record=record)
-        except PushError as e:
-            out[pk] = e
-    if landed:
-        _applied(cluster, landed)
+    out: dict[int | None, PushOutcome | Exception] = {}
+    try:
+        for pk in sorted(broker_pks, key=lambda pk: pk in failing):  # stable: the healthy first, in their order
+            broker = brokers.get(pk) if pk is not None else None
+            if pk is not None and broker is None:
+                continue
+            if pk in failing and landed:
+                _book(cluster, list(landed), out)
+                landed.clear()
+            if deferred:
+                record: Callable[[PushOutcome], None] = lambda o, b=broker: landed.append((b, o))  # noqa: E731
+            else:
+                record = lambda o, b=broker: _applied(cluster, [(b, o)])  # noqa: E731
+            try:
+                out[pk] = _push(cluster, broker, force=False, direct=False, record=record)
+            except Exception as e:  # a PushError is on the target's rows; anything else is logged here
+                if not isinstance(e, PushError):
+                    log.exception("Push to %s target %s failed", cluster.name, pk)
+                out[pk] = e
+    finally:
+        if landed:
+            _book(cluster, landed, out)
     return out
+
+
+def _book(cluster: Cluster, landed: Sequence[tuple[Broker | None, PushOutcome]], out: dict[Any, Any]) -> None:
+    """Book a group's landed pushes; if that fails, they answer the error (the task pushes each again on its own:
+    a push that finds its version there books it)."""
+    try:
+        _applied(cluster, landed)
+    except Exception as e:
+        log.exception("Booking the pushes to %s failed; each target is pushed again on its own", cluster.name)
+        for broker, _ in landed:
+            out[broker.pk if broker is not None else None] = e
 
 
 def _push_locked(

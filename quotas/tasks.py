@@ -82,13 +82,13 @@ def push_group(cluster_id: int, broker_pks: list[int | None]) -> dict[str, Any]:
         return {"skipped": "the cluster no longer exists"}
     out: dict[str, Any] = {}
     for pk, result in results.items():
-        if not isinstance(result, PushError):
+        if isinstance(result, push.PushOutcome):
             out[str(pk)] = result.as_dict()
-        elif not result.retriable:
+        elif isinstance(result, PushError) and not result.retriable:
             out[str(pk)] = {"failed": result.code, "message": result.message}
         elif not push.claim_retry(cluster_id, pk):
             out[str(pk)] = {"retry": "another push to this target is already pending"}
-        else:
+        else:  # down for now, or an error of ours (logged): pushed again on its own, with backoff
             countdown = push.backoff_s(0)
             log.info("Push to cluster %s target %s failed (%s); retrying in %.1fs", cluster_id, pk, result, countdown)
             push_target.apply_async((cluster_id, pk), countdown=countdown)

@@ -392,8 +392,8 @@ def _apply_all(
         if parts(ref) not in entities and any(value is not None for _, value in ops)
     ]  # fmt: skip
     if new:
-        made = rows.insert(QuotaEntity, ("cluster", "user", "client_id", "ip"), [(cluster.pk, *p) for p in new], "id")
-        entities.update(zip(new, made, strict=True))
+        made = rows.insert(QuotaEntity, ("cluster", *_COLUMNS), [(cluster.pk, *p) for p in new], ("id", *_COLUMNS))
+        entities.update({tuple(names): pk for pk, *names in made})
 
     changes: dict[Item, str | None] = {}
     creates: list[tuple[int, str, float]] = []

@@ -65,10 +65,11 @@ def _natural(field: models.Field) -> type | None:
 
 
 def insert(
-    model: type[models.Model], fields: Sequence[str], rows: Iterable[Sequence[Any]], returning: str | None = None
-) -> list[Any]:
-    """Insert ``rows`` (values in the order of ``fields``) in multi-row statements; with ``returning`` (a field),
-    that field of each row, in the order given (as the ORM's ``bulk_create`` relies on, on both databases)."""
+    model: type[models.Model], fields: Sequence[str], rows: Iterable[Sequence[Any]], returning: Sequence[str] = ()
+) -> list[tuple[Any, ...]]:
+    """Insert ``rows`` (values in the order of ``fields``) in multi-row statements; with ``returning`` (fields),
+    those fields of each inserted row, in no promised order (neither database documents one): match them on
+    what the rows hold."""
     db = connections[DEFAULT_DB_ALIAS]  # resolved once: each access through the ``connection`` proxy costs a lookup
     prepared = [model._meta.get_field(f) for f in fields]
     values = [
@@ -81,12 +82,12 @@ def insert(
     if not values:
         return []
     head = f"INSERT INTO {table(model)} ({', '.join(column(model, f) for f in fields)}) VALUES "
-    tail = f" RETURNING {column(model, returning)}" if returning else ""
+    tail = f" RETURNING {', '.join(column(model, f) for f in returning)}" if returning else ""
     one = "(" + ", ".join(["%s"] * len(fields)) + ")"
     per = max(1, MAX_PARAMS // len(fields))
-    out: list[Any] = []
+    out: list[tuple[Any, ...]] = []
     for start in range(0, len(values), per):
         chunk = values[start : start + per]
         found = execute(head + ", ".join([one] * len(chunk)) + tail, [v for row in chunk for v in row])
-        out.extend(r[0] for r in found)
+        out.extend(tuple(r) for r in found)
     return out

@@ -126,10 +126,7 @@ def test_one_group_push_brings_each_broker_to_the_version_and_books_them_togethe
 def test_a_group_push_answers_each_brokers_failure_apart_and_lands_the_others(
     cluster: Cluster, engine_redis: redis.Redis
 ) -> None:
-    with socket.socket() as s:  # a port nothing listens on: the broker is down
-        s.bind(("127.0.0.1", 0))
-        dead = s.getsockname()[1]
-    down = Broker.objects.create(cluster=cluster, broker_id=3, host="b3:9092", engine_url=f"redis://127.0.0.1:{dead}/0")
+    down = Broker.objects.create(cluster=cluster, broker_id=3, host="b3:9092", engine_url=dead_engine_url())
     v = set_quota(cluster, "alice", 1000)
     pks = list(Broker.objects.filter(cluster=cluster).order_by("broker_id").values_list("pk", flat=True))
     results = push.push_group(cluster.pk, pks)
@@ -139,3 +136,62 @@ def test_a_group_push_answers_each_brokers_failure_apart_and_lands_the_others(
     assert sorted(Push.objects.filter(cluster=cluster).values_list("broker__broker_id", "state", "error_code")) == [
         (1, "applied", ""), (2, "applied", ""), (3, "pending", "BROKER_NOT_AVAILABLE")
     ]
+
+
+def dead_engine_url() -> str:
+    """A Redis URL nothing listens on: a broker that is down."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"redis://127.0.0.1:{s.getsockname()[1]}/0"
+
+
+def test_a_group_tries_a_failing_broker_last_after_booking_what_the_others_landed(
+    cluster: Cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    down = Broker.objects.create(cluster=cluster, broker_id=3, host="b3:9092", engine_url=dead_engine_url())
+    b1, b2 = Broker.objects.filter(cluster=cluster, broker_id__in=(1, 2)).order_by("broker_id")
+    set_quota(cluster, "alice", 1000)
+    push.push_group(cluster.pk, [down.pk, b1.pk, b2.pk])  # its first failure: a pending row with an attempt
+    v = set_quota(cluster, "bob", 2000)
+    events: list[object] = []
+    booked, pushed = push._applied, push._push
+
+    def booking(c: Cluster, landed: list[tuple[Broker, push.PushOutcome]]) -> None:
+        events.append([b.pk for b, _ in landed])
+        booked(c, landed)
+
+    def pushing(c: Cluster, b: Broker, **kw: object) -> push.PushOutcome:
+        events.append(b.pk)
+        return pushed(c, b, **kw)
+
+    monkeypatch.setattr(push, "_applied", booking)
+    monkeypatch.setattr(push, "_push", pushing)
+    results = push.push_group(cluster.pk, [down.pk, b1.pk, b2.pk])
+    assert events == [b1.pk, b2.pk, [b1.pk, b2.pk], down.pk]  # booked before the down broker's connect timeout
+    assert [pk for pk, r in results.items() if not isinstance(r, Exception) and r.version == v] == [b1.pk, b2.pk]
+    assert isinstance(results[down.pk], PushError)
+
+
+def test_an_unexpected_error_of_one_broker_leaves_the_others_booked_and_that_one_retried_on_its_own(
+    cluster: Cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from quotas.tasks import push_group
+
+    engine_redis.delete("celery")
+    b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
+    v = set_quota(cluster, "alice", 1000)
+    read = push.desired_state
+
+    def broken_for_b2(c: Cluster, broker: Broker | None) -> object:
+        if broker is not None and broker.pk == b2.pk:
+            raise RuntimeError("a bug of ours")
+        return read(c, broker)
+
+    monkeypatch.setattr(push, "desired_state", broken_for_b2)
+    answer = push_group(cluster.pk, [b1.pk, b2.pk])  # the task, run here
+    assert answer["targets"][str(b1.pk)]["version"] == v and "retry" in answer["targets"][str(b2.pk)]
+    assert sorted(Push.objects.filter(cluster=cluster).values_list("broker", "state")) == [
+        (b1.pk, "applied"), (b2.pk, "pending")
+    ]
+    assert queued_push_messages(engine_redis) == [(push.PUSH_TASK, [cluster.pk, b2.pk])]  # with its backoff
+    engine_redis.delete("celery")
