@@ -70,7 +70,7 @@ class DesiredStateVersion(models.Model):
         rows.execute(
             f"UPDATE {rows.table(model)} SET {rows.column(model, 'version')} = %s, {rows.column(model, 'updated')} = %s"
             f" WHERE {rows.column(model, 'cluster')} = %s",
-            [self.version, model._meta.get_field("updated").get_db_prep_save(self.updated, connection), self.pk],
+            [self.version, rows.prep(model, "updated", self.updated), self.pk],
         )
         log_version(self.cluster, self.version, changes)
         return self.version
@@ -234,14 +234,18 @@ def push_targets(cluster: Cluster) -> list[Broker | None]:
     """Where a cluster's versions land: each broker of the engine, or once the whole cluster (None): the engine's
     cluster-wide namespace, or a Kafka cluster (KRaft keeps quotas and dynamic configs in the metadata log: one
     write reaches every broker; the push then asks each broker what it answers)."""
-    if cluster.scope == QuotaScope.CLUSTER_WIDE or cluster.connector == ConnectorKind.KAFKA:
+    if _one_target(cluster):
         return [None]
     return list(Broker.objects.filter(cluster=cluster).order_by("broker_id"))
 
 
+def _one_target(cluster: Cluster) -> bool:
+    return cluster.scope == QuotaScope.CLUSTER_WIDE or cluster.connector == ConnectorKind.KAFKA
+
+
 def push_target_pks(cluster: Cluster) -> list[int | None]:
     """``push_targets`` as primary keys (None: the whole cluster), in one plain statement: every change runs it."""
-    if cluster.scope == QuotaScope.CLUSTER_WIDE or cluster.connector == ConnectorKind.KAFKA:
+    if _one_target(cluster):
         return [None]
     sql = (
         f"SELECT {rows.column(Broker, 'id')} FROM {rows.table(Broker)} WHERE {rows.column(Broker, 'cluster')} = %s "
