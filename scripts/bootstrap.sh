@@ -136,6 +136,18 @@ ensure_postgresql() {
     apt_install postgresql
 }
 
+# For run_tests.sh: tests/portal/test_compose.py has docker-compose.yml validated by a Compose client (`config`,
+# which reads and checks the file and needs no docker daemon). Docker's own plugin (`docker compose`) is used when
+# present; else Debian's `docker-compose` package is installed (without its recommends: no docker engine). Not
+# fatal: without a client that test is skipped and says why.
+ensure_compose() {
+    if docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1; then
+        return 0
+    fi
+    apt_install --no-install-recommends docker-compose ||
+        echo "bootstrap: could not install docker-compose; the compose file's validation will be skipped" >&2
+}
+
 # quotactl (pyproject.toml [project.scripts]): the project installed editable into the venv, so `quotactl` is on its
 # PATH and runs this checkout's code. Done again only when the script is missing or points at another checkout.
 ensure_project_installed() {

@@ -5,7 +5,8 @@
 # apt-get when missing; a DATABASE_URL already set is used instead), both stopped on exit. A full run (no
 # arguments) then runs a few tests again on SQLite, the quick start's database (QUOTAS_SQLITE_TESTS=0 skips it).
 # The browser tests use the system's chromium, installed with apt-get when missing (never "playwright install");
-# screenshots of the pages they visit are left in test-artifacts/screenshots/.
+# screenshots of the pages they visit are left in test-artifacts/screenshots/. docker-compose.yml is validated by a
+# Compose client (Debian's docker-compose installed when no docker compose plugin is there).
 # Arguments go to pytest, e.g.  bash scripts/run_tests.sh -q tests/portal
 # Exits non-zero when ruff or pytest fails (pytest's own status when pytest fails).
 
@@ -17,6 +18,7 @@ cd "$ROOT"
 source scripts/bootstrap.sh
 ensure_chromium
 ensure_postgresql
+ensure_compose
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python"  # the pipeline tests' Spark workers
 
 REDIS_PORT="${QUOTAS_TEST_REDIS_PORT:-6391}"

@@ -2,7 +2,8 @@
 
 Structural checks run everywhere (no docker needed): the services, what each runs, the environment against
 ``portal/settings.py``, the references between services. ``docker compose config`` runs where the docker client and
-its compose plugin are installed, and the test says why it is skipped otherwise.
+its compose plugin are installed, else by Debian's standalone ``docker-compose`` (scripts/run_tests.sh installs it),
+and the test says why it is skipped when neither is there.
 """
 
 from __future__ import annotations
@@ -109,20 +110,50 @@ def test_the_kafka_nodes_form_one_quorum_built_from_the_maven_project(compose: d
     assert set(voters.values()) == {f"{n}:9093" for n in nodes}
 
 
-def test_docker_compose_accepts_the_file() -> None:
+def compose_client() -> tuple[list[str] | None, str]:
+    """The Compose client to validate with: Docker's plugin (``docker compose``) when installed, else the standalone
+    ``docker-compose`` (Debian's package, which scripts/run_tests.sh installs when neither is there); or None and why.
+    """
     docker = shutil.which("docker")
-    if docker is None:
-        reason = "the docker client is not installed: `docker compose config` not run (the structure is checked above)"
+    said = "the docker client is not installed"
+    if docker is not None:
+        plugin = subprocess.run([docker, "compose", "version"], capture_output=True, text=True, check=False, timeout=60)
+        if plugin.returncode == 0:
+            return [docker, "compose"], ""
+        said = "docker is installed, its compose plugin is not ({})".format(
+            " ".join((plugin.stderr.strip() or plugin.stdout.strip()).splitlines()[:1])
+        )
+    standalone = shutil.which("docker-compose")
+    if standalone is not None:
+        return [standalone], ""
+    return None, f"{said}, nor is docker-compose: no Compose client reads the file (its structure is checked above)"
+
+
+def validate(client: list[str], path: Path) -> subprocess.CompletedProcess[str]:
+    """``<client> -f <path> config --quiet``: the client reads and checks the file (no daemon needed)."""
+    command = [*client, "-f", str(path), "config", "--quiet"]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, timeout=120)
+
+
+def test_docker_compose_accepts_the_file() -> None:
+    client, reason = compose_client()
+    if client is None:
         print(f"SKIP: {reason}", file=sys.stderr)
         pytest.skip(reason)
-    plugin = subprocess.run([docker, "compose", "version"], capture_output=True, text=True, check=False, timeout=60)
-    if plugin.returncode != 0:
-        said = (plugin.stderr.strip() or plugin.stdout.strip()).splitlines()[:1]
-        reason = f"docker is installed, its compose plugin is not ({' '.join(said)}): `docker compose config` not run"
-        print(f"SKIP: {reason}", file=sys.stderr)
-        pytest.skip(reason)
-    proc = subprocess.run(
-        [docker, "compose", "-f", str(COMPOSE), "config", "--quiet"], cwd=ROOT, capture_output=True, text=True,
-        check=False, timeout=120,
-    )
+    proc = validate(client, COMPOSE)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_compose_client_rejects_a_broken_file(tmp_path: Path, compose: dict) -> None:
+    """The validation above can fail: a service depending on one that does not exist is refused."""
+    client, reason = compose_client()
+    if client is None:
+        print(f"SKIP: {reason}", file=sys.stderr)
+        pytest.skip(reason)
+    broken = {**compose, "services": {**compose["services"]}}
+    broken["services"]["portal-a"] = {**compose["services"]["portal-a"], "depends_on": ["no-such-service"]}
+    path = tmp_path / "docker-compose.yml"
+    path.write_text(yaml.safe_dump(broken))
+    proc = validate(client, path)
+    assert proc.returncode != 0
+    assert "no-such-service" in proc.stderr
