@@ -220,21 +220,29 @@ class Worker(SessionProcess):
 
 @dataclass
 class Probe:
-    """Wraps ``quotas.push.enqueue_pushes`` in this process to see each commit (it runs on_commit) and its cost.
+    """Wraps ``quotas.push.enqueue_pushes`` in this process to see each commit that enqueues (it runs on_commit)
+    and its cost.
 
     The wrapper only observes: it takes the time when the callback starts (the commit has just returned)
-    and calls the portal's function unchanged. ``suppress`` skips enqueueing (only for ``--profile``'s
+    and calls the portal's function unchanged. A commit made under a worker's drain lease enqueues nothing: its
+    time is taken when its call returns (``committed``). ``suppress`` skips enqueueing (only for ``--profile``'s
     in-process push measurement, never in a measured phase).
     """
 
     commit_at: list[float] = field(default_factory=list)
+    enqueued_at: dict[int, float] = field(default_factory=dict)
+    current: int = 0
     enqueue_s: float = 0.0
     sent: int = 0
     suppress: bool = False
     instrument: Instrument | None = None
 
     def reset(self) -> None:
-        self.commit_at, self.enqueue_s, self.sent = [], 0.0, 0
+        self.commit_at, self.enqueued_at, self.enqueue_s, self.sent = [], {}, 0.0, 0
+
+    def committed(self, call: int) -> None:
+        """Call ``call`` returned: its commit time is its enqueue's, or now when it enqueued nothing."""
+        self.commit_at.append(self.enqueued_at.get(call, time.time()))
 
     def install(self) -> Callable[[], None]:
         import quotas.push
@@ -244,7 +252,7 @@ class Probe:
         def enqueue_pushes(
             cluster_id: int, broker_pks: list[int | None] | None = None, *, force: bool = False, **kw: Any
         ) -> int:
-            self.commit_at.append(time.time())
+            self.enqueued_at.setdefault(self.current, time.time())
             if self.suppress:
                 return 0
             t0 = time.perf_counter()
@@ -477,8 +485,10 @@ def run_phase(
                 while clock() < due:
                     time.sleep(max(0.0, min(due - clock(), 0.01)))
             c0 = clock()
+            probe.current = k
             versions.append(alter_client_quotas(cluster, chunk).version)
             call_s.append(clock() - c0)
+            probe.committed(k)
         t_commits = clock()
     probe.instrument = None
     own_cpu = time.process_time() - own_cpu0
@@ -547,6 +557,7 @@ def run_phase(
         "call_ms": 1000.0 * sum(call_s) / calls_n,
         "call_p99_ms": 1000.0 * percentile(sorted(call_s), 99),
         "enqueue_ms": 1000.0 * probe.enqueue_s / calls_n,
+        "enqueued_calls": len(probe.enqueued_at),
         "sql": instrument.per_call(calls_n),
         "own_cpu_ms_per_call": 1000.0 * own_cpu / calls_n,
         "tasks": tasks,
@@ -595,7 +606,8 @@ def report_phase(r: dict[str, Any], raw_cps: float, concurrency: int) -> None:
     top = ", ".join(f"{k} {v:,}" for k, v in sorted(r["redis_commands"].items(), key=lambda kv: -kv[1])[:8])
     print(
         f"{'':<13} per call {r['call_ms']:.3f} ms (p99 {r['call_p99_ms']:.2f} ms) of which enqueue "
-        f"{r['enqueue_ms']:.3f} ms; committer CPU {r['own_cpu_ms_per_call']:.3f} ms/call; {r['tasks']:,} target pushes "
+        f"{r['enqueue_ms']:.3f} ms ({r['enqueued_calls']:,} of {r['calls']:,} calls enqueued, the rest under a "
+        f"worker's drain lease); committer CPU {r['own_cpu_ms_per_call']:.3f} ms/call; {r['tasks']:,} target pushes "
         f"sent (worker -c {concurrency}, {r['worker_cpu_s']:.2f} s CPU = {r['worker_cpu_ms_per_task']:.2f} ms/target); "
         f"applications per broker {r['applications']} {r['modes']}",
         flush=True,

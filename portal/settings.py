@@ -248,6 +248,9 @@ QUOTAS_PUSH_DIRECT = [k for k in os.environ.get("QUOTAS_PUSH_DIRECT", "kafka").s
 # The brokers a commit left behind go to the worker in one message (quotas.tasks.push_group). Off ("0") during a
 # rolling upgrade from a version without that task, until every worker runs this one: one message per broker.
 QUOTAS_PUSH_GROUPS = env_bool("QUOTAS_PUSH_GROUPS", default=True)
+# A group push to engine brokers keeps pushing the cluster's new commits for up to this many seconds (its drain
+# lease: those commits send no message of their own); 0: one round per message.
+QUOTAS_PUSH_DRAIN_S = float(os.environ.get("QUOTAS_PUSH_DRAIN_S", 1.0))
 # Reconcile compares every broker with desired state this often; "report" records drift, "heal" re-applies.
 QUOTAS_RECONCILE_SECONDS = float(os.environ.get("QUOTAS_RECONCILE_SECONDS", 60.0))
 QUOTAS_DRIFT_MODE = os.environ.get("QUOTAS_DRIFT_MODE", "report")

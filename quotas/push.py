@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import kombu.exceptions
@@ -74,6 +75,7 @@ from quotas.models import (
     QuotaValue,
     TopicConfig,
     audited_alter,
+    push_target_pks,
     push_targets,
     push_wanted,
     record,
@@ -442,7 +444,15 @@ def _push(
     return outcome
 
 
-def push_group(cluster_id: int, broker_pks: Sequence[int | None]) -> dict[int | None, PushOutcome | Exception]:
+#: How long the lease of a draining group push lasts from its last round (``DesiredStateVersion.drain_until``):
+#: commits under it enqueue nothing, so a worker that dies mid-drain holds their pushes back this long at most
+#: (then the next commit enqueues one as usual; reconcile catches up a target left behind meanwhile).
+DRAIN_LEASE_S = 10.0
+
+
+def push_group(
+    cluster_id: int, broker_pks: Sequence[int | None], *, drain_s: float = 0.0
+) -> dict[int | None, PushOutcome | Exception]:
     """Several targets of one cluster in one go (what one task does for a round of commits that left them all
     behind): each pushed as ``push_target`` pushes it, their pending flags cleared together first, then what
     landed booked in one transaction and the cluster's requests settled once.
@@ -450,12 +460,42 @@ def push_group(cluster_id: int, broker_pks: Sequence[int | None]) -> dict[int | 
     A target that failed answers its exception (a PushError is recorded on its rows; the task retries it on its
     own); one that no longer exists is left out. Targets whose last push failed go last, after what the others
     landed is booked, so a broker that is down (its connect timeout) delays no other. A connector that orders
-    pushes with a lock (Kafka) books each push under its lock, one target at a time."""
+    pushes with a lock (Kafka) books each push under its lock, one target at a time.
+
+    ``drain_s`` > 0 (a connector that orders pushes itself: the engine): while commits keep arriving, keep pushing
+    for up to that long instead of leaving each round of commits a message to send. The booking of a round that
+    reached every target also reads the cluster's version in the same transaction: newer than what the round
+    pushed, it takes the cluster's drain lease (commits that see it enqueue nothing) and pushes again, to every
+    current target; not newer, it clears the lease and stops. A commit and that booking both write the version row,
+    so they take turns: a commit that saw the lease is read by the booking after it. When the drain ends otherwise
+    (a target failed, the time is up), the lease is cleared and a push enqueued the usual way, for the commits that
+    counted on it. Returns the last round's outcomes."""
     with _client().pipeline(transaction=False) as p:
         for pk in broker_pks:
             p.delete(_flag(cluster_id, pk))  # commits from now on enqueue a new push
         p.execute()
     cluster = Cluster.objects.get(pk=cluster_id)
+    drain = drain_s > 0 and not connector_for(cluster.connector).needs_lock
+    deadline = time.monotonic() + drain_s
+    leased = False
+    while True:
+        out, again = _group_round(cluster, broker_pks, drain)
+        if again and time.monotonic() < deadline:
+            leased = True
+            broker_pks = push_target_pks(cluster)  # commits under the lease wrote rows for every current target
+            continue
+        if again or (leased and again is None):  # the lease is ours and commits may count on it: hand them over
+            _end_drain(cluster)
+            enqueue_pushes(cluster_id)
+        return out
+
+
+def _group_round(
+    cluster: Cluster, broker_pks: Sequence[int | None], drain: bool
+) -> tuple[dict[int | None, PushOutcome | Exception], bool | None]:
+    """One round of ``push_group``: its outcomes, and (``drain``, every target reached and booked) whether the
+    cluster has a newer version than the round brought everywhere (True: the drain lease is taken; False: cleared);
+    None when no such check was made."""
     brokers = Broker.objects.in_bulk([pk for pk in broker_pks if pk is not None])
     deferred = not connector_for(cluster.connector).needs_lock
     failing = set(
@@ -464,6 +504,7 @@ def push_group(cluster_id: int, broker_pks: Sequence[int | None]) -> dict[int | 
     )  # fmt: skip
     landed: list[tuple[Broker | None, PushOutcome]] = []
     out: dict[int | None, PushOutcome | Exception] = {}
+    again: bool | None = None
     try:
         for pk in sorted(broker_pks, key=lambda pk: pk in failing):  # stable: the healthy first, in their order
             broker = brokers.get(pk) if pk is not None else None
@@ -484,19 +525,38 @@ def push_group(cluster_id: int, broker_pks: Sequence[int | None]) -> dict[int | 
                 out[pk] = e
     finally:
         if landed:
-            _book(cluster, landed, out)
-    return out
+            reached = [o.version for o in out.values() if isinstance(o, PushOutcome)]
+            whole = drain and len(reached) == len(out) and bool(reached)
+            current = _book(cluster, landed, out, drained_to=min(reached) if whole else None)
+            if whole and current is not None:
+                again = current > min(reached)
+    return out, again
 
 
-def _book(cluster: Cluster, landed: Sequence[tuple[Broker | None, PushOutcome]], out: dict[Any, Any]) -> None:
-    """Book a group's landed pushes; if that fails, they answer the error (the task pushes each again on its own:
-    a push that finds its version there books it)."""
+def _end_drain(cluster: Cluster) -> None:
+    """Clear the cluster's drain lease (in a transaction of its own): commits from now on enqueue their pushes."""
+    model = DesiredStateVersion
+    lease, where = rows.column(model, "drain_until"), rows.column(model, "cluster")
+    sql = f"UPDATE {rows.table(model)} SET {lease} = NULL WHERE {where} = %s"
     try:
-        _applied(cluster, landed)
+        _bookkeeping(lambda: rows.write(sql, [cluster.pk]))
+    except Exception:  # the lease runs out by itself (DRAIN_LEASE_S)
+        log.exception("Clearing the drain lease of %s failed; it runs out in %gs", cluster.name, DRAIN_LEASE_S)
+
+
+def _book(
+    cluster: Cluster, landed: Sequence[tuple[Broker | None, PushOutcome]], out: dict[Any, Any],
+    drained_to: int | None = None,
+) -> int | None:
+    """Book a group's landed pushes (``_applied``, whose answer it returns); if that fails, they answer the error
+    (the task pushes each again on its own: a push that finds its version there books it) and None is returned."""
+    try:
+        return _applied(cluster, landed, drained_to)
     except Exception as e:
         log.exception("Booking the pushes to %s failed; each target is pushed again on its own", cluster.name)
         for broker, _ in landed:
             out[broker.pk if broker is not None else None] = e
+        return None
 
 
 def _push_locked(
@@ -567,10 +627,17 @@ def _bookkeeping(write: Callable[[], _T]) -> _T:
         raw.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
 
 
-def _applied(cluster: Cluster, landed: Sequence[tuple[Broker | None, PushOutcome]]) -> None:
+def _applied(
+    cluster: Cluster, landed: Sequence[tuple[Broker | None, PushOutcome]], drained_to: int | None = None
+) -> int | None:
     """Every version up to each outcome's is on its target (those it carried count one more attempt), in one
     transaction for all of them; requests all of whose targets hold their version become applied. Written after
-    the sends: nothing before a send waits for the database's write lock."""
+    the sends: nothing before a send waits for the database's write lock.
+
+    ``drained_to`` (a draining group push: every target holds at least that version): the same transaction first
+    takes the cluster's drain lease if its version is newer, else clears it, and the version is returned (None
+    without ``drained_to``). The version row is written first: a commit holds it from its start, so a booking
+    waits for the commit in progress, never the other way round."""
     now = timezone.now()
     c = {name: rows.column(Push, name) for name in (
         "cluster", "broker", "version", "state", "attempts", "error_code", "error", "answers", "updated", "applied_at"
@@ -592,7 +659,20 @@ def _applied(cluster: Cluster, landed: Sequence[tuple[Broker | None, PushOutcome
              *answers[1], cluster.pk, *([broker.pk] if broker is not None else []), *_NOT_APPLIED, outcome.version],
         ))  # fmt: skip
 
+    drain: tuple[str, list[Any]] | None = None
+    if drained_to is not None:
+        d = {name: rows.column(DesiredStateVersion, name) for name in ("cluster", "version", "drain_until")}
+        lease = rows.prep(DesiredStateVersion, "drain_until", now + timedelta(seconds=DRAIN_LEASE_S))
+        drain = (
+            f"UPDATE {rows.table(DesiredStateVersion)} SET {d['drain_until']} = CASE WHEN {d['version']} > %s THEN %s "
+            f"ELSE NULL END WHERE {d['cluster']} = %s RETURNING {d['version']}",
+            [drained_to, lease, cluster.pk],
+        )
+    current: list[int] = []
+
     def write() -> list[int]:  # plain statements, made before: the write lock is held for the UPDATEs alone
+        if drain is not None:
+            current[:] = [int(v) for (v,) in rows.execute(*drain)]
         moved = []
         for (broker, _), (sql, params) in zip(landed, statements, strict=True):
             Push.lock_target(cluster.pk, broker.pk if broker is not None else None)  # concurrent pushes take turns
@@ -608,6 +688,7 @@ def _applied(cluster: Cluster, landed: Sequence[tuple[Broker | None, PushOutcome
                 cluster=cluster, broker=broker, version=outcome.version,
                 defaults={"state": PushState.APPLIED, "applied_at": now, "attempts": 1},
             )  # fmt: skip
+    return current[0] if current else None
 
 
 def _failed(cluster: Cluster, broker: Broker | None, e: PushError) -> None:

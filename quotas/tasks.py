@@ -77,7 +77,7 @@ def push_group(cluster_id: int, broker_pks: list[int | None]) -> dict[str, Any]:
     its own (``push_target``, with backoff), one that was refused is recorded as failed.
     """
     try:
-        results = push.push_group(cluster_id, broker_pks)
+        results = push.push_group(cluster_id, broker_pks, drain_s=settings.QUOTAS_PUSH_DRAIN_S)
     except Cluster.DoesNotExist:
         return {"skipped": "the cluster no longer exists"}
     out: dict[str, Any] = {}

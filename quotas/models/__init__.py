@@ -41,6 +41,7 @@ from quotas.models.pushes import (
     DriftStatus,
     Push,
     PushState,
+    push_target_pks,
     push_targets,
 )
 from quotas.models.quotas import (
@@ -159,6 +160,7 @@ __all__ = [
     "is_auditor",
     "match_owned_by",
     "owning_tenant",
+    "push_target_pks",
     "push_targets",
     "push_wanted",
     "record",

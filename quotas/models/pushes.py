@@ -37,6 +37,15 @@ class DesiredStateVersion(models.Model):
     cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, primary_key=True, related_name="desired_state")
     version = models.PositiveBigIntegerField(default=0)
     updated = models.DateTimeField(auto_now=True)
+    drain_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A worker's drain lease: until then it pushes each commit of the cluster (quotas.push).",
+    )
+
+    #: Set by ``lock``: a worker holds the cluster's drain lease, so a commit made under this lock is pushed by it
+    #: (its next round reads the version after this transaction) and enqueues no push of its own.
+    drained = False
 
     def __str__(self) -> str:
         return f"{self.cluster.name}@{self.version}"
@@ -47,22 +56,29 @@ class DesiredStateVersion(models.Model):
         ... FOR UPDATE`` on PostgreSQL; on SQLite the transaction itself (IMMEDIATE: one writer at a time)."""
         if connection.get_autocommit():
             raise transaction.TransactionManagementError("DesiredStateVersion.lock() outside a transaction")
-        sql = f"SELECT {rows.column(cls, 'version')} FROM {rows.table(cls)} WHERE {rows.column(cls, 'cluster')} = %s"
+        drain = rows.column(cls, "drain_until")
+        sql = (
+            f"SELECT {rows.column(cls, 'version')}, CASE WHEN {drain} > %s THEN 1 ELSE 0 END FROM {rows.table(cls)} "
+            f"WHERE {rows.column(cls, 'cluster')} = %s"
+        )
         if connection.features.has_select_for_update:
             sql += " FOR UPDATE"
-        found = rows.execute(sql, [cluster.pk])
+        params = [rows.prep(cls, "drain_until", timezone.now()), cluster.pk]
+        found = rows.execute(sql, params)
         if not found:  # clusters made before versions existed; Cluster.save makes the row
             cls.objects.get_or_create(cluster=cluster)
-            found = rows.execute(sql, [cluster.pk])
+            found = rows.execute(sql, params)
         row = cls.from_db(connection.alias, ["cluster_id", "version"], [cluster.pk, found[0][0]])
         row.cluster = cluster  # known already: bump() needs it without another query
+        row.drained = bool(found[0][1])
         return row
 
     def bump(self, changes: Mapping[Item, str | None]) -> int:
         """One more version for ``changes`` (item -> new text, None = removed); call it on the row ``lock``
         returned, inside the changes' transaction.
 
-        The items are logged under the new version and a push to every broker follows the commit.
+        The items are logged under the new version and a push to every broker follows the commit (by the worker
+        holding the cluster's drain lease when ``lock`` saw one, else enqueued after the commit).
         """
         self.version += 1  # the row is locked: nobody else moves it until we commit
         self.updated = timezone.now()
@@ -72,7 +88,7 @@ class DesiredStateVersion(models.Model):
             f" WHERE {rows.column(model, 'cluster')} = %s",
             [self.version, rows.prep(model, "updated", self.updated), self.pk],
         )
-        log_version(self.cluster, self.version, changes)
+        log_version(self.cluster, self.version, changes, enqueue=not self.drained)
         return self.version
 
 
@@ -259,13 +275,16 @@ _PUSH_FIELDS = ("cluster", "broker", "version", "state", "attempts", "error_code
                 "updated", "applied_at")  # fmt: skip
 
 
-def log_version(cluster: Cluster, version: int, changes: Mapping[Item, str | None]) -> None:
-    """Inside the change's transaction: log its items, add a pending push per target, push after commit."""
+def log_version(cluster: Cluster, version: int, changes: Mapping[Item, str | None], *, enqueue: bool = True) -> None:
+    """Inside the change's transaction: log its items, add a pending push per target, push after commit (unless
+    ``enqueue`` is False: a worker draining the cluster pushes it)."""
     rows.insert(DesiredChange, _CHANGE_FIELDS, ((cluster.pk, version, *item, v) for item, v in changes.items()))
     pks = push_target_pks(cluster)
     now = timezone.now()
     rows.insert(Push, _PUSH_FIELDS, ((cluster.pk, pk, version, PushState.PENDING, 0, "", "", {}, now, now, None)
                                      for pk in pks))  # fmt: skip
+    if not enqueue:
+        return
     cluster_id, kind = cluster.pk, cluster.connector
 
     def after_commit() -> None:

@@ -1,11 +1,14 @@
-"""Reconcile without a worker: heal mode, brokers that are behind, cluster-wide namespaces, pushes coalescing."""
+"""Reconcile without a worker: heal mode, brokers that are behind, cluster-wide namespaces, pushes coalescing, group
+pushes that drain the commits made while they run."""
 
 from __future__ import annotations
 
 import socket
+from datetime import timedelta
 
 import pytest
 import redis
+from django.utils import timezone
 
 from quotas import push
 from quotas.choices import QuotaScope
@@ -16,6 +19,7 @@ from quotas.models import (
     AuditEntry,
     Broker,
     Cluster,
+    DesiredStateVersion,
     Drift,
     Push,
 )
@@ -156,9 +160,9 @@ def test_a_group_tries_a_failing_broker_last_after_booking_what_the_others_lande
     events: list[object] = []
     booked, pushed = push._applied, push._push
 
-    def booking(c: Cluster, landed: list[tuple[Broker, push.PushOutcome]]) -> None:
+    def booking(c: Cluster, landed: list[tuple[Broker, push.PushOutcome]], *more: object) -> int | None:
         events.append([b.pk for b, _ in landed])
-        booked(c, landed)
+        return booked(c, landed, *more)
 
     def pushing(c: Cluster, b: Broker, **kw: object) -> push.PushOutcome:
         events.append(b.pk)
@@ -194,4 +198,87 @@ def test_an_unexpected_error_of_one_broker_leaves_the_others_booked_and_that_one
         (b1.pk, "applied"), (b2.pk, "pending")
     ]
     assert queued_push_messages(engine_redis) == [(push.PUSH_TASK, [cluster.pk, b2.pk])]  # with its backoff
+    engine_redis.delete("celery")
+
+
+def lease_of(cluster: Cluster) -> object:
+    return DesiredStateVersion.objects.get(cluster=cluster).drain_until
+
+
+def pushes_enqueued(capture: object, commit: object) -> int:
+    """How many push enqueues ``commit()`` left for after its commit (the test's transaction never commits)."""
+    with capture(execute=False) as callbacks:  # type: ignore[operator]
+        commit()  # type: ignore[operator]
+    return len(callbacks)
+
+
+def test_a_commit_under_a_live_drain_lease_enqueues_no_push_and_one_that_ran_out_does(
+    cluster: Cluster, django_capture_on_commit_callbacks: object
+) -> None:
+    assert pushes_enqueued(django_capture_on_commit_callbacks, lambda: set_quota(cluster, "alice", 1)) == 1
+    DesiredStateVersion.objects.filter(cluster=cluster).update(drain_until=timezone.now() + timedelta(seconds=5))
+    assert pushes_enqueued(django_capture_on_commit_callbacks, lambda: set_quota(cluster, "bob", 2)) == 0
+    DesiredStateVersion.objects.filter(cluster=cluster).update(drain_until=timezone.now() - timedelta(seconds=1))
+    assert pushes_enqueued(django_capture_on_commit_callbacks, lambda: set_quota(cluster, "carol", 3)) == 1
+
+
+def test_a_draining_group_push_pushes_the_commits_made_during_it_then_lets_go_of_the_lease(
+    cluster: Cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: object,
+) -> None:
+    v1 = set_quota(cluster, "alice", 1000)
+    b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
+    sent, enqueued = push._send, []
+    commits = {1: ("bob", 2000), 3: ("carol", 3000)}  # during the first send of round 1, and of round 2
+
+    def send(*args: object) -> push.PushOutcome:
+        n = len(enqueued) + 1
+        if n in commits:
+            user, value = commits[n]
+            commit = lambda: set_quota(cluster, user, value)  # noqa: E731
+            enqueued.append(pushes_enqueued(django_capture_on_commit_callbacks, commit))
+        else:
+            enqueued.append(None)
+        return sent(*args)
+
+    monkeypatch.setattr(push, "_send", send)
+    results = push.push_group(cluster.pk, [b1.pk, b2.pk], drain_s=60.0)
+    v3 = v1 + 2
+    # bob's commit came before the lease (it enqueues as usual); carol's under it (left to the drain)
+    assert [e for e in enqueued if e is not None] == [1, 0]
+    assert {pk: o.version for pk, o in results.items()} == {b1.pk: v3, b2.pk: v3}  # the last round: every target
+    assert lease_of(cluster) is None  # nothing newer: commits enqueue their pushes again
+    held = {item("alice"): "1000.0", item("bob"): "2000.0", item("carol"): "3000.0"}
+    for broker_id in (1, 2):
+        state = broker_state(engine_redis, cluster, broker_id)
+        assert state.read() == (v3, held)
+        log = state.history(100)
+        assert [r.held for r in log[1:]] == [r.version for r in log[:-1]]  # a chain: no version applied twice
+    assert not Push.objects.filter(cluster=cluster).exclude(state="applied").exists()
+
+
+@pytest.mark.parametrize("end", ["time is up", "a broker failed"])
+def test_a_drain_that_ends_before_the_cluster_is_current_lets_go_and_enqueues_a_push(
+    end: str, cluster: Cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine_redis.delete("celery")
+    set_quota(cluster, "alice", 1000)
+    b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
+    sent, calls = push._send, []
+
+    def send(connector: object, target: object, delta: object) -> push.PushOutcome:
+        calls.append(1)
+        if len(calls) in (1, 3):
+            set_quota(cluster, f"user-{len(calls)}", 1)  # a commit during the round's first send
+        if end == "a broker failed" and len(calls) == 4:
+            raise PushError("BROKER_NOT_AVAILABLE", "down", retriable=True)
+        return sent(connector, target, delta)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(push, "_send", send)
+    results = push.push_group(cluster.pk, [b1.pk, b2.pk], drain_s=1e-9 if end == "time is up" else 60.0)
+    if end == "a broker failed":
+        assert isinstance(results[b2.pk], PushError)
+    assert lease_of(cluster) is None
+    # the commits that counted on the drain get a push the usual way
+    assert sorted(queued_pushes(engine_redis)) == [(cluster.pk, b1.pk), (cluster.pk, b2.pk)]
     engine_redis.delete("celery")
