@@ -7,7 +7,8 @@ before it, a retried or late push is a no-op, and "exactly once in effect" rests
 (the engine's script, or a per-target lock for Kafka, which cannot check versions itself).
 
 Commits enqueue at most one pending push per target (a Redis flag cleared when the push starts), so a
-burst of changes costs a few pushes, not one each. A target of a connector in ``QUOTAS_PUSH_DIRECT`` (Kafka:
+burst of changes costs a few pushes, not one each; while a group push drains an engine cluster (its lease on the
+version row, see ``push_group``) they enqueue none. A target of a connector in ``QUOTAS_PUSH_DIRECT`` (Kafka:
 its round trips, not our work, make a push's time) is pushed by the committing process itself, in a thread,
 when its lock is free; a busy or failing target falls back to the Celery task. The reconcile job (Celery
 beat) catches up targets that are behind, and compares those that are current with desired state: the

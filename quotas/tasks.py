@@ -74,7 +74,8 @@ def push_group(cluster_id: int, broker_pks: list[int | None]) -> dict[str, Any]:
     """Bring several targets of one cluster to its current version (a round of commits that left them all behind).
 
     Each target's outcome as ``push_target`` answers it; a target that failed and may succeed later is retried on
-    its own (``push_target``, with backoff), one that was refused is recorded as failed.
+    its own (``push_target``, with backoff), one that was refused is recorded as failed. Engine targets: the task
+    keeps pushing the commits made meanwhile for up to QUOTAS_PUSH_DRAIN_S (``push.push_group``'s drain lease).
     """
     try:
         results = push.push_group(cluster_id, broker_pks, drain_s=settings.QUOTAS_PUSH_DRAIN_S)
