@@ -59,6 +59,8 @@ from quotas.engine.config import EntityRef
 from quotas.engine.entities import DEFAULT
 from quotas.engine.redis_backend import connect
 from quotas.models import (
+    DRAIN_LEASE_S,
+    DRAIN_WINDOW_S,
     Alteration,
     AuditAction,
     Broker,
@@ -445,12 +447,6 @@ def _push(
     return outcome
 
 
-#: How long the lease of a draining group push lasts from its last round (``DesiredStateVersion.drain_until``):
-#: commits under it enqueue nothing, so a worker that dies mid-drain holds their pushes back this long at most
-#: (then the next commit enqueues one as usual; reconcile catches up a target left behind meanwhile).
-DRAIN_LEASE_S = 10.0
-
-
 def push_group(
     cluster_id: int, broker_pks: Sequence[int | None], *, drain_s: float = 0.0
 ) -> dict[int | None, PushOutcome | Exception]:
@@ -467,28 +463,58 @@ def push_group(
     for up to that long instead of leaving each round of commits a message to send. The booking of a round that
     reached every target also reads the cluster's version in the same transaction: newer than what the round
     pushed, it takes the cluster's drain lease (commits that see it enqueue nothing) and pushes again, to every
-    current target; not newer, it clears the lease and stops. A commit and that booking both write the version row,
-    so they take turns: a commit that saw the lease is read by the booking after it. When the drain ends otherwise
-    (a target failed, the time is up), the lease is cleared and a push enqueued the usual way, for the commits that
-    counted on it. Returns the last round's outcomes."""
+    current target (the cluster read again: its scope or connector may have changed); not newer, it clears the
+    lease and stops (a target added meanwhile, which the round did not know, then gets its push enqueued). A commit
+    and that booking both write the version row, so they take turns: a commit that saw the lease is read by the
+    booking after it. However else a drain ends while the lease is ours (a target failed, the time is up, an
+    error), the lease is cleared and a push enqueued the usual way for the commits that counted on it. Returns the
+    last round's outcomes."""
     with _client().pipeline(transaction=False) as p:
         for pk in broker_pks:
             p.delete(_flag(cluster_id, pk))  # commits from now on enqueue a new push
         p.execute()
-    cluster = Cluster.objects.get(pk=cluster_id)
-    drain = drain_s > 0 and not connector_for(cluster.connector).needs_lock
     deadline = time.monotonic() + drain_s
-    leased = False
-    while True:
-        out, again = _group_round(cluster, broker_pks, drain)
-        if again and time.monotonic() < deadline:
-            leased = True
-            broker_pks = push_target_pks(cluster)  # commits under the lease wrote rows for every current target
-            continue
-        if again or (leased and again is None):  # the lease is ours and commits may count on it: hand them over
-            _end_drain(cluster)
-            enqueue_pushes(cluster_id)
-        return out
+    leased = False  # a booking of ours took the lease and none cleared it since: commits may count on us
+    try:
+        while True:
+            cluster = Cluster.objects.get(pk=cluster_id)
+            drain = drain_s > 0 and not connector_for(cluster.connector).needs_lock
+            out, again = _group_round(cluster, broker_pks, drain)
+            if again:
+                leased = True
+                if time.monotonic() < deadline:
+                    broker_pks = push_target_pks(cluster)  # commits under the lease wrote rows for every target
+                    continue
+            elif again is False:
+                if leased:  # a target added during the drain that this round did not know of
+                    missing = [pk for pk in push_target_pks(cluster) if pk not in out]
+                    if missing:
+                        enqueue_pushes(cluster_id, missing)
+                leased = False
+            return out
+    finally:
+        if leased:
+            _hand_over(cluster_id)
+
+
+def _hand_over(cluster_id: int) -> None:
+    """A drain ends while its lease may be held: clear it, then enqueue a push as a commit would. If the lease
+    cannot be cleared, the push is sent for when it has run out (a commit still in progress under it then
+    enqueues nothing, and a push sent now could read the version before it)."""
+    try:
+        _end_drain(cluster_id)
+    except Exception:
+        log.exception("Clearing the drain lease of cluster %s failed; a push follows once it has run out", cluster_id)
+        try:
+            pks = push_target_pks(Cluster.objects.get(pk=cluster_id))
+            current_app.send_task(PUSH_GROUP_TASK, (cluster_id, pks), countdown=DRAIN_WINDOW_S, ignore_result=True)
+        except Exception:  # the next commit after the lease, or reconcile, pushes it
+            log.exception("Could not enqueue the push of cluster %s after its drain", cluster_id)
+        return
+    try:
+        enqueue_pushes(cluster_id)
+    except Exception:  # e.g. the database went away: the next commit, or reconcile, pushes it
+        log.exception("Could not enqueue the push of cluster %s after its drain", cluster_id)
 
 
 def _group_round(
@@ -529,35 +555,34 @@ def _group_round(
             reached = [o.version for o in out.values() if isinstance(o, PushOutcome)]
             whole = drain and len(reached) == len(out) and bool(reached)
             current = _book(cluster, landed, out, drained_to=min(reached) if whole else None)
-            if whole and current is not None:
+            if whole and current is not None:  # the lease's transaction committed, whatever failed after it
                 again = current > min(reached)
     return out, again
 
 
-def _end_drain(cluster: Cluster) -> None:
+def _end_drain(cluster_id: int) -> None:
     """Clear the cluster's drain lease (in a transaction of its own): commits from now on enqueue their pushes."""
     model = DesiredStateVersion
     lease, where = rows.column(model, "drain_until"), rows.column(model, "cluster")
     sql = f"UPDATE {rows.table(model)} SET {lease} = NULL WHERE {where} = %s"
-    try:
-        _bookkeeping(lambda: rows.write(sql, [cluster.pk]))
-    except Exception:  # the lease runs out by itself (DRAIN_LEASE_S)
-        log.exception("Clearing the drain lease of %s failed; it runs out in %gs", cluster.name, DRAIN_LEASE_S)
+    _bookkeeping(lambda: rows.write(sql, [cluster_id]))
 
 
 def _book(
     cluster: Cluster, landed: Sequence[tuple[Broker | None, PushOutcome]], out: dict[Any, Any],
     drained_to: int | None = None,
 ) -> int | None:
-    """Book a group's landed pushes (``_applied``, whose answer it returns); if that fails, they answer the error
-    (the task pushes each again on its own: a push that finds its version there books it) and None is returned."""
+    """Book a group's landed pushes (``_applied``); if that fails, they answer the error (the task pushes each again
+    on its own: a push that finds its version there books it). Returns the version the booking's transaction read
+    with ``drained_to`` once it committed (even if what follows it failed), else None."""
+    seen: list[int] = []
     try:
-        return _applied(cluster, landed, drained_to)
+        _applied(cluster, landed, drained_to, seen)
     except Exception as e:
         log.exception("Booking the pushes to %s failed; each target is pushed again on its own", cluster.name)
         for broker, _ in landed:
             out[broker.pk if broker is not None else None] = e
-        return None
+    return seen[0] if seen else None
 
 
 def _push_locked(
@@ -629,16 +654,17 @@ def _bookkeeping(write: Callable[[], _T]) -> _T:
 
 
 def _applied(
-    cluster: Cluster, landed: Sequence[tuple[Broker | None, PushOutcome]], drained_to: int | None = None
-) -> int | None:
+    cluster: Cluster, landed: Sequence[tuple[Broker | None, PushOutcome]], drained_to: int | None = None,
+    seen: list[int] | None = None,
+) -> None:
     """Every version up to each outcome's is on its target (those it carried count one more attempt), in one
     transaction for all of them; requests all of whose targets hold their version become applied. Written after
     the sends: nothing before a send waits for the database's write lock.
 
     ``drained_to`` (a draining group push: every target holds at least that version): the same transaction first
-    takes the cluster's drain lease if its version is newer, else clears it, and the version is returned (None
-    without ``drained_to``). The version row is written first: a commit holds it from its start, so a booking
-    waits for the commit in progress, never the other way round."""
+    takes the cluster's drain lease if its version is newer, else clears it; the version it read goes to ``seen``
+    as soon as the transaction has committed. The version row is written first: a commit holds it from its start,
+    so a booking waits for the commit in progress, never the other way round."""
     now = timezone.now()
     c = {name: rows.column(Push, name) for name in (
         "cluster", "broker", "version", "state", "attempts", "error_code", "error", "answers", "updated", "applied_at"
@@ -681,6 +707,8 @@ def _applied(
         return moved
 
     moved = _bookkeeping(write)
+    if seen is not None:
+        seen.extend(current)
     if any(moved):
         workflow.settle_pushed(cluster)
     for (broker, outcome), n in zip(landed, moved, strict=True):
@@ -689,7 +717,6 @@ def _applied(
                 cluster=cluster, broker=broker, version=outcome.version,
                 defaults={"state": PushState.APPLIED, "applied_at": now, "attempts": 1},
             )  # fmt: skip
-    return current[0] if current else None
 
 
 def _failed(cluster: Cluster, broker: Broker | None, e: PushError) -> None:

@@ -14,6 +14,7 @@ class Migration(migrations.Migration):
             name="drain_until",
             field=models.DateTimeField(
                 blank=True,
+                editable=False,
                 help_text="A worker's drain lease: until then it pushes each commit of the cluster (quotas.push).",
                 null=True,
             ),

@@ -34,6 +34,8 @@ from quotas.models.client_metrics import (
 from quotas.models.clusters import Broker, Cluster, Listener, push_wanted
 from quotas.models.plans import Plan, PlanRequest, PlanStale, PlanState
 from quotas.models.pushes import (
+    DRAIN_LEASE_S,
+    DRAIN_WINDOW_S,
     DesiredChange,
     DesiredStateVersion,
     Drift,
@@ -93,6 +95,8 @@ from quotas.models.webhooks import (
 )
 
 __all__ = [
+    "DRAIN_LEASE_S",
+    "DRAIN_WINDOW_S",
     "ADMINS_GROUP",
     "AUDITORS_GROUP",
     "REQUEST_EVENTS",

@@ -10,6 +10,7 @@ that desired state does not say (missing, extra or different), until it converge
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 
 from django.db import connection, models, transaction
 from django.db.models import Q
@@ -27,6 +28,14 @@ from quotas.models.clusters import Broker, Cluster, push_wanted
 
 KIND_CHOICES = [(k, k) for k in KINDS]
 
+#: How far ahead a draining group push sets its cluster's lease (``DesiredStateVersion.drain_until``) at each round:
+#: commits under it enqueue nothing, so a worker that dies mid-drain holds their pushes back about this long (then
+#: the next commit enqueues one as usual; reconcile catches up a target left behind meanwhile).
+DRAIN_LEASE_S = 10.0
+#: A commit honours a lease only this far ahead of its own clock: a worker whose clock runs ahead cannot make an
+#: orphaned lease last much longer (one set further ahead is ignored: the commit enqueues, which is always safe).
+DRAIN_WINDOW_S = 2 * DRAIN_LEASE_S
+
 
 class DesiredStateVersion(models.Model):
     """The version of a cluster's desired quota state, bumped in the transaction of every change.
@@ -40,6 +49,7 @@ class DesiredStateVersion(models.Model):
     drain_until = models.DateTimeField(
         null=True,
         blank=True,
+        editable=False,  # a worker's, never an admin's
         help_text="A worker's drain lease: until then it pushes each commit of the cluster (quotas.push).",
     )
 
@@ -58,12 +68,14 @@ class DesiredStateVersion(models.Model):
             raise transaction.TransactionManagementError("DesiredStateVersion.lock() outside a transaction")
         drain = rows.column(cls, "drain_until")
         sql = (
-            f"SELECT {rows.column(cls, 'version')}, CASE WHEN {drain} > %s THEN 1 ELSE 0 END FROM {rows.table(cls)} "
-            f"WHERE {rows.column(cls, 'cluster')} = %s"
+            f"SELECT {rows.column(cls, 'version')}, CASE WHEN {drain} > %s AND {drain} <= %s THEN 1 ELSE 0 END "
+            f"FROM {rows.table(cls)} WHERE {rows.column(cls, 'cluster')} = %s"
         )
         if connection.features.has_select_for_update:
             sql += " FOR UPDATE"
-        params = [rows.prep(cls, "drain_until", timezone.now()), cluster.pk]
+        now = timezone.now()
+        window = (now, now + timedelta(seconds=DRAIN_WINDOW_S))
+        params = [*(rows.prep(cls, "drain_until", t) for t in window), cluster.pk]
         found = rows.execute(sql, params)
         if not found:  # clusters made before versions existed; Cluster.save makes the row
             cls.objects.get_or_create(cluster=cluster)

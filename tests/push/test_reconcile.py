@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 import redis
+from django.db import OperationalError
 from django.utils import timezone
 
 from quotas import push
@@ -215,39 +216,57 @@ def pushes_enqueued(capture: object, commit: object) -> int:
 def test_a_commit_under_a_live_drain_lease_enqueues_no_push_and_one_that_ran_out_does(
     cluster: Cluster, django_capture_on_commit_callbacks: object
 ) -> None:
+    def lease(seconds: float) -> None:
+        until = timezone.now() + timedelta(seconds=seconds)
+        DesiredStateVersion.objects.filter(cluster=cluster).update(drain_until=until)
+
     assert pushes_enqueued(django_capture_on_commit_callbacks, lambda: set_quota(cluster, "alice", 1)) == 1
-    DesiredStateVersion.objects.filter(cluster=cluster).update(drain_until=timezone.now() + timedelta(seconds=5))
+    lease(push.DRAIN_LEASE_S)
     assert pushes_enqueued(django_capture_on_commit_callbacks, lambda: set_quota(cluster, "bob", 2)) == 0
-    DesiredStateVersion.objects.filter(cluster=cluster).update(drain_until=timezone.now() - timedelta(seconds=1))
+    lease(-1)  # ran out: its worker died
     assert pushes_enqueued(django_capture_on_commit_callbacks, lambda: set_quota(cluster, "carol", 3)) == 1
+    lease(push.DRAIN_WINDOW_S + 60)  # further ahead than any worker sets it (its clock runs fast): not honoured
+    assert pushes_enqueued(django_capture_on_commit_callbacks, lambda: set_quota(cluster, "dave", 4)) == 1
+
+
+class Drain:
+    """Runs ``push_group`` with commits made at chosen sends (the n-th call of the engine's apply), each recording
+    how many push enqueues it left for after its commit (0: it was left to the drain)."""
+
+    def __init__(self, cluster: Cluster, monkeypatch: pytest.MonkeyPatch, capture: object) -> None:
+        self.cluster, self.capture, self.sends = cluster, capture, 0
+        self.at: dict[int, object] = {}  # send number -> what to do before it (a commit, a failure...)
+        self.enqueued: list[int] = []
+        sent = push._send
+
+        def send(*args: object) -> push.PushOutcome:
+            self.sends += 1
+            action = self.at.get(self.sends)
+            if action is not None:
+                action()  # type: ignore[operator]
+            return sent(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(push, "_send", send)
+
+    def commit(self, user: str, value: float = 1.0) -> None:
+        self.enqueued.append(pushes_enqueued(self.capture, lambda: set_quota(self.cluster, user, value)))
 
 
 def test_a_draining_group_push_pushes_the_commits_made_during_it_then_lets_go_of_the_lease(
     cluster: Cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch,
     django_capture_on_commit_callbacks: object,
 ) -> None:
+    engine_redis.delete("celery")
     v1 = set_quota(cluster, "alice", 1000)
     b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
-    sent, enqueued = push._send, []
-    commits = {1: ("bob", 2000), 3: ("carol", 3000)}  # during the first send of round 1, and of round 2
-
-    def send(*args: object) -> push.PushOutcome:
-        n = len(enqueued) + 1
-        if n in commits:
-            user, value = commits[n]
-            commit = lambda: set_quota(cluster, user, value)  # noqa: E731
-            enqueued.append(pushes_enqueued(django_capture_on_commit_callbacks, commit))
-        else:
-            enqueued.append(None)
-        return sent(*args)
-
-    monkeypatch.setattr(push, "_send", send)
+    drain = Drain(cluster, monkeypatch, django_capture_on_commit_callbacks)
+    drain.at = {1: lambda: drain.commit("bob", 2000), 3: lambda: drain.commit("carol", 3000)}  # rounds 1 and 2
     results = push.push_group(cluster.pk, [b1.pk, b2.pk], drain_s=60.0)
     v3 = v1 + 2
-    # bob's commit came before the lease (it enqueues as usual); carol's under it (left to the drain)
-    assert [e for e in enqueued if e is not None] == [1, 0]
+    assert drain.enqueued == [1, 0]  # bob's commit came before the lease (it enqueues as usual); carol's under it
     assert {pk: o.version for pk, o in results.items()} == {b1.pk: v3, b2.pk: v3}  # the last round: every target
     assert lease_of(cluster) is None  # nothing newer: commits enqueue their pushes again
+    assert queued_push_messages(engine_redis) == []  # and the drain left nothing to send
     held = {item("alice"): "1000.0", item("bob"): "2000.0", item("carol"): "3000.0"}
     for broker_id in (1, 2):
         state = broker_state(engine_redis, cluster, broker_id)
@@ -257,28 +276,66 @@ def test_a_draining_group_push_pushes_the_commits_made_during_it_then_lets_go_of
     assert not Push.objects.filter(cluster=cluster).exclude(state="applied").exists()
 
 
-@pytest.mark.parametrize("end", ["time is up", "a broker failed"])
+@pytest.mark.parametrize("end", ["time is up", "a broker failed", "a booking failed"])
 def test_a_drain_that_ends_before_the_cluster_is_current_lets_go_and_enqueues_a_push(
-    end: str, cluster: Cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    end: str, cluster: Cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: object,
 ) -> None:
     engine_redis.delete("celery")
     set_quota(cluster, "alice", 1000)
     b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
-    sent, calls = push._send, []
+    drain = Drain(cluster, monkeypatch, django_capture_on_commit_callbacks)
+    drain.at = {1: lambda: drain.commit("bob")}  # round 1: its booking takes the lease
+    drain_s = 60.0
+    if end == "time is up":
+        drain_s = 1e-9
+    elif end == "a broker failed":
 
-    def send(connector: object, target: object, delta: object) -> push.PushOutcome:
-        calls.append(1)
-        if len(calls) in (1, 3):
-            set_quota(cluster, f"user-{len(calls)}", 1)  # a commit during the round's first send
-        if end == "a broker failed" and len(calls) == 4:
+        def down() -> None:
             raise PushError("BROKER_NOT_AVAILABLE", "down", retriable=True)
-        return sent(connector, target, delta)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(push, "_send", send)
-    results = push.push_group(cluster.pk, [b1.pk, b2.pk], drain_s=1e-9 if end == "time is up" else 60.0)
-    if end == "a broker failed":
-        assert isinstance(results[b2.pk], PushError)
+        drain.at |= {3: lambda: drain.commit("carol"), 4: down}  # round 2: a commit under the lease, then b2 fails
+    else:
+        book, calls = push._bookkeeping, []
+
+        def second_booking_fails(write: object) -> object:
+            calls.append(1)
+            if len(calls) == 2:  # round 2's booking (the first took the lease): rolled back whole
+                raise OperationalError("the database went away")
+            return book(write)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(push, "_bookkeeping", second_booking_fails)
+        drain.at |= {3: lambda: drain.commit("carol")}  # round 2: a commit under the lease
+    results = push.push_group(cluster.pk, [b1.pk, b2.pk], drain_s=drain_s)
+    if end != "time is up":
+        assert drain.enqueued == [1, 0] and any(isinstance(r, Exception) for r in results.values())
     assert lease_of(cluster) is None
     # the commits that counted on the drain get a push the usual way
     assert sorted(queued_pushes(engine_redis)) == [(cluster.pk, b1.pk), (cluster.pk, b2.pk)]
+    engine_redis.delete("celery")
+
+
+def test_a_broker_added_during_a_drain_gets_the_commits_made_under_the_lease(
+    cluster: Cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: object,
+) -> None:
+    engine_redis.delete("celery")
+    set_quota(cluster, "alice", 1000)
+    b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
+    drain = Drain(cluster, monkeypatch, django_capture_on_commit_callbacks)
+    drain.at = {1: lambda: drain.commit("bob")}  # round 1: its booking takes the lease
+    targets, added = push.push_target_pks, []
+
+    def targets_then_a_new_broker(c: Cluster) -> list[int | None]:
+        known = targets(c)
+        if not added:  # round 2 has read its targets: a broker joins, and a commit is made under the lease
+            added.append(Broker.objects.create(cluster=cluster, broker_id=3, host="b3:9092"))
+            drain.commit("carol")
+        return known
+
+    monkeypatch.setattr(push, "push_target_pks", targets_then_a_new_broker)
+    results = push.push_group(cluster.pk, [b1.pk, b2.pk], drain_s=60.0)
+    assert drain.enqueued == [1, 0] and set(results) == {b1.pk, b2.pk}
+    assert lease_of(cluster) is None
+    assert queued_pushes(engine_redis) == [(cluster.pk, added[0].pk)]  # the round did not know it: enqueued
     engine_redis.delete("celery")
