@@ -223,8 +223,10 @@ def enqueue_pushes(
     A target with a push already pending gets none (that push will read the newer state), unless ``force``.
     ``connector`` (the cluster's kind, when the caller knows it) in ``QUOTAS_PUSH_DIRECT``: the push runs in this
     process (``push_direct``) instead of a Celery task. The targets left for the worker go in one message
-    (``push_group``) when there are several. A Redis failure here loses nothing: the change is in the database and
-    reconcile pushes it.
+    (``push_group``) when the commit had several, even if only one of them was claimed: the flags of a cluster's
+    brokers, once cleared at different times (a broker added, a retry), would otherwise keep each commit claiming
+    one of them, one message per broker, and no group to drain the commits. A Redis failure here loses nothing: the
+    change is in the database and reconcile pushes it.
     """
     if broker_pks is None:
         cluster = Cluster.objects.get(pk=cluster_id)
@@ -237,7 +239,7 @@ def enqueue_pushes(
             claimed = p.execute()
         due = [pk for pk, mine in zip(broker_pks, claimed, strict=True) if mine or force]
         queued = [pk for pk in due if not (direct and _submit_direct(cluster_id, pk))]
-        if len(queued) > 1 and settings.QUOTAS_PUSH_GROUPS:
+        if queued and len(broker_pks) > 1 and settings.QUOTAS_PUSH_GROUPS:
             current_app.send_task(PUSH_GROUP_TASK, (cluster_id, queued), ignore_result=True)
         else:
             for pk in queued:

@@ -211,3 +211,32 @@ def test_drift_behind_the_portals_back_is_found_and_healed(
     assert set(Drift.objects.values_list("resolution", flat=True)) == {"healed"}
     assert AuditEntry.objects.filter(action="drift_healed").count() == 3
     assert DesiredStateVersion.objects.get(cluster=cluster).version == v  # healing changes no desired state
+
+
+def test_a_burst_of_commits_is_drained_by_the_worker_every_version_once_and_in_order(
+    worker_factory: Callable[..., Worker], cluster: Cluster, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import quotas.push
+
+    w = worker_factory()
+    enqueue, enqueued = quotas.push.enqueue_pushes, []
+
+    def counting(*args: Any, **kwargs: Any) -> int:  # observes only: the commit's push is enqueued unchanged
+        enqueued.append(args)
+        return enqueue(*args, **kwargs)
+
+    monkeypatch.setattr(quotas.push, "enqueue_pushes", counting)
+    commits = 300
+    versions = [set_quota(cluster, f"user-{i:03d}", 1000 + i) for i in range(commits)]
+    last = versions[-1]
+    wait_for("every broker at the last version", every_broker_at(cluster, redis_url, last), timeout=60)
+    # commits made while the worker drained the cluster left their push to it: fewer enqueues than commits
+    print(f"{len(enqueued)} of {commits} commits enqueued a push; the others were left to a drain")
+    assert 0 < len(enqueued) < commits, w.log.read_text()[-3000:]
+    expected = {quota_item(f"user-{i:03d}"): repr(float(1000 + i)) for i in range(commits)}
+    for b, url in urls(cluster, redis_url).items():
+        state = state_of(cluster, b, url)
+        assert state.read() == (last, expected)
+        assert_each_version_applied_once(state)
+    wait_for("every push row", lambda: not Push.objects.filter(cluster=cluster).exclude(state="applied").exists())
+    wait_for("the drain lease let go", lambda: DesiredStateVersion.objects.get(cluster=cluster).drain_until is None)
