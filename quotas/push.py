@@ -466,7 +466,8 @@ def push_group(
     reached every target also reads the cluster's version in the same transaction: newer than what the round
     pushed, it takes the cluster's drain lease (commits that see it enqueue nothing) and pushes again, to every
     current target (the cluster read again: its scope or connector may have changed); not newer, it clears the
-    lease and stops (a target added meanwhile, which the round did not know, then gets its push enqueued). A commit
+    lease and stops (a target the round did not push, added meanwhile or left out of its message, then gets a push
+    enqueued as a commit would: a claimed flag, or none when one is pending already). A commit
     and that booking both write the version row, so they take turns: a commit that saw the lease is read by the
     booking after it. However else a drain ends while the lease is ours (a target failed, the time is up, an
     error), the lease is cleared and a push enqueued the usual way for the commits that counted on it. Returns the
@@ -488,11 +489,12 @@ def push_group(
                     broker_pks = push_target_pks(cluster)  # commits under the lease wrote rows for every target
                     continue
             elif again is False:
-                if leased:  # a target added during the drain that this round did not know of
-                    missing = [pk for pk in push_target_pks(cluster) if pk not in out]
-                    if missing:
-                        enqueue_pushes(cluster_id, missing)
                 leased = False
+                # the lease is cleared: a target this round did not push (added during the drain, or left out of a
+                # message that came back after its worker died under a lease) gets its push as a commit would
+                missing = [pk for pk in push_target_pks(cluster) if pk not in out]
+                if missing:
+                    enqueue_pushes(cluster_id, missing)
             return out
     finally:
         if leased:

@@ -339,3 +339,17 @@ def test_a_broker_added_during_a_drain_gets_the_commits_made_under_the_lease(
     assert lease_of(cluster) is None
     assert queued_pushes(engine_redis) == [(cluster.pk, added[0].pk)]  # the round did not know it: enqueued
     engine_redis.delete("celery")
+
+
+def test_a_message_for_part_of_the_cluster_that_clears_an_orphaned_lease_enqueues_the_rest(
+    cluster: Cluster, engine_redis: redis.Redis, django_capture_on_commit_callbacks: object
+) -> None:
+    engine_redis.delete("celery")
+    b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
+    until = timezone.now() + timedelta(seconds=push.DRAIN_LEASE_S)
+    DesiredStateVersion.objects.filter(cluster=cluster).update(drain_until=until)  # its worker died mid-drain
+    assert pushes_enqueued(django_capture_on_commit_callbacks, lambda: set_quota(cluster, "alice", 1)) == 0
+    results = push.push_group(cluster.pk, [b1.pk], drain_s=60.0)  # its message comes back, for broker 1 only
+    assert list(results) == [b1.pk] and lease_of(cluster) is None
+    assert queued_pushes(engine_redis) == [(cluster.pk, b2.pk)]  # alice's commit reaches broker 2 too
+    engine_redis.delete("celery")
