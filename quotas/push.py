@@ -477,62 +477,94 @@ def push_group(
             p.delete(_flag(cluster_id, pk))  # commits from now on enqueue a new push
         p.execute()
     deadline = time.monotonic() + drain_s
-    leased = False  # a booking of ours took the lease and none cleared it since: commits may count on us
+    leased = False  # the lease may be ours (a booking of ours took it, or may have): commits may count on us
+    known: list[int | None] = list(broker_pks)
+    out: dict[int | None, PushOutcome | Exception] = {}
+    first = True
     try:
         while True:
             cluster = Cluster.objects.get(pk=cluster_id)
             drain = drain_s > 0 and not connector_for(cluster.connector).needs_lock
-            out, again = _group_round(cluster, broker_pks, drain)
+            tried: list[bool] = []
+            out, again = _group_round(cluster, broker_pks, drain, skip_failing=not first, tried=tried)
+            first = False
+            leased = leased or bool(tried)
             if again:
-                leased = True
                 if time.monotonic() < deadline:
-                    broker_pks = push_target_pks(cluster)  # commits under the lease wrote rows for every target
+                    broker_pks = known = push_target_pks(cluster)  # commits under the lease wrote rows for each
                     continue
             elif again is False:
                 leased = False
-                # the lease is cleared: a target this round did not push (added during the drain, or left out of a
-                # message that came back after its worker died under a lease) gets its push as a commit would
-                missing = [pk for pk in push_target_pks(cluster) if pk not in out]
-                if missing:
-                    enqueue_pushes(cluster_id, missing)
+                _enqueue_behind(cluster, out)
             return out
     finally:
         if leased:
-            _hand_over(cluster_id)
+            _hand_over(cluster_id, known, [pk for pk, o in out.items() if isinstance(o, Exception)])
 
 
-def _hand_over(cluster_id: int) -> None:
-    """A drain ends while its lease may be held: clear it, then enqueue a push as a commit would. If the lease
-    cannot be cleared, the push is sent for when it has run out (a commit still in progress under it then
-    enqueues nothing, and a push sent now could read the version before it)."""
+def _enqueue_behind(cluster: Cluster, pushed: Mapping[int | None, object]) -> None:
+    """The lease is cleared: a broker that the last round did not push and that has versions waiting (pending
+    rows: added during the drain, left out as failing, or left out of a message that came back after its worker
+    died under a lease) gets a push as a commit would (its flag claimed: none when one is pending already, as a
+    retry waiting out its backoff holds it)."""
+    try:
+        behind = sorted(
+            Push.objects.filter(cluster=cluster, state=PushState.PENDING, broker__isnull=False)
+            .exclude(broker__in=[pk for pk in pushed if pk is not None])
+            .values_list("broker", flat=True).distinct()
+        )  # fmt: skip
+        if behind:
+            enqueue_pushes(cluster.pk, behind)
+    except Exception:  # the next commit, or reconcile, pushes them
+        log.exception("Could not enqueue the brokers of %s left behind by a drain", cluster.name)
+
+
+def _hand_over(cluster_id: int, known: Sequence[int | None], failed: Sequence[int | None]) -> None:
+    """A drain ends while its lease may be held: clear it, then enqueue a push as a commit would, except to the
+    targets that failed in its last round (the task retries those with backoff; pushing them again at once would
+    hammer a broker that is down). If the lease cannot be cleared, the push is sent for when it has run out (a
+    commit still in progress under it then enqueues nothing, and a push sent now could read the version before
+    it), to the targets this drain knew."""
     try:
         _end_drain(cluster_id)
     except Exception:
         log.exception("Clearing the drain lease of cluster %s failed; a push follows once it has run out", cluster_id)
         try:
-            pks = push_target_pks(Cluster.objects.get(pk=cluster_id))
-            current_app.send_task(PUSH_GROUP_TASK, (cluster_id, pks), countdown=DRAIN_WINDOW_S, ignore_result=True)
+            later = [pk for pk in known if pk not in failed]
+            options: dict[str, Any] = {"countdown": DRAIN_WINDOW_S, "ignore_result": True}
+            if later and len(known) > 1 and settings.QUOTAS_PUSH_GROUPS:
+                current_app.send_task(PUSH_GROUP_TASK, (cluster_id, later), **options)
+            else:
+                for pk in later:
+                    current_app.send_task(PUSH_TASK, (cluster_id, pk), **options)
         except Exception:  # the next commit after the lease, or reconcile, pushes it
             log.exception("Could not enqueue the push of cluster %s after its drain", cluster_id)
         return
     try:
-        enqueue_pushes(cluster_id)
+        targets = push_target_pks(Cluster.objects.get(pk=cluster_id))
+        due = [pk for pk in targets if pk not in failed]
+        if due:
+            enqueue_pushes(cluster_id, due)
     except Exception:  # e.g. the database went away: the next commit, or reconcile, pushes it
         log.exception("Could not enqueue the push of cluster %s after its drain", cluster_id)
 
 
 def _group_round(
-    cluster: Cluster, broker_pks: Sequence[int | None], drain: bool
+    cluster: Cluster, broker_pks: Sequence[int | None], drain: bool, *, skip_failing: bool = False,
+    tried: list[bool] | None = None,
 ) -> tuple[dict[int | None, PushOutcome | Exception], bool | None]:
-    """One round of ``push_group``: its outcomes, and (``drain``, every target reached and booked) whether the
-    cluster has a newer version than the round brought everywhere (True: the drain lease is taken; False: cleared);
-    None when no such check was made."""
+    """One round of ``push_group``: its outcomes, and (``drain``, every target it tried reached and booked) whether
+    the cluster has a newer version than the round brought everywhere (True: the drain lease is taken; False:
+    cleared); None when no such check was made (``tried`` gets an entry when one was attempted: its outcome may be
+    unknown). ``skip_failing``: targets whose last push failed are left to their own retries (with backoff)."""
     brokers = Broker.objects.in_bulk([pk for pk in broker_pks if pk is not None])
     deferred = not connector_for(cluster.connector).needs_lock
     failing = set(
-        Push.objects.filter(cluster=cluster, broker__in=list(brokers), state=PushState.PENDING, attempts__gt=0)
+        Push.objects.filter(cluster=cluster, broker__in=list(brokers), state__in=_NOT_APPLIED, attempts__gt=0)
         .values_list("broker", flat=True)
     )  # fmt: skip
+    if skip_failing:
+        broker_pks = [pk for pk in broker_pks if pk not in failing]
     landed: list[tuple[Broker | None, PushOutcome]] = []
     out: dict[int | None, PushOutcome | Exception] = {}
     again: bool | None = None
@@ -558,6 +590,8 @@ def _group_round(
         if landed:
             reached = [o.version for o in out.values() if isinstance(o, PushOutcome)]
             whole = drain and len(reached) == len(out) and bool(reached)
+            if whole and tried is not None:
+                tried.append(True)
             current = _book(cluster, landed, out, drained_to=min(reached) if whole else None)
             if whole and current is not None:  # the lease's transaction committed, whatever failed after it
                 again = current > min(reached)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import redis
@@ -279,8 +280,10 @@ def test_a_draining_group_push_pushes_the_commits_made_during_it_then_lets_go_of
 @pytest.mark.parametrize("end", ["time is up", "a broker failed", "a booking failed"])
 def test_a_drain_that_ends_before_the_cluster_is_current_lets_go_and_enqueues_a_push(
     end: str, cluster: Cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch,
-    django_capture_on_commit_callbacks: object,
+    django_capture_on_commit_callbacks: object, settings: Any,
 ) -> None:
+    from quotas.tasks import push_group as push_group_task
+
     engine_redis.delete("celery")
     set_quota(cluster, "alice", 1000)
     b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
@@ -306,11 +309,15 @@ def test_a_drain_that_ends_before_the_cluster_is_current_lets_go_and_enqueues_a_
 
         monkeypatch.setattr(push, "_bookkeeping", second_booking_fails)
         drain.at |= {3: lambda: drain.commit("carol")}  # round 2: a commit under the lease
-    results = push.push_group(cluster.pk, [b1.pk, b2.pk], drain_s=drain_s)
+    settings.QUOTAS_PUSH_DRAIN_S = drain_s
+    answer = push_group_task(cluster.pk, [b1.pk, b2.pk])  # the task, run here
+    retried = {pk for pk, outcome in answer["targets"].items() if "retry" in outcome}
+    expected = {"time is up": set(), "a broker failed": {b2.pk}, "a booking failed": {b1.pk, b2.pk}}[end]
+    assert retried == {str(pk) for pk in expected}
     if end != "time is up":
-        assert drain.enqueued == [1, 0] and any(isinstance(r, Exception) for r in results.values())
+        assert drain.enqueued == [1, 0]
     assert lease_of(cluster) is None
-    # the commits that counted on the drain get a push the usual way
+    # the commits that counted on the drain get a push: the usual way, or a failed target's retry (with backoff)
     assert sorted(queued_pushes(engine_redis)) == [(cluster.pk, b1.pk), (cluster.pk, b2.pk)]
     engine_redis.delete("celery")
 
@@ -353,3 +360,79 @@ def test_a_message_for_part_of_the_cluster_that_clears_an_orphaned_lease_enqueue
     assert list(results) == [b1.pk] and lease_of(cluster) is None
     assert queued_pushes(engine_redis) == [(cluster.pk, b2.pk)]  # alice's commit reaches broker 2 too
     engine_redis.delete("celery")
+
+
+def test_a_message_for_part_of_a_current_cluster_sends_no_other(cluster: Cluster, engine_redis: redis.Redis) -> None:
+    engine_redis.delete("celery")
+    for i in (3, 4):
+        Broker.objects.create(cluster=cluster, broker_id=i, host=f"b{i}:9092")
+    set_quota(cluster, "alice", 1000)
+    pks = list(Broker.objects.filter(cluster=cluster).order_by("broker_id").values_list("pk", flat=True))
+    push.push_group(cluster.pk, pks, drain_s=60.0)  # every broker current
+    push.push_group(cluster.pk, pks[:2], drain_s=60.0)  # e.g. two brokers moved to another Redis
+    assert queued_push_messages(engine_redis) == []  # the other two hold the version: nothing to send them
+
+
+def test_a_drain_leaves_a_failing_broker_to_its_retry_and_its_backoff(
+    cluster: Cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: object,
+) -> None:
+    engine_redis.delete("celery")
+    down = Broker.objects.create(cluster=cluster, broker_id=3, host="b3:9092", engine_url=dead_engine_url())
+    b1, b2 = Broker.objects.filter(cluster=cluster, broker_id__in=(1, 2)).order_by("broker_id")
+    set_quota(cluster, "alice", 1000)
+    push.push_group(cluster.pk, [b1.pk, b2.pk, down.pk])  # down fails: its retry is scheduled, holding its flag
+    engine_redis.set(push._flag(cluster.pk, down.pk), 1)
+    set_quota(cluster, "zed", 5)  # a commit whose message could claim b1 and b2 only
+    targets: list[object] = []
+    pushed = push._push
+
+    def pushing(c: Cluster, b: Broker, **kw: object) -> push.PushOutcome:
+        targets.append(b.pk)
+        return pushed(c, b, **kw)
+
+    monkeypatch.setattr(push, "_push", pushing)
+    drain = Drain(cluster, monkeypatch, django_capture_on_commit_callbacks)
+    drain.at = {1: lambda: drain.commit("bob"), 3: lambda: drain.commit("carol")}
+    results = push.push_group(cluster.pk, [b1.pk, b2.pk], drain_s=60.0)  # a commit's message: down's flag was held
+    assert drain.enqueued == [1, 0]
+    assert down.pk not in targets and set(results) == {b1.pk, b2.pk}  # the drain's rounds never tried it
+    assert lease_of(cluster) is None
+    assert queued_push_messages(engine_redis) == []  # its retry, still pending, brings it everything when it runs
+    engine_redis.delete("celery")
+
+
+def test_a_commit_that_could_claim_one_brokers_flag_still_sends_a_group_message(
+    cluster: Cluster, engine_redis: redis.Redis, django_capture_on_commit_callbacks: object
+) -> None:
+    engine_redis.delete("celery")
+    b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
+    engine_redis.set(push._flag(cluster.pk, b2.pk), 1)  # a push to b2 is pending (a retry, a broker added...)
+    with django_capture_on_commit_callbacks(execute=True):
+        set_quota(cluster, "alice", 1000)
+    # a group of one, which can drain the next commits (a push_target message could not)
+    assert queued_push_messages(engine_redis) == [(push.PUSH_GROUP_TASK, [cluster.pk, [b1.pk]])]
+    engine_redis.delete("celery")
+
+
+def test_a_booking_that_failed_after_its_lease_committed_goes_on_draining(
+    cluster: Cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: object,
+) -> None:
+    engine_redis.delete("celery")
+    v1 = set_quota(cluster, "alice", 1000)
+    b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
+    drain = Drain(cluster, monkeypatch, django_capture_on_commit_callbacks)
+    drain.at = {1: lambda: drain.commit("bob")}
+    settle = push.workflow.settle_pushed
+
+    def settle_fails_once(c: Cluster) -> object:
+        monkeypatch.setattr(push.workflow, "settle_pushed", settle)
+        drain.commit("carol")  # under the lease the booking's transaction has just committed
+        raise RuntimeError("a bug of ours, after the booking's transaction")
+
+    monkeypatch.setattr(push.workflow, "settle_pushed", settle_fails_once)
+    results = push.push_group(cluster.pk, [b1.pk, b2.pk], drain_s=60.0)
+    assert drain.enqueued == [1, 0]
+    assert {pk: o.version for pk, o in results.items()} == {b1.pk: v1 + 2, b2.pk: v1 + 2}
+    assert lease_of(cluster) is None and queued_push_messages(engine_redis) == []
