@@ -68,9 +68,16 @@ def portal_scraped(fast_prometheus: PrometheusServer, redis_url: str, django_db_
     prometheus.extra_targets.append(target)
     try:
         prometheus.reload()
-        # twice: a rate() over the portal's series needs two samples in its range
-        up = f'count_over_time(up{{job="portal", instance="127.0.0.1:{port}"}}[{RATE_INTERVAL}]) >= 2'
-        wait_for("Prometheus to scrape the portal twice", lambda: query(prometheus, up), 30, 0.5)
+        # twice, and each time answered (up is 1; a scrape that timed out on a busy machine counts 0): a rate()
+        # over the portal's series needs two samples in its range
+        up = f'sum_over_time(up{{job="portal", instance="127.0.0.1:{port}"}}[{RATE_INTERVAL}]) >= 2'
+        try:
+            wait_for("Prometheus to scrape the portal twice", lambda: query(prometheus, up), 30, 0.5)
+        except BaseException:
+            targets = prometheus.api("targets")["activeTargets"]
+            said = [t.get("lastError") for t in targets if t["labels"]["job"] == "portal"]
+            print(f"the portal's scrape said: {said}; uvicorn's log: {(tmp_path / 'uvicorn.log').read_text()[-3000:]}")
+            raise
         yield prometheus
     finally:
         prometheus.extra_targets.remove(target)
@@ -81,6 +88,7 @@ def portal_scraped(fast_prometheus: PrometheusServer, redis_url: str, django_db_
         server.stop()
 
 
+@pytest.mark.django_db  # the test database is made (and migrated) for the portal's uvicorn even when run alone
 def test_every_dashboard_query_runs_on_the_real_prometheus(kafka_cluster: Any, portal_scraped: PrometheusServer
                                                            ) -> None:
     prometheus = portal_scraped
