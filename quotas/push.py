@@ -239,15 +239,21 @@ def enqueue_pushes(
             claimed = p.execute()
         due = [pk for pk, mine in zip(broker_pks, claimed, strict=True) if mine or force]
         queued = [pk for pk in due if not (direct and _submit_direct(cluster_id, pk))]
-        if queued and len(broker_pks) > 1 and settings.QUOTAS_PUSH_GROUPS:
-            current_app.send_task(PUSH_GROUP_TASK, (cluster_id, queued), ignore_result=True)
-        else:
-            for pk in queued:
-                current_app.send_task(PUSH_TASK, (cluster_id, pk), ignore_result=True)
+        _publish(cluster_id, queued, several=len(broker_pks) > 1)
     except (redis.exceptions.RedisError, OSError, kombu.exceptions.OperationalError) as e:
         log.warning("Could not enqueue pushes to cluster %s (reconcile will): %s", cluster_id, e)
         return 0
     return len(due)
+
+
+def _publish(cluster_id: int, pks: Sequence[int | None], *, several: bool, **options: Any) -> None:
+    """The Celery messages for ``pks``: one group message when the cluster has several targets (and groups are on),
+    else one per target. ``options`` go to ``send_task`` (a countdown)."""
+    if pks and several and settings.QUOTAS_PUSH_GROUPS:
+        current_app.send_task(PUSH_GROUP_TASK, (cluster_id, list(pks)), ignore_result=True, **options)
+    else:
+        for pk in pks:
+            current_app.send_task(PUSH_TASK, (cluster_id, pk), ignore_result=True, **options)
 
 
 # ------------------------------------------------------------------ direct pushes
@@ -531,12 +537,7 @@ def _hand_over(cluster_id: int, known: Sequence[int | None], failed: Sequence[in
         log.exception("Clearing the drain lease of cluster %s failed; a push follows once it has run out", cluster_id)
         try:
             later = [pk for pk in known if pk not in failed]
-            options: dict[str, Any] = {"countdown": DRAIN_WINDOW_S, "ignore_result": True}
-            if later and len(known) > 1 and settings.QUOTAS_PUSH_GROUPS:
-                current_app.send_task(PUSH_GROUP_TASK, (cluster_id, later), **options)
-            else:
-                for pk in later:
-                    current_app.send_task(PUSH_TASK, (cluster_id, pk), **options)
+            _publish(cluster_id, later, several=len(known) > 1, countdown=DRAIN_WINDOW_S)
         except Exception:  # the next commit after the lease, or reconcile, pushes it
             log.exception("Could not enqueue the push of cluster %s after its drain", cluster_id)
         return

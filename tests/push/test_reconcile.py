@@ -253,14 +253,17 @@ class Drain:
         self.enqueued.append(pushes_enqueued(self.capture, lambda: set_quota(self.cluster, user, value)))
 
 
+@pytest.fixture
+def drain(cluster: Cluster, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: object) -> Drain:
+    return Drain(cluster, monkeypatch, django_capture_on_commit_callbacks)
+
+
 def test_a_draining_group_push_pushes_the_commits_made_during_it_then_lets_go_of_the_lease(
-    cluster: Cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch,
-    django_capture_on_commit_callbacks: object,
+    cluster: Cluster, engine_redis: redis.Redis, drain: Drain
 ) -> None:
     engine_redis.delete("celery")
     v1 = set_quota(cluster, "alice", 1000)
     b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
-    drain = Drain(cluster, monkeypatch, django_capture_on_commit_callbacks)
     drain.at = {1: lambda: drain.commit("bob", 2000), 3: lambda: drain.commit("carol", 3000)}  # rounds 1 and 2
     results = push.push_group(cluster.pk, [b1.pk, b2.pk], drain_s=60.0)
     v3 = v1 + 2
@@ -280,14 +283,13 @@ def test_a_draining_group_push_pushes_the_commits_made_during_it_then_lets_go_of
 @pytest.mark.parametrize("end", ["time is up", "a broker failed", "a booking failed"])
 def test_a_drain_that_ends_before_the_cluster_is_current_lets_go_and_enqueues_a_push(
     end: str, cluster: Cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch,
-    django_capture_on_commit_callbacks: object, settings: Any,
+    drain: Drain, settings: Any,
 ) -> None:
     from quotas.tasks import push_group as push_group_task
 
     engine_redis.delete("celery")
     set_quota(cluster, "alice", 1000)
     b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
-    drain = Drain(cluster, monkeypatch, django_capture_on_commit_callbacks)
     drain.at = {1: lambda: drain.commit("bob")}  # round 1: its booking takes the lease
     drain_s = 60.0
     if end == "time is up":
@@ -324,12 +326,11 @@ def test_a_drain_that_ends_before_the_cluster_is_current_lets_go_and_enqueues_a_
 
 def test_a_broker_added_during_a_drain_gets_the_commits_made_under_the_lease(
     cluster: Cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch,
-    django_capture_on_commit_callbacks: object,
+    drain: Drain,
 ) -> None:
     engine_redis.delete("celery")
     set_quota(cluster, "alice", 1000)
     b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
-    drain = Drain(cluster, monkeypatch, django_capture_on_commit_callbacks)
     drain.at = {1: lambda: drain.commit("bob")}  # round 1: its booking takes the lease
     targets, added = push.push_target_pks, []
 
@@ -392,7 +393,7 @@ def test_a_drain_leaves_a_failing_broker_to_its_retry_and_its_backoff(
         return pushed(c, b, **kw)
 
     monkeypatch.setattr(push, "_push", pushing)
-    drain = Drain(cluster, monkeypatch, django_capture_on_commit_callbacks)
+    drain = Drain(cluster, monkeypatch, django_capture_on_commit_callbacks)  # after the setup's own sends
     drain.at = {1: lambda: drain.commit("bob"), 3: lambda: drain.commit("carol")}
     results = push.push_group(cluster.pk, [b1.pk, b2.pk], drain_s=60.0)  # a commit's message: down's flag was held
     assert drain.enqueued == [1, 0]
@@ -417,12 +418,11 @@ def test_a_commit_that_could_claim_one_brokers_flag_still_sends_a_group_message(
 
 def test_a_booking_that_failed_after_its_lease_committed_goes_on_draining(
     cluster: Cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch,
-    django_capture_on_commit_callbacks: object,
+    drain: Drain,
 ) -> None:
     engine_redis.delete("celery")
     v1 = set_quota(cluster, "alice", 1000)
     b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
-    drain = Drain(cluster, monkeypatch, django_capture_on_commit_callbacks)
     drain.at = {1: lambda: drain.commit("bob")}
     settle = push.workflow.settle_pushed
 
