@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from conformance import budget_replay
 from conformance.pulsar_replay import KINDS as PULSAR_KINDS
 from conformance.pulsar_replay import replay_pulsar_case
 from quotas.engine.decisions import NO_EXPIRY, RAW_STAT, Decision, Kind, Op, Outcome
@@ -67,6 +68,7 @@ class EngineFactory:
                 keys = list(self.client.scan_iter(match=f"qe:{{{ns}|*", count=1000))
                 if keys:
                     self.client.delete(*keys)
+                budget_replay.cleanup(self.client, ns)
 
 
 # ---------------------------------------------------------------- sensors (traces, sensor_* kinds)
@@ -393,6 +395,14 @@ CASE_KINDS: dict[str, Callable[[Any, str, dict[str, Any]], Callable[[dict[str, A
     "connection_quotas": _connection_quotas_case,
     "client_metrics": _client_metrics_case,
 }
+
+
+def _budget_case(backend: Any, ns: str, config: dict[str, Any]) -> Callable[[dict[str, Any]], Out]:
+    # the model runs without Redis; the Redis engine's backend holds the factory's client
+    return budget_replay.budget_case(getattr(backend, "client", None), ns, config)
+
+
+CASE_KINDS[budget_replay.KIND] = _budget_case
 
 EXCEPTION_NAMES = {JavaIllegalArgument: "IllegalArgumentException"}
 

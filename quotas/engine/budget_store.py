@@ -1,0 +1,160 @@
+"""Cluster-wide budgets in Redis: the scope the portal pushes and the shares brokers take.
+
+One key space per cluster, all under the hash tag ``{<cluster>}`` so that a
+round touches one Redis Cluster slot. Brokers (the Kafka plugin, or the
+engine's own brokers) call ``lua/budget_share.lua``; the portal writes the
+scope and reads the enforcement state. The arithmetic is ``budgets.py``'s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from .budgets import BUDGET_TYPES, BudgetParams
+from .errors import QuotaValidationError
+
+DEFAULT_PARAMS = BudgetParams()
+BUDGET_LUA = (Path(__file__).parent / "lua" / "budget_share.lua").read_text()
+
+#: Replaces a cluster's scope whole, with a new version: KEYS[1] scope; ARGV field list.
+_SET_SCOPE_LUA = """
+local version = redis.call('HINCRBY', KEYS[1], '#version', 1)
+local keep = {['#version'] = true}
+for _, f in ipairs(ARGV) do keep[f] = true end
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if not keep[f] then redis.call('HDEL', KEYS[1], f) end
+end
+for _, f in ipairs(ARGV) do redis.call('HSET', KEYS[1], f, 'cluster') end
+return version
+"""
+
+COORDINATED, FALLBACK, OFF = "coordinated", "fallback", "off"
+
+
+def tags_field(user: str, client_id: str) -> str:
+    """A sensor's metric tags as the protocol names them (compact JSON, sorted keys)."""
+    return json.dumps({"client-id": client_id, "user": user}, sort_keys=True, separators=(",", ":"))
+
+
+def scope_field(quota_type: str, entity_field: str) -> str:
+    """``<quota type> <config entity field>``: one quota value that is cluster-wide."""
+    if quota_type not in BUDGET_TYPES:
+        raise QuotaValidationError(
+            f"A {quota_type} quota cannot be cluster-wide; only {', '.join(BUDGET_TYPES)} quotas can."
+        )
+    return f"{quota_type} {entity_field}"
+
+
+def budget_id(quota_type: str, user: str, client_id: str) -> str:
+    """``<quota type> <sensor tags field>``: one budget as brokers share it out."""
+    return f"{quota_type} {tags_field(user, client_id)}"
+
+
+@dataclass(frozen=True)
+class BudgetReport:
+    """One budget in a broker's round: which scope field resolved it, its value B and what the broker saw."""
+
+    scope_field: str
+    budget_id: str
+    budget: float
+    demand: float
+    saturated: bool
+
+
+@dataclass(frozen=True)
+class Round:
+    """What a round answered: the engine's clock, the scope (when it changed) and a share per report."""
+
+    now_ms: int
+    scope_version: str
+    scope: list[str] | None
+    shares: list[float | None]
+
+
+class BudgetStore:
+    """One cluster's budgets in Redis."""
+
+    def __init__(self, client: redis.Redis, cluster: str) -> None:
+        self.client = client
+        self.cluster = cluster
+        self.prefix = f"qb:{{{cluster}}}:"
+        self._share = client.register_script(BUDGET_LUA)
+        self._set_scope = client.register_script(_SET_SCOPE_LUA)
+
+    @property
+    def scope_key(self) -> str:
+        return self.prefix + "scope"
+
+    @property
+    def brokers_key(self) -> str:
+        return self.prefix + "brokers"
+
+    def budget_key(self, budget_id: str) -> str:
+        return self.prefix + "b:" + budget_id
+
+    def set_scope(self, fields: Sequence[str]) -> int:
+        """Make exactly ``fields`` cluster-wide, in one step; returns the scope's new version."""
+        return int(self._set_scope(keys=[self.scope_key], args=sorted(set(fields))))
+
+    def scope(self) -> set[str]:
+        """The scope fields that are cluster-wide now."""
+        return {f.decode() for f in self.client.hkeys(self.scope_key)} - {"#version"}
+
+    def round(
+        self,
+        broker: int,
+        reports: Sequence[BudgetReport],
+        params: BudgetParams = DEFAULT_PARAMS,
+        now_ms: int | None = None,
+        scope_version: str | None = None,
+    ) -> Round:
+        """One broker's round (what the plugin does every second), through ``budget_share.lua``."""
+        args: list[str] = [
+            str(broker),
+            str(params.lease_ms),
+            repr(float(params.floor_fraction)),
+            repr(float(params.headroom)),
+            "" if now_ms is None else str(now_ms),
+            scope_version or "",
+        ]
+        for r in reports:
+            args += [r.scope_field, repr(float(r.budget)), repr(float(r.demand)), "1" if r.saturated else "0"]
+        keys = [self.scope_key, self.brokers_key] + [self.budget_key(r.budget_id) for r in reports]
+        now, version, scope, shares = self._share(keys=keys, args=args)
+        held = version.decode() if version else ""
+        changed = [f.decode() for f in scope] if held != (scope_version or "") else None
+        return Round(int(now), held, changed, [float(s) if s else None for s in shares])
+
+    def shares(self, budget_id: str) -> dict[int, dict[str, float]]:
+        """Per broker of one budget: its held share, demand and last round (ms)."""
+        raw = {k.decode(): v.decode() for k, v in self.client.hgetall(self.budget_key(budget_id)).items()}
+        out: dict[int, dict[str, float]] = {}
+        for name, value in raw.items():
+            kind, _, broker = name.partition(":")
+            if broker:
+                out.setdefault(int(broker), {})[kind] = float(value)
+        return out
+
+    def broker_rounds(self) -> dict[int, int]:
+        """Each broker's last round, in the engine's ms."""
+        return {int(k): int(v) for k, v in self.client.hgetall(self.brokers_key).items()}
+
+    def enforcement(self, now_ms: int, lease_ms: int = BudgetParams.lease_ms, brokers: int | None = None) -> str:
+        """``coordinated`` (every broker's last round within the lease), ``fallback`` or ``off`` (never reported)."""
+        rounds = self.broker_rounds()
+        if not rounds:
+            return OFF
+        fresh = [b for b, t in rounds.items() if now_ms - t <= lease_ms]
+        if len(fresh) < len(rounds) or (brokers is not None and len(fresh) < brokers):
+            return FALLBACK
+        return COORDINATED
+
+    def redis_now_ms(self) -> int:
+        """Redis's clock in ms: the clock rounds are judged by."""
+        sec, usec = self.client.time()
+        return int(sec) * 1000 + int(usec) // 1000
