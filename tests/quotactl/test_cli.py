@@ -1,4 +1,4 @@
-"""quotactl export / plan / apply against a live portal (uvicorn), and the README's CI example run as written.
+"""quotactl export / plan / apply against a live portal (uvicorn), and the docs' CI example run as written.
 
 An admin's token plans and applies (one desired-state version); a tenant member's apply becomes a grouped request;
 a stale plan, a bad file and a missing --yes end with exit 1 and the API's typed message, never a traceback.
@@ -127,8 +127,8 @@ def test_stale_plans_bad_files_and_a_members_grouped_request(
 
 
 def ci_steps() -> dict[str, str]:
-    """The README's CI example: each named step's ``run`` script."""
-    text = (ROOT_DIR / "README.md").read_text()
+    """The CI example of docs/capabilities/quotas-as-code.md: each named step's ``run`` script."""
+    text = (ROOT_DIR / "docs" / "capabilities" / "quotas-as-code.md").read_text()
     block = text.split("<!-- quotactl-ci-example:start -->")[1].split("<!-- quotactl-ci-example:end -->")[0]
     steps: dict[str, str] = {}
     for name, script in re.findall(r"- name: (\w+)\n(?:\s+if: .*\n)?\s+run: \|\n((?:\s{10}.*\n)+)", block):
