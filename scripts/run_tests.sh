@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Lint and test: ruff over the whole tree, the import contracts (lint-imports), then pytest against a real project-local Redis
+# Lint and test: ruff over the whole tree, the import contracts (lint-imports), the docs (mkdocs build --strict), then
+# pytest against a real project-local Redis
 # (127.0.0.1:${QUOTAS_TEST_REDIS_PORT:-6391}, no persistence) and a project-local PostgreSQL (devtools/postgres.py:
 # initdb under .run/postgres-test/, a free port of 127.0.0.1, DATABASE_URL exported; `postgresql` installed with
 # apt-get when missing; a DATABASE_URL already set is used instead), both stopped on exit. A full run (no
@@ -8,7 +9,7 @@
 # screenshots of the pages they visit are left in test-artifacts/screenshots/. docker-compose.yml is validated by a
 # Compose client (Debian's docker-compose installed when no docker compose plugin is there).
 # Arguments go to pytest, e.g.  bash scripts/run_tests.sh -q tests/portal
-# Exits non-zero when ruff or pytest fails (pytest's own status when pytest fails).
+# Exits non-zero when ruff, the contracts, the docs or pytest fail (pytest's own status when pytest fails).
 
 set -euo pipefail
 
@@ -58,6 +59,14 @@ contracts_status=0
 echo "run_tests: lint-imports" >&2
 lint-imports --no-cache --no-logo || contracts_status=$?
 
+# The documentation (mkdocs.yml, docs/): --strict turns a broken link or anchor, or a page left out of the nav, into
+# a failure. Not --quiet: mkdocs then drops its warnings and --strict has nothing to count; its INFO lines are dropped
+# here instead.
+docs_status=0
+echo "run_tests: mkdocs build --strict" >&2
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir .run/site 2>&1 | { grep -v '^INFO ' >&2 || true; } ||
+    docs_status=$?
+
 pytest_status=0
 python -m pytest --durations=30 "$@" || pytest_status=$?
 
@@ -76,6 +85,10 @@ fi
 
 if [ "$pytest_status" -ne 0 ]; then
     exit "$pytest_status"
+fi
+if [ "$docs_status" -ne 0 ]; then
+    echo "run_tests: the documentation does not build (see mkdocs above)" >&2
+    exit "$docs_status"
 fi
 if [ "$contracts_status" -ne 0 ]; then
     echo "run_tests: an import contract is broken (see lint-imports above)" >&2
