@@ -1,7 +1,7 @@
 """What would a proposed quota have done to an entity's recorded traffic?
 
     python -m pipeline.whatif --root R --cluster C [--user U] [--client-id X] --key producer_byte_rate --value V \
-        [--advice-target 0.01]
+        [--advice-target 0.01] [--scope per_broker|cluster_wide]
 
 Reads ``<root>/usage/``: the records of the key's quota type that the entity's quota governs (``pipeline.usage``:
 a part left out shares one sensor, a ``<default>`` part gives each client its own), replays them per broker
@@ -11,7 +11,9 @@ bytes, the recorded rate and the rate the tenant would have got (bytes over the 
 fraction of time throttled, and the span of history used. Kafka's quotas are per broker, so each broker's
 records go through their own sensor. The figures are computed in the Python workers (``summarize_usage``, the
 records sent there as numbers only) and one row comes back; ``replay_usage`` gives the per-record rows instead.
-``--advice-target`` adds ``pipeline.advice``'s right-sizing for the same records. Progress goes to stderr as JSON
+``--advice-target`` adds ``pipeline.advice``'s right-sizing for the same records. ``--scope cluster_wide`` replays
+the value as a cluster-wide budget instead (``pipeline.budget_replay``: each sensor's records on all brokers together,
+with shares that follow demand as the broker plugin hands them out) and adds ``delivered_over_budget``. Progress goes to stderr as JSON
 lines (``pipeline.progress``).
 
 An entity with no usage records but with samples from Prometheus (a real Kafka cluster: Kafka's own sensors at the
@@ -46,14 +48,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from quotas.engine.budgets import BUDGET_TYPES
 from quotas.engine.entities import TYPE_OF_KEY, validate_quota_value
 from quotas.engine.errors import QuotaValidationError
 
 from .advice import METHOD, advise_usage
+from .budget_replay import delivered_over_budget, replay_budget
 from .errors import BadArguments, NoHistory, PipelineError
 from .progress import Progress
 from .recorded import advice_caveat, recorded_throttling
-from .replay import never_throttled, replay_frame, replay_sorted
+from .replay import never_throttled, replay_frame, replay_sorted, summarize
 from .session import base_parser, require_local_dataset, run_job
 from .usage import (
     SAMPLED_SOURCE,
@@ -162,6 +166,30 @@ def summarize_proposal(usage: DataFrame, quota_type: str, quota: float | None, *
     parts = [{**row, "brokers": table.column("brokers")[i].values.to_numpy(),
               "delays": table.column("delays")[i].values.to_numpy()} for i, row in enumerate(scalars)]
     return figures(parts, window_ms)
+
+
+BUDGET_SCHEMA = REPLAY_SCHEMA + ", share double"
+
+
+def summarize_budget(usage: DataFrame, quota_type: str, budget: float, *, samples: int = 11, window_ms: int = 1000,
+                     entity: tuple[str | None, str | None] | None = None) -> dict | None:
+    """The figures of a cluster-wide budget over every record of ``usage``: each sensor's records on all brokers
+    replayed together with shares that follow demand (``pipeline.budget_replay``); None without records."""
+    fn = functools.partial(_budget_group, quota_type=quota_type, budget=budget, samples=samples,
+                           window_ms=window_ms, entity=entity)
+    cols = [F.col(c).cast(t) for c, t in (("cluster", "string"), ("broker", "long"), ("user", "string"),
+                                          ("client_id", "string"), ("seq", "long"), ("t_ms", "long"),
+                                          ("value", "double"))]
+    rows = usage.select(*cols).groupBy("cluster", "user", "client_id").applyInPandas(fn, BUDGET_SCHEMA).toPandas()
+    if rows.empty:
+        return None
+    return {**summarize(rows, window_ms), "brokers": int(rows["broker"].nunique()),
+            "history_from_ms": int(rows["t_ms"].min()), "history_to_ms": int(rows["t_ms"].max()),
+            "delivered_over_budget": delivered_over_budget(rows, budget)}
+
+
+def _budget_group(pdf, *, quota_type, budget, samples, window_ms, entity):  # runs on the executors
+    return replay_budget(pdf, quota_type, budget, samples=samples, window_ms=window_ms, entity=entity)
 
 
 @contextmanager
@@ -343,6 +371,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--window-ms", type=int, default=1000, help="quota.window.size.seconds in ms (default 1000)")
     p.add_argument("--open-loop", action="store_true", help="record at the recorded times (no client back-off)")
     p.add_argument("--advice-target", type=float, help="also advise the quota keeping throttled time under this")
+    p.add_argument("--scope", choices=["per_broker", "cluster_wide"], default="per_broker",
+                   help="per_broker (Kafka's meaning, the default) or cluster_wide (a budget for the sum over brokers)")
     args = p.parse_args(argv)
     if not math.isfinite(args.value):
         raise BadArguments(f"--value must be a finite number, got {args.value!r}.")
@@ -350,6 +380,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         raise BadArguments(f"--advice-target is a fraction in [0, 1), got {args.advice_target!r}.")
     check_entity(args.user, args.client_id)
     args.quota_type, args.value = check_proposal(args.key, args.value)
+    if args.scope == "cluster_wide" and args.quota_type not in BUDGET_TYPES:
+        raise BadArguments(f"{args.key} cannot be cluster-wide; only producer_byte_rate, consumer_byte_rate and "
+                           "request_percentage budgets can.")
+    if args.scope == "cluster_wide" and args.open_loop:
+        raise BadArguments("--open-loop replays each broker alone; a cluster-wide budget is replayed closed loop.")
     require_local_dataset(args.root, "usage", "samples")  # the replay reads usage, else Prometheus samples
     return args
 
@@ -386,8 +421,12 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
     replay_end = 0.6 if args.advice_target is not None else 0.95
     with progress.spark_action(spark, "replaying the history", 0.05, replay_end):
         # the figures (p99 above all) are over every governed record, all clients and brokers together
-        s = summarize_proposal(good, args.quota_type, args.value, samples=args.samples, window_ms=args.window_ms,
-                               closed=not args.open_loop, entity=entity)
+        if args.scope == "cluster_wide":
+            s = summarize_budget(good, args.quota_type, args.value, samples=args.samples, window_ms=args.window_ms,
+                                 entity=entity)
+        else:
+            s = summarize_proposal(good, args.quota_type, args.value, samples=args.samples,
+                                   window_ms=args.window_ms, closed=not args.open_loop, entity=entity)
     if s is None:
         selected.unpersist()
         raise NoHistory(
@@ -405,8 +444,10 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
         "value": args.value, "quota_type": args.quota_type, "brokers": s["brokers"], "clients": n_clients,
         "history_from_ms": s["history_from_ms"], "history_to_ms": s["history_to_ms"],
         "closed_loop": not args.open_loop, "skipped_records": int(selected.count() - s["requests"]),
-        "resolution": basis, **{name: s[name] for name in FIGURES},
+        "resolution": basis, "scope": args.scope, **{name: s[name] for name in FIGURES},
     }
+    if args.scope == "cluster_wide":
+        result["delivered_over_budget"] = s["delivered_over_budget"]
     # how the samples say the replayed traffic was throttled while it was recorded: over the span the replay observes
     # (a window at least), from Prometheus only the samples it replays. Read in a thread while the advice runs: the
     # advice of one entity is one task, so the query takes the cores it leaves idle instead of adding its time.
