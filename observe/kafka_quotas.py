@@ -17,6 +17,9 @@ scraped, and makes of each (broker, quota type, sensor) one sample in the format
 - ``thr_avg`` is Kafka's ``throttle-time`` (the mean of the throttle times it gave in its metrics window, 0 when
   none), ``thr_max`` the highest value of it in the query window, ``thr_frac`` an estimate: Kafka publishes no
   throttled-time total per entity, so it is ``thr_avg`` per second (capped at 1).
+- ``budget`` and ``share`` (only for a sensor under a cluster-wide budget, published by the portal's quota callback
+  plugin as ``kafka_server_<type>_budget`` and ``..._budget_share``): the budget B for the whole cluster and this
+  broker's share of it, which is then the sample's ``bound`` (what this broker enforces).
 - ``res_ms``: how long the sample stands for, the scrape interval seen in the window (the time between a series'
   newest two scrapes, to 100 ms; None while a series has one): the history lands it, so rollups and previews know
   their resolution (a broker is published once per scrape).
@@ -52,9 +55,24 @@ SRC = "prometheus"
 
 #: quota type -> field -> metric name, as jmx-monitoring-stacks names Kafka's quota sensors
 DEFAULT_METRICS: dict[str, dict[str, str]] = {
-    PRODUCE: {"rate": "kafka_server_produce_byte_rate", "throttle": "kafka_server_produce_throttle_time"},
-    FETCH: {"rate": "kafka_server_fetch_byte_rate", "throttle": "kafka_server_fetch_throttle_time"},
-    REQUEST: {"rate": "kafka_server_request_request_time", "throttle": "kafka_server_request_throttle_time"},
+    PRODUCE: {
+        "rate": "kafka_server_produce_byte_rate",
+        "throttle": "kafka_server_produce_throttle_time",
+        "share": "kafka_server_produce_budget_share",
+        "budget": "kafka_server_produce_budget",
+    },
+    FETCH: {
+        "rate": "kafka_server_fetch_byte_rate",
+        "throttle": "kafka_server_fetch_throttle_time",
+        "share": "kafka_server_fetch_budget_share",
+        "budget": "kafka_server_fetch_budget",
+    },
+    REQUEST: {
+        "rate": "kafka_server_request_request_time",
+        "throttle": "kafka_server_request_throttle_time",
+        "share": "kafka_server_request_budget_share",
+        "budget": "kafka_server_request_budget",
+    },
     MUTATION: {
         "rate": "kafka_server_controllermutation_mutation_rate",
         "tokens": "kafka_server_controllermutation_tokens",
@@ -295,6 +313,10 @@ class PrometheusSource:
         else:
             rate = v.get("rate")
             s["rate"] = rate
+        share = v.get("share")
+        if share is not None:  # a cluster-wide budget: this broker enforces its share of it (the portal's plugin)
+            s["budget"] = v.get("budget") if v.get("budget") is not None else bound
+            bound = s["share"] = share
         s["bound"] = bound
         s["util"] = rate / bound if rate is not None and bound else None
         s["thr_avg"] = thr_avg

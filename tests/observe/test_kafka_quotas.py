@@ -90,6 +90,20 @@ def test_tags_come_back_from_the_labels_with_users_decoded() -> None:
     assert Entity("request", ":batch", None, "batch") in asked
 
 
+def test_a_budgeted_sensor_is_bound_by_its_share_and_carries_the_budget() -> None:
+    result = [
+        series("kafka_server_produce_byte_rate", [(500, "300000")], broker="1", client_id="app"),
+        series("kafka_server_produce_budget_share", [(500, "349525.3")], broker="1", client_id="app"),
+        series("kafka_server_produce_budget", [(500, "1048576")], broker="1", client_id="app"),
+        series("kafka_server_produce_byte_rate", [(500, "10")], broker="2", client_id="app"),
+    ]
+    samples, _, _ = poll(result)
+    wide, plain = samples
+    assert (wide["b"], wide["budget"], wide["share"], wide["bound"]) == (1, 1048576.0, 349525.3, 349525.3)
+    assert wide["util"] == pytest.approx(300000 / 349525.3)
+    assert set(plain) == FIELDS and plain["bound"] == 1024.0  # no plugin metrics: the portal's bound, per broker
+
+
 def test_mutation_tokens_and_connection_samples() -> None:
     result = [
         series("kafka_server_controllermutation_mutation_rate", [(200, "4.5")], broker="1", user="ops"),

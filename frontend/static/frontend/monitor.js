@@ -6,6 +6,8 @@
  * re-opened with since_ms just before the newest point drawn, and points already drawn are skipped, so the
  * charts have no gap and no double. "Last hour" draws the minute rollups of the history endpoint instead.
  * Overview: one heatmap of utilization by entity and broker per cluster; a cell opens that entity's page.
+ * A sensor under a cluster-wide budget (samples with "budget") also gets a chart of the cluster's total against
+ * the budget; each broker's bound is then its share of it.
  *
  * The server's data comes in <script type="application/json"> elements (json_script); no inline script.
  */
@@ -19,7 +21,10 @@
   var SHORT = { produce: "produce", fetch: "fetch", request: "request", controller_mutation: "mutations" };
   // the quota type of a throttle line, told by its dash (produce solid)
   var TYPE_DASH = { produce: "solid", fetch: "longdash", request: "dashdot", controller_mutation: "dot" };
-  var CHART_ORDER = ["rate-produce", "rate-fetch", "rate-request", "rate-other", "tokens", "throttle", "frac"];
+  var CHART_ORDER = ["budget-produce", "budget-fetch", "budget-request", "rate-produce", "rate-fetch", "rate-request",
+    "rate-other", "tokens", "throttle", "frac"];
+  // a broker's rate counts in the cluster's total while its newest sample is at most this old
+  var TOTAL_FRESH_MS = 5000;
 
   function readData(id) {
     var el = document.getElementById(id);
@@ -45,7 +50,7 @@
     this.id = id;
     this.hour = !!hour;
     // byte rates: binary-unit ticks and hover (units.js), the exact figure in the hover too
-    this.units = /^rate-(produce|fetch)$/.test(id) && window.QuotaUnits ? window.QuotaUnits : null;
+    this.units = /^(rate|budget)-(produce|fetch)$/.test(id) && window.QuotaUnits ? window.QuotaUnits : null;
     this.ticks = "";
     this.keys = new Map(); // trace key -> index in the plot
     this.queue = Promise.resolve();
@@ -124,7 +129,7 @@
         var update = self.units ? { x: xs, y: ys, customdata: cs } : { x: xs, y: ys };
         return Plotly.extendTraces(self.el, update, indices, maxPoints);
       }).then(function () {
-        var update = self.id.indexOf("rate-") === 0 ? self.fitRate() : {};
+        var update = /^(rate|budget)-/.test(self.id) ? self.fitRate() : {};
         if (range) update["xaxis.range"] = range;
         if (Object.keys(update).length) return Plotly.relayout(self.el, update);
         return null;
@@ -266,6 +271,7 @@
     this.errors = document.getElementById("monitor-errors");
     this.charts = new Map();
     this.lastT = new Map(); // "<q>|<b>" -> newest t drawn (live)
+    this.budgetRates = new Map(); // "<q>" -> Map(broker -> {t, rate}): the cluster's total under a budget
     this.newest = 0;
     this.oldest = 0;
     this.points = 0;
@@ -295,10 +301,15 @@
     if (c) return c;
     var labels = this.cfg.labels || {};
     var hour = this.mode === "hour";
-    if (id.indexOf("rate-") === 0) {
+    if (id.indexOf("budget-") === 0) {
+      var bq = id.slice(7);
+      c = new Chart(this.host, id, "Cluster total against its cluster-wide budget (dashed): " + (labels[bq] || bq),
+        labels[bq] || "rate", {}, hour);
+    } else if (id.indexOf("rate-") === 0) {
       var q = id.slice(5);
       c = new Chart(this.host, id, "Rate against its bound (dashed): " + (labels[q] || q) +
-        (hour ? "; minute average, peak dotted" : ""), labels[q] || "rate", {}, hour);
+        (hour ? "; minute average, peak dotted" : "") + (this.budgeted && this.budgeted[q] ?
+        "; under a cluster-wide budget, each broker's bound is its share" : ""), labels[q] || "rate", {}, hour);
     } else if (id === "tokens") {
       c = new Chart(this.host, id, "Token bucket: " + (labels.controller_mutation || "controller mutations"),
         "tokens (below 0 = throttled)", {
@@ -320,6 +331,7 @@
     this.charts.forEach(function (c) { c.remove(); });
     this.charts.clear();
     this.lastT.clear();
+    this.budgetRates.clear();
     this.newest = 0;
     this.oldest = 0;
     this.points = 0;
@@ -344,7 +356,7 @@
       self.lastT.set(k, p.t);
       self.newest = Math.max(self.newest, p.t);
       added += 1;
-      itemsOf(p, hour).forEach(function (it) {
+      itemsOf(p, hour).concat(hour ? [] : self.totalItems(p)).forEach(function (it) {
         var list = byChart.get(it.chart);
         if (!list) byChart.set(it.chart, (list = []));
         list.push(it);
@@ -360,6 +372,29 @@
     this.host.dataset.points = String(this.points);
     this.host.dataset.newest = String(this.newest);
     return added;
+  };
+
+  /* A live sample of a budgeted sensor: the cluster's total (the newest rate of every broker that published one
+     lately) and the budget, at the sample's time. */
+  EntityPage.prototype.totalItems = function (p) {
+    if (!isNum(p.budget) || !isNum(p.rate)) return [];
+    this.budgeted = this.budgeted || {};
+    this.budgeted[p.q] = true;
+    var rates = this.budgetRates.get(p.q);
+    if (!rates) this.budgetRates.set(p.q, (rates = new Map()));
+    rates.set(p.b, { t: p.t, rate: p.rate });
+    var total = 0;
+    rates.forEach(function (r) {
+      if (p.t - r.t <= TOTAL_FRESH_MS) total += r.rate;
+    });
+    var id = "budget-" + p.q;
+    return [
+      { chart: id, key: "total", x: p.t, y: total,
+        spec: { name: "cluster total", line: { color: "#1d2330", width: 2 } } },
+      // named "... bound" so the y axis treats it as one (it may sit far above a quiet total)
+      { chart: id, key: "budget", x: p.t, y: p.budget,
+        spec: { name: "budget bound", line: { color: "#a4161a", dash: "dash", shape: "hv", width: 1.5 } } },
+    ];
   };
 
   /* The x axis: live, the last 5 minutes, or less while there is less (at least 30 s, so a few points
