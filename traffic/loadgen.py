@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 import redis
 
 from quotas.engine import usage_log
+from quotas.engine.budget_store import BudgetStore
 from quotas.engine.config import QuotaEngine, namespace_for_broker
 from quotas.engine.connections import (
     ACCEPTED,
@@ -60,6 +61,8 @@ from quotas.engine.managers import UsageRecord, nanos_to_percentage
 from quotas.engine.monitor import ACTIVE_FOR_MS, CONNECTION, Sampler
 from quotas.engine.redis_backend import connect
 from quotas.engine.replication import BROKER_RATE_KEYS
+
+from .engine_budgets import BrokerBudgets
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +284,7 @@ class _Broker:
         self.listener_accepted = {name: 0 for name in target.listeners}
         self.total = 0
         self._seq = 0
+        self.budgets: BrokerBudgets  # set by the LoadGenerator, which knows the cluster's brokers
 
     def restart_connections(self) -> None:
         """A broker that starts has no connections: forget counts a previous run left (it may have been killed)."""
@@ -536,6 +540,8 @@ class LoadGenerator:
                 ns.brokers.append(broker)
                 brokers.append(broker)
             self.brokers[cluster] = brokers
+            for b in brokers:  # cluster-wide budgets: each broker takes its shares from the cluster's key space
+                b.budgets = BrokerBudgets(BudgetStore(b.ns.client, cluster), b.id, b.ns.engine.managers, len(brokers))
         # subscribe before the first load, so no change between the two is missed
         for (url, _name), ns in self.namespaces.items():
             self._subscribe(url, ns)
@@ -680,6 +686,7 @@ class LoadGenerator:
                     self._error(t, f"{cluster}/broker-{b.id} connections", e)
         if t >= self._next_sample:
             self._next_sample = t - t % 1000 + 1000
+            self._budget_rounds(t)
             self._sample(t)
         if t >= self._next_status:
             self._next_status = t + self.status_every_ms
@@ -728,6 +735,9 @@ class LoadGenerator:
                 answered.append(f_use[i - len(produce)])
             if throttle > 0:
                 stats["throttled"] += 1
+            b.budgets.note(b.produce.quota_type if kind == "produce" else b.fetch.quota_type, c.user, c.client_id,
+                           size, bytes_result.throttle_ms, t)
+            b.budgets.note(b.request.quota_type, c.user, c.client_id, r_use[i].value, r_res[i].throttle_ms, t)
             self.event(t, b, kind, c.user, c.client_id, delivered, throttle, note)
         # what the clients asked for, for the landing area (pipeline/landing.py): one XADD per batch, one round trip
         usage_log.append_many(b.ns.client, b.cluster, b.id, ((b.produce.quota_type, p_use),
@@ -823,6 +833,12 @@ class LoadGenerator:
             })
             b.listener_accepted[name] = 0
         return out
+
+    def _budget_rounds(self, t: int) -> None:
+        """Once a second, each broker's round of its cluster's budgets (a failed one falls back inside)."""
+        for brokers in self.brokers.values():
+            for b in brokers:
+                b.budgets.round(t)
 
     def _sample(self, t: int) -> None:
         for brokers in self.brokers.values():

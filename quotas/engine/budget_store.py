@@ -9,6 +9,7 @@ scope and reads the enforcement state. The arithmetic is ``budgets.py``'s.
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from pathlib import Path
 import redis
 
 from .budgets import BUDGET_TYPES, BudgetParams
+from .config import EntityRef
+from .entities import DEFAULT, Resolution, level_entity
 from .errors import QuotaValidationError
 
 DEFAULT_PARAMS = BudgetParams()
@@ -48,6 +51,15 @@ def scope_field(quota_type: str, entity_field: str) -> str:
             f"A {quota_type} quota cannot be cluster-wide; only {', '.join(BUDGET_TYPES)} quotas can."
         )
     return f"{quota_type} {entity_field}"
+
+
+def scope_field_of(quota_type: str, r: Resolution) -> str | None:
+    """The scope field of the config entity that supplied a resolution's bound (None: no quota applies)."""
+    if r.level is None or quota_type not in BUDGET_TYPES:
+        return None
+    e = level_entity(r.level, r.user_tag, r.client_tag)
+    user = e.user if e.user in (None, DEFAULT) else urllib.parse.unquote(e.user)  # tags carry Kafka's sanitized name
+    return f"{quota_type} {EntityRef(user, e.client_id).field()}"
 
 
 def budget_id(quota_type: str, user: str, client_id: str) -> str:

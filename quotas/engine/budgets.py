@@ -73,6 +73,22 @@ def targets(budget: float, params: BudgetParams, demands: Sequence[Demand]) -> d
     return out
 
 
+def next_share(
+    budget: float, params: BudgetParams, live: int, target: float, held: float | None, others: float
+) -> float:
+    """A broker's new share: down to its target at once, up only as far as the others have released.
+
+    A share is never cut below what the broker holds while its target is higher (a cut below the rate a sensor
+    measures makes Kafka throttle for (rate - limit) / limit windows); a broker that holds nothing yet holds what
+    it enforced before its first round, budget / live brokers.
+    """
+    floor = floor_share(budget, params.floor_fraction, live)
+    mine = budget / live if held is None else held
+    if target <= mine:
+        return max(floor, target)
+    return max(floor, mine, min(target, budget - others))
+
+
 @dataclass
 class _Entry:
     demand: float
@@ -100,13 +116,12 @@ class BudgetLedger:
             del self.entries[other]  # its lease ran out: its share returns to the pool
         live = [Demand(b, e.demand, e.saturated) for b, e in sorted(self.entries.items())]
         target = targets(budget, params, live)[broker]
-        held = 0.0
+        others = 0.0
         for b, e in sorted(self.entries.items()):
             if b != broker and e.share is not None:
-                held = held + e.share
-        share = max(floor_share(budget, params.floor_fraction, len(live)), min(target, budget - held))
-        entry.share = share
-        return share
+                others = others + e.share
+        entry.share = next_share(budget, params, len(live), target, entry.share, others)
+        return entry.share
 
     def shares(self) -> dict[int, float]:
         """The share each broker holds now."""

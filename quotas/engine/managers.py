@@ -7,9 +7,10 @@ way the matching Kafka manager does.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import NamedTuple, Protocol
 
@@ -123,6 +124,9 @@ class ClientQuotaManager:
         self.flags = TRACK_THROTTLE | (SERVER_TIME if engine_clock else 0)
         # (user, client-id) -> (sensor key, bound, resolution, tags); cleared on every quota change
         self._resolved: dict[tuple[str, str], tuple[bytes, float, Resolution, str]] = {}
+        # sensor tags -> this broker's share of a cluster-wide budget, which then bounds the sensor
+        self.shares: dict[str, float] = {}
+        self.unshared: Callable[[Resolution], float | None] | None = None
 
     # ---- configuration ----
 
@@ -135,19 +139,36 @@ class ClientQuotaManager:
         self.overrides.update(ClientEntity(user, client_id), bound)
         self._resolved.clear()
 
+    def set_shares(
+        self, shares: Mapping[str, float], unshared: Callable[[Resolution], float | None] | None = None
+    ) -> None:
+        """Bound these sensors (by tags) by this broker's share of their cluster-wide budget; usage is never reset.
+
+        ``unshared(resolution)`` bounds a budgeted sensor that has no share yet (None: not budgeted)."""
+        if shares != self.shares or unshared is not self.unshared:
+            self.shares, self.unshared = dict(shares), unshared
+            self._resolved.clear()
+
     def _lookup(self, user: str, client_id: str) -> tuple[bytes, float, Resolution, str]:
         """The sensor and bound of a (user, client-id), resolved once per config version."""
         hit = self._resolved.get((user, client_id))
         if hit is None:
             if len(self._resolved) > 100_000:
                 self._resolved.clear()
-            r = self.overrides.resolve(user, client_id)
+            r = self.resolve(user, client_id)
             bound = LONG_MAX_AS_DOUBLE if r.bound is None else r.bound
             hit = self._resolved[(user, client_id)] = (self.sensor_key(r.tags).encode(), bound, r, r.tags)
         return hit
 
     def resolve(self, user: str, client_id: str) -> Resolution:
-        return self.overrides.resolve(user, client_id)
+        """Kafka's resolution, with a budgeted sensor's bound replaced by this broker's share of the budget."""
+        r = self.overrides.resolve(user, client_id)
+        if r.bound is None or not (self.shares or self.unshared):
+            return r
+        share = self.shares.get(r.tags)
+        if share is None and self.unshared is not None:
+            share = self.unshared(r)
+        return r if share is None else dataclasses.replace(r, bound=share)
 
     def quota(self, user: str, client_id: str) -> tuple[float, str]:
         """The bound that applies (Long.MAX_VALUE as a double when none) and the sensor tags."""

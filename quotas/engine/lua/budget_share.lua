@@ -127,7 +127,14 @@ for i = 3, #KEYS do
         others = others + held[b]
       end
     end
-    local share = math.max(floor, math.min(target[me], budget - others))
+    -- budgets.next_share: down at once, up only from what the others released, never below what it holds
+    local mine = held[me] or budget / #ids
+    local share
+    if target[me] <= mine then
+      share = math.max(floor, target[me])
+    else
+      share = math.max(floor, mine, math.min(target[me], budget - others))
+    end
     local text = string.format('%.17g', share)
     redis.call('HSET', key, 's:' .. broker, text)
     redis.call('PEXPIRE', key, lease * 3)

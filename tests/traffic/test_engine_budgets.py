@@ -1,0 +1,111 @@
+"""Cluster-wide budgets on the engine's own brokers (traffic.engine_budgets), on the real test Redis."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from quotas.engine.budget_store import BudgetStore, scope_field
+from quotas.engine.budgets import BudgetParams
+from quotas.engine.config import AlterOp, EntityRef, QuotaEngine, namespace_for_broker
+from quotas.engine.entities import QuotaType
+from quotas.engine.managers import UsageRecord
+from quotas.engine.redis_backend import connect
+from traffic.engine_budgets import BrokerBudgets
+
+BUDGET = 100_000.0
+T0 = 1_700_000_000_000
+_clusters = itertools.count()
+
+
+@pytest.fixture
+def cluster(redis_url: str) -> Iterator[tuple[str, redis.Redis]]:
+    """A cluster name of this test alone, its keys deleted afterwards."""
+    client = connect(redis_url, timeout_s=5.0)
+    name = f"eb{next(_clusters)}-{id(object())}"
+    yield name, client
+    for pattern in (f"qb:{{{name}}}:*", f"qe:{{{name}.*"):
+        for key in client.scan_iter(match=pattern, count=1000):
+            client.delete(key)
+
+
+def _brokers(name: str, client: redis.Redis, wide: bool) -> list[tuple[QuotaEngine, BrokerBudgets]]:
+    out = []
+    for broker in (1, 2, 3):
+        engine = QuotaEngine(client, namespace_for_broker(name, broker))
+        engine.store.alter([AlterOp(EntityRef(client_id="app"), "producer_byte_rate", BUDGET)])
+        engine.refresh()
+        out.append((engine, BrokerBudgets(BudgetStore(client, name), broker, engine.managers, 3)))
+    BudgetStore(client, name).set_scope([scope_field("produce", EntityRef(client_id="app").field())] if wide else [])
+    return out
+
+
+def _run(brokers: list, busy: int, seconds: int, start: int = 0) -> list[float]:
+    """A producer asking 300 KB/s of broker ``busy`` (10 KB every 33 ms, waiting out its throttles); bytes per
+    second the broker took."""
+    engine, budgets = brokers[busy - 1]
+    produce = engine.managers[QuotaType.PRODUCE]
+    taken, ready = [], 0
+    for s in range(start, start + seconds):
+        took = 0.0
+        for ms in range(0, 1000, 33):
+            t = T0 + s * 1000 + ms
+            if t < ready:
+                continue
+            r = produce.record_many([UsageRecord("", "app", 10_000.0, t)])[0]
+            budgets.note(QuotaType.PRODUCE, "", "app", 10_000.0, r.throttle_ms, t)
+            took += 10_000.0
+            ready = t + r.throttle_ms
+        taken.append(took)
+        for _engine, b in brokers:
+            b.round(T0 + (s + 1) * 1000)
+    return taken
+
+
+def test_an_engine_broker_is_bounded_by_its_share_of_the_budget(cluster: tuple[str, redis.Redis]) -> None:
+    name, client = cluster
+    brokers = _brokers(name, client, wide=True)
+    taken = _run(brokers, busy=1, seconds=40)
+    assert all(b.state == "coordinated" for _e, b in brokers)
+    # the only broker whose sensor saw the client holds the whole budget, and Kafka's math holds it there
+    assert brokers[0][0].managers[QuotaType.PRODUCE].quota("", "app")[0] == BUDGET
+    assert sum(taken[20:]) / 20 == pytest.approx(BUDGET, rel=0.15)
+    # a broker that has not seen the client yet bounds it by budget / brokers until its first round with it
+    assert [e.managers[QuotaType.PRODUCE].quota("", "app")[0] for e, _b in brokers[1:]] == [BUDGET / 3] * 2
+
+
+def test_shares_move_with_the_demand(cluster: tuple[str, redis.Redis]) -> None:
+    name, client = cluster
+    brokers = _brokers(name, client, wide=True)
+    _run(brokers, busy=1, seconds=15)
+    _run(brokers, busy=2, seconds=5, start=15)
+    second = brokers[1][0].managers[QuotaType.PRODUCE].quota("", "app")[0]
+    first = brokers[0][0].managers[QuotaType.PRODUCE].quota("", "app")[0]
+    assert second > 0.8 * BUDGET > first
+
+
+def test_a_per_broker_value_is_kafkas_meaning(cluster: tuple[str, redis.Redis]) -> None:
+    name, client = cluster
+    brokers = _brokers(name, client, wide=False)
+    _run(brokers, busy=1, seconds=5)
+    assert [e.managers[QuotaType.PRODUCE].quota("", "app")[0] for e, _b in brokers] == [BUDGET] * 3
+
+
+def test_redis_away_keeps_the_last_shares_for_the_lease_then_budget_over_brokers(
+    cluster: tuple[str, redis.Redis],
+) -> None:
+    name, client = cluster
+    brokers = _brokers(name, client, wide=True)
+    _run(brokers, busy=1, seconds=5)
+    engine, budgets = brokers[0]
+    held = engine.managers[QuotaType.PRODUCE].quota("", "app")[0]
+    budgets.store = BudgetStore(connect("redis://127.0.0.1:1/0", timeout_s=0.2), name)  # nothing listens there
+    t = T0 + 5000 + BudgetParams().lease_ms
+    budgets.round(t)
+    assert engine.managers[QuotaType.PRODUCE].quota("", "app")[0] == held and budgets.state == "coordinated"
+    budgets.round(t + 1001)
+    assert budgets.state == "fallback"
+    assert engine.managers[QuotaType.PRODUCE].quota("", "app")[0] == pytest.approx(BUDGET / 3)
