@@ -9,9 +9,17 @@
 # screenshots of the pages they visit are left in test-artifacts/screenshots/. docker-compose.yml is validated by a
 # Compose client (Debian's docker-compose installed when no docker compose plugin is there).
 # Arguments go to pytest, e.g.  bash scripts/run_tests.sh -q tests/portal
+# --fast (first argument) runs only the tests that need no Kafka, Spark, browser or extra servers (the markers of
+# tests/tiers.py): a few minutes, for the edit-test loop; CI runs everything.
 # Exits non-zero when ruff, the contracts, the docs or pytest fail (pytest's own status when pytest fails).
 
 set -euo pipefail
+
+FAST=0
+if [ "${1:-}" = "--fast" ]; then
+    FAST=1
+    shift
+fi
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -68,12 +76,17 @@ NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir .run/site 2>&1 | { grep -
     docs_status=$?
 
 pytest_status=0
-python -m pytest --durations=30 "$@" || pytest_status=$?
+if [ "$FAST" -eq 1 ]; then
+    python -m pytest --durations=30 -m "not kafka and not spark and not browser and not slow" "$@" ||
+        pytest_status=$?
+else
+    python -m pytest --durations=30 "$@" || pytest_status=$?
+fi
 
 # The quick start's embedded database keeps working: the quota API (migrations, versioned writes, a batch of
 # thousands) and a real worker's pushes once more on SQLite, after a full run (options such as -q do not count as
 # a selection; named tests do, and then this is left out).
-whole_suite=1
+whole_suite=$((1 - FAST))
 for arg in "$@"; do
     case "$arg" in -*) ;; *) whole_suite=0 ;; esac
 done

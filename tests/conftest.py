@@ -14,7 +14,7 @@ import redis
 from devtools.redis_server import RedisServer
 from tests.redis_keys import keys_cleared
 
-pytest_plugins = ["tests.kafka_fixtures", "tests.prometheus_fixtures"]
+pytest_plugins = ["tests.kafka_fixtures", "tests.prometheus_fixtures", "tests.tiers"]
 
 # Every Spark driver the tests start (the session fixture, the jobs' subprocesses, the workers' warm sessions, the
 # benchmarks' smoke runs) is a short-lived JVM on tiny data: the client compiler alone (C1) spends about a third less

@@ -1,0 +1,48 @@
+"""pytest plugin: the suite's tiers as markers, so a part of it can be run (``scripts/run_tests.sh --fast``).
+
+A test is marked by what it needs, told from its fixtures and its folder, so nobody has to remember to mark it:
+
+- ``kafka``: the session's real Apache Kafka cluster (the ``kafka_cluster`` fixture, or a test under tests/kafka/);
+- ``spark``: a Spark session or a pipeline worker that starts one (tests/pipeline/, tests/history/);
+- ``browser``: Chromium driven by Playwright (tests/browser/);
+- ``slow``: several servers of the portal's own (tests/replicas/, tests/benchmarks/, the live schema fuzzing).
+
+The markers are registered in pyproject.toml; ``-m "not kafka and not spark and not browser and not slow"`` is the
+fast tier.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+BY_FOLDER = {"kafka": "kafka", "pipeline": "spark", "history": "spark", "browser": "browser", "replicas": "slow",
+             "benchmarks": "slow"}
+BY_FIXTURE = {"kafka_cluster": "kafka", "spark": "spark", "prometheus": "kafka"}
+SLOW_FILES = {"test_api_schema_fuzz.py"}
+
+
+def tiers_of(item: pytest.Item) -> set[str]:
+    """The tiers one collected test belongs to."""
+    path = Path(str(item.fspath)).resolve()
+    found = set()
+    try:
+        folder = path.relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        folder = ""
+    if folder in BY_FOLDER:
+        found.add(BY_FOLDER[folder])
+    if path.name in SLOW_FILES:
+        found.add("slow")
+    for name in getattr(item, "fixturenames", ()):
+        if name in BY_FIXTURE:
+            found.add(BY_FIXTURE[name])
+    return found
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for tier in sorted(tiers_of(item)):
+            item.add_marker(getattr(pytest.mark, tier))
