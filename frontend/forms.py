@@ -15,6 +15,7 @@ from django import forms
 from django.contrib.auth.models import AbstractBaseUser
 
 from quotas.api.serializers import QuotaRequestCreateSerializer
+from quotas.choices import BudgetScope
 from quotas.engine.entities import QuotaType
 from quotas.engine.units import BYTE_RATE_FORMS
 from quotas.models import Cluster, RequestState, tenants_of
@@ -89,6 +90,14 @@ class QuotaRequestForm(forms.Form):
             }
         ),
     )
+    budget_scope = forms.CharField(
+        label="Budget scope",
+        required=False,
+        help_text="Per broker: the limit on each broker (Kafka's meaning: a client using 3 brokers gets up to 3 times "
+        "the value). Cluster-wide: a budget for the sum over the cluster's brokers (byte rates and "
+        "request_percentage of a Kafka cluster). Keep: the scope the value has now (per broker when new).",
+        widget=forms.Select(choices=[("", "Keep the value's scope"), *BudgetScope.choices]),
+    )
     reason = forms.CharField(
         label="Reason", required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="What the admin reads."
     )
@@ -113,7 +122,7 @@ class QuotaRequestForm(forms.Form):
         """The JSON body the API would get: empty optional fields absent, the value as typed (the API parses it)."""
         data = self.cleaned_data
         body: dict[str, Any] = {"reason": data.get("reason", "")}
-        for name in ("tenant", "cluster", "user", "client_id", "key", "expires_at"):
+        for name in ("tenant", "cluster", "user", "client_id", "key", "expires_at", "budget_scope"):
             if data.get(name):
                 body[name] = data[name]
         if data.get("value", "").strip():

@@ -71,6 +71,8 @@ from quotas.models import (
 from quotas.models.tenants import quota_visible
 
 HISTORY_DAYS = 7  # the entity page's hourly history
+#: Audit entries of a value (not of the request's moves): its number and its budget scope.
+VALUE_ACTIONS = (AuditAction.QUOTA_ALTERED, AuditAction.BUDGET_SCOPE_ALTERED)
 
 
 def _safe_next(request: HttpRequest, fallback: str) -> str:
@@ -209,7 +211,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
     """Ask for a quota: the API's serializer shapes the body and ``workflow.submit`` judges it, as the API does."""
     if is_auditor(request.user) and request.method == "GET":
         raise Refused(403, "Auditors read everything and change nothing; use an admin or member account.")
-    initial = {k: request.GET[k] for k in ("cluster", "user", "client_id", "key") if k in request.GET}
+    initial = {k: request.GET[k] for k in ("cluster", "user", "client_id", "key", "budget_scope") if k in request.GET}
     data = request.POST if request.method == "POST" else None
     form = QuotaRequestForm(data, actor=request.user, initial=initial)
     status = 200
@@ -228,6 +230,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
                     value=body["value"],
                     reason=body["reason"],
                     expires_at=body["expires_at"],
+                    budget_scope=body["budget_scope"],
                 )
             except workflow.WorkflowError as e:
                 shown = e.field in form.fields and not (e.field == "tenant" and form.only_tenant)
@@ -262,7 +265,7 @@ def _request_context(request: HttpRequest, target: QuotaRequest) -> dict[str, An
         "impact": history_services.summary(preview),
         "req": target,
         "approval": getattr(target, "approval", None),
-        "transitions": [e for e in audit if e.action != AuditAction.QUOTA_ALTERED],
+        "transitions": [e for e in audit if e.action not in VALUE_ACTIONS],
         "audit": audit,
         "capacity": workflow.capacity_check(target),
         "pushes": pushes,

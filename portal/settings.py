@@ -170,6 +170,10 @@ QUOTAS_REDIS_URL = os.environ.get("QUOTAS_REDIS_URL", "redis://127.0.0.1:6390/0"
 # The quota engine's Redis for engine brokers without an engine_url of their own; empty = QUOTAS_REDIS_URL.
 # A Redis Cluster is named redis+cluster://host:port[,host:port...] (Celery and Channels stay on QUOTAS_REDIS_URL).
 QUOTAS_ENGINE_REDIS_URL = os.environ.get("QUOTAS_ENGINE_REDIS_URL", "")
+# Cluster-wide budgets of Kafka clusters: the Redis holding each cluster's budget scope (which quota values are
+# cluster-wide, written by pushes) and its brokers' shares and rounds (written by the brokers' budget plugin, whose
+# redis setting must name the same Redis); empty = the engine's Redis (QUOTAS_ENGINE_REDIS_URL, else QUOTAS_REDIS_URL).
+QUOTAS_BUDGET_REDIS_URL = os.environ.get("QUOTAS_BUDGET_REDIS_URL", "")
 
 # Large listings hold memory permits from the PIP-442 limiter (quotas/api/memory.py) while a page is built.
 QUOTAS_LIST_HEAP_BYTES = int(os.environ.get("QUOTAS_LIST_HEAP_BYTES", 64 * 1024 * 1024))
@@ -419,6 +423,9 @@ SPECTACULAR_SETTINGS = {
         "RequestKindEnum": "quotas.models.webhooks.REQUEST_FIELDS",
         # a quotas file's sections, named by the plan's changes and their filters alike
         "QuotasFileSectionEnum": ["quota", "broker", "topic", "client-metrics"],
+        # the same two values, two meanings: a cluster's namespaces ("scope") and one quota value's budget scope
+        "ScopeEnum": "quotas.choices.QuotaScope",
+        "BudgetScopeEnum": "quotas.choices.BudgetScope",
     },
 }
 

@@ -6,8 +6,9 @@ can never disagree about which names exist.
 
 from django.db import models
 
+from quotas.engine.budgets import BUDGET_TYPES
 from quotas.engine.config import CLIENT_ID, IP, USER
-from quotas.engine.entities import QUOTA_KEYS
+from quotas.engine.entities import QUOTA_KEYS, QuotaType
 
 
 class ConnectorKind(models.TextChoices):
@@ -18,10 +19,25 @@ class ConnectorKind(models.TextChoices):
 
 
 class QuotaScope(models.TextChoices):
-    """Kafka's quotas are per broker; the engine can also keep one budget for the whole cluster."""
+    """A cluster's namespaces: Kafka's quotas are per broker; an engine cluster can also keep one namespace for the
+    whole cluster (its brokers share every sensor). Not to be confused with ``BudgetScope``, one quota value's."""
 
     PER_BROKER = "per_broker", "Per broker (as Kafka)"
     CLUSTER_WIDE = "cluster_wide", "Cluster-wide (engine only)"
+
+
+class BudgetScope(models.TextChoices):
+    """What one quota value means: a limit on each broker (Kafka's meaning), or a budget for the sum over the
+    cluster's brokers, which the brokers' budget plugin shares out between them (``docs/capabilities/
+    cluster-budgets.md``). Not to be confused with ``QuotaScope``, a cluster's namespaces."""
+
+    PER_BROKER = "per_broker", "Per broker (Kafka's meaning)"
+    CLUSTER_WIDE = "cluster_wide", "Cluster-wide budget (the sum over brokers)"
+
+
+#: The quota keys a value may be cluster-wide for: the engine's budget types (produce, fetch, request). A
+#: controller-mutation quota is enforced on the controller path and a connection rate per ip: never shared out.
+BUDGET_KEYS = tuple(QuotaType(t).config_key for t in BUDGET_TYPES)
 
 
 class SecurityProtocol(models.TextChoices):

@@ -38,11 +38,13 @@ from django.db.models import F, Max
 from django.utils import timezone
 
 from quotas import workflow
-from quotas.choices import ConnectorKind
+from quotas.choices import BudgetScope, ConnectorKind, QuotaScope
 from quotas.connectors import connector_for
 from quotas.connectors.base import (
     BROKER,
+    BUDGET_SCOPE,
     CLIENT_METRICS,
+    CLUSTER_WIDE,
     QUOTA,
     TOPIC,
     Applied,
@@ -147,15 +149,20 @@ def _relevant(item: Item, broker_id: int | None, whole_cluster: bool = False) ->
 
 
 def desired_state(cluster: Cluster, broker: Broker | None) -> State:
-    """The whole desired state of one target, from the database."""
+    """The whole desired state of one target, from the database (with its budget scopes, but for a cluster_wide
+    engine cluster's one namespace)."""
     state: State = {}
-    rows = QuotaValue.objects.filter(entity__cluster=cluster).values_list(
-        "entity__user", "entity__client_id", "entity__ip", "key", "value"
-    )
-    for user, client_id, ip, key, value in rows.order_by():
-        state[Item(QUOTA, EntityRef(user, client_id, ip).field(), key)] = repr(float(value))
-    broker_id = broker.broker_id if broker is not None else None
     whole = cluster.connector == ConnectorKind.KAFKA
+    scoped = whole or cluster.scope == QuotaScope.PER_BROKER
+    rows = QuotaValue.objects.filter(entity__cluster=cluster).values_list(
+        "entity__user", "entity__client_id", "entity__ip", "key", "value", "budget_scope"
+    )
+    for user, client_id, ip, key, value, scope in rows.order_by():
+        resource = EntityRef(user, client_id, ip).field()
+        state[Item(QUOTA, resource, key)] = repr(float(value))
+        if scoped and scope == BudgetScope.CLUSTER_WIDE:
+            state[Item(BUDGET_SCOPE, resource, key)] = CLUSTER_WIDE
+    broker_id = broker.broker_id if broker is not None else None
     for own_id, key, value in BrokerConfig.objects.filter(cluster=cluster).values_list(
         "broker__broker_id", "key", "value"
     ):
@@ -939,6 +946,12 @@ def adopt(cluster: Cluster, drift_ids: Sequence[int], actor: AbstractBaseUser) -
             raise NotAdoptable(f"Drift {', '.join(map(str, gone))} of {cluster.name} is not open (or does not exist).")
         entries: list[Alteration] = []
         for row in rows:
+            if row.kind == BUDGET_SCOPE:
+                why = (
+                    f"Drift {row.pk} is the budget scope of {row.key} of {row.path} in the engine's Redis: re-apply "
+                    "desired state to write it back, or change the value's budget_scope (AlterClientQuotas)."
+                )
+                raise NotAdoptable(why)
             if row.kind != QUOTA:
                 why = f"Drift {row.pk} is a {row.kind} config: only quotas can be adopted; re-apply instead."
                 raise NotAdoptable(why)

@@ -25,7 +25,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from quotas.choices import QuotaScope
+from quotas.choices import BudgetScope, QuotaScope
 from quotas.engine.config import CLIENT_ID, USER, EntityRef
 from quotas.engine.entities import DEFAULT, PRECEDENCE, ClientEntity, QuotaOverrides, entity_path, validate_quota_value
 from quotas.engine.errors import QuotaEngineError
@@ -39,6 +39,7 @@ from quotas.models import (
     Cluster,
     Decision,
     DesiredStateVersion,
+    InvalidBudgetScope,
     Plan,
     PlanRequest,
     PlanStale,
@@ -55,6 +56,7 @@ from quotas.models import (
     alter_subscription,
     announce,
     audited_alter,
+    check_budget_scope,
     entity_owned_by,
     is_admin,
     is_auditor,
@@ -95,6 +97,12 @@ class PermissionDenied(WorkflowError):
 class Conflict(WorkflowError):
     code = "CONFLICT"
     status = 409
+
+
+class BudgetScopeRefused(WorkflowError):
+    """A budget scope the value cannot have (``quotas.models.check_budget_scope`` says why and what to send)."""
+
+    code = InvalidBudgetScope.code
 
 
 def _move(request: QuotaRequest | SubscriptionRequest | PlanRequest, to: str, **fields: object) -> None:
@@ -172,21 +180,28 @@ def submit(
     reason: str = "",
     expires_at: datetime | None = None,
     now: datetime | None = None,
+    budget_scope: str | None = None,
 ) -> QuotaRequest:
     """A tenant member asks for ``key = value`` on a user/client-id entity its tenant owns.
 
     The engine's rules judge the entity and the value now, so an admin only ever decides on a change
     that can be applied; a value may be text in a form the key takes (``1.5 MiB/s``, ``quotas.engine.units``).
     ``tenant`` None: the actor's only tenant (``choose_tenant``). ``expires_at`` (in the future) makes the
-    request a time-boxed boost.
+    request a time-boxed boost. ``budget_scope``: per_broker or cluster_wide (``check_budget_scope`` judges it
+    now, as an admin's AlterClientQuotas would); None asks for the scope the value has (per_broker for a new one),
+    and the request records which, so the approver sees what approving sets.
     """
     _refuse_auditor(actor)
     tenant = choose_tenant(actor, tenant, lambda t: entity_owned_by(t, user, client_id) is None)
     try:
         ref = EntityRef.parse({k: v for k, v in ((USER, user), (CLIENT_ID, client_id)) if v is not None})
         checked = validate_quota_value(key, parse_quota_value(key, value), ref.kind)
+        if budget_scope is not None:
+            check_budget_scope(cluster, key, budget_scope)
     except UnitError as e:
         raise InvalidRequest(e.message, "value") from e
+    except InvalidBudgetScope as e:
+        raise BudgetScopeRefused(e.message, "budget_scope") from e
     except QuotaEngineError as e:
         raise InvalidRequest(e.message) from e
     why_not = entity_owned_by(tenant, ref.user, ref.client_id)
@@ -203,6 +218,7 @@ def submit(
             client_id=ref.client_id,
             key=key,
             value=checked,
+            budget_scope=budget_scope or _current(cluster, ref.user, ref.client_id, key)[1] or BudgetScope.PER_BROKER,
             reason=reason,
             expires_at=expires_at,
         )
@@ -280,20 +296,21 @@ def reject(actor: AbstractBaseUser, request_id: int, comment: str, now: datetime
 # ------------------------------------------------------------------ applying and expiring
 
 
-def _current_value(request: QuotaRequest) -> float | None:
+def _current(cluster: Cluster, user: str | None, client_id: str | None, key: str) -> tuple[float | None, str | None]:
+    """The entity's value of ``key`` and its budget scope; (None, None) when it has none."""
     row = QuotaValue.objects.filter(
-        entity__cluster=request.cluster,
-        entity__user=request.user,
-        entity__client_id=request.client_id,
-        entity__ip__isnull=True,
-        key=request.key,
+        entity__cluster=cluster, entity__user=user, entity__client_id=client_id, entity__ip__isnull=True, key=key,
     ).first()
-    return None if row is None else row.value
+    return (None, None) if row is None else (row.value, row.budget_scope)
 
 
-def _alteration(request: QuotaRequest, value: float | None) -> Alteration:
+def _current_value(request: QuotaRequest) -> tuple[float | None, str | None]:
+    return _current(request.cluster, request.user, request.client_id, request.key)
+
+
+def _alteration(request: QuotaRequest, value: float | None, scope: str | None = None) -> Alteration:
     parts = [(t, n) for t, n in ((USER, request.user), (CLIENT_ID, request.client_id)) if n is not None]
-    op = QuotaOp(request.key, remove=True) if value is None else QuotaOp(request.key, value)
+    op = QuotaOp(request.key, remove=True) if value is None else QuotaOp(request.key, value, scope=scope)
     return Alteration(parts, [op])
 
 
@@ -306,16 +323,20 @@ def apply(actor: AbstractBaseUser | None, request: QuotaRequest) -> None:
     """
     with transaction.atomic():
         DesiredStateVersion.lock(request.cluster)  # the value replaced is read under the lock every change takes
-        previous = _current_value(request)
+        previous, previous_scope = _current_value(request)
+        change = _alteration(request, request.value, request.budget_scope)
         try:
             with transaction.atomic():
-                outcome = audited_alter(request.cluster, [_alteration(request, request.value)], actor, request=request)
+                outcome = audited_alter(request.cluster, [change], actor, request=request)
         except AlterationRejected as e:
             _move(request, RequestState.FAILED, failure=e.message)
             record(AuditAction.FAILED, actor, request=request, before="approved", after="failed", comment=e.message)
             announce(request, RequestState.FAILED, actor, e.message)
             return
-        _move(request, RequestState.APPLYING, previous_value=previous, applied_version=outcome.version)
+        _move(
+            request, RequestState.APPLYING, previous_value=previous, previous_budget_scope=previous_scope,
+            applied_version=outcome.version,
+        )
         record(AuditAction.APPLYING, actor, request=request, before="approved", after="applying",
                comment=f"desired-state version {outcome.version}")
         _settle(request)
@@ -432,16 +453,20 @@ def _end_boost(request: QuotaRequest) -> str:
     later = _boosts_applied_after(request)
     if later:
         above = later[0]
-        if above.previous_value == request.value:
-            QuotaRequest.objects.filter(pk=above.pk).update(previous_value=request.previous_value)
+        # (a boost applied before budget scopes existed recorded none: its value alone says)
+        if above.previous_value == request.value and above.previous_budget_scope in (None, request.budget_scope):
+            QuotaRequest.objects.filter(pk=above.pk).update(
+                previous_value=request.previous_value, previous_budget_scope=request.previous_budget_scope
+            )
             gives = _shown(request, request.previous_value)
             return f"boost #{above.pk}, applied on top of this one, now gives back {gives} when it ends"
         replaced = _shown(request, above.previous_value)
         return f"value changed after the boost (boost #{above.pk} replaced {replaced}); left as it is"
-    current = _current_value(request)
-    if current != request.value:
-        return f"value changed since the boost (now {current!r}); left as it is"
-    restore = [_alteration(request, request.previous_value)]
+    current, scope = _current_value(request)
+    if (current, scope) != (request.value, request.budget_scope):
+        now = f"{current!r}{' cluster-wide' if scope == BudgetScope.CLUSTER_WIDE else ''}"
+        return f"value changed since the boost (now {now}); left as it is"
+    restore = [_alteration(request, request.previous_value, request.previous_budget_scope)]
     note = f"boost #{request.pk} expired; previous value restored"
     audited_alter(request.cluster, restore, None, request=request, comment=note)
     return "previous value restored"
@@ -689,7 +714,9 @@ class CapacityCheck:
 
     The total is counted over the ``known`` entities (the principal/client-id combinations this cluster's quotas
     name, and the request's): each gets the quota Kafka applies to it (8-level precedence), and each sensor
-    counts once, so a ``<default>`` counts once for every known entity it applies to (``defaults``).
+    counts once, so a ``<default>`` counts once for every known entity it applies to (``defaults``). A per-broker
+    value counts x ``multiplier`` (the cluster's brokers: Kafka enforces it on each); a cluster-wide budget counts
+    once (its brokers share it out), ``budgets`` naming those that supplied a sensor with the request.
     """
 
     key: str
@@ -701,6 +728,9 @@ class CapacityCheck:
     granted_with: float
     known: int = 0
     defaults: tuple[DefaultShare, ...] = ()
+    budgets: tuple[str, ...] = ()
+    budget_with: float = 0.0
+    budget_without: float = 0.0
 
     @property
     def exceeds(self) -> bool:
@@ -709,11 +739,16 @@ class CapacityCheck:
     @property
     def counted(self) -> str:
         """How the total was counted, in a sentence an approver can check."""
-        per = (
-            f"x {self.multiplier} broker{'s' if self.multiplier != 1 else ''} (quotas are per broker)"
-            if self.scope == QuotaScope.PER_BROKER
-            else "once (one cluster-wide budget)"
-        )
+        brokers = f"x {self.multiplier} broker{'s' if self.multiplier != 1 else ''}"
+        if self.scope != QuotaScope.PER_BROKER:
+            per = "once (one cluster-wide budget)"
+        elif self.budgets:
+            per = (
+                f"per-broker values {brokers} (Kafka enforces each on every broker), cluster-wide budgets once (the "
+                f"brokers share each one out: {', '.join(self.budgets)}, {format_byte_rate(self.budget_with)} in all)"
+            )
+        else:
+            per = f"{brokers} (quotas are per broker)"
         shares = "; ".join(
             f"{d.entity} = {format_byte_rate(d.value)} applies to {d.applies_to} of them"
             + (f" ({d.applies_to_without} without the request)" if d.applies_to_without != d.applies_to else "")
@@ -750,13 +785,30 @@ def _known_pairs(entities: Iterable[Pair]) -> set[tuple[str, str]]:
     return known
 
 
-def granted_total(values: dict[Pair, float], known: Iterable[tuple[str, str]]) -> tuple[float, Counter[Pair]]:
+@dataclass(frozen=True)
+class Granted:
+    """What the known pairs are granted: bytes/s of per-broker values (per broker) and of cluster-wide budgets (in
+    all), how many sensors each entity supplied, and the cluster-wide entities that supplied one."""
+
+    per_broker: float
+    cluster_wide: float
+    supplied: Counter[Pair]
+    budgets: tuple[Pair, ...]
+
+    def total(self, multiplier: int) -> float:
+        """Bytes/s the cluster carries: per-broker values on each of ``multiplier`` brokers, budgets once."""
+        return self.per_broker * multiplier + self.cluster_wide
+
+
+def granted_total(
+    values: dict[Pair, float], known: Iterable[tuple[str, str]], cluster_wide: Iterable[Pair] = ()
+) -> Granted:
     """The bytes/s granted to the known (principal, client-id) pairs, as Kafka resolves them, and how many sensors
     each entity supplied.
 
     Each pair gets the quota of the most specific level holding one (``QuotaOverrides``, the engine's 8 levels);
     pairs sharing a sensor (a user-level quota covers all its clients) count once. Pairs no quota applies to add
-    nothing.
+    nothing. A sensor whose value is cluster-wide (its entity in ``cluster_wide``) counts apart: once for the cluster.
     """
     overrides = QuotaOverrides()
     for (user, client_id), value in values.items():
@@ -769,7 +821,11 @@ def granted_total(values: dict[Pair, float], known: Iterable[tuple[str, str]]) -
         u, c = PRECEDENCE[resolved.level - 1]
         sensors[resolved.tags] = (resolved.bound, (user if u == "u" else u, client_id if c == "c" else c))
     supplied: Counter[Pair] = Counter(entity for _, entity in sensors.values())
-    return sum(bound for bound, _ in sensors.values()), supplied
+    budgets = set(cluster_wide)
+    once = [bound for bound, entity in sensors.values() if entity in budgets]
+    each = [bound for bound, entity in sensors.values() if entity not in budgets]
+    used = tuple(sorted((pair for pair in supplied if pair in budgets), key=lambda pair: entity_path(*pair)))
+    return Granted(sum(each), sum(once), supplied, used)
 
 
 def capacity_check(request: QuotaRequest) -> CapacityCheck | None:
@@ -777,40 +833,56 @@ def capacity_check(request: QuotaRequest) -> CapacityCheck | None:
 
     Kafka enforces byte rates per broker, so a per-broker value is worth value x brokers; a cluster-wide
     value is worth itself. ``<default>`` quotas count once per known entity they apply to (``granted_total``).
-    For an applied request, "without" puts back the value it replaced. None for keys that are not byte rates
-    (no capacity to compare with).
+    For an applied request, "without" puts back the value (and budget scope) it replaced. None for keys that are not
+    byte rates (no capacity to compare with).
     """
     if request.key not in CAPACITY_FIELD:
         return None
     cluster = request.cluster
     rows = QuotaValue.objects.filter(entity__cluster=cluster, entity__ip__isnull=True, key=request.key)
-    values: dict[Pair, float] = {
-        (u, c): v for u, c, v in rows.values_list("entity__user", "entity__client_id", "value")
-    }
+    values: dict[Pair, float] = {}
+    budgets: set[Pair] = set()
+    for u, c, v, scope in rows.values_list("entity__user", "entity__client_id", "value", "budget_scope"):
+        values[(u, c)] = v
+        if scope == BudgetScope.CLUSTER_WIDE:
+            budgets.add((u, c))
     mine: Pair = (request.user, request.client_id)
     with_, without = dict(values), dict(values)
+    budgets_with, budgets_without = set(budgets), set(budgets)
     with_[mine] = request.value
+    budgets_with.discard(mine)
+    if request.cluster_wide:
+        budgets_with.add(mine)
     if request.state == RequestState.APPLIED:
         without.pop(mine, None)
+        budgets_without.discard(mine)
         if request.previous_value is not None:
             without[mine] = request.previous_value
-    return capacity_between(cluster, request.key, without, with_, [mine])
+            if request.previous_budget_scope == BudgetScope.CLUSTER_WIDE:
+                budgets_without.add(mine)
+    return capacity_between(
+        cluster, request.key, without, with_, [mine], cluster_wide_without=budgets_without,
+        cluster_wide_with=budgets_with,
+    )
 
 
 def capacity_between(
-    cluster: Cluster, key: str, without: dict[Pair, float], with_: dict[Pair, float], extra: Iterable[Pair] = ()
+    cluster: Cluster, key: str, without: dict[Pair, float], with_: dict[Pair, float], extra: Iterable[Pair] = (),
+    *, cluster_wide_without: Iterable[Pair] = (), cluster_wide_with: Iterable[Pair] = (),
 ) -> CapacityCheck:
     """The cluster's granted total of a byte-rate key for two sets of its quotas (entity -> value): without and
     with a change (one request, or a whole plan). Counted over the known entities (those the cluster's quotas
-    name, plus ``extra`` and every entity of either set), each with the quota Kafka's precedence gives it."""
+    name, plus ``extra`` and every entity of either set), each with the quota Kafka's precedence gives it: a
+    per-broker value x the cluster's brokers, a cluster-wide one (its entity in ``cluster_wide_*``) once."""
     brokers = cluster.brokers.count()
     multiplier = max(brokers, 1) if cluster.scope == QuotaScope.PER_BROKER else 1
     entities = QuotaEntity.objects.filter(cluster=cluster, ip__isnull=True).values_list("user", "client_id")
     known = _known_pairs([*entities, *extra, *with_, *without])
-    granted_with, supplied = granted_total(with_, known)
-    granted_without, supplied_without = granted_total(without, known)
+    granted_with = granted_total(with_, known, cluster_wide_with)
+    granted_without = granted_total(without, known, cluster_wide_without)
     defaults = tuple(
-        DefaultShare(entity_path(*pair), with_.get(pair), supplied.get(pair, 0), supplied_without.get(pair, 0))
+        DefaultShare(entity_path(*pair), with_.get(pair), granted_with.supplied.get(pair, 0),
+                     granted_without.supplied.get(pair, 0))
         for pair in sorted({*with_, *without}, key=lambda pair: entity_path(*pair))
         if DEFAULT in pair
     )
@@ -820,10 +892,13 @@ def capacity_between(
         brokers=brokers,
         multiplier=multiplier,
         capacity=getattr(cluster, CAPACITY_FIELD[key]),
-        granted_without=granted_without * multiplier,
-        granted_with=granted_with * multiplier,
+        granted_without=granted_without.total(multiplier),
+        granted_with=granted_with.total(multiplier),
         known=len(known),
         defaults=defaults,
+        budgets=tuple(entity_path(*pair) for pair in granted_with.budgets),
+        budget_with=granted_with.cluster_wide,
+        budget_without=granted_without.cluster_wide,
     )
 
 

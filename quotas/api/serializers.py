@@ -20,7 +20,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from quotas.choices import ConnectorKind, EntityType, MatchType, QuotaScope
+from quotas.choices import BudgetScope, ConnectorKind, EntityType, MatchType, QuotaScope
 from quotas.engine.config import CLIENT_ID, USER
 from quotas.engine.entities import DEFAULT
 from quotas.engine.units import UnitError, is_byte_rate, parse_quota_value
@@ -43,6 +43,7 @@ from quotas.models import (
     PushState,
     QuotaEntity,
     QuotaRequest,
+    QuotaValue,
     Tenant,
     TopicConfig,
     push_targets,
@@ -179,13 +180,22 @@ class ClusterSerializer(serializers.ModelSerializer):
             transaction.on_commit(lambda: push_wanted.send(sender=Broker, cluster_id=cluster.pk, broker_pks=moved))
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        """The database check, said before it fails: Kafka brokers cannot share one budget."""
+        """The database check, said before it fails: Kafka brokers cannot share one namespace. And a cluster holding
+        cluster-wide budgets does not become one engine namespace (whose values take no budget scope)."""
         connector = attrs.get("connector", getattr(self.instance, "connector", ConnectorKind.ENGINE))
         scope = attrs.get("scope", getattr(self.instance, "scope", QuotaScope.PER_BROKER))
         if connector == ConnectorKind.KAFKA and scope == QuotaScope.CLUSTER_WIDE:
             raise serializers.ValidationError(
                 {"scope": "A kafka cluster can only be scoped per_broker; cluster_wide needs the engine connector."}
             )
+        if self.instance is not None and connector != ConnectorKind.KAFKA and scope == QuotaScope.CLUSTER_WIDE:
+            budgets = QuotaValue.objects.filter(entity__cluster=self.instance, budget_scope=BudgetScope.CLUSTER_WIDE)
+            if budgets.exists():
+                raise serializers.ValidationError({"scope": (
+                    f"Cluster {self.instance.name!r} has {budgets.count()} cluster-wide quota value(s), which its "
+                    "brokers share out; a cluster_wide engine cluster has one namespace and no budget scopes: make "
+                    "them per_broker first (AlterClientQuotas with budget_scope per_broker)."
+                )})
         return attrs
 
 
@@ -213,10 +223,15 @@ class DescribeRequestSerializer(serializers.Serializer):
 
 
 class DescribeEntrySerializer(serializers.Serializer):
-    """One described entity: ``{"entity": {"user": "alice", "client-id": "<default>"}, "values": {...}}``."""
+    """One described entity: ``{"entity": {"user": "alice", "client-id": "<default>"}, "values": {...},
+    "budget_scopes": {...}}``."""
 
     entity = serializers.SerializerMethodField(help_text="Entity type -> name; the default entity is '<default>'.")
     values = serializers.SerializerMethodField(help_text="Quota key -> value (a double, as Kafka answers).")
+    budget_scopes = serializers.SerializerMethodField(
+        help_text="Quota key -> what its value means: per_broker (a limit on each broker, Kafka's meaning) or "
+        "cluster_wide (a budget for the sum over the cluster's brokers)."
+    )
 
     @extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
     def get_entity(self, obj: QuotaEntity) -> dict[str, str]:
@@ -225,6 +240,10 @@ class DescribeEntrySerializer(serializers.Serializer):
     @extend_schema_field({"type": "object", "additionalProperties": {"type": "number", "format": "double"}})
     def get_values(self, obj: QuotaEntity) -> dict[str, float]:
         return {qv.key: qv.value for qv in sorted(obj.quota_values.all(), key=lambda qv: qv.key)}
+
+    @extend_schema_field({"type": "object", "additionalProperties": {"type": "string", "enum": BudgetScope.values}})
+    def get_budget_scopes(self, obj: QuotaEntity) -> dict[str, str]:
+        return {qv.key: qv.budget_scope for qv in sorted(obj.quota_values.all(), key=lambda qv: qv.key)}
 
 
 class DescribePageSerializer(serializers.Serializer):
@@ -290,6 +309,16 @@ class QuotaOpSerializer(serializers.Serializer):
         required=False, allow_null=True, default=None, help_text="A finite number > 0; integral for byte rates."
     )
     remove = serializers.BooleanField(default=False, help_text="true deletes the key (value is then ignored).")
+    budget_scope = serializers.ChoiceField(
+        choices=BudgetScope.choices,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="What the value means: per_broker (a limit on each broker, Kafka's meaning) or cluster_wide (a "
+        "budget for the sum over the cluster's brokers; producer_byte_rate, consumer_byte_rate and "
+        "request_percentage of a Kafka cluster only, else 400 INVALID_BUDGET_SCOPE). Left out: the value keeps its "
+        "scope (per_broker for a new value).",
+    )
 
 
 class AlterEntrySerializer(serializers.Serializer):
@@ -306,7 +335,8 @@ class EntryResultSerializer(serializers.Serializer):
     """Kafka's per-entry answer: the entity as sent, NONE or the error code, and the message."""
 
     entity = EntityComponentSerializer(many=True)
-    error_code = serializers.CharField(help_text="NONE, or INVALID_REQUEST.")
+    error_code = serializers.CharField(help_text="NONE, INVALID_REQUEST, or INVALID_BUDGET_SCOPE (a budget_scope the "
+                                       "value cannot have).")
     error_message = serializers.CharField(allow_null=True)
 
     def to_representation(self, instance: EntryResult) -> dict[str, Any]:
@@ -494,6 +524,12 @@ class EffectiveQuotaSerializer(serializers.Serializer):
     entity = serializers.CharField(allow_null=True, help_text="The config path that supplied the value.")
     skipped = SkippedLevelSerializer(many=True)
     tags = serializers.CharField(allow_null=True, help_text="user:client-id tags of the sensor the engine records.")
+    budget_scope = serializers.ChoiceField(
+        choices=BudgetScope.choices,
+        allow_null=True,
+        help_text="What the value means: per_broker (the limit on each broker) or cluster_wide (a budget for the sum "
+        "over the cluster's brokers, which they share out); null when no quota applies.",
+    )
 
     def to_representation(self, instance: EffectiveQuota) -> dict[str, Any]:
         return {
@@ -502,6 +538,7 @@ class EffectiveQuotaSerializer(serializers.Serializer):
             "entity": instance.entity,
             "skipped": [{"level": lv, "entity": path} for lv, path in instance.skipped],
             "tags": instance.tags,
+            "budget_scope": instance.budget_scope,
         }
 
 
@@ -621,10 +658,12 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
             "entity",
             "key",
             "value",
+            "budget_scope",
             "reason",
             "expires_at",
             "state",
             "previous_value",
+            "previous_budget_scope",
             "applied_version",
             "failure",
             "approval",
@@ -662,13 +701,21 @@ class CapacitySerializer(serializers.Serializer):
 
     Counted over the known entities (the principal/client-id combinations the cluster's quotas name, and the
     request's), each with the quota Kafka applies to it, each sensor once: a <default> counts once for every
-    known entity it applies to (``defaults``); then x brokers for per_broker clusters.
+    known entity it applies to (``defaults``); then a per-broker value x brokers for per_broker clusters, a
+    cluster-wide budget once.
     """
 
     key = serializers.CharField()
-    scope = serializers.CharField(help_text="per_broker: values count once per broker; cluster_wide: once.")
+    scope = serializers.CharField(help_text="The cluster's: per_broker: values count once per broker; cluster_wide "
+                                  "(an engine cluster of one namespace): once.")
     brokers = serializers.IntegerField()
     multiplier = serializers.IntegerField(help_text="Brokers (at least 1) for per_broker clusters, 1 otherwise.")
+    budgets = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The cluster-wide budgets that supply a sensor with the request (config paths): counted once.",
+    )
+    budget_with = serializers.FloatField(help_text="Of granted_with, the cluster-wide budgets' part (counted once).")
+    budget_without = serializers.FloatField(help_text="Of granted_without, the cluster-wide budgets' part.")
     capacity = serializers.IntegerField(allow_null=True, help_text="The cluster's capacity; null = unknown.")
     granted_without = serializers.FloatField()
     granted_with = serializers.FloatField()
@@ -760,6 +807,15 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
         max_length=KEY_MAX, help_text="producer_byte_rate, consumer_byte_rate, request_percentage, ..."
     )
     value = QuotaValueField(help_text="A finite number > 0 (whole bytes/s for byte rates), or text: 1.5 MiB/s.")
+    budget_scope = serializers.ChoiceField(
+        choices=BudgetScope.choices,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="per_broker (a limit on each broker, Kafka's meaning) or cluster_wide (a budget for the sum over "
+        "the cluster's brokers: producer_byte_rate, consumer_byte_rate and request_percentage of a Kafka cluster; "
+        "else 400 INVALID_BUDGET_SCOPE). Left out: the scope the value has (per_broker for a new one).",
+    )
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=TEXT_MAX)
     expires_at = serializers.DateTimeField(
         required=False, allow_null=True, default=None, help_text="Makes it a boost: the previous value returns then."

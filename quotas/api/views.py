@@ -438,7 +438,8 @@ class AlterClientQuotasView(APIView):
     """Kafka's AlterClientQuotas on the desired state (admins only), audited per changed key.
 
     Whole or nothing: every entry is validated first with the engine's rules, and if any is
-    invalid the request fails with 400 INVALID_REQUEST, ``details.entries`` holding Kafka's
+    invalid the request fails with 400 INVALID_REQUEST (INVALID_BUDGET_SCOPE when every invalid
+    entry asks for a budget scope its value cannot have), ``details.entries`` holding Kafka's
     per-entry answer (NONE or the error) and nothing is written. Kafka itself applies the
     valid entries of a batch; we do not, because the batch is one operator's (later: one
     approved request's) intended change, and a half-applied one would be pushed to every
@@ -453,6 +454,14 @@ class AlterClientQuotasView(APIView):
     @extend_schema(
         operation_id="alter_client_quotas",
         summary="Alter client quotas (Kafka's AlterClientQuotas), whole or nothing (admins)",
+        description=(
+            "Each op sets or removes one key of the entity. An op's `budget_scope` says what the value means: "
+            "per_broker (a limit on each broker, Kafka's meaning) or cluster_wide (a budget for the sum over the "
+            "cluster's brokers, which their budget plugin shares out; Kafka still holds the value, so "
+            "kafka-configs.sh --describe shows it). cluster_wide is for producer_byte_rate, consumer_byte_rate and "
+            "request_percentage of a Kafka cluster, at any user/client-id level; anything else is 400 "
+            "INVALID_BUDGET_SCOPE naming what is allowed. Left out, a value keeps its scope (per_broker when new)."
+        ),
         parameters=[CLUSTER_PARAM],
         request=AlterRequestSerializer,
         responses={200: AlterResponseSerializer, **ERRORS},
@@ -464,7 +473,7 @@ class AlterClientQuotasView(APIView):
         entries = [
             Alteration(
                 entity=[(c["entity_type"], c["name"]) for c in e["entity"]],
-                ops=[QuotaOp(o["key"], o["value"], o["remove"]) for o in e["ops"]],
+                ops=[QuotaOp(o["key"], o["value"], o["remove"], o["budget_scope"]) for o in e["ops"]],
             )
             for e in body.validated_data["entries"]
         ]
@@ -476,7 +485,7 @@ class AlterClientQuotasView(APIView):
                 outcome = audited_alter(target, entries, request.user)
         except AlterationRejected as e:
             details = {"entries": EntryResultSerializer(e.results, many=True).data}
-            raise ApiError("INVALID_REQUEST", e.message, details) from e
+            raise ApiError(e.code, e.message, details) from e
         return Response(AlterResponseSerializer((outcome, validate_only)).data)
 
 
@@ -863,7 +872,9 @@ class QuotaRequestViewSet(
             "as 1572864, 1536 KiB/s, 1.5 MiB/s or 2 GiB/s (binary units), stored as whole bytes/s; other text is "
             "400 INVALID_REQUEST naming the accepted forms. `expires_at` makes it a boost: at expiry the previous "
             "value comes back on its own; overlapping boosts of one entity stack, and the last to end gives back the "
-            "value from before the first."
+            "value from before the first. `budget_scope` asks for a cluster-wide budget (the sum over the brokers) "
+            "or a per-broker value; left out, the request keeps the scope the value has, and says which it recorded "
+            "(400 INVALID_BUDGET_SCOPE, details.budget_scope, for a scope the value cannot have)."
         ),
         request=QuotaRequestCreateSerializer,
         responses={201: QuotaRequestSerializer, **ERRORS},
@@ -882,6 +893,7 @@ class QuotaRequestViewSet(
             value=data["value"],
             reason=data["reason"],
             expires_at=data["expires_at"],
+            budget_scope=data["budget_scope"],
         )
         return self._answer(created.pk, status.HTTP_201_CREATED)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from quotas.connectors.base import Connector
 
 _connectors: dict[str, Connector] = {}
@@ -21,13 +23,20 @@ def connector_for(kind: str) -> Connector:
             settings.QUOTAS_ENGINE_REDIS_URL or settings.QUOTAS_REDIS_URL, settings.QUOTAS_ENGINE_TIMEOUT_S
         )
     elif kind == "kafka":
+        from quotas.connectors.budget_scope import BudgetScopes
         from quotas.connectors.kafka import KafkaConnector
 
-        made = KafkaConnector()
+        made = KafkaConnector(budgets=BudgetScopes(budget_redis_url(settings), settings.QUOTAS_ENGINE_TIMEOUT_S))
     else:
         raise ValueError(f"Unknown connector {kind!r}; use engine or kafka.")
     _connectors[kind] = made
     return made
+
+
+def budget_redis_url(settings: Any) -> str:
+    """Where Kafka clusters' budget scopes and their brokers' rounds live: ``QUOTAS_BUDGET_REDIS_URL``, else the
+    engine's Redis (``QUOTAS_ENGINE_REDIS_URL``, else ``QUOTAS_REDIS_URL``)."""
+    return str(settings.QUOTAS_BUDGET_REDIS_URL or settings.QUOTAS_ENGINE_REDIS_URL or settings.QUOTAS_REDIS_URL)
 
 
 def reset_connectors() -> None:

@@ -8,7 +8,11 @@ The desired state of a target is a flat mapping ``Item -> text``:
   the value ``repr(float)``;
 - ``broker``: ``resource`` is ``""`` for Kafka's ``<default>`` broker or the broker id as text;
 - ``topic``: ``resource`` is the topic name;
-- ``client-metrics``: ``resource`` is a client-metrics subscription name (KIP-714).
+- ``client-metrics``: ``resource`` is a client-metrics subscription name (KIP-714);
+- ``budget-scope``: a quota value that is a cluster-wide budget (``resource`` and ``key`` as its ``quota`` item's,
+  the value ``cluster_wide``; a per-broker value, Kafka's meaning, has none). Only a Kafka cluster's target holds
+  them: its connector writes them to the cluster's scope hash in the engine's Redis, where the brokers' budget plugin
+  reads them (``quotas.connectors.budget_scope``).
 
 A push carries the version of the desired state it brings the target to, and either the whole state
 (``full``) or the items changed since the version the target holds (``base``), ``None`` meaning delete.
@@ -21,7 +25,10 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 QUOTA, BROKER, TOPIC, CLIENT_METRICS = "quota", "broker", "topic", "client-metrics"
-KINDS = (QUOTA, BROKER, TOPIC, CLIENT_METRICS)
+BUDGET_SCOPE = "budget-scope"
+KINDS = (QUOTA, BROKER, TOPIC, CLIENT_METRICS, BUDGET_SCOPE)
+#: The value of a ``budget-scope`` item.
+CLUSTER_WIDE = "cluster_wide"
 DEFAULT_BROKER_RESOURCE = ""
 
 
@@ -58,7 +65,7 @@ MANAGED_TOPIC_KEYS = frozenset({"leader.replication.throttled.replicas", "follow
 
 def portal_managed(item: Item) -> bool:
     """True for a config the portal owns: the keys its broker-config API accepts, and every key of a client-metrics
-    subscription (those exist only because the portal created them)."""
+    subscription and every budget scope (those exist only because the portal created them)."""
     if item.kind == BROKER:
         if item.key in MANAGED_BROKER_KEYS:
             return True
@@ -68,7 +75,7 @@ def portal_managed(item: Item) -> bool:
         return False
     if item.kind == TOPIC:
         return item.key in MANAGED_TOPIC_KEYS
-    return item.kind == CLIENT_METRICS
+    return item.kind in (CLIENT_METRICS, BUDGET_SCOPE)
 
 
 @dataclass(frozen=True)

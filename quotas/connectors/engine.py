@@ -3,6 +3,11 @@
 A broker's ``host`` is the Redis URL its engine reads (empty: the portal's own Redis), so brokers of one
 cluster may live on different Redis servers and one can be down while the others take pushes. The push
 itself is ``NamespaceState.apply``: version-checked and atomic in one script, so it needs no lock.
+
+A per-broker cluster's budget scopes (its cluster-wide values, ``budget-scope`` items) go to the cluster's scope hash
+in the broker's Redis, in two steps around the namespace's write as a Kafka cluster's do
+(``quotas.connectors.budget_scope``); every broker's push writes the same hash (idempotent: only a change is
+written).
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from collections.abc import Mapping
 
 import redis
 
-from quotas.connectors.base import Applied, Delta, Item, PushError, State, Target
+from quotas.connectors.base import BUDGET_SCOPE, Applied, Delta, Item, PushError, State, Target
+from quotas.connectors.budget_scope import BudgetScopes
 from quotas.engine.config import cluster_namespace, namespace_for_broker
 from quotas.engine.desired import DELTA, FORCE, FULL, NamespaceState, NeedsFullState
 from quotas.engine.errors import EngineUnavailable, QuotaEngineError
@@ -28,11 +34,19 @@ class EngineConnector:
         self.timeout_s = timeout_s
         self._clients: dict[str, redis.Redis] = {}
 
-    def _state(self, target: Target) -> NamespaceState:
+    def _client(self, target: Target) -> redis.Redis:
         url = target.address or self.default_url
         client = self._clients.get(url)
         if client is None:
             client = self._clients[url] = connect(url, self.timeout_s)
+        return client
+
+    def _budgets(self, target: Target) -> BudgetScopes:
+        url = target.address or self.default_url
+        return BudgetScopes(url, self.timeout_s, self._client(target), unavailable="BROKER_NOT_AVAILABLE")
+
+    def _state(self, target: Target) -> NamespaceState:
+        client = self._client(target)
         if target.broker_id is None:
             return NamespaceState(client, cluster_namespace(target.cluster))
         return NamespaceState(client, namespace_for_broker(target.cluster, target.broker_id), target.broker_id)
@@ -45,22 +59,37 @@ class EngineConnector:
 
     def apply(self, target: Target, delta: Delta) -> Applied:
         mode = FORCE if delta.force else FULL if delta.full else DELTA
+        changes = {i: v for i, v in delta.changes.items() if i.kind != BUDGET_SCOPE}
+        scopes = {i: v for i, v in delta.changes.items() if i.kind == BUDGET_SCOPE}
+        if scopes and target.broker_id is None:
+            raise PushError("INVALID_REQUEST", f"{target.label}: a cluster-wide namespace is one budget already; its "
+                            "values take no budget scope.", retriable=False)
+
+        def send() -> tuple[bool, int]:
+            return self._state(target).apply(delta.version, changes, base=delta.base, mode=mode)
+
         try:
-            changed, held = self._state(target).apply(delta.version, delta.changes, base=delta.base, mode=mode)
+            if target.broker_id is None:
+                (changed, held), moved = send(), False
+            else:
+                (changed, held), moved = self._budgets(target).around(target.cluster, scopes, delta.full, send)
         except NeedsFullState as e:
             raise PushError(e.code, e.message, retriable=True, needs_full=True) from e
         except EngineUnavailable as e:
             raise PushError("BROKER_NOT_AVAILABLE", f"{target.label}: {e.message}", retriable=True) from e
         except QuotaEngineError as e:
             raise PushError(e.code, e.message, retriable=False) from e
-        return Applied(changed, held)
+        return Applied(changed or moved, held)
 
     def describe(self, target: Target, desired: Mapping[Item, str]) -> tuple[int | None, State]:
         try:
             version, items = self._state(target).read()
         except EngineUnavailable as e:
             raise PushError("BROKER_NOT_AVAILABLE", f"{target.label}: {e.message}", retriable=True) from e
-        return version, {Item(*k): v for k, v in items.items()}
+        state = {Item(*k): v for k, v in items.items()}
+        if target.broker_id is not None:  # a per-broker cluster's budget scopes, in the broker's Redis
+            state.update(self._budgets(target).describe(target.cluster))
+        return version, state
 
     def close(self) -> None:
         for client in self._clients.values():

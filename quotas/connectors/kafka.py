@@ -8,6 +8,10 @@ portal knows what it pushed) and ``needs_lock`` is True (the portal serializes p
 Only the configs the portal manages are reported by ``describe`` and removed by a full push: a broker
 or topic has many dynamic configs set by its operators (``log.cleaner.threads``, ``retention.ms``)
 that the portal must neither report as drift nor delete. ``managed`` decides which ones those are.
+
+Budget scopes (which values are cluster-wide budgets) are not Kafka's: with ``budgets`` (the engine's Redis) they are
+written around the Kafka write and read back by ``describe`` (``quotas.connectors.budget_scope``); a push whose
+scope write fails is retried whole.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from quotas.engine.errors import QuotaValidationError
 
 from .base import (
     BROKER,
+    BUDGET_SCOPE,
     CLIENT_METRICS,
     DEFAULT_BROKER_RESOURCE,
     QUOTA,
@@ -38,6 +43,7 @@ from .base import (
     Target,
     portal_managed,
 )
+from .budget_scope import BudgetScopes
 from .kafka_client import (
     BROKER_RESOURCE,
     CLIENT_METRICS_RESOURCE,
@@ -81,7 +87,9 @@ class KafkaConnector:
         client_id: str | None = None,
         managed: Callable[[Item], bool] = portal_managed,
         verify_timeout: float = 15.0,
+        budgets: BudgetScopes | None = None,
     ) -> None:
+        self.budgets = budgets
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.client_id = client_id or DEFAULT_CLIENT_ID
@@ -106,12 +114,17 @@ class KafkaConnector:
 
         A cluster target (``broker_id`` None) writes through its bootstrap servers, except a broker's own configs,
         which only that broker takes (KRaft answers "Unexpected broker id" elsewhere); the push is applied when every
-        broker answers the new values from its own metadata (``answers``).
+        broker answers the new values from its own metadata (``answers``). Its budget scopes are written to the
+        engine's Redis in two steps around that (``quotas.connectors.budget_scope``): fields joining the scope
+        before, fields leaving it after; a Redis that cannot be reached fails the push, retriably.
         """
-        changes: dict[Item, str | None] = dict(delta.changes)
+        changes: dict[Item, str | None] = {i: v for i, v in delta.changes.items() if i.kind != BUDGET_SCOPE}
+        scopes = {i: v for i, v in delta.changes.items() if i.kind == BUDGET_SCOPE}
         _plan(changes)  # refuse a malformed delta before touching the broker
+        budgets = self._budgets_of(target, scopes)
         client = self._client(target)
-        try:
+
+        def send() -> tuple[bool, dict[str, str]]:
             brokers = self._brokers(client, target)
             if delta.full:
                 desired = {item: value for item, value in changes.items() if value is not None}
@@ -139,19 +152,43 @@ class KafkaConnector:
             for node_id, resources in sorted(own.items()):
                 raise_for_errors(brokers[node_id].incremental_alter_configs(resources).responses)
             answers = self._verify(target, brokers, changes, delta.version) if target.broker_id is None else {}
+            return bool(quotas or configs or own), answers
+
+        try:
+            if budgets is None:
+                (changed, answers), moved = send(), False
+            else:
+                (changed, answers), moved = budgets.around(target.cluster, scopes, delta.full, send)
         except KafkaClientError as e:
             raise _push_error(e) from e
-        return Applied(changed=bool(quotas or configs or own), version=delta.version, answers=answers)
+        return Applied(changed=changed or moved, version=delta.version, answers=answers)
+
+    def _budgets_of(self, target: Target, scopes: Mapping[Item, str | None]) -> BudgetScopes | None:
+        """Where the target's budget scopes go: a Kafka cluster's (``broker_id`` None) to the engine's Redis; None
+        when there is none to write (a target without it refuses a push carrying scopes)."""
+        if target.broker_id is None and self.budgets is not None:
+            return self.budgets
+        if scopes:
+            raise PushError(
+                "INVALID_REQUEST",
+                f"{target.label}: the push carries budget scopes, which only a Kafka cluster's target with the "
+                "engine's Redis configured (QUOTAS_BUDGET_REDIS_URL) takes.",
+                retriable=False,
+            )
+        return None
 
     def describe(self, target: Target, desired: Mapping[Item, str]) -> tuple[int | None, State]:
         """What the target holds: every client quota, and the managed dynamic configs of the default broker, of the
         target's broker (a cluster: of each broker, asked itself), and of every topic and client-metrics subscription
-        named in ``desired``. Version: None."""
+        named in ``desired``; a cluster's budget scopes from the engine's Redis. Version: None."""
         client = self._client(target)
         try:
-            return None, self._describe(client, desired, self._brokers(client, target))
+            state = self._describe(client, desired, self._brokers(client, target))
         except KafkaClientError as e:
             raise _push_error(e) from e
+        if self.budgets is not None and target.broker_id is None:
+            state.update(self.budgets.describe(target.cluster))
+        return None, state
 
     def _brokers(self, client: AdminClient, target: Target) -> dict[int, AdminClient]:
         """The brokers whose own configs the target covers, each with a client to that very broker: the target's
@@ -251,12 +288,14 @@ class KafkaConnector:
         return state
 
     def close(self) -> None:
-        """Close every broker connection."""
+        """Close every broker connection (and the budget scopes' Redis client)."""
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             client.close()
         self._metadata.clear()
+        if self.budgets is not None:
+            self.budgets.close()
 
     def _client(self, target: Target) -> AdminClient:
         key = (target.address, target.credentials)

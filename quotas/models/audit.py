@@ -1,7 +1,9 @@
 """The audit trail: every change of a request or a quota, with before and after, who and when.
 
 Entries are only ever added. A quota change is recorded per (entity, key) with the value
-before and after (null = no value); a request's move is recorded with the state before and after.
+before and after (null = no value); a change of a value's budget scope (it became, or stopped being,
+a cluster-wide budget) is an entry of its own, with the scope before and after (null = no value);
+a request's move is recorded with the state before and after.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import models, transaction
 from django.utils import timezone
 
+from quotas.choices import BudgetScope
 from quotas.engine.config import EntityRef
 from quotas.engine.entities import entity_path
 from quotas.engine.errors import QuotaEngineError
@@ -26,6 +29,7 @@ from quotas.models.tenants import Tenant, owning_tenant
 
 class AuditAction(models.TextChoices):
     QUOTA_ALTERED = "quota_altered", "Quota value changed"
+    BUDGET_SCOPE_ALTERED = "budget_scope_altered", "Quota value made cluster-wide or per broker"
     SUBMITTED = "submitted", "Request submitted"
     WITHDRAWN = "withdrawn", "Request withdrawn"
     APPROVED = "approved", "Request approved"
@@ -101,16 +105,27 @@ def record(
     )
 
 
-def _snapshot(cluster: Cluster, refs: Sequence[EntityRef]) -> dict[tuple[EntityRef, str], float]:
-    """The stored values of these entities, by (entity, key)."""
-    values: dict[tuple[EntityRef, str], float] = {}
+def _snapshot(cluster: Cluster, refs: Sequence[EntityRef]) -> dict[tuple[EntityRef, str], tuple[float, str]]:
+    """The stored values of these entities and their budget scopes, by (entity, key)."""
+    values: dict[tuple[EntityRef, str], tuple[float, str]] = {}
     for ref in set(refs):
         rows = QuotaValue.objects.filter(
             entity__cluster=cluster, entity__user=ref.user, entity__client_id=ref.client_id, entity__ip=ref.ip
         )
-        for key, value in rows.values_list("key", "value"):
-            values[(ref, key)] = value
+        for key, value, scope in rows.values_list("key", "value", "budget_scope"):
+            values[(ref, key)] = (value, scope)
     return values
+
+
+def scope_audit(before: tuple[float, str] | None, after: tuple[float, str] | None) -> tuple[str | None, str | None]:
+    """The budget scopes a ``budget_scope_altered`` entry records for one value (None: no value), or ``(None,
+    None)`` when there is nothing to record: the scope did not change, or a per-broker value (Kafka's meaning) came
+    or went."""
+    old = before[1] if before is not None else None
+    new = after[1] if after is not None else None
+    if old == new or {old, new} <= {None, BudgetScope.PER_BROKER}:
+        return None, None
+    return old, new
 
 
 def _ref(entry: Alteration) -> EntityRef | None:
@@ -128,7 +143,8 @@ def audited_alter(
     request: QuotaRequest | None = None,
     comment: str = "",
 ) -> AlterOutcome:
-    """``alter_client_quotas`` plus one audit entry per changed (entity, key), in one transaction.
+    """``alter_client_quotas`` plus one audit entry per changed (entity, key), in one transaction (and one more when
+    its budget scope changed: ``scope_audit``).
 
     The cluster's version row is locked first, so the before-values read here are the ones the
     alteration replaces. The tenant of an entry is the request's, else the one tenant owning the entity.
@@ -146,16 +162,15 @@ def audited_alter(
             if old == new:
                 continue
             tenant = request.tenant if request is not None else owning_tenant(ref.user, ref.client_id)
-            record(
-                AuditAction.QUOTA_ALTERED,
-                actor,
-                request=request,
-                tenant=tenant,
-                cluster=cluster,
-                entity=entity_path(ref.user, ref.client_id, ref.ip),
-                key=key,
-                before=old,
-                after=new,
-                comment=comment or f"desired-state version {outcome.version}",
-            )
+            where = {
+                "request": request, "tenant": tenant, "cluster": cluster, "key": key,
+                "entity": entity_path(ref.user, ref.client_id, ref.ip),
+                "comment": comment or f"desired-state version {outcome.version}",
+            }  # fmt: skip
+            old_value, new_value = (old[0] if old else None), (new[0] if new else None)
+            if old_value != new_value:
+                record(AuditAction.QUOTA_ALTERED, actor, before=old_value, after=new_value, **where)
+            old_scope, new_scope = scope_audit(old, new)
+            if old_scope is not None or new_scope is not None:
+                record(AuditAction.BUDGET_SCOPE_ALTERED, actor, before=old_scope, after=new_scope, **where)
     return outcome

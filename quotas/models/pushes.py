@@ -19,7 +19,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from quotas.choices import ConnectorKind, QuotaScope
-from quotas.connectors.base import BROKER, CLIENT_METRICS, KINDS, QUOTA, TOPIC, Item
+from quotas.connectors.base import BROKER, BUDGET_SCOPE, CLIENT_METRICS, KINDS, QUOTA, TOPIC, Item
 from quotas.engine.config import EntityRef
 from quotas.engine.entities import DEFAULT, entity_path
 from quotas.engine.errors import QuotaEngineError
@@ -242,8 +242,8 @@ class Drift(models.Model):
 
 def item_path(item: Item) -> str:
     """Kafka's config path of what an item configures: ``/config/users/alice``, ``/config/brokers/<default>``,
-    ``/config/brokers/1``, ``/config/topics/t``, ``/config/client-metrics/name``."""
-    if item.kind == QUOTA:
+    ``/config/brokers/1``, ``/config/topics/t``, ``/config/client-metrics/name`` (a budget scope: its quota's)."""
+    if item.kind in (QUOTA, BUDGET_SCOPE):
         try:
             ref = EntityRef.from_field(item.resource)
         except (QuotaEngineError, ValueError, TypeError, AttributeError):

@@ -4,6 +4,11 @@ The rules (which keys exist, which values Kafka accepts, how entity names are
 formed, the 8-level precedence) are the engine's (``quotas.engine``); this module
 only stores what passed them and answers Kafka's three questions over the rows:
 DescribeClientQuotas, AlterClientQuotas and "which quota applies to this client".
+
+Each value has a budget scope (``BudgetScope``): per broker, Kafka's meaning, or cluster-wide, a budget for the sum
+over the cluster's brokers that their budget plugin shares out (``check_budget_scope`` says where that is allowed).
+A value that is cluster-wide is also a ``budget-scope`` item of the cluster's desired state, beside its ``quota``
+item: Kafka keeps the value, the engine's Redis the scope.
 """
 
 from __future__ import annotations
@@ -15,8 +20,8 @@ from typing import Any
 from django.db import connection, models, transaction
 from django.db.models import Q
 
-from quotas.choices import MatchType, QuotaKey
-from quotas.connectors.base import QUOTA, Item
+from quotas.choices import BUDGET_KEYS, BudgetScope, ConnectorKind, MatchType, QuotaKey, QuotaScope
+from quotas.connectors.base import BUDGET_SCOPE, CLUSTER_WIDE, QUOTA, Item
 from quotas.engine.config import CLIENT_ID, IP, USER, EntityRef
 from quotas.engine.connections import IpRates, normalize_ip
 from quotas.engine.entities import (
@@ -113,11 +118,19 @@ class QuotaEntity(models.Model):
 
 
 class QuotaValue(models.Model):
-    """One configured quota: a key of the entity and its value as a double (as Kafka keeps them)."""
+    """One configured quota: a key of the entity and its value as a double (as Kafka keeps them), and what the value
+    means: a limit on each broker (Kafka's meaning) or a cluster-wide budget (``budget_scope``)."""
 
     entity = models.ForeignKey(QuotaEntity, on_delete=models.CASCADE, related_name="quota_values")
     key = models.CharField(max_length=32, choices=QuotaKey.choices)
     value = models.FloatField()
+    budget_scope = models.CharField(
+        max_length=16,
+        choices=BudgetScope.choices,
+        default=BudgetScope.PER_BROKER,
+        help_text="per_broker: a limit on each broker (Kafka's meaning); cluster_wide: a budget for the sum over the "
+        "cluster's brokers, shared out between them by their budget plugin.",
+    )
 
     class Meta:
         ordering = ["entity", "key"]
@@ -126,10 +139,62 @@ class QuotaValue(models.Model):
             # The engine refuses <= 0 (a quota of 0 overflows Kafka's throttle); the database refuses it too.
             models.CheckConstraint(condition=Q(value__gt=0), name="quotas_value_positive"),
             models.CheckConstraint(condition=Q(key__in=list(QUOTA_KEYS)), name="quotas_value_known_key"),
+            models.CheckConstraint(
+                condition=Q(budget_scope=BudgetScope.PER_BROKER)
+                | Q(budget_scope=BudgetScope.CLUSTER_WIDE, key__in=list(BUDGET_KEYS)),
+                name="quotas_value_budget_scope",
+                violation_error_message="Only producer_byte_rate, consumer_byte_rate and request_percentage values "
+                "can be cluster_wide.",
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.entity} {self.key}={self.value!r}"
+        scope = " (cluster-wide)" if self.budget_scope == BudgetScope.CLUSTER_WIDE else ""
+        return f"{self.entity} {self.key}={self.value!r}{scope}"
+
+    @property
+    def cluster_wide(self) -> bool:
+        return self.budget_scope == BudgetScope.CLUSTER_WIDE
+
+
+class InvalidBudgetScope(QuotaValidationError):
+    """A budget scope the value cannot have (a key or entity that is never shared out, or a cluster whose brokers
+    share no budgets); nothing was changed."""
+
+    code = "INVALID_BUDGET_SCOPE"
+
+
+def check_budget_scope(cluster: Cluster, key: str, scope: str, *, ip: bool = False) -> str:
+    """``scope`` if a value of ``key`` of the cluster may have it, else InvalidBudgetScope saying what to send.
+
+    per_broker is always allowed. cluster_wide: for producer_byte_rate, consumer_byte_rate and request_percentage
+    (Kafka's produce, fetch and request quotas, which the brokers' plugin shares out), at any of the 8 user/client-id
+    levels, never an ip; on a Kafka cluster or a per-broker engine cluster (whose brokers run the same rounds,
+    ``traffic.engine_budgets``), not on a cluster_wide engine cluster (one namespace: one budget already).
+    """
+    if scope not in BudgetScope.values:
+        raise InvalidBudgetScope(
+            f"budget_scope must be per_broker or cluster_wide, not {scope!r}; leave it out to keep the value's scope."
+        )
+    if scope == BudgetScope.PER_BROKER:
+        return scope
+    allowed = ", ".join(BUDGET_KEYS[:-1]) + f" and {BUDGET_KEYS[-1]}"
+    if ip:
+        raise InvalidBudgetScope(
+            f"An ip quota ({key}) cannot be cluster-wide: Kafka counts connections per broker and ip. Only {allowed} "
+            "values of user and client-id entities can be cluster_wide."
+        )
+    if key not in BUDGET_KEYS:
+        raise InvalidBudgetScope(
+            f"A {key} value cannot be cluster-wide: only {allowed} values can be cluster_wide (Kafka enforces "
+            f"{key} where no budget can be shared out); send budget_scope per_broker or leave it out."
+        )
+    if cluster.connector != ConnectorKind.KAFKA and cluster.scope == QuotaScope.CLUSTER_WIDE:
+        raise InvalidBudgetScope(
+            f"Cluster {cluster.name!r} is cluster_wide: its brokers share one engine namespace, so every value there "
+            "is one budget for the whole cluster already. Send budget_scope per_broker or leave it out."
+        )
+    return scope
 
 
 # ------------------------------------------------------------------ DescribeClientQuotas
@@ -200,11 +265,15 @@ def _canonical_ip(name: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class QuotaOp:
-    """Set ``key`` to ``value``, or delete it when ``remove`` (the value is then ignored, as Kafka does)."""
+    """Set ``key`` to ``value``, or delete it when ``remove`` (the value is then ignored, as Kafka does).
+
+    ``scope``: the value's budget scope (``BudgetScope``); None keeps the scope the value has (per_broker for a new
+    value), so a change of the number alone never turns a cluster-wide budget into a per-broker limit."""
 
     key: str
     value: object = None
     remove: bool = False
+    scope: str | None = None
 
 
 @dataclass(frozen=True)
@@ -241,7 +310,8 @@ class AlterOutcome:
 
 
 class AlterationRejected(QuotaValidationError):
-    """At least one entry is invalid; nothing was applied. ``results`` holds the answer of every entry."""
+    """At least one entry is invalid; nothing was applied. ``results`` holds the answer of every entry; ``code`` is
+    the invalid entries' when they share one (INVALID_BUDGET_SCOPE), else INVALID_REQUEST."""
 
     def __init__(self, results: list[EntryResult]) -> None:
         bad = [(i, r.error) for i, r in enumerate(results) if r.error is not None]
@@ -251,6 +321,8 @@ class AlterationRejected(QuotaValidationError):
             f"details.entries); entry {first}: {error.message}"
         )
         self.results = results
+        codes = {e.code for _, e in bad}
+        self.code = codes.pop() if len(codes) == 1 else QuotaValidationError.code
 
 
 _NAME_MAX = {t: QuotaEntity._meta.get_field(f).max_length for t, f in ENTITY_FIELDS.items()}
@@ -273,24 +345,31 @@ def _parse_entity(components: Sequence[tuple[str, str | None]]) -> EntityRef:
     return ref
 
 
+#: One validated op: key, value (None: remove) and budget scope (None: keep the value's).
+Op = tuple[str, float | None, str | None]
+
+
 def _validate_entry(
-    entry: Alteration, seen: set[tuple[EntityRef, str]]
-) -> tuple[EntityRef, list[tuple[str, float | None]]]:
-    """The engine's key/value rules for each op; a key altered twice in the batch is refused as the engine does."""
+    cluster: Cluster, entry: Alteration, seen: set[tuple[EntityRef, str]]
+) -> tuple[EntityRef, list[Op]]:
+    """The engine's key/value rules for each op, and where a budget scope is allowed (``check_budget_scope``); a key
+    altered twice in the batch is refused as the engine does."""
     ref = _parse_entity(entry.entity)
-    ops: list[tuple[str, float | None]] = []
+    ops: list[Op] = []
     for op in entry.ops:
         if (ref, op.key) in seen:
             raise QuotaValidationError(f"Key {op.key!r} is altered twice for the same entity {ref.field()}.")
         seen.add((ref, op.key))
         if op.remove:
             validate_quota_key(op.key, ref.kind)
-            ops.append((op.key, None))
+            ops.append((op.key, None, None))
         elif op.value is None:
             validate_quota_key(op.key, ref.kind)
             raise QuotaValidationError(f"{op.key} needs a value; to delete the quota send remove: true.")
         else:
-            ops.append((op.key, validate_quota_value(op.key, op.value, ref.kind)))
+            value = validate_quota_value(op.key, op.value, ref.kind)
+            scope = None if op.scope is None else check_budget_scope(cluster, op.key, op.scope, ip=ref.ip is not None)
+            ops.append((op.key, value, scope))
     return ref, ops
 
 
@@ -304,10 +383,10 @@ def alter_client_quotas(cluster: Cluster, entries: Sequence[Alteration], validat
     """
     seen: set[tuple[EntityRef, str]] = set()
     results: list[EntryResult] = []
-    validated: list[tuple[EntityRef, list[tuple[str, float | None]]]] = []
+    validated: list[tuple[EntityRef, list[Op]]] = []
     for entry in entries:
         try:
-            validated.append(_validate_entry(entry, seen))
+            validated.append(_validate_entry(cluster, entry, seen))
             results.append(EntryResult(entry.entity))
         except QuotaEngineError as e:
             results.append(EntryResult(entry.entity, e))
@@ -330,18 +409,18 @@ _COLUMNS = ("user", "client_id", "ip")
 
 
 def _held_rows(cluster: Cluster, refs: Sequence[EntityRef]) -> list[tuple[Any, ...]]:
-    """(entity pk, user, client_id, ip, value pk, key, value) of the entities ``refs`` that exist, a row per value
-    (a LEFT JOIN: an entity without values comes back once, with NULLs).
+    """(entity pk, user, client_id, ip, value pk, key, value, budget scope) of the entities ``refs`` that exist, a
+    row per value (a LEFT JOIN: an entity without values comes back once, with NULLs).
 
     One statement per shape of entity (which of user, client id and ip it names), matching the first name it has
     with IN and the others' presence with IS [NOT] NULL: the shape's own unique index then finds each name (an OR of
     a term per entity made SQLite read every entity of the cluster from a batch of 100 on). Entities of the same
     first name but another second one are read too and left out here."""
     e = {name: rows.column(QuotaEntity, name) for name in ("id", "cluster", *_COLUMNS)}
-    v = {name: rows.column(QuotaValue, name) for name in ("id", "entity", "key", "value")}
+    v = {name: rows.column(QuotaValue, name) for name in ("id", "entity", "key", "value", "budget_scope")}
     head = (
         f"SELECT e.{e['id']}, e.{e['user']}, e.{e['client_id']}, e.{e['ip']}, v.{v['id']}, v.{v['key']}, "
-        f"v.{v['value']} FROM {rows.table(QuotaEntity)} e LEFT JOIN {rows.table(QuotaValue)} v "
+        f"v.{v['value']}, v.{v['budget_scope']} FROM {rows.table(QuotaEntity)} e LEFT JOIN {rows.table(QuotaValue)} v "
         f"ON v.{v['entity']} = e.{e['id']} WHERE e.{e['cluster']} = %s"
     )
     shapes: dict[tuple[bool, ...], list[str]] = {}
@@ -365,14 +444,22 @@ def _held_rows(cluster: Cluster, refs: Sequence[EntityRef]) -> list[tuple[Any, .
     return found
 
 
-def _apply_all(
-    cluster: Cluster, validated: Sequence[tuple[EntityRef, list[tuple[str, float | None]]]]
-) -> dict[Item, str | None]:
+def scope_change(resource: str, key: str, before: str | None, after: str | None) -> dict[Item, str | None]:
+    """The ``budget-scope`` item a value's change of scope makes (``before``/``after``: its scope, None when the value
+    does not exist), or nothing: only a cluster-wide value has the item."""
+    was, now = before == BudgetScope.CLUSTER_WIDE, after == BudgetScope.CLUSTER_WIDE
+    if was == now:
+        return {}
+    return {Item(BUDGET_SCOPE, resource, key): CLUSTER_WIDE if now else None}
+
+
+def _apply_all(cluster: Cluster, validated: Sequence[tuple[EntityRef, list[Op]]]) -> dict[Item, str | None]:
     """Write validated entries in a few plain statements whatever their number (one change or a batch of 100 costs
     about the same): their entities and values read at once, then inserted, updated and deleted in bulk. Runs under
     the cluster's version lock, so no other change of the cluster interleaves. Returns the items that changed (None =
-    removed); an entity left without values is deleted."""
-    by_ref: dict[EntityRef, list[tuple[str, float | None]]] = {}
+    removed): a value's ``quota`` item, and its ``budget-scope`` item when it became or stopped being cluster-wide;
+    an entity left without values is deleted."""
+    by_ref: dict[EntityRef, list[Op]] = {}
     for ref, ops in validated:
         by_ref.setdefault(ref, []).extend(ops)
     if not by_ref:
@@ -382,22 +469,22 @@ def _apply_all(
         return ref.user, ref.client_id, ref.ip
 
     entities: dict[tuple[str | None, str | None, str | None], int] = {}
-    held: dict[tuple[int, str], tuple[int, float]] = {}  # (entity pk, key) -> (value pk, value)
-    for pk, user, client_id, ip, value_pk, key, value in _held_rows(cluster, list(by_ref)):
+    held: dict[tuple[int, str], tuple[int, float, str]] = {}  # (entity pk, key) -> (value pk, value, budget scope)
+    for pk, user, client_id, ip, value_pk, key, value, scope in _held_rows(cluster, list(by_ref)):
         entities[(user, client_id, ip)] = pk
         if value_pk is not None:
-            held[(pk, key)] = (value_pk, value)
+            held[(pk, key)] = (value_pk, value, scope)
     new = [
         parts(ref) for ref, ops in by_ref.items()
-        if parts(ref) not in entities and any(value is not None for _, value in ops)
+        if parts(ref) not in entities and any(value is not None for _, value, _ in ops)
     ]  # fmt: skip
     if new:
         made = rows.insert(QuotaEntity, ("cluster", *_COLUMNS), [(cluster.pk, *p) for p in new], ("id", *_COLUMNS))
         entities.update({tuple(names): pk for pk, *names in made})
 
     changes: dict[Item, str | None] = {}
-    creates: list[tuple[int, str, float]] = []
-    updates: list[tuple[float, int]] = []
+    creates: list[tuple[int, str, float, str]] = []
+    updates: list[tuple[float, str, int]] = []
     deletes: list[int] = []
     emptied: set[int] = set()
     for ref, ops in by_ref.items():
@@ -405,7 +492,7 @@ def _apply_all(
         if entity is None:
             continue  # only removals, of an entity that holds nothing
         resource = ref.field()
-        for key, value in ops:
+        for key, value, scope in ops:
             row = held.get((entity, key))
             if value is None:
                 if row is not None:
@@ -413,24 +500,29 @@ def _apply_all(
                     del held[(entity, key)]
                     emptied.add(entity)
                     changes[Item(QUOTA, resource, key)] = None
+                    changes.update(scope_change(resource, key, row[2], None))
                 continue
             if row is None:
-                creates.append((entity, key, value))
-                held[(entity, key)] = (0, value)
-            elif row[1] != value:
-                updates.append((value, row[0]))
-                held[(entity, key)] = (row[0], value)
+                scope = scope or BudgetScope.PER_BROKER
+                creates.append((entity, key, value, scope))
+                held[(entity, key)] = (0, value, scope)
             else:
-                continue
-            changes[Item(QUOTA, resource, key)] = repr(float(value))
+                scope = scope or row[2]
+                if row[1] == value and row[2] == scope:
+                    continue
+                updates.append((value, scope, row[0]))
+                held[(entity, key)] = (row[0], value, scope)
+            if row is None or row[1] != value:
+                changes[Item(QUOTA, resource, key)] = repr(float(value))
+            changes.update(scope_change(resource, key, row[2] if row is not None else None, scope))
     if deletes:
         QuotaValue.objects.filter(pk__in=deletes).delete()
-    rows.insert(QuotaValue, ("entity", "key", "value"), creates)
+    rows.insert(QuotaValue, ("entity", "key", "value", "budget_scope"), creates)
     if updates:
         with connection.cursor() as cursor:
             cursor.executemany(
-                f"UPDATE {rows.table(QuotaValue)} SET {rows.column(QuotaValue, 'value')} = %s "
-                f"WHERE {rows.column(QuotaValue, 'id')} = %s",
+                f"UPDATE {rows.table(QuotaValue)} SET {rows.column(QuotaValue, 'value')} = %s, "
+                f"{rows.column(QuotaValue, 'budget_scope')} = %s WHERE {rows.column(QuotaValue, 'id')} = %s",
                 updates,
             )
     still = {entity for entity, _ in held}
@@ -457,10 +549,12 @@ class EffectiveQuota:
     entity: str | None
     skipped: list[tuple[int, str]]
     tags: str | None = None  # the sensor tags "user:client-id" the engine records into
+    budget_scope: str | None = None  # the value's: per_broker or cluster_wide (None: no value applies)
 
 
 def effective_client_quotas(cluster: Cluster, user: str, client_id: str) -> list[EffectiveQuota]:
-    """For each client key, the engine's resolution (``QuotaOverrides.resolve``) over the cluster's rows.
+    """For each client key, the engine's resolution (``QuotaOverrides.resolve``) over the cluster's rows, with the
+    budget scope of the value that applies (a cluster-wide value is a budget the brokers share out).
 
     Only the (at most 8) entities that can match are read, so the cost does not grow with the cluster:
     one OR term per entity shape, each naming the cluster and its shape's columns, so each term is a lookup
@@ -475,11 +569,14 @@ def effective_client_quotas(cluster: Cluster, user: str, client_id: str) -> list
     )
     rows = QuotaEntity.objects.filter(shapes, ip__isnull=True).order_by().prefetch_related("quota_values")
     overrides = {qt: QuotaOverrides() for qt in QuotaType}
+    scopes: dict[tuple[QuotaType, ClientEntity], str] = {}
     for row in rows:
         for qv in row.quota_values.all():
             qt = TYPE_OF_KEY.get(qv.key)
             if qt is not None:
-                overrides[qt].update(ClientEntity(row.user, row.client_id), qv.value)
+                entity = ClientEntity(row.user, row.client_id)
+                overrides[qt].update(entity, qv.value)
+                scopes[(qt, entity.sanitized())] = qv.budget_scope
 
     def path(level: int) -> str:
         e = level_entity(level, user, client_id)
@@ -495,7 +592,8 @@ def effective_client_quotas(cluster: Cluster, user: str, client_id: str) -> list
         limits = overrides[qt].limits
         skipped = [(lv, path(lv)) for lv in range(1, stop) if level_entity(lv, su, client_id) not in limits]
         source = path(r.level) if r.level is not None else None
-        answer.append(EffectiveQuota(qt.config_key, r.bound, r.level, source, skipped, r.tags))
+        scope = scopes.get((qt, level_entity(r.level, su, client_id))) if r.level is not None else None
+        answer.append(EffectiveQuota(qt.config_key, r.bound, r.level, source, skipped, r.tags, scope))
     return answer
 
 
@@ -510,9 +608,11 @@ def effective_ip_quota(cluster: Cluster, ip: str) -> EffectiveQuota:
         rates.update(None if row.entity.ip == DEFAULT else row.entity.ip, int(row.value))
     own, default = entity_path(ip=ip), entity_path(ip=DEFAULT)
     if ip in present:
-        return EffectiveQuota(IP_KEY, float(rates.rate_for(ip)), 1, own, [])
+        return EffectiveQuota(IP_KEY, float(rates.rate_for(ip)), 1, own, [], budget_scope=BudgetScope.PER_BROKER)
     if DEFAULT in present:
-        return EffectiveQuota(IP_KEY, float(rates.rate_for(ip)), 2, default, [(1, own)])
+        return EffectiveQuota(
+            IP_KEY, float(rates.rate_for(ip)), 2, default, [(1, own)], budget_scope=BudgetScope.PER_BROKER
+        )
     return EffectiveQuota(IP_KEY, None, None, None, [(1, own), (2, default)])
 
 
@@ -523,10 +623,12 @@ __all__ = [
     "EffectiveQuota",
     "EntryResult",
     "FilterComponent",
+    "InvalidBudgetScope",
     "QuotaEntity",
     "QuotaOp",
     "QuotaValue",
     "alter_client_quotas",
+    "check_budget_scope",
     "describe_client_quotas",
     "effective_client_quotas",
     "effective_ip_quota",

@@ -28,7 +28,7 @@ from django.db.models import Q
 from django.dispatch import Signal
 from django.utils import timezone
 
-from quotas.choices import QuotaKey
+from quotas.choices import BudgetScope, QuotaKey
 from quotas.engine.entities import entity_path
 from quotas.models.clusters import Cluster
 from quotas.models.tenants import Tenant
@@ -59,10 +59,12 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 
 
 class QuotaRequest(models.Model):
-    """A tenant's request to set one client quota key of one user/client-id entity on a cluster.
+    """A tenant's request to set one client quota key of one user/client-id entity on a cluster, with the value's
+    budget scope (per broker, or a cluster-wide budget; decided when it is submitted: what the tenant asked for, else
+    the scope the value has, else per broker).
 
-    ``expires_at`` makes it a time-boxed boost: at expiry ``previous_value`` (captured when applied;
-    null = there was no value) comes back on its own.
+    ``expires_at`` makes it a time-boxed boost: at expiry ``previous_value`` and ``previous_budget_scope``
+    (captured when applied; null = there was no value) come back on their own.
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="quota_requests")
@@ -72,10 +74,20 @@ class QuotaRequest(models.Model):
     client_id = models.CharField(max_length=255, null=True, blank=True)
     key = models.CharField(max_length=32, choices=QuotaKey.choices)
     value = models.FloatField()
+    budget_scope = models.CharField(
+        max_length=16,
+        choices=BudgetScope.choices,
+        default=BudgetScope.PER_BROKER,
+        help_text="The value's budget scope once applied: per_broker (Kafka's meaning) or cluster_wide.",
+    )
     reason = models.TextField(blank=True)
     expires_at = models.DateTimeField(null=True, blank=True, help_text="A boost: the previous value returns then.")
     state = models.CharField(max_length=16, choices=RequestState.choices, default=RequestState.SUBMITTED)
     previous_value = models.FloatField(null=True, blank=True, help_text="The value before applying; null = none.")
+    previous_budget_scope = models.CharField(
+        max_length=16, choices=BudgetScope.choices, null=True, blank=True,
+        help_text="The budget scope of the value before applying; null = no value.",
+    )
     applied_version = models.PositiveBigIntegerField(null=True, blank=True)
     failure = models.TextField(blank=True, help_text="Why applying failed.")
     created = models.DateTimeField(auto_now_add=True)
@@ -93,7 +105,12 @@ class QuotaRequest(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"#{self.pk} {self.cluster.name}:{self.entity} {self.key}={self.value!r} ({self.state})"
+        scope = " cluster-wide" if self.cluster_wide else ""
+        return f"#{self.pk} {self.cluster.name}:{self.entity} {self.key}={self.value!r}{scope} ({self.state})"
+
+    @property
+    def cluster_wide(self) -> bool:
+        return self.budget_scope == BudgetScope.CLUSTER_WIDE
 
     @property
     def entity(self) -> str:

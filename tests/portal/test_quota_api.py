@@ -497,7 +497,8 @@ def test_describe_answers_values(reader: APIClient, described: Cluster) -> None:
     seed(described, [({"user": "alice"}, "request_percentage", 12.5)])
     response = describe(reader, [c("user", "exact", "alice")], strict=True)
     values = {PBR: 1000.0, "request_percentage": 12.5}
-    assert response.json()["results"] == [{"entity": {"user": "alice"}, "values": values}]
+    scopes = {PBR: "per_broker", "request_percentage": "per_broker"}
+    assert response.json()["results"] == [{"entity": {"user": "alice"}, "values": values, "budget_scopes": scopes}]
 
 
 def test_describe_pages_with_the_same_body(reader: APIClient, described: Cluster) -> None:

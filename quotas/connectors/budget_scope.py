@@ -1,0 +1,150 @@
+"""A cluster's budget scopes: which of its quota values are cluster-wide budgets, kept in the engine's Redis.
+
+Kafka holds every quota value itself (AlterClientQuotas, so ``kafka-configs.sh --describe`` shows a budget's value);
+the brokers' budget plugin (a KIP-257 ``ClientQuotaCallback``) reads from the cluster's scope hash
+(``qb:{<cluster>}:scope``, written with ``quotas.engine.budget_store.BudgetStore.set_scope``) which of them are
+cluster-wide, and shares each of those out between the brokers. An engine cluster's brokers do the same
+(``traffic.engine_budgets``), with the hash in their own Redis. A ``budget-scope`` item of the desired state
+(``resource`` the entity's ``EntityRef.field()``, ``key`` the quota key) is one field of that hash: ``<quota type>
+<entity field>``, e.g. ``produce {"user":"alice"}``. The protocol is ``docs/internals/cluster-budgets-protocol.md``.
+
+Around a push's Kafka write the scope moves in two steps, so that while Kafka and Redis disagree a client is held
+to what the old or the new state allows, never to brokers x a budget neither meant: a value that becomes cluster-wide
+joins the scope *before* Kafka takes its new value (until then it is its old value shared out, never the new value on
+every broker), and one that stops being cluster-wide leaves it *after* (until then its new value is shared out, never
+the old budget on every broker). Each step replaces the whole hash with one script (idempotent) and is skipped when
+the hash already says it, so a retried push writes nothing twice and the plugin re-reads the scope only when it
+changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
+
+import redis
+
+from quotas.engine.budget_store import BudgetStore, scope_field
+from quotas.engine.budgets import BUDGET_TYPES
+from quotas.engine.entities import QuotaType
+from quotas.engine.errors import QuotaValidationError
+from quotas.engine.redis_backend import connect
+
+from .base import BUDGET_SCOPE, CLUSTER_WIDE, Item, PushError, State
+
+#: Quota key -> the quota type the plugin names it by (``produce``, ``fetch``, ``request``).
+TYPE_OF_BUDGET_KEY = {QuotaType(t).config_key: t for t in BUDGET_TYPES}
+#: What a connector answers for a Redis it cannot reach: the push is retried (Kafka's part is idempotent).
+UNAVAILABLE = "BUDGET_STORE_UNAVAILABLE"
+_T = TypeVar("_T")
+
+
+def field_of(item: Item) -> str:
+    """The scope hash's field of a ``budget-scope`` item; PushError (not retriable) for a key that is never one."""
+    quota_type = TYPE_OF_BUDGET_KEY.get(item.key, item.key)
+    try:
+        return scope_field(quota_type, item.resource)
+    except QuotaValidationError as e:
+        raise PushError("INVALID_REQUEST", f"Budget scope of {item.key} of {item.resource}: {e.message}",
+                        retriable=False) from e
+
+
+def item_of(field: str) -> Item:
+    """The ``budget-scope`` item of a scope hash field (a field the portal would not write stays visible, as an
+    item of key ``unknown``, so reconcile reports it as extra)."""
+    quota_type, _, entity = field.partition(" ")
+    if quota_type in BUDGET_TYPES and entity:
+        return Item(BUDGET_SCOPE, entity, QuotaType(quota_type).config_key)
+    return Item(BUDGET_SCOPE, field, "unknown")
+
+
+def scope_after(held: Iterable[str], changes: Mapping[Item, str | None], full: bool) -> set[str]:
+    """The scope once ``changes`` (only ``budget-scope`` items) are applied to ``held``: exactly the changes' when
+    ``full``."""
+    after = set() if full else set(held)
+    for item, value in changes.items():
+        name = field_of(item)
+        if value is None:
+            after.discard(name)
+        elif value == CLUSTER_WIDE:
+            after.add(name)
+        else:
+            raise PushError("INVALID_REQUEST", f"Budget scope {item} has the value {value!r}; only "
+                            f"{CLUSTER_WIDE!r} (or a removal) is one.", retriable=False)
+    return after
+
+
+class BudgetScopes:
+    """The scope hashes of clusters in one Redis: for Kafka clusters the engine's Redis (``QUOTAS_BUDGET_REDIS_URL``)
+    their brokers' plugin reads, for an engine cluster the Redis of its brokers' engine (``client``: theirs)."""
+
+    def __init__(
+        self, url: str, timeout_s: float = 2.0, client: redis.Redis | None = None, unavailable: str = UNAVAILABLE
+    ) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self._client = client
+        self._own = client is None
+        self.unavailable = unavailable
+
+    def _store(self, cluster: str) -> BudgetStore:
+        if self._client is None:
+            self._client = connect(self.url, self.timeout_s)
+        return BudgetStore(self._client, cluster)
+
+    def steps(self, cluster: str, scopes: Mapping[Item, str | None], full: bool) -> list[set[str]]:
+        """The cluster's scope now, once the fields joining it are added, and once those leaving it are dropped:
+        what a push writes before its values land (step 0 -> 1) and after (step 1 -> 2). A scope no value can have is
+        refused before anything is read."""
+        scope_after(set(), scopes, full)
+        held = self.held(cluster)
+        after = scope_after(held, scopes, full)
+        return [held, held | after, after]
+
+    def _unavailable(self, cluster: str, doing: str, error: Exception) -> PushError:
+        return PushError(
+            self.unavailable,
+            f"{cluster}: could not {doing} the budget scope in the engine's Redis ({type(error).__name__}: "
+            f"{error}); the push is retried until it can (what Kafka took stays, the same values are sent again).",
+            retriable=True,
+        )
+
+    def around(
+        self, cluster: str, scopes: Mapping[Item, str | None], full: bool, send: Callable[[], _T]
+    ) -> tuple[_T, bool]:
+        """``send()`` (the push's write of the values) between the scope's two steps; returns what it returned and
+        whether the scope changed. Without scope changes nothing is read before ``send`` (its own errors come first);
+        a full push then drops, after it, what the hash holds beyond the (empty) desired scope."""
+        if scopes:
+            steps = self.steps(cluster, scopes, full)
+            moved = self.write(cluster, steps[0], steps[1])
+            sent = send()
+            return sent, self.write(cluster, steps[1], steps[2]) or moved
+        sent = send()
+        return sent, full and self.write(cluster, self.held(cluster), set())
+
+    def held(self, cluster: str) -> set[str]:
+        """The cluster's cluster-wide scope fields now."""
+        try:
+            return self._store(cluster).scope()
+        except (redis.RedisError, OSError) as e:
+            raise self._unavailable(cluster, "read", e) from e
+
+    def write(self, cluster: str, held: set[str], wanted: set[str]) -> bool:
+        """Make the scope ``wanted`` (``held``: what it is) in one step; False when it already was."""
+        if wanted == held:
+            return False
+        try:
+            self._store(cluster).set_scope(sorted(wanted))
+        except (redis.RedisError, OSError) as e:
+            raise self._unavailable(cluster, "write", e) from e
+        return True
+
+    def describe(self, cluster: str) -> State:
+        """The cluster's budget scopes as desired-state items."""
+        return {item_of(name): CLUSTER_WIDE for name in self.held(cluster)}
+
+    def close(self) -> None:
+        if self._client is not None and self._own:
+            self._client.close()
+            self._client = None
