@@ -1,0 +1,471 @@
+package quotaportal.kafka.quota;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.EnumMap;
+import java.util.EnumSet;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.LongSupplier;
+
+import org.apache.kafka.server.quota.ClientQuotaType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import quotaportal.kafka.quota.QuotaTable.EntityKey;
+
+/**
+ * This broker's side of the cluster-wide budgets (docs/internals/cluster-budgets-protocol.md): one round at a time,
+ * run by the plugin's background thread, and the snapshot ({@link View}) the hot path reads.
+ *
+ * <p>A round: the live sensors whose resolving config entity is cluster-wide (the scope the engine last answered)
+ * are reported with their budget B, their demand ({@link DemandEstimator}) and whether they are saturated (the rate
+ * Kafka measures at or above 95 % of the share enforced); {@code budget_share.lua} answers each one's share. Then
+ * every cluster-wide sensor's limit is published: the share while the last successful round is at most the lease
+ * old, else (Redis away or slow for longer, or a new budget with no share yet) {@code B / live brokers} (live = the
+ * brokers of the cluster metadata, at least 1): never unlimited, never zero. The state is {@code coordinated}
+ * within the lease and {@code fallback} after it (and from start until the first successful round: a restarted
+ * broker starts from the fallback); each transition is logged once. When a published limit moved, the quota type's
+ * {@link #quotaResetRequired} answers true once, so Kafka re-reads its sensors' limits.
+ *
+ * <p>Clock, Redis, rates and sensors are injected: the tests drive the state machine with fakes of
+ * {@link BudgetRedis} and a clock of their own.
+ */
+final class BudgetCoordinator {
+    private static final Logger LOG = LoggerFactory.getLogger(BudgetQuotaCallback.class);
+    /** A sensor is saturated when its measured rate is at least this fraction of the share it enforces ... */
+    static final double SATURATED = 0.95;
+    /**
+     * ... and stays saturated while its rate is at least this fraction: a client Kafka holds at its limit measures
+     * within a few per cent of it either way (Kafka throttles after the rate went over, and the windowed rate dips
+     * while the client waits), and one dip under 95 % must not read as demand gone, which would drop the share to
+     * the floor and stall the client for the throttle time of the lower limit.
+     */
+    static final double SATURATED_HOLD = 0.85;
+    /**
+     * A sensor whose demand estimate has stayed under this fraction of its share for {@link #FALLING_ROUNDS} rounds
+     * is not saturated, whatever its windowed rate: after its clients moved to another broker, Kafka's rate takes
+     * the whole window to decay and would hold half of the budget there meanwhile. (One round is not enough: the
+     * estimate's slope term swings that far now and then while a client is held at its limit.)
+     */
+    static final double FALLING = 0.5;
+    static final int FALLING_ROUNDS = 2;
+    /** A share that rose by at most this fraction is not worth a reset of Kafka's limits (a fall always is). */
+    static final double SMALL_RISE = 0.01;
+
+    enum State {
+        OFF, COORDINATED, FALLBACK;
+
+        String label() {
+            return name().toLowerCase(Locale.ROOT);
+        }
+    }
+
+    /** A live sensor with a quota: its tags, the config entity its value comes from, and that value (B). */
+    record SensorBudget(SensorKey sensor, EntityKey entity, double budget) {
+    }
+
+    /** The sensors Kafka has now (those the hot path handed tags out for, still registered). */
+    interface SensorSource {
+        List<SensorBudget> sensors();
+    }
+
+    /** The rate Kafka measures for a sensor (units of its quota type per second); NaN when unknown. */
+    interface RateSource {
+        double rate(SensorKey sensor);
+    }
+
+    /** Told after every round what was published (the MBeans). */
+    interface Listener {
+        void published(BudgetCoordinator coordinator, View view);
+    }
+
+    /** A quota type and a config entity: one quota value, as the scope names it. */
+    record TypedEntity(ClientQuotaType type, EntityKey entity) {
+    }
+
+    /** The limit published for one cluster-wide sensor, valid for the entity and B it was computed for. */
+    record Limit(EntityKey entity, double budget, double value, double demand) {
+    }
+
+    /** What the hot path reads: immutable, swapped whole. */
+    static final class View {
+        static final View EMPTY = new View(Map.of(), Map.of(), 1, State.FALLBACK);
+
+        final Map<TypedEntity, String> clusterWide;
+        final Map<SensorKey, Limit> limits;
+        final int live;
+        final State state;
+
+        View(Map<TypedEntity, String> clusterWide, Map<SensorKey, Limit> limits, int live, State state) {
+            this.clusterWide = clusterWide;
+            this.limits = limits;
+            this.live = live;
+            this.state = state;
+        }
+    }
+
+    private record Held(EntityKey entity, double budget, double share) {
+    }
+
+    private record Report(SensorBudget sensor, String scopeField, double demand, boolean saturated) {
+    }
+
+    private final BudgetSettings settings;
+    private final BudgetRedis redis;
+    private final LongSupplier clockMs;
+    private final LongSupplier engineClockMs;
+    private final SensorSource sensors;
+    private final RateSource rates;
+    private final String prefix;
+    private final EnumMap<ClientQuotaType, AtomicBoolean> resets = new EnumMap<>(ClientQuotaType.class);
+    private volatile Listener listener;
+
+    private volatile View view = View.EMPTY;
+    private volatile int liveBrokers = 1;
+    private volatile State state = State.FALLBACK;
+
+    // the background thread's own (runRound is synchronized, for the tests that call it from theirs)
+    private String scopeVersion = "";
+    private boolean scopeKnown;
+    private Map<SensorKey, Held> held = Map.of();
+    private final Map<SensorKey, DemandEstimator> estimators = new HashMap<>();
+    private final Set<SensorKey> saturated = new java.util.HashSet<>();
+    private final Map<SensorKey, Integer> falling = new HashMap<>();
+    private long lastSuccessMs = Long.MIN_VALUE;
+    private boolean failing;
+
+    private final AtomicLong rounds = new AtomicLong();
+    private final AtomicLong failedRounds = new AtomicLong();
+    private final AtomicLong sharesMoved = new AtomicLong();
+    private volatile long lastRoundMs;
+    private volatile String lastError = "";
+
+    /**
+     * @param engineClockMs the time sent as ARGV[5], or null to send '' (Redis's own clock: production, so that
+     *                      brokers' clocks never disagree)
+     */
+    BudgetCoordinator(BudgetSettings settings, BudgetRedis redis, LongSupplier clockMs, LongSupplier engineClockMs,
+                      SensorSource sensors, RateSource rates) {
+        this.settings = settings;
+        this.redis = redis;
+        this.clockMs = clockMs;
+        this.engineClockMs = engineClockMs;
+        this.sensors = sensors;
+        this.rates = rates;
+        this.prefix = "qb:{" + settings.cluster() + "}:";
+        for (ClientQuotaType type : ClientQuotaType.values()) {
+            resets.put(type, new AtomicBoolean(false));
+        }
+    }
+
+    void listener(Listener listener) {
+        this.listener = listener;
+    }
+
+    // -- the hot path ------------------------------------------------------------------------------------------------
+
+    /**
+     * The limit Kafka enforces for a sensor whose value resolved to {@code resolved}: B unless its entity is
+     * cluster-wide; then the published share, or B / live brokers until the sensor has one for this very B.
+     */
+    double limit(SensorKey sensor, QuotaTable.Resolved resolved) {
+        return limit(sensor.type(), sensor.user(), sensor.clientId(), resolved);
+    }
+
+    /** {@link #limit(SensorKey, QuotaTable.Resolved)} of a sensor's type and tags. */
+    double limit(ClientQuotaType type, String userTag, String clientIdTag, QuotaTable.Resolved resolved) {
+        View v = view;
+        if (v.clusterWide.isEmpty() || !SensorKey.budgetable(type)
+                || !v.clusterWide.containsKey(new TypedEntity(type, resolved.entity()))) {
+            return resolved.bound();
+        }
+        Limit limit = v.limits.get(new SensorKey(type, userTag, clientIdTag));
+        if (limit != null && limit.budget() == resolved.bound() && limit.entity().equals(resolved.entity())) {
+            return limit.value();
+        }
+        return resolved.bound() / v.live;
+    }
+
+    /** True once after the type's limits moved (Kafka asks on every request: a read unless there is news). */
+    boolean quotaResetRequired(ClientQuotaType type) {
+        AtomicBoolean flag = resets.get(type);
+        return flag.get() && flag.getAndSet(false);
+    }
+
+    /** The brokers of the cluster metadata (Kafka's updateClusterMetadata): the fallback's divisor. */
+    void liveBrokers(int count) {
+        liveBrokers = Math.max(1, count);
+    }
+
+    // -- one round -------------------------------------------------------------------------------------------------
+
+    /**
+     * One round: report, take the shares, publish. Returns true when the scope changed (the caller runs another
+     * round at once, so that budgets that just became cluster-wide are reported without waiting an interval).
+     */
+    synchronized boolean runRound() {
+        long now = clockMs.getAsLong();
+        long started = System.nanoTime();
+        List<SensorBudget> live = sensors.sensors();
+        View before = view;
+        List<Report> reports = new ArrayList<>();
+        for (SensorBudget s : live) {
+            String field = scopeKnown ? before.clusterWide.get(new TypedEntity(s.sensor().type(), s.entity())) : null;
+            if (field == null || !SensorKey.budgetable(s.sensor().type())) {
+                continue;
+            }
+            double rate = rates.rate(s.sensor());
+            if (Double.isNaN(rate)) {
+                rate = 0;
+            }
+            double demand = estimators.computeIfAbsent(s.sensor(), k -> new DemandEstimator(settings.rateWindowSeconds()))
+                    .update(rate, now);
+            double enforced = limit(s.sensor(), new QuotaTable.Resolved(s.entity(), s.budget()));
+            boolean full = rate >= (saturated.contains(s.sensor()) ? SATURATED_HOLD : SATURATED) * enforced;
+            int low = demand < FALLING * enforced ? falling.merge(s.sensor(), 1, Integer::sum) : 0;
+            if (low == 0) {
+                falling.remove(s.sensor());
+            }
+            full = full && low < FALLING_ROUNDS;
+            if (full) {
+                saturated.add(s.sensor());
+            } else {
+                saturated.remove(s.sensor());
+            }
+            reports.add(new Report(s, field, demand, full));
+            if (LOG.isTraceEnabled()) {
+                LOG.trace("quota budgets: {} rate {} demand {} enforced {} saturated {}", s.sensor().budgetId(), rate,
+                        demand, enforced, full);
+            }
+        }
+        boolean scopeChanged = false;
+        try {
+            BudgetRedis.Reply reply = redis.round(keys(reports), args(reports, now));
+            if (reply.shares().size() != reports.size()) {
+                throw new IllegalStateException("budget_share.lua answered " + reply.shares().size() + " shares for "
+                        + reports.size() + " budgets");
+            }
+            scopeChanged = !scopeKnown || !reply.scopeVersion().equals(scopeVersion);
+            Map<TypedEntity, String> clusterWide = before.clusterWide;
+            if (scopeChanged) {
+                clusterWide = parseScope(reply.scope());
+                scopeVersion = reply.scopeVersion();
+                scopeKnown = true;
+            }
+            Map<SensorKey, Held> taken = new HashMap<>();
+            for (int i = 0; i < reports.size(); i++) {
+                String share = reply.shares().get(i);
+                if (!share.isEmpty()) {
+                    SensorBudget s = reports.get(i).sensor();
+                    taken.put(s.sensor(), new Held(s.entity(), s.budget(), Double.parseDouble(share)));
+                }
+            }
+            held = taken;
+            lastSuccessMs = now;
+            rounds.incrementAndGet();
+            if (failing) {
+                LOG.info("quota budgets: Redis answers again ({} budgets); coordinating", reports.size());
+                failing = false;
+            }
+            publish(now, live, clusterWide);
+        } catch (Exception e) {
+            failedRounds.incrementAndGet();
+            lastError = e.toString();
+            if (!failing) {
+                failing = true;
+                LOG.warn("quota budgets: a round with the engine's Redis failed ({}); keeping the last shares for the "
+                        + "lease ({} ms), then budget / live brokers", e, settings.leaseMs());
+            }
+            publish(now, live, before.clusterWide);
+        } finally {
+            lastRoundMs = (System.nanoTime() - started) / 1_000_000;
+        }
+        // a sensor gone (Kafka expired it) needs no estimate any more
+        if (estimators.size() > live.size()) {
+            Set<SensorKey> keep = new java.util.HashSet<>();
+            for (SensorBudget s : live) {
+                keep.add(s.sensor());
+            }
+            estimators.keySet().retainAll(keep);
+            saturated.retainAll(keep);
+            falling.keySet().retainAll(keep);
+        }
+        return scopeChanged;
+    }
+
+    private List<String> keys(List<Report> reports) {
+        List<String> keys = new ArrayList<>(reports.size() + 2);
+        keys.add(prefix + "scope");
+        keys.add(prefix + "brokers");
+        for (Report r : reports) {
+            keys.add(prefix + "b:" + r.sensor().sensor().budgetId());
+        }
+        return keys;
+    }
+
+    private List<String> args(List<Report> reports, long now) {
+        List<String> args = new ArrayList<>(6 + 4 * reports.size());
+        args.add(Integer.toString(settings.brokerId()));
+        args.add(Long.toString(settings.leaseMs()));
+        args.add(number(settings.floorFraction()));
+        args.add(number(settings.headroom()));
+        args.add(engineClockMs == null ? "" : Long.toString(engineClockMs.getAsLong()));
+        args.add(scopeKnown ? scopeVersion : "");
+        for (Report r : reports) {
+            args.add(r.scopeField());
+            args.add(number(r.sensor().budget()));
+            args.add(number(r.demand()));
+            args.add(r.saturated() ? "1" : "0");
+        }
+        return args;
+    }
+
+    /** A number as the script reads it (Lua's tonumber): integers without a fraction, else Java's shortest form. */
+    static String number(double value) {
+        if (value == Math.rint(value) && Math.abs(value) < 1e15) {
+            return Long.toString((long) value);
+        }
+        return Double.toString(value);
+    }
+
+    private static Map<TypedEntity, String> parseScope(List<String> fields) {
+        Map<TypedEntity, String> out = new HashMap<>();
+        for (String field : fields) {
+            int space = field.indexOf(' ');
+            if (space < 0) {
+                continue;
+            }
+            ClientQuotaType type = switch (field.substring(0, space)) {
+                case "produce" -> ClientQuotaType.PRODUCE;
+                case "fetch" -> ClientQuotaType.FETCH;
+                case "request" -> ClientQuotaType.REQUEST;
+                default -> null;
+            };
+            EntityKey entity = type == null ? null : EntityKey.fromField(field.substring(space + 1));
+            if (entity != null) {
+                out.put(new TypedEntity(type, entity), field);
+            }
+        }
+        return Collections.unmodifiableMap(out);
+    }
+
+    /** Each cluster-wide sensor's limit now; a reset for every quota type whose limits moved. */
+    private void publish(long now, List<SensorBudget> live, Map<TypedEntity, String> clusterWide) {
+        boolean leased = lastSuccessMs != Long.MIN_VALUE && now - lastSuccessMs <= settings.leaseMs();
+        State next = leased ? State.COORDINATED : State.FALLBACK;
+        if (next != state) {
+            if (next == State.FALLBACK) {
+                LOG.warn("quota budgets: no successful round for {} ms (the lease); enforcing budget / live brokers "
+                        + "({}) for every cluster-wide budget until Redis answers", settings.leaseMs(), liveBrokers);
+            } else {
+                LOG.info("quota budgets: coordinated with the engine (cluster {}, broker {})", settings.cluster(),
+                        settings.brokerId());
+            }
+            state = next;
+        }
+        int brokers = liveBrokers;
+        Map<SensorKey, Limit> limits = new HashMap<>();
+        for (SensorBudget s : live) {
+            if (!clusterWide.containsKey(new TypedEntity(s.sensor().type(), s.entity()))) {
+                continue;
+            }
+            Held h = held.get(s.sensor());
+            double value = leased && h != null && h.budget() == s.budget() && h.entity().equals(s.entity())
+                    ? h.share() : s.budget() / brokers;
+            Limit was = view.limits.get(s.sensor());
+            if (was != null && was.budget() == s.budget() && was.entity().equals(s.entity()) && value > was.value()
+                    && value <= was.value() * (1 + SMALL_RISE)) {
+                // a rise within 1 %: keep enforcing the last value (less than the engine grants, so the sum stays
+                // within B) and spare Kafka a walk over its sensors every round for nothing
+                value = was.value();
+            }
+            DemandEstimator estimator = estimators.get(s.sensor());
+            limits.put(s.sensor(), new Limit(s.entity(), s.budget(), value, estimator == null ? 0 : estimator.last()));
+        }
+        View before = view;
+        View after = new View(clusterWide, Collections.unmodifiableMap(limits), brokers, next);
+        Set<ClientQuotaType> moved = EnumSet.noneOf(ClientQuotaType.class);
+        long movedCount = 0;
+        for (Map.Entry<SensorKey, Limit> e : limits.entrySet()) {
+            Limit old = before.limits.get(e.getKey());
+            if (old == null || !same(old.value(), e.getValue().value())) {
+                moved.add(e.getKey().type());
+                movedCount++;
+            }
+        }
+        for (SensorKey gone : before.limits.keySet()) {
+            if (!limits.containsKey(gone)) {
+                moved.add(gone.type());
+            }
+        }
+        if (!before.clusterWide.equals(clusterWide) || before.live != brokers) {
+            // sensors nobody reported yet answer B or B / live from the scope: every budget type may have moved
+            moved.addAll(List.of(ClientQuotaType.PRODUCE, ClientQuotaType.FETCH, ClientQuotaType.REQUEST));
+        }
+        view = after;
+        sharesMoved.addAndGet(movedCount);
+        for (ClientQuotaType type : moved) {
+            resets.get(type).set(true);
+        }
+        Listener l = listener;
+        if (l != null) {
+            l.published(this, after);
+        }
+    }
+
+    private static boolean same(double a, double b) {
+        return a == b || Math.abs(a - b) <= 1e-9 * Math.max(1.0, Math.abs(b));
+    }
+
+    // -- what it exports ---------------------------------------------------------------------------------------------
+
+    View view() {
+        return view;
+    }
+
+    State state() {
+        return state;
+    }
+
+    long rounds() {
+        return rounds.get();
+    }
+
+    long failedRounds() {
+        return failedRounds.get();
+    }
+
+    long sharesMoved() {
+        return sharesMoved.get();
+    }
+
+    long lastRoundMs() {
+        return lastRoundMs;
+    }
+
+    String lastError() {
+        return lastError;
+    }
+
+    int liveBrokers() {
+        return liveBrokers;
+    }
+
+    BudgetSettings settings() {
+        return settings;
+    }
+
+    void close() {
+        try {
+            redis.close();
+        } catch (Exception e) {
+            LOG.debug("closing the budget Redis connection", e);
+        }
+    }
+}

@@ -1,0 +1,307 @@
+package quotaportal.kafka.quota;
+
+import java.util.ArrayList;
+import java.util.EnumMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.kafka.common.Cluster;
+import org.apache.kafka.common.Node;
+import org.apache.kafka.common.config.ConfigException;
+import org.apache.kafka.common.metrics.Monitorable;
+import org.apache.kafka.common.metrics.PluginMetrics;
+import org.apache.kafka.common.security.auth.KafkaPrincipal;
+import org.apache.kafka.common.utils.internals.Sanitizer;
+import org.apache.kafka.server.quota.ClientQuotaCallback;
+import org.apache.kafka.server.quota.ClientQuotaEntity;
+import org.apache.kafka.server.quota.ClientQuotaType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import quotaportal.kafka.quota.BudgetCoordinator.SensorBudget;
+import quotaportal.kafka.quota.QuotaTable.EntityKey;
+
+/**
+ * The quota portal's client quota callback for Apache Kafka 4.4 ({@code client.quota.callback.class}): Kafka's own
+ * quotas, and cluster-wide budgets shared out by measured demand.
+ *
+ * <p>Without {@code quota.budget.redis.url} (or without portal data: no scope in the engine) it answers exactly as
+ * Kafka's default callback does: the 8-level precedence of user, client-id and their defaults, metric tags
+ * {@code user} (sanitized) and {@code client-id} with "" for a level left out, no limit where no quota applies
+ * ({@link QuotaTable}). With it, a quota value the portal marked cluster-wide (the scope, in the engine's Redis) is a
+ * budget B for the sum over all brokers: each broker enforces its share of B, which a background thread takes from
+ * the engine every {@code quota.budget.interval.ms} ({@link BudgetCoordinator}); when Redis is away the shares are
+ * kept for the lease, then B / live brokers. Kafka still measures and throttles with its own sensors.
+ *
+ * <p>The methods Kafka calls on its request path ({@link #quotaMetricTags}, {@link #quotaLimit},
+ * {@link #quotaResetRequired}) read memory only: concurrent maps and volatile snapshots, no lock held across I/O.
+ *
+ * <p>A combined broker and controller creates two instances (one per role); only the broker's coordinates (its role
+ * comes with {@link #withPluginMetrics}), the controller's stays Kafka's default.
+ */
+public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
+    private static final Logger LOG = LoggerFactory.getLogger(BudgetQuotaCallback.class);
+    private static final int MAX_CACHED_USERS = 10_000;
+    /** A tracked sensor whose MBean is missing this many rounds in a row is forgotten (Kafka expired it). */
+    private static final int MISSING_ROUNDS = 3;
+
+    private final EnumMap<ClientQuotaType, QuotaTable> tables = new EnumMap<>(ClientQuotaType.class);
+    private final ConcurrentHashMap<String, String> sanitizedUsers = new ConcurrentHashMap<>();
+    /** The sensors the hot path handed tags out for (only while coordinating). */
+    private final ConcurrentHashMap<SensorKey, Tracked> handedOut = new ConcurrentHashMap<>();
+    private final CountDownLatch roleKnown = new CountDownLatch(1);
+    private final Object wake = new Object();
+
+    private BudgetSettings settings;
+    private volatile BudgetCoordinator coordinator;
+    private volatile boolean tracking;
+    private volatile boolean closed;
+    private volatile String role;
+    private JmxRates rates;
+    private BudgetMBeans mbeans;
+    private Thread worker;
+
+    public BudgetQuotaCallback() {
+        for (ClientQuotaType type : ClientQuotaType.values()) {
+            tables.put(type, new QuotaTable());
+        }
+    }
+
+    // -- configuration -----------------------------------------------------------------------------------------------
+
+    @Override
+    public void configure(Map<String, ?> configs) {
+        settings = BudgetSettings.from(configs);
+        if (!settings.coordinated()) {
+            LOG.info("BudgetQuotaCallback started without {}: Kafka's default client quotas, no cluster-wide budgets",
+                    BudgetSettings.REDIS_URL);
+            return;
+        }
+        Object roles = configs.get("process.roles");
+        if (roles != null && !roles.toString().isBlank() && !roles.toString().contains("broker")) {
+            LOG.info("BudgetQuotaCallback on a controller-only node: Kafka's default client quotas");
+            return;
+        }
+        JedisBudgetRedis redis;
+        try {
+            redis = new JedisBudgetRedis(settings.redisUrl(), settings.redisTimeoutMs());
+        } catch (IllegalArgumentException e) {
+            throw new ConfigException(BudgetSettings.REDIS_URL, JedisBudgetRedis.redacted(settings.redisUrl()),
+                    e.getMessage());
+        }
+        rates = new JmxRates();
+        coordinator = new BudgetCoordinator(settings, redis, System::currentTimeMillis, null, this::liveSensors, rates);
+        worker = new Thread(this::run, "quota-budget-callback-" + settings.brokerId());
+        worker.setDaemon(true);
+        worker.start();
+    }
+
+    /** Kafka hands its plugins their metrics with the role they serve: a combined node has a broker and a controller. */
+    @Override
+    public void withPluginMetrics(PluginMetrics metrics) {
+        try {
+            role = metrics.metricName("quota-budget-role", "", new LinkedHashMap<>()).tags().get("role");
+        } catch (RuntimeException e) {
+            role = null;
+        }
+        roleKnown.countDown();
+        if (coordinator == null && !"controller".equals(role)) {
+            synchronized (this) {
+                if (mbeans == null && !closed) {
+                    mbeans = new BudgetMBeans();
+                    mbeans.registerCallback(null); // state "off"
+                }
+            }
+        }
+    }
+
+    private void run() {
+        try {
+            roleKnown.await(2, TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+            return;
+        }
+        BudgetCoordinator c = coordinator;
+        if (c == null || closed) {
+            return;
+        }
+        if ("controller".equals(role)) {
+            // the controller's quota managers: no client traffic of budgets, Kafka's default answers
+            coordinator = null;
+            c.close();
+            return;
+        }
+        synchronized (this) {
+            if (closed) {
+                return;
+            }
+            mbeans = new BudgetMBeans();
+            mbeans.registerCallback(c);
+            c.listener(mbeans);
+        }
+        tracking = true;
+        LOG.info("BudgetQuotaCallback started: cluster-wide budgets of cluster {} through {} (broker {}, a round every "
+                        + "{} ms, lease {} ms, floor fraction {}, headroom {}, Redis timeout {} ms); state fallback until "
+                        + "the first round", settings.cluster(), JedisBudgetRedis.redacted(settings.redisUrl()),
+                settings.brokerId(), settings.intervalMs(), settings.leaseMs(), settings.floorFraction(),
+                settings.headroom(), settings.redisTimeoutMs());
+        while (!closed) {
+            try {
+                if (c.runRound() && !closed) {
+                    c.runRound(); // the scope changed: report the budgets it made cluster-wide now
+                }
+            } catch (RuntimeException e) {
+                LOG.warn("quota budgets: a round failed unexpectedly", e);
+            }
+            synchronized (wake) {
+                if (closed) {
+                    break;
+                }
+                try {
+                    wake.wait(settings.intervalMs());
+                } catch (InterruptedException e) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /** The tracked sensors Kafka still has, with the value each resolves to; forgets those Kafka expired. */
+    private List<SensorBudget> liveSensors() {
+        List<SensorBudget> out = new ArrayList<>();
+        for (Map.Entry<SensorKey, Tracked> e : handedOut.entrySet()) {
+            SensorKey sensor = e.getKey();
+            Tracked t = e.getValue();
+            if (!rates.exists(sensor)) {
+                if (++t.missing >= MISSING_ROUNDS) {
+                    handedOut.remove(sensor, t);
+                    rates.forget(sensor);
+                }
+                continue;
+            }
+            t.missing = 0;
+            QuotaTable.Resolved r = tables.get(sensor.type()).resolve(sensor.user(), sensor.clientId());
+            if (r != null) {
+                out.add(new SensorBudget(sensor, r.entity(), r.bound()));
+            }
+        }
+        return out;
+    }
+
+    // -- Kafka's calls -------------------------------------------------------------------------------------------------
+
+    @Override
+    public Map<String, String> quotaMetricTags(ClientQuotaType quotaType, KafkaPrincipal principal, String clientId) {
+        Map<String, String> tags = tables.get(quotaType).metricTags(sanitize(principal.getName()), clientId);
+        if (tracking && SensorKey.budgetable(quotaType)) {
+            SensorKey sensor = new SensorKey(quotaType, tags.get(QuotaTable.USER_TAG), tags.get(QuotaTable.CLIENT_ID_TAG));
+            if (!handedOut.containsKey(sensor)) {
+                handedOut.putIfAbsent(sensor, new Tracked());
+            }
+        }
+        return tags;
+    }
+
+    @Override
+    public Double quotaLimit(ClientQuotaType quotaType, Map<String, String> metricTags) {
+        String user = metricTags.get(QuotaTable.USER_TAG);
+        String clientId = metricTags.get(QuotaTable.CLIENT_ID_TAG);
+        QuotaTable.Resolved resolved = tables.get(quotaType).resolve(user, clientId);
+        if (resolved == null) {
+            return null;
+        }
+        BudgetCoordinator c = coordinator;
+        if (c == null) {
+            return resolved.bound();
+        }
+        return c.limit(quotaType, user, clientId, resolved);
+    }
+
+    @Override
+    public void updateQuota(ClientQuotaType quotaType, ClientQuotaEntity quotaEntity, double newValue) {
+        EntityKey entity = EntityKey.of(quotaEntity);
+        LOG.info("Changing {} quota for {} to {}", quotaType, entity, newValue);
+        tables.get(quotaType).update(entity, newValue);
+    }
+
+    @Override
+    public void removeQuota(ClientQuotaType quotaType, ClientQuotaEntity quotaEntity) {
+        EntityKey entity = EntityKey.of(quotaEntity);
+        LOG.info("Removing {} quota for {}", quotaType, entity);
+        tables.get(quotaType).remove(entity);
+    }
+
+    @Override
+    public boolean quotaResetRequired(ClientQuotaType quotaType) {
+        BudgetCoordinator c = coordinator;
+        return c != null && c.quotaResetRequired(quotaType);
+    }
+
+    @Override
+    public boolean updateClusterMetadata(Cluster cluster) {
+        BudgetCoordinator c = coordinator;
+        if (c != null) {
+            // one Node per broker and listener: count the brokers
+            c.liveBrokers((int) cluster.nodes().stream().mapToInt(Node::id).distinct().count());
+        }
+        return false; // limits move with the rounds, which say so through quotaResetRequired
+    }
+
+    @Override
+    public void close() {
+        closed = true;
+        synchronized (wake) {
+            wake.notifyAll();
+        }
+        Thread t = worker;
+        if (t != null) {
+            try {
+                t.join(Math.max(2_000, 2L * (settings == null ? 500 : settings.redisTimeoutMs())));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+        BudgetCoordinator c = coordinator;
+        if (c != null) {
+            c.close();
+        }
+        synchronized (this) {
+            if (mbeans != null) {
+                mbeans.close();
+                mbeans = null;
+            }
+        }
+        tracking = false;
+        handedOut.clear();
+    }
+
+    // -- for the tests -------------------------------------------------------------------------------------------------
+
+    BudgetCoordinator coordinator() {
+        return coordinator;
+    }
+
+    QuotaTable table(ClientQuotaType type) {
+        return tables.get(type);
+    }
+
+    private String sanitize(String user) {
+        String s = sanitizedUsers.get(user);
+        if (s == null) {
+            s = Sanitizer.sanitize(user);
+            if (sanitizedUsers.size() >= MAX_CACHED_USERS) {
+                sanitizedUsers.clear();
+            }
+            sanitizedUsers.put(user, s);
+        }
+        return s;
+    }
+
+    private static final class Tracked {
+        int missing; // the background thread's
+    }
+}

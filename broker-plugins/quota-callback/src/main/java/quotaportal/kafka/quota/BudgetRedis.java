@@ -1,0 +1,61 @@
+package quotaportal.kafka.quota;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * The one thing the plugin asks of the engine's Redis: run {@code budget_share.lua} with these KEYS and ARGV
+ * (docs/internals/cluster-budgets-protocol.md). The production implementation is {@link JedisBudgetRedis}; the
+ * state machine's tests give it fakes. Called from the plugin's background thread only.
+ */
+interface BudgetRedis extends AutoCloseable {
+
+    /** One round; throws on anything but a reply (unreachable, timed out, a script error, a malformed reply). */
+    Reply round(List<String> keys, List<String> args) throws Exception;
+
+    @Override
+    default void close() {
+    }
+
+    /**
+     * The script's answer {@code {now_ms, scope_version, scope, shares}}: the engine's clock, the scope's version
+     * ("" when there is no scope), every scope field when the version differs from the one the broker sent (else an
+     * empty list), and one share per reported budget as a decimal string ("" = not cluster-wide).
+     */
+    record Reply(long nowMs, String scopeVersion, List<String> scope, List<String> shares) {
+
+        /** From what a Redis client returns for the script's table (nested lists, strings or numbers, nulls). */
+        static Reply parse(Object raw) {
+            if (!(raw instanceof List<?> parts) || parts.size() < 4) {
+                throw new IllegalStateException("budget_share.lua answered " + raw + ", not {now, version, scope, shares}");
+            }
+            long now = Long.parseLong(text(parts.get(0)));
+            String version = text(parts.get(1));
+            return new Reply(now, version, strings(parts.get(2)), strings(parts.get(3)));
+        }
+
+        private static List<String> strings(Object raw) {
+            List<String> out = new ArrayList<>();
+            if (raw == null) {
+                return out;
+            }
+            if (!(raw instanceof List<?> items)) {
+                throw new IllegalStateException("budget_share.lua answered " + raw + " where a list belongs");
+            }
+            for (Object item : items) {
+                out.add(text(item));
+            }
+            return out;
+        }
+
+        private static String text(Object raw) {
+            if (raw == null || Boolean.FALSE.equals(raw)) {
+                return "";
+            }
+            if (raw instanceof byte[] bytes) {
+                return new String(bytes, java.nio.charset.StandardCharsets.UTF_8);
+            }
+            return raw.toString();
+        }
+    }
+}

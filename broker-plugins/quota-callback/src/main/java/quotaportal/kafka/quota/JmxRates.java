@@ -1,0 +1,81 @@
+package quotaportal.kafka.quota;
+
+import java.lang.management.ManagementFactory;
+import java.util.concurrent.ConcurrentHashMap;
+
+import javax.management.InstanceNotFoundException;
+import javax.management.JMException;
+import javax.management.MBeanServer;
+import javax.management.ObjectName;
+
+import org.apache.kafka.common.utils.internals.Sanitizer;
+import org.apache.kafka.server.quota.ClientQuotaType;
+
+/**
+ * The rates Kafka measures for its quota sensors, read in-process from the platform MBeanServer where Kafka's
+ * JmxReporter puts them: {@code kafka.server:type=Produce|Fetch|Request,user=<tag>,client-id=<tag>} (a tag left out
+ * when empty; values quoted as JmxReporter quotes them), attribute {@code byte-rate} (Produce, Fetch: bytes/s) or
+ * {@code request-time} (Request: % of a thread).
+ */
+final class JmxRates implements BudgetCoordinator.RateSource {
+    private final MBeanServer server;
+    private final ConcurrentHashMap<SensorKey, ObjectName> names = new ConcurrentHashMap<>();
+
+    JmxRates() {
+        this(ManagementFactory.getPlatformMBeanServer());
+    }
+
+    JmxRates(MBeanServer server) {
+        this.server = server;
+    }
+
+    /** The name Kafka's JmxReporter gives a quota sensor's metrics. */
+    static ObjectName sensorName(SensorKey sensor) {
+        StringBuilder name = new StringBuilder("kafka.server:type=").append(SensorKey.kafkaGroup(sensor.type()));
+        if (!sensor.user().isEmpty()) {
+            name.append(",user=").append(Sanitizer.jmxSanitize(sensor.user()));
+        }
+        if (!sensor.clientId().isEmpty()) {
+            name.append(",client-id=").append(Sanitizer.jmxSanitize(sensor.clientId()));
+        }
+        try {
+            return new ObjectName(name.toString());
+        } catch (JMException e) {
+            throw new IllegalArgumentException(name.toString(), e);
+        }
+    }
+
+    /** The attribute of the sensor's measured rate. */
+    static String rateAttribute(ClientQuotaType type) {
+        return switch (type) {
+            case REQUEST -> "request-time";
+            case CONTROLLER_MUTATION -> "mutation-rate";
+            default -> "byte-rate";
+        };
+    }
+
+    private ObjectName name(SensorKey sensor) {
+        return names.computeIfAbsent(sensor, JmxRates::sensorName);
+    }
+
+    /** Whether Kafka still has the sensor (it expires sensors idle for an hour). */
+    boolean exists(SensorKey sensor) {
+        return server.isRegistered(name(sensor));
+    }
+
+    void forget(SensorKey sensor) {
+        names.remove(sensor);
+    }
+
+    @Override
+    public double rate(SensorKey sensor) {
+        try {
+            Object value = server.getAttribute(name(sensor), rateAttribute(sensor.type()));
+            return value instanceof Number n ? n.doubleValue() : Double.NaN;
+        } catch (InstanceNotFoundException e) {
+            return Double.NaN;
+        } catch (JMException | RuntimeException e) {
+            return Double.NaN;
+        }
+    }
+}

@@ -1,0 +1,292 @@
+package quotaportal.kafka.quota;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.net.SocketTimeoutException;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.apache.kafka.server.quota.ClientQuotaType;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+import quotaportal.kafka.quota.BudgetCoordinator.SensorBudget;
+import quotaportal.kafka.quota.BudgetCoordinator.State;
+import quotaportal.kafka.quota.QuotaTable.EntityKey;
+
+/**
+ * The lease and fallback state machine, with a clock the test moves and a fake of the Redis call (the
+ * {@link BudgetRedis} interface: it answers as the protocol says budget_share.lua answers, with shares the test
+ * picks, or fails as an unreachable or slow Redis does).
+ */
+class LeaseStateMachineTest {
+    private static final String ALICE_FIELD = "produce {\"user\":\"alice\"}";
+    private static final SensorKey ALICE = new SensorKey(ClientQuotaType.PRODUCE, "alice", "");
+    private static final SensorKey BOB = new SensorKey(ClientQuotaType.FETCH, "bob", "");
+
+    /** The script as far as a broker can tell: the scope with its version, and the shares it hands out. */
+    static final class FakeRedis implements BudgetRedis {
+        String version = "";
+        List<String> scope = new ArrayList<>();
+        final Map<String, String> shares = new HashMap<>(); // budget id -> share ('' or absent: not cluster-wide)
+        Exception failure;
+        final List<List<String>> keys = new ArrayList<>();
+        final List<List<String>> args = new ArrayList<>();
+
+        @Override
+        public Reply round(List<String> k, List<String> a) throws Exception {
+            keys.add(k);
+            args.add(a);
+            if (failure != null) {
+                throw failure;
+            }
+            List<String> answer = new ArrayList<>();
+            for (int i = 2; i < k.size(); i++) {
+                String field = a.get(6 + (i - 2) * 4);
+                String id = k.get(i).substring(k.get(i).indexOf(":b:") + 3);
+                answer.add(scope.contains(field) ? shares.getOrDefault(id, "") : "");
+            }
+            return new Reply(1_000, version, version.equals(a.get(5)) ? List.of() : List.copyOf(scope), answer);
+        }
+
+        List<String> lastArgs() {
+            return args.get(args.size() - 1);
+        }
+    }
+
+    private final AtomicLong clock = new AtomicLong(0);
+    private final QuotaTable produce = new QuotaTable();
+    private final QuotaTable fetch = new QuotaTable();
+    private final Map<SensorKey, Double> measured = new HashMap<>();
+    private FakeRedis redis;
+    private BudgetCoordinator coordinator;
+
+    @BeforeEach
+    void setUp() {
+        produce.update(EntityKey.user("alice"), 3_000);
+        fetch.update(EntityKey.user("bob"), 500);
+        redis = new FakeRedis();
+        redis.version = "1";
+        redis.scope.add(ALICE_FIELD);
+        BudgetSettings settings = BudgetSettings.from(Map.of("node.id", "2", "quota.budget.redis.url",
+                "redis://127.0.0.1:1/0", "quota.budget.cluster", "c1", "quota.budget.lease.ms", "10000"));
+        coordinator = new BudgetCoordinator(settings, redis, clock::get, null, this::sensors,
+                s -> measured.getOrDefault(s, 0.0));
+        coordinator.liveBrokers(3);
+    }
+
+    private List<SensorBudget> sensors() {
+        List<SensorBudget> out = new ArrayList<>();
+        for (SensorKey s : List.of(ALICE, BOB)) {
+            QuotaTable table = s.type() == ClientQuotaType.PRODUCE ? produce : fetch;
+            QuotaTable.Resolved r = table.resolve(s.user(), s.clientId());
+            if (r != null) {
+                out.add(new SensorBudget(s, r.entity(), r.bound()));
+            }
+        }
+        return out;
+    }
+
+    private double limit(SensorKey s) {
+        QuotaTable table = s.type() == ClientQuotaType.PRODUCE ? produce : fetch;
+        return coordinator.limit(s, table.resolve(s.user(), s.clientId()));
+    }
+
+    /** A round every second, as the background thread runs them (again at once when the scope changed). */
+    private void round() {
+        if (coordinator.runRound()) {
+            coordinator.runRound();
+        }
+        clock.addAndGet(1_000);
+    }
+
+    @Test
+    void coordinatesKeepsSharesForTheLeaseFallsBackAndRejoins() {
+        // before any round: the scope is unknown, Kafka's meaning (B per broker), and the state is the fallback
+        assertEquals(State.FALLBACK, coordinator.state());
+        assertEquals(3_000.0, limit(ALICE));
+        redis.shares.put(ALICE.budgetId(), "1800.5");
+
+        round();
+        // the first round learned the scope and reported alice's budget in a second one, with the version it holds
+        assertEquals(2, redis.args.size());
+        assertEquals(List.of("qb:{c1}:scope", "qb:{c1}:brokers"), redis.keys.get(0));
+        assertEquals("", redis.args.get(0).get(5));
+        assertEquals(List.of("qb:{c1}:scope", "qb:{c1}:brokers", "qb:{c1}:b:produce {\"client-id\":\"\",\"user\":\"alice\"}"),
+                redis.keys.get(1));
+        assertEquals(List.of("2", "10000", "0.05", "0.2", "", "1", ALICE_FIELD, "3000", "0", "0"), redis.args.get(1));
+        assertEquals(State.COORDINATED, coordinator.state());
+        assertEquals(1_800.5, limit(ALICE));
+        assertEquals(500.0, limit(BOB), "a per-broker value stays Kafka's");
+        assertTrue(coordinator.quotaResetRequired(ClientQuotaType.PRODUCE));
+        assertFalse(coordinator.quotaResetRequired(ClientQuotaType.PRODUCE), "once per move");
+
+        // Redis away (unreachable, or slower than its timeout): the shares are kept for the lease
+        redis.failure = new SocketTimeoutException("Read timed out");
+        for (int i = 0; i < 9; i++) {
+            round();
+            assertEquals(State.COORDINATED, coordinator.state(), "within the lease, round " + i);
+            assertEquals(1_800.5, limit(ALICE));
+            assertFalse(coordinator.quotaResetRequired(ClientQuotaType.PRODUCE));
+        }
+        assertEquals(9, coordinator.failedRounds());
+        // the lease (10 s since the last good round) is over: B / live brokers
+        round();
+        round();
+        assertEquals(State.FALLBACK, coordinator.state());
+        assertEquals(1_000.0, limit(ALICE), "B / 3 live brokers");
+        assertTrue(coordinator.quotaResetRequired(ClientQuotaType.PRODUCE));
+        assertEquals(500.0, limit(BOB));
+        // fewer live brokers in the metadata: a bigger part each; never unlimited, never zero
+        coordinator.liveBrokers(2);
+        round();
+        assertEquals(1_500.0, limit(ALICE));
+        coordinator.liveBrokers(0);
+        round();
+        assertEquals(3_000.0, limit(ALICE), "at least one live broker");
+        coordinator.liveBrokers(3);
+
+        // Redis answers again: the first good round rejoins
+        redis.failure = null;
+        redis.shares.put(ALICE.budgetId(), "2000");
+        round();
+        assertEquals(State.COORDINATED, coordinator.state());
+        assertEquals(2_000.0, limit(ALICE));
+        assertTrue(coordinator.quotaResetRequired(ClientQuotaType.PRODUCE));
+        assertEquals(3, coordinator.rounds(), "three good rounds");
+    }
+
+    @Test
+    void aRestartedBrokerStartsFromTheFallback() {
+        round();
+        redis.failure = new java.net.ConnectException("Connection refused");
+        // a new coordinator (the broker restarted) while Redis is away: it holds no share, so nothing of a share
+        BudgetSettings settings = coordinator.settings();
+        BudgetCoordinator restarted = new BudgetCoordinator(settings, redis, clock::get, null, this::sensors, s -> 0.0);
+        restarted.liveBrokers(3);
+        assertEquals(State.FALLBACK, restarted.state());
+        restarted.runRound();
+        assertEquals(State.FALLBACK, restarted.state());
+        assertEquals(1, restarted.failedRounds());
+        // Redis back: its first successful round learns the scope, a new budget starts at B / live brokers ...
+        redis.failure = null;
+        redis.shares.clear();
+        assertTrue(restarted.runRound());
+        assertEquals(State.COORDINATED, restarted.state());
+        assertEquals(1_000.0, restarted.limit(ALICE, produce.resolve("alice", "")));
+        // ... and takes its share from the next one
+        redis.shares.put(ALICE.budgetId(), "750");
+        restarted.runRound();
+        assertEquals(750.0, restarted.limit(ALICE, produce.resolve("alice", "")));
+    }
+
+    @Test
+    void saturationWithHysteresisAndDemandAreReported() {
+        redis.shares.put(ALICE.budgetId(), "1000");
+        round();
+        measured.put(ALICE, 960.0); // 96 % of the share it enforces: saturated
+        round();
+        List<String> args = redis.lastArgs();
+        assertEquals("1", args.get(9));
+        // the rate rose from 0 to 960 in a second: the estimate corrects Kafka's 10 s window
+        assertEquals(960 + 960 * 10.0, Double.parseDouble(args.get(8)), 1e-6);
+        // a client held at its limit measures a little under it now and then: still saturated down to 85 %
+        measured.put(ALICE, 900.0);
+        round();
+        assertEquals("1", redis.lastArgs().get(9));
+        measured.put(ALICE, 849.0);
+        round();
+        assertEquals("0", redis.lastArgs().get(9));
+        // and saturated again only from 95 %
+        measured.put(ALICE, 900.0);
+        round();
+        assertEquals("0", redis.lastArgs().get(9));
+        measured.put(ALICE, 950.0);
+        round();
+        assertEquals("1", redis.lastArgs().get(9));
+        // the clients left: the windowed rate decays slowly, the estimate says so at once; two such rounds and the
+        // sensor is no longer saturated, though its rate is still over its share
+        measured.put(ALICE, 1900.0);
+        round();
+        assertEquals("1", redis.lastArgs().get(9));
+        measured.put(ALICE, 1800.0); // estimates 1800 - 100 * 10 = 800, then 700, 600: not under half the share
+        round();
+        measured.put(ALICE, 1700.0);
+        round();
+        assertEquals("1", redis.lastArgs().get(9));
+        measured.put(ALICE, 1600.0); // 1600 - 1000 = 600: not low
+        round();
+        assertEquals("1", redis.lastArgs().get(9));
+        measured.put(ALICE, 1400.0); // 1400 - 2000 < 0: low once
+        round();
+        assertEquals("1", redis.lastArgs().get(9));
+        measured.put(ALICE, 1200.0); // low twice: not saturated
+        round();
+        assertEquals("0", redis.lastArgs().get(9));
+    }
+
+    @Test
+    void aNewValueOfBIsBOverLiveBrokersUntilTheNextRound() {
+        redis.shares.put(ALICE.budgetId(), "1800");
+        round();
+        assertEquals(1_800.0, limit(ALICE));
+        produce.update(EntityKey.user("alice"), 6_000); // Kafka's updateQuota: a new budget
+        assertEquals(2_000.0, limit(ALICE), "6000 / 3 until a share for it");
+        redis.shares.put(ALICE.budgetId(), "3600");
+        round();
+        assertEquals("6000", redis.lastArgs().get(7));
+        assertEquals(3_600.0, limit(ALICE));
+    }
+
+    @Test
+    void aValueThatIsNoLongerClusterWideIsPerBrokerAgain() {
+        redis.shares.put(ALICE.budgetId(), "1800");
+        round();
+        assertEquals(1_800.0, limit(ALICE));
+        redis.scope.clear();
+        redis.version = "2";
+        round();
+        assertEquals(3_000.0, limit(ALICE));
+        assertTrue(coordinator.quotaResetRequired(ClientQuotaType.PRODUCE));
+        assertEquals(0, coordinator.view().limits.size());
+    }
+
+    @Test
+    void withoutPortalDataEveryValueIsKafkas() {
+        redis.scope.clear();
+        redis.version = "";
+        round();
+        round();
+        assertEquals(State.COORDINATED, coordinator.state());
+        assertEquals(3_000.0, limit(ALICE));
+        assertEquals(500.0, limit(BOB));
+        // nothing was reported: no budget
+        assertEquals(2, redis.keys.get(redis.keys.size() - 1).size());
+    }
+
+    @Test
+    void aDefaultLevelBudgetIsOneBudgetPerUser() {
+        produce.remove(EntityKey.user("alice"));
+        produce.update(EntityKey.DEFAULT_USER, 900);
+        redis.scope.clear();
+        redis.scope.add("produce {\"user\":\"<default>\"}");
+        SensorKey carol = new SensorKey(ClientQuotaType.PRODUCE, "carol", "");
+        BudgetCoordinator c = new BudgetCoordinator(coordinator.settings(), redis, clock::get, null, () -> List.of(
+                new SensorBudget(ALICE, EntityKey.DEFAULT_USER, 900), new SensorBudget(carol, EntityKey.DEFAULT_USER, 900)),
+                s -> 0.0);
+        c.liveBrokers(3);
+        redis.shares.put(ALICE.budgetId(), "500");
+        redis.shares.put(carol.budgetId(), "100");
+        c.runRound();
+        c.runRound();
+        List<String> keys = redis.keys.get(redis.keys.size() - 1);
+        assertEquals(4, keys.size(), keys.toString());
+        assertEquals(500.0, c.limit(ALICE, produce.resolve("alice", "")));
+        assertEquals(100.0, c.limit(carol, produce.resolve("carol", "")));
+    }
+}
