@@ -7,6 +7,7 @@ super user, mode 0600) and ``node-N/`` (``server.properties``, ``log4j2.xml``, `
 
     python -m devtools.kafka_cluster start [--name NAME] [--fresh] [--no-jmx-exporter]   # one JSON line of facts
     python -m devtools.kafka_cluster start ... --telemetry-endpoint http://127.0.0.1:8000/v1/metrics  # KIP-714 plugin
+    python -m devtools.kafka_cluster start ... --budget-redis-url redis://127.0.0.1:6379/0  # cluster-wide budgets
     python -m devtools.kafka_cluster status [--name NAME]            # the same for a running cluster, or exit 1
     python -m devtools.kafka_cluster stop [--name NAME]
 
@@ -28,14 +29,22 @@ pom) on a free loopback port of its own (``ports.JMX_EXPORTER`` of each node in 
 connection quotas and throttle histograms, in jmx-monitoring-stacks naming). On by default; ``jmx_exporter=False``
 (``--no-jmx-exporter``) leaves it out, and so does an agent jar that cannot be had (with a warning).
 
-Client telemetry (KIP-714): with a telemetry endpoint (``telemetry_endpoint=``, ``--telemetry-endpoint`` or
-``QUOTAS_KAFKA_TELEMETRY_ENDPOINT``) every broker runs the portal's plugin ``PortalTelemetryExporter`` (Java source
-and Maven project in ``devtools/kafka/plugin/``, built by :func:`ensure_plugin_jar` into ``.run/kafka/plugin/``
-when its sources change, offline when Maven can): it is on the brokers' classpath and ``metric.reporters``, and
-forwards every pushed payload to that OTLP/HTTP receiver (the portal's ``POST /v1/metrics``) with the header
-``X-Quotas-Cluster: <telemetry_cluster>`` (default: this cluster's name). Without an endpoint the plugin stays off
-(and Kafka answers no client a telemetry subscription). :meth:`KafkaCluster.exporter_stats` reads its counters
-(JMX ``kafka.server:type=portal-telemetry-exporter``).
+The portal's broker plugins (``broker-plugins/``, one Maven build of two modules, built by
+:func:`ensure_plugin_jars` into ``.run/kafka/plugin/`` when their sources or the engine's ``budget_share.lua``
+change, offline when Maven can) are on every broker's classpath:
+
+- Client quotas: every node runs ``BudgetQuotaCallback`` (``client.quota.callback.class``; ``quota_callback=False``
+  or ``--no-quota-callback`` leaves it out, and Kafka's own default callback answers). Without a budget Redis it
+  answers exactly as Kafka's default callback; with one (``budget_redis_url=``, ``--budget-redis-url`` or
+  ``QUOTAS_KAFKA_BUDGET_REDIS_URL``) it shares the quota values the portal marked cluster-wide out to the brokers
+  through the engine (``quota.budget.redis.url``, ``quota.budget.cluster`` = ``budget_cluster``, default this
+  cluster's name). Its state is the JMX MBean ``kafka.server:type=quota-budget-callback``.
+- Client telemetry (KIP-714): with a telemetry endpoint (``telemetry_endpoint=``, ``--telemetry-endpoint`` or
+  ``QUOTAS_KAFKA_TELEMETRY_ENDPOINT``) every broker runs ``PortalTelemetryExporter`` (in ``metric.reporters``),
+  which forwards every pushed payload to that OTLP/HTTP receiver (the portal's ``POST /v1/metrics``) with the header
+  ``X-Quotas-Cluster: <telemetry_cluster>`` (default: this cluster's name). Without an endpoint the exporter stays
+  off (and Kafka answers no client a telemetry subscription). :meth:`KafkaCluster.exporter_stats` reads its counters
+  (JMX ``kafka.server:type=portal-telemetry-exporter``).
 
 No Django, and nothing from the portal's packages: the tests, the benchmarks and the scripts use it alike.
 """
@@ -64,7 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devtools.redis_server import RUN_DIR, free_port
+from devtools.redis_server import ROOT, RUN_DIR, free_port
 
 KAFKA_VERSION = "4.4.0"
 POM = Path(__file__).resolve().parent / "kafka" / "pom.xml"
@@ -73,12 +82,19 @@ LIB_DIR = KAFKA_DIR / "lib"
 AGENT_DIR = KAFKA_DIR / "agent"
 LIB_STAMP = KAFKA_DIR / "lib.sha256"
 JMX_AGENT_JAR = AGENT_DIR / "jmx_prometheus_javaagent.jar"
-#: The KIP-714 broker plugin: its Maven project, where its jar lands (on the brokers' classpath) and its class.
-PLUGIN_POM = POM.parent / "plugin" / "pom.xml"
+#: The portal's broker plugins: one Maven build (a parent pom and its modules), where the jars land (the brokers'
+#: classpath) and their classes. The quota callback's jar carries the engine's Lua script, so it is a source too.
+PLUGINS_POM = ROOT / "broker-plugins" / "pom.xml"
+PLUGIN_MODULES = ("telemetry-exporter", "quota-callback")
+BUDGET_LUA = ROOT / "quotas" / "engine" / "lua" / "budget_share.lua"
 PLUGIN_DIR = KAFKA_DIR / "plugin"
+PLUGIN_BUILD_DIR = KAFKA_DIR / "plugin-build"
 PLUGIN_JAR = PLUGIN_DIR / "portal-telemetry-exporter.jar"
+QUOTA_CALLBACK_JAR = PLUGIN_DIR / "portal-quota-callback.jar"
 PLUGIN_STAMP = KAFKA_DIR / "plugin.sha256"
 PLUGIN_CLASS = "quotaportal.kafka.telemetry.PortalTelemetryExporter"
+QUOTA_CALLBACK_CLASS = "quotaportal.kafka.quota.BudgetQuotaCallback"
+BUDGET_REDIS_URL_ENV = "QUOTAS_KAFKA_BUDGET_REDIS_URL"
 JMX_REPORTER_CLASS = "org.apache.kafka.common.metrics.JmxReporter"
 PLUGIN_STATS_CLASS = "quotaportal.kafka.telemetry.StatsTool"
 TELEMETRY_ENDPOINT_ENV = "QUOTAS_KAFKA_TELEMETRY_ENDPOINT"
@@ -212,53 +228,76 @@ def ensure_jmx_agent(pom: Path = POM, agent_dir: Path = AGENT_DIR) -> Path | Non
     return None
 
 
-def plugin_sources_sha256(pom: Path = PLUGIN_POM) -> str:
-    """A sha256 of the plugin's Maven project: its pom and every file under ``src/`` (names and contents)."""
+def plugin_sources_sha256(pom: Path = PLUGINS_POM) -> str:
+    """A sha256 of what the plugins are built from: the parent pom, each module's pom and every file under its
+    ``src/`` (names and contents), and the engine's ``budget_share.lua`` (a resource of the quota callback's jar)."""
     digest = hashlib.sha256()
     root = pom.parent
-    for path in [pom, *sorted(p for p in (root / "src").rglob("*") if p.is_file())]:
+    paths = [pom]
+    for module in PLUGIN_MODULES:
+        paths.append(root / module / "pom.xml")
+        paths.extend(sorted(p for p in (root / module / "src").rglob("*") if p.is_file()))
+    for path in paths:
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(b"budget_share.lua\0" + BUDGET_LUA.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
-def plugin_ready(pom: Path = PLUGIN_POM, jar: Path = PLUGIN_JAR, stamp: Path = PLUGIN_STAMP) -> bool:
-    """True when ``jar`` was built from the plugin's sources as they are now."""
-    return jar.is_file() and stamp.is_file() and stamp.read_text().strip() == plugin_sources_sha256(pom)
+def _plugin_jars() -> tuple[Path, ...]:
+    return (PLUGIN_JAR, QUOTA_CALLBACK_JAR)
 
 
-def ensure_plugin_jar(pom: Path = PLUGIN_POM, jar: Path = PLUGIN_JAR, stamp: Path = PLUGIN_STAMP) -> Path:
-    """Build the KIP-714 broker plugin with Maven unless ``jar`` is current (a sha256 of its sources in ``stamp``).
+def plugin_ready(pom: Path = PLUGINS_POM, stamp: Path = PLUGIN_STAMP) -> bool:
+    """True when both plugin jars were built from the sources as they are now."""
+    return (
+        all(jar.is_file() for jar in _plugin_jars())
+        and stamp.is_file()
+        and stamp.read_text().strip() == plugin_sources_sha256(pom)
+    )
 
-    ``mvn -o package`` first (no network once Maven's own plugins are in ~/.m2), online only when that fails; the
-    build happens under ``.run/kafka/plugin-build`` and the jar replaces ``jar`` only when complete.
+
+def ensure_plugin_jars(pom: Path = PLUGINS_POM, stamp: Path = PLUGIN_STAMP) -> tuple[Path, Path]:
+    """Build the broker plugins (one ``mvn package`` of the parent) unless the jars are current (a sha256 of their
+    sources in ``stamp``); returns (telemetry exporter jar, quota callback jar).
+
+    ``mvn -o`` first (no network once Maven's own plugins and the dependencies are in ~/.m2), online only when that
+    fails; tests are left to ``mvn test`` (tests/broker_plugins). The build happens under ``.run/kafka/plugin-build``
+    (never in the source tree, where a developer's ``mvn test`` may be running) and the jars replace the old ones
+    only when complete.
     """
-    if plugin_ready(pom, jar, stamp):
-        return jar
+    if plugin_ready(pom, stamp):
+        return PLUGIN_JAR, QUOTA_CALLBACK_JAR
     with _file_lock(KAFKA_DIR / ".fetch.lock"):
-        if plugin_ready(pom, jar, stamp):
-            return jar
+        if plugin_ready(pom, stamp):
+            return PLUGIN_JAR, QUOTA_CALLBACK_JAR
         mvn = shutil.which("mvn")
         if mvn is None:
             raise KafkaError("Maven (mvn) is not installed: run `bash scripts/bootstrap.sh` (ensure_maven)")
         want = plugin_sources_sha256(pom)
-        build_dir = KAFKA_DIR / "plugin-build"
         log = KAFKA_DIR / "plugin-maven.log"
-        _log(f"building the KIP-714 broker plugin ({pom.parent}; see {log})")
+        _log(f"building the broker plugins ({pom.parent}; see {log})")
         started = time.monotonic()
-        base = [mvn, "-B", "-ntp", "-f", str(pom), f"-Dplugin.build.dir={build_dir}", "clean", "package"]
+        base = [mvn, "-B", "-ntp", "-f", str(pom), f"-Dplugins.build.dir={PLUGIN_BUILD_DIR}", "-Dmaven.test.skip=true",
+                "clean", "package"]
         code = _run_logged([base[0], "-o", *base[1:]], log)
-        if code != 0:  # the first build: Maven's own plugins come from Maven Central once
+        if code != 0:  # the first build: Maven's own plugins and Jedis come from Maven Central once
             code = _run_logged(base, log, append=True)
-        built = build_dir / jar.name
-        if code != 0 or not built.is_file():
-            raise KafkaError(f"building the broker plugin failed (exit {code}):\n{_tail(log)}")
-        jar.parent.mkdir(parents=True, exist_ok=True)
-        tmp = jar.with_suffix(".tmp")
-        shutil.copyfile(built, tmp)
-        tmp.replace(jar)
+        built = [PLUGIN_BUILD_DIR / jar.stem / jar.name for jar in _plugin_jars()]
+        if code != 0 or not all(b.is_file() for b in built):
+            raise KafkaError(f"building the broker plugins failed (exit {code}):\n{_tail(log)}")
+        PLUGIN_DIR.mkdir(parents=True, exist_ok=True)
+        for source, jar in zip(built, _plugin_jars(), strict=True):
+            tmp = jar.with_suffix(".tmp")
+            shutil.copyfile(source, tmp)
+            tmp.replace(jar)
         stamp.write_text(want + "\n")
-        _log(f"broker plugin {jar} built in {time.monotonic() - started:.1f}s")
-    return jar
+        _log(f"broker plugins built in {time.monotonic() - started:.1f}s: {', '.join(j.name for j in _plugin_jars())}")
+    return PLUGIN_JAR, QUOTA_CALLBACK_JAR
+
+
+def ensure_plugin_jar() -> Path:
+    """:func:`ensure_plugin_jars`, answering the KIP-714 exporter's jar (what the telemetry tests run)."""
+    return ensure_plugin_jars()[0]
 
 
 def exporter_stats_of(pid: int, jar: Path = PLUGIN_JAR, timeout: float = 60.0) -> dict[str, Any] | None:
@@ -381,6 +420,16 @@ def new_cluster_id() -> str:
             return text
 
 
+def _redact_url(url: str) -> str:
+    """A URL without the password it may carry (``redis://user:secret@host`` -> ``redis://user:***@host``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    auth, _, host = rest.partition("@")
+    user = auth.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"
+
+
 def _new_password() -> str:
     # letters and digits only: the --add-scram syntax uses ',', '=', '[', ']' and quotes as delimiters
     alphabet = string.ascii_letters + string.digits
@@ -459,8 +508,11 @@ class KafkaCluster:
     ``jvm_opts`` and ``server_properties`` add to every node's JVM options and ``server.properties``; each may be
     a callable taking the :class:`KafkaNode` (ports and folder known), for settings that differ per node such
     as a ``-javaagent:`` with its own port. ``jmx_exporter`` (default on) runs the Prometheus JMX exporter agent on
-    each node (port ``JMX_EXPORTER``, rules :data:`JMX_EXPORTER_RULES`). A cluster started by another process is
-    taken over by :meth:`load` (``status``/``stop`` from the command line).
+    each node (port ``JMX_EXPORTER``, rules :data:`JMX_EXPORTER_RULES`). ``quota_callback`` (default on) makes the
+    portal's ``BudgetQuotaCallback`` every node's client quota callback; ``budget_redis_url`` (default
+    ``$QUOTAS_KAFKA_BUDGET_REDIS_URL``; "" = none) gives it the engine's Redis, ``budget_cluster`` (default ``name``)
+    the portal's name of this cluster. A cluster started by another process is taken over by :meth:`load`
+    (``status``/``stop`` from the command line).
     """
 
     def __init__(
@@ -476,6 +528,9 @@ class KafkaCluster:
         telemetry_endpoint: str | None = None,
         telemetry_cluster: str | None = None,
         telemetry_token: str | None = None,
+        quota_callback: bool = True,
+        budget_redis_url: str | None = None,
+        budget_cluster: str | None = None,
         start_timeout: float = 120.0,
         stop_timeout: float = 30.0,
         root: Path = KAFKA_DIR,
@@ -495,6 +550,14 @@ class KafkaCluster:
         self.telemetry_cluster = telemetry_cluster or name
         self.telemetry_token = telemetry_token if telemetry_token is not None else os.environ.get(TELEMETRY_TOKEN_ENV)
         self.jmx_exporter = jmx_exporter
+        # the quota callback: on unless told; coordinated with a budget Redis (None: $QUOTAS_KAFKA_BUDGET_REDIS_URL)
+        self.quota_callback = quota_callback
+        if budget_redis_url is None:
+            budget_redis_url = os.environ.get(BUDGET_REDIS_URL_ENV, "")
+        self.budget_redis_url = budget_redis_url.strip() or None
+        #: what facts() shows of it (no password)
+        self.budget_redis_label = _redact_url(self.budget_redis_url) if self.budget_redis_url else None
+        self.budget_cluster = budget_cluster or name
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.dir = root / name
@@ -546,6 +609,12 @@ class KafkaCluster:
         telemetry = state.get("telemetry") or {}
         self.telemetry_endpoint = telemetry.get("endpoint") or None
         self.telemetry_cluster = telemetry.get("cluster") or self.name
+        callback = state.get("quota_callback")
+        self.quota_callback = bool(callback)
+        self.budget_cluster = (callback or {}).get("budget_cluster") or self.name
+        # the URL itself (it may hold a password) stays in the nodes' server.properties, not in cluster.json
+        self.budget_redis_url = None
+        self.budget_redis_label = (callback or {}).get("budget_redis")
         self.nodes = [
             KafkaNode(
                 node_id=n["id"], dir=Path(n["dir"]), ports={k: int(v) for k, v in n["ports"].items()},
@@ -612,6 +681,14 @@ class KafkaCluster:
             "telemetry": (
                 {"endpoint": self.telemetry_endpoint, "cluster": self.telemetry_cluster, "exporter": PLUGIN_CLASS}
                 if self.telemetry_endpoint else None
+            ),
+            "quota_callback": (
+                {
+                    "class": QUOTA_CALLBACK_CLASS,
+                    "budget_redis": self.budget_redis_label,
+                    "budget_cluster": self.budget_cluster if self.budget_redis_label else None,
+                }
+                if self.quota_callback else None
             ),
             "jmx_exporter_rules": str(JMX_EXPORTER_RULES) if any(n.metrics_url for n in self.nodes) else None,
             "nodes": [n.facts() for n in self.nodes],
@@ -745,9 +822,25 @@ class KafkaCluster:
             props["portal.telemetry.token"] = self.telemetry_token
         return props
 
+    def _quota_callback_properties(self) -> dict[str, str]:
+        """The quota callback's broker settings: the class, and with a budget Redis where and as which cluster it
+        coordinates (the plugin's other settings keep their defaults)."""
+        if not self.quota_callback:
+            return {}
+        props = {"client.quota.callback.class": QUOTA_CALLBACK_CLASS}
+        if self.budget_redis_url:
+            props["quota.budget.redis.url"] = self.budget_redis_url
+            props["quota.budget.cluster"] = self.budget_cluster
+        return props
+
+    @property
+    def plugins_on(self) -> bool:
+        """Whether the brokers run a plugin of ``broker-plugins/`` (then both jars are on their classpath)."""
+        return bool(self.telemetry_endpoint or self.quota_callback)
+
     def _classpath(self) -> str:
-        """The brokers' classpath: Kafka's jars, and the plugin's when the plugin is on."""
-        if self.telemetry_endpoint:
+        """The brokers' classpath: Kafka's jars, and both plugin jars when a plugin is on."""
+        if self.plugins_on:
             return f"{classpath()}{os.pathsep}{PLUGIN_DIR / '*'}"
         return classpath()
 
@@ -768,7 +861,10 @@ class KafkaCluster:
             node.jvm_opts.insert(
                 0, f"-javaagent:{JMX_AGENT_JAR}=127.0.0.1:{node.ports[JMX_EXPORTER]}:{JMX_EXPORTER_RULES}"
             )
-        props = {**self._properties(node), **self._telemetry_properties(), **node.server_properties}
+        props = {
+            **self._properties(node), **self._telemetry_properties(), **self._quota_callback_properties(),
+            **node.server_properties,
+        }
         node.config_file.write_text(
             f"# written by devtools/kafka_cluster.py at each start of cluster {self.name!r}; edits are overwritten\n"
             + "".join(f"{k}={v}\n" for k, v in props.items())
@@ -786,7 +882,9 @@ class KafkaCluster:
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={log_config}",
             f"-Dkafka.logs.dir={node.log_file.parent}",
-            "-cp", classpath() if tool else self._classpath(),
+            # the node's classpath for its tools too: the storage formatter validates the node's configuration,
+            # which names the plugins' classes
+            "-cp", self._classpath(),
             main_class,
             *args,
         ]
@@ -801,8 +899,8 @@ class KafkaCluster:
         ensure_kafka_jars()
         if self.jmx_exporter and ensure_jmx_agent() is None:
             self.jmx_exporter = False
-        if self.telemetry_endpoint:
-            ensure_plugin_jar()
+        if self.plugins_on:
+            ensure_plugin_jars()
         self.timings["jars"] = time.monotonic() - t0
         self.dir.parent.mkdir(parents=True, exist_ok=True)
         with _file_lock(self.dir.parent / f".{self.name}.lock"):
@@ -971,6 +1069,22 @@ class KafkaCluster:
             time.sleep(0.02)
         node.proc = None
 
+    def stop_node(self, node_id: int, timeout: float | None = None) -> None:
+        """A clean stop of one node: SIGTERM (its broker shuts down under the controller's watch), SIGKILL when it is
+        still running after ``timeout`` (default the cluster's stop timeout). Its data stays; :meth:`start_node`
+        brings it back. The other two of three nodes keep the quorum."""
+        node = self.node(node_id)
+        timeout = self.stop_timeout if timeout is None else timeout
+        self._signal([node], signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while self._still_running([node]):
+            if time.monotonic() > deadline:
+                _log(f"node {node_id} of cluster {self.name!r} still running after {timeout:.0f}s; killing it")
+                self.kill_node(node_id)
+                return
+            time.sleep(0.1)
+        node.proc = None
+
     def start_node(self, node_id: int) -> None:
         """Start one stopped node again from its data (its configuration, ports and log as they were) and wait
         until every node, this one included, has every broker in its metadata: a restarted broker answers only
@@ -1053,12 +1167,21 @@ def main(argv: list[str] | None = None) -> int:
                         f"(default ${TELEMETRY_ENDPOINT_ENV}; none: the plugin is off)")
     parser.add_argument("--telemetry-cluster", default=None,
                         help="start: the portal's name of this cluster, sent as X-Quotas-Cluster (default NAME)")
+    parser.add_argument("--no-quota-callback", dest="quota_callback", action="store_false",
+                        help="start: Kafka's own default client quota callback instead of the portal's")
+    parser.add_argument("--budget-redis-url", default=None,
+                        help=f"start: the engine's Redis for cluster-wide budgets, e.g. redis://127.0.0.1:6379/0 "
+                        f"(default ${BUDGET_REDIS_URL_ENV}; none: the callback answers as Kafka's default one)")
+    parser.add_argument("--budget-cluster", default=None,
+                        help="start: the portal's name of this cluster for its budgets (default NAME)")
     args = parser.parse_args(argv)
     try:
         if args.action == "start":
             cluster = KafkaCluster(
                 args.name, fresh=args.fresh, start_timeout=args.timeout, jmx_exporter=args.jmx_exporter,
                 telemetry_endpoint=args.telemetry_endpoint, telemetry_cluster=args.telemetry_cluster,
+                quota_callback=args.quota_callback, budget_redis_url=args.budget_redis_url,
+                budget_cluster=args.budget_cluster,
             ).start()
             print(json.dumps(cluster.facts()), flush=True)
             for node in cluster.nodes:

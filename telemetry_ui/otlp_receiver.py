@@ -1,10 +1,10 @@
 """The portal's OTLP/HTTP metrics receiver: ``POST /v1/metrics`` (ASGI, one async view).
 
-What sends to it: the portal's KIP-714 broker plugin (``devtools/kafka/plugin/``, ``PortalTelemetryExporter`` on
-every broker's ``metric.reporters``), which forwards each client push the broker accepted, and any OTLP/HTTP sender
-such as an OpenTelemetry Collector's ``otlphttp`` exporter. Accepted points land where the KIP-714 sink's do
-(``telemetry_ui.telemetry_store``: the cluster's Redis streams, its live-instances hash and the landing area), so
-they show on ``/telemetry/<cluster>/`` and the instance pages.
+What sends to it: the portal's KIP-714 broker plugin (``broker-plugins/telemetry-exporter/``,
+``PortalTelemetryExporter`` on every broker's ``metric.reporters``), which forwards each client push the broker
+accepted, and any OTLP/HTTP sender such as an OpenTelemetry Collector's ``otlphttp`` exporter. Accepted points land
+where the KIP-714 sink's do (``telemetry_ui.telemetry_store``: the cluster's Redis streams, its live-instances hash
+and the landing area), so they show on ``/telemetry/<cluster>/`` and the instance pages.
 
 Request (OTLP/HTTP 1.x): body = an ``ExportMetricsServiceRequest`` (a broker's OTLP ``MetricsData`` is the same
 bytes), ``Content-Type: application/x-protobuf`` or ``application/json``, optionally ``Content-Encoding: gzip``.

@@ -8,12 +8,18 @@ start``) is recognised by its address, so its super user is known; for any other
 ``QUOTAS_KAFKA_SASL_BOOTSTRAP``, ``QUOTAS_KAFKA_USERNAME`` and ``QUOTAS_KAFKA_PASSWORD`` give SASL access (tests
 that need it are skipped without). Kafka that cannot be started fails the tests, with the logs' tails.
 
-The session's cluster runs the portal's KIP-714 broker plugin (``devtools/kafka/plugin/``): its brokers forward
-client telemetry to ``http://127.0.0.1:<port>/v1/metrics``, a port reserved when the cluster starts
-(``kafka_cluster.telemetry_endpoint``), with ``X-Quotas-Cluster: kip714`` (``kafka_cluster.telemetry_cluster``);
-``tests/kafka/test_kip714.py`` serves the portal there. Until something listens, the plugin's posts fail
-(counted, never in the brokers' way). A plugin that cannot be built leaves the cluster without it (reported; that
-test then fails with the reason).
+The session's cluster runs the portal's broker plugins (``broker-plugins/``):
+
+- the client quota callback ``BudgetQuotaCallback`` on every node, with the session's Redis (``QUOTAS_REDIS_URL``)
+  as its budget Redis (``kafka_cluster.budget_redis_url``) and the cluster's name as its budget cluster: without a
+  scope in that Redis it answers exactly as Kafka's default callback, so every quota test runs against it;
+- the KIP-714 exporter: its brokers forward client telemetry to ``http://127.0.0.1:<port>/v1/metrics``, a port
+  reserved when the cluster starts (``kafka_cluster.telemetry_endpoint``), with ``X-Quotas-Cluster: kip714``
+  (``kafka_cluster.telemetry_cluster``); ``tests/kafka/test_kip714.py`` serves the portal there. Until something
+  listens, the exporter's posts fail (counted, never in the brokers' way).
+
+Plugins that cannot be built leave the cluster without them (reported; the tests that need them then fail with the
+reason).
 
 Registered from tests/conftest.py (``pytest_plugins``).
 """
@@ -34,7 +40,7 @@ from devtools.kafka_cluster import (
     SCRAM_MECHANISMS,
     KafkaCluster,
     KafkaError,
-    ensure_plugin_jar,
+    ensure_plugin_jars,
     local_cluster_for,
     metadata_brokers,
     run_kafka_tool,
@@ -47,7 +53,7 @@ KAFKA_SETUP_TIMEOUT_S = 360.0
 _report: list[str] = []
 #: The portal cluster name the session cluster's plugin sends (X-Quotas-Cluster).
 TELEMETRY_CLUSTER = "kip714"
-#: Why the session cluster runs without the KIP-714 plugin, when it does.
+#: Why the session cluster runs without the broker plugins, when it does.
 plugin_problem: list[str] = []
 #: The bound (not listening) socket that keeps the receiver's port from every other server until it is released.
 _reserved: list[socket.socket] = []
@@ -155,13 +161,18 @@ def kafka_cluster() -> Iterator[KafkaCluster | ExternalKafka]:
         return
     name = _session_cluster_name()
     endpoint: str | None = f"http://127.0.0.1:{_reserve_port()}/v1/metrics"
+    quota_callback = True
     try:
-        ensure_plugin_jar()
+        ensure_plugin_jars()
     except KafkaError as e:
         plugin_problem.append(str(e))
-        _report.append(f"kafka: the KIP-714 broker plugin could not be built, the cluster runs without it: {e}")
+        _report.append(f"kafka: the broker plugins could not be built, the cluster runs without them: {e}")
         endpoint = ""
-    cluster = KafkaCluster(name, fresh=True, telemetry_endpoint=endpoint, telemetry_cluster=TELEMETRY_CLUSTER)
+        quota_callback = False
+    cluster = KafkaCluster(
+        name, fresh=True, telemetry_endpoint=endpoint, telemetry_cluster=TELEMETRY_CLUSTER,
+        quota_callback=quota_callback, budget_redis_url=os.environ.get("QUOTAS_REDIS_URL", ""),
+    )
     started = time.monotonic()
     try:
         cluster.start()

@@ -74,7 +74,8 @@ def test_the_plugin_never_blocks_the_broker_and_counts_what_it_drops() -> None:
 
 def test_the_runner_keeps_kafkas_jmx_reporter_next_to_the_plugin(tmp_path: Path) -> None:
     """Kafka 4 drops its JmxReporter from a metric.reporters list that does not name it (then the quota sensors
-    vanish from JMX and from the JMX exporter): the runner lists both; no endpoint, no plugin at all."""
+    vanish from JMX and from the JMX exporter): the runner lists both; no endpoint, no exporter (the jars stay on the
+    classpath for the quota callback, unless that is off too)."""
     from devtools.kafka_cluster import JMX_REPORTER_CLASS, PLUGIN_CLASS, KafkaCluster
 
     on = KafkaCluster("plugin-props", root=tmp_path, telemetry_endpoint="http://127.0.0.1:1/v1/metrics",
@@ -84,7 +85,9 @@ def test_the_runner_keeps_kafkas_jmx_reporter_next_to_the_plugin(tmp_path: Path)
     assert props["portal.telemetry.endpoint"] == "http://127.0.0.1:1/v1/metrics"
     assert props["portal.telemetry.cluster"] == "prod"
     assert str(PLUGIN_JAR.parent) in on._classpath()
-    off = KafkaCluster("plugin-props", root=tmp_path, telemetry_endpoint="")
+    callback_only = KafkaCluster("plugin-props", root=tmp_path, telemetry_endpoint="")
+    assert callback_only._telemetry_properties() == {} and str(PLUGIN_JAR.parent) in callback_only._classpath()
+    off = KafkaCluster("plugin-props", root=tmp_path, telemetry_endpoint="", quota_callback=False)
     assert off._telemetry_properties() == {} and str(PLUGIN_JAR.parent) not in off._classpath()
 
 

@@ -97,7 +97,7 @@ def test_the_kafka_nodes_form_one_quorum_built_from_the_maven_project(compose: d
     nodes = {n: services[n] for n in ("kafka-1", "kafka-2", "kafka-3")}
     dockerfile = ROOT / nodes["kafka-1"]["build"]["dockerfile"]
     text = dockerfile.read_text()
-    assert "devtools/kafka/pom.xml" in text and "devtools/kafka/plugin" in text
+    assert "devtools/kafka/pom.xml" in text and "broker-plugins" in text
     assert (ROOT / "devtools" / "kafka" / "docker" / "entrypoint.sh").exists()
     voters = {}
     for name, node in nodes.items():

@@ -2,11 +2,14 @@
 # One KRaft node (process.roles=broker,controller) of docker-compose.yml's Kafka cluster, configured from the
 # environment: KAFKA_NODE_ID, KAFKA_CLUSTER_ID (the same on every node), KAFKA_VOTERS (id@host:9093,...),
 # KAFKA_ADVERTISED_HOST (the service name), and optionally KAFKA_TELEMETRY_ENDPOINT (the portal's KIP-714 sink,
-# e.g. http://portal-a:8000/v1/metrics) with KAFKA_TELEMETRY_CLUSTER. The log directory is formatted once.
+# e.g. http://portal-a:8000/v1/metrics) with KAFKA_TELEMETRY_CLUSTER, and KAFKA_BUDGET_REDIS_URL (the engine's Redis,
+# for cluster-wide budgets) with KAFKA_BUDGET_CLUSTER. The portal's quota callback (BudgetQuotaCallback) is every
+# node's client quota callback; without a budget Redis it answers as Kafka's default one. The log directory is
+# formatted once.
 set -eu
 : "${KAFKA_NODE_ID:?}" "${KAFKA_CLUSTER_ID:?}" "${KAFKA_VOTERS:?}" "${KAFKA_ADVERTISED_HOST:?}"
 CONF=/var/lib/kafka/server.properties
-CP="/opt/kafka/lib/*"
+CP="/opt/kafka/lib/*:/opt/kafka/plugin/*"
 cat > "$CONF" <<PROPS
 process.roles=broker,controller
 node.id=${KAFKA_NODE_ID}
@@ -23,9 +26,15 @@ transaction.state.log.min.isr=2
 share.coordinator.state.topic.replication.factor=3
 share.coordinator.state.topic.min.isr=2
 group.initial.rebalance.delay.ms=0
+client.quota.callback.class=quotaportal.kafka.quota.BudgetQuotaCallback
 PROPS
+if [ -n "${KAFKA_BUDGET_REDIS_URL:-}" ]; then
+    cat >> "$CONF" <<PROPS
+quota.budget.redis.url=${KAFKA_BUDGET_REDIS_URL}
+quota.budget.cluster=${KAFKA_BUDGET_CLUSTER:-prod}
+PROPS
+fi
 if [ -n "${KAFKA_TELEMETRY_ENDPOINT:-}" ]; then
-    CP="$CP:/opt/kafka/plugin/portal-telemetry-exporter.jar"
     cat >> "$CONF" <<PROPS
 metric.reporters=org.apache.kafka.common.metrics.JmxReporter,quotaportal.kafka.telemetry.PortalTelemetryExporter
 portal.telemetry.endpoint=${KAFKA_TELEMETRY_ENDPOINT}
