@@ -36,6 +36,7 @@ from quotas import quotafile, workflow
 from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.serializers import DecisionSerializer
 from quotas.api.views import get_cluster
+from quotas.choices import BudgetScope
 from quotas.models import Plan, PlanRequest, PlanStale, PlanState, RequestState
 from quotas.models.plans import apply_plan
 from quotas.models.tenants import is_auditor, sees_everything, tenants_of
@@ -84,6 +85,14 @@ class PlanChangeSerializer(serializers.Serializer):
     new = serializers.JSONField(allow_null=True, help_text="null: removed.")
     old_display = serializers.CharField(required=False, allow_null=True, help_text="Quotas: the value in its unit.")
     new_display = serializers.CharField(required=False, allow_null=True)
+    old_scope = serializers.ChoiceField(
+        choices=BudgetScope.choices, required=False, allow_null=True,
+        help_text="Quotas: the value's budget scope before (per_broker or cluster_wide; null: no value).",
+    )
+    new_scope = serializers.ChoiceField(
+        choices=BudgetScope.choices, required=False, allow_null=True,
+        help_text="Quotas: after (a change of scope alone is a change, old and new then the same number).",
+    )
     impact = serializers.JSONField(
         allow_null=True,
         help_text="Byte-rate adds and changes: {preview, state (queued, running, done, failed), progress, stage, "
@@ -92,7 +101,8 @@ class PlanChangeSerializer(serializers.Serializer):
     capacity = serializers.JSONField(
         allow_null=True,
         help_text="Byte-rate keys: the cluster's granted total without and with the whole plan "
-        "{key, capacity, granted_without, granted_with, exceeds, warning, counted}.",
+        "{key, capacity, granted_without, granted_with, exceeds, warning, counted, budgets, budget_with, "
+        "budget_without}: per-broker values x brokers, cluster-wide budgets once.",
     )
     warnings = serializers.ListField(child=serializers.CharField())
 

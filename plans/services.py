@@ -25,7 +25,7 @@ from quotas.engine.config import EntityRef
 from quotas.engine.units import BYTE_RATE_KEYS
 from quotas.models import Cluster, DesiredStateVersion, Plan, PlanState, Tenant
 from quotas.models.client_metrics import match_owned_by
-from quotas.models.plans import check_configs, current_state
+from quotas.models.plans import check_configs, check_scopes, current_state
 from quotas.models.tenants import (
     entity_owned_by,
     is_admin,
@@ -111,13 +111,18 @@ def _pairs(quotas: dict[EntityRef, dict[str, float]], key: str) -> dict[tuple[st
     return {(r.user, r.client_id): v[key] for r, v in quotas.items() if r.ip is None and key in v}
 
 
+def _budgets(cluster_wide: set[tuple[EntityRef, str]], key: str) -> set[tuple[str | None, str | None]]:
+    return {(r.user, r.client_id) for r, k in cluster_wide if k == key and r.ip is None}
+
+
 def _capacity(check: Any) -> dict[str, Any]:
     """The approval page's capacity check (``workflow.CapacityCheck``) as stored with the plan."""
     return {
         "key": check.key, "capacity": check.capacity, "granted_without": check.granted_without,
         "granted_with": check.granted_with, "exceeds": check.exceeds, "warning": check.warning,
         "counted": check.counted, "brokers": check.brokers, "multiplier": check.multiplier, "known": check.known,
-        "scope": check.scope,
+        "scope": check.scope, "budgets": list(check.budgets), "budget_with": check.budget_with,
+        "budget_without": check.budget_without,
         "defaults": [{"entity": d.entity, "value": d.value, "applies_to": d.applies_to,
                       "applies_to_without": d.applies_to_without} for d in check.defaults],
     }
@@ -139,13 +144,16 @@ def build_plan(
         )])
     base = DesiredStateVersion.objects.filter(cluster=cluster).values_list("version", flat=True).first() or 0
     tenant: Tenant | None = None
+    scope_errors = check_scopes(cluster, desired)
     if sees_everything(actor):
         current = current_state(cluster)
         errors = check_configs(cluster, desired)
-        if errors:
-            raise quotafile.InvalidQuotaFile(errors)
+        if errors or scope_errors:
+            raise quotafile.InvalidQuotaFile(sorted(errors + scope_errors, key=lambda e: e.line or 0))
         changes = quotafile.diff(current, desired, prune)
     else:
+        if scope_errors:
+            raise quotafile.InvalidQuotaFile(scope_errors)
         tenant = _tenant_scope(actor, tenant_name, desired)
         for section, attr in (("brokerConfigs", "broker_configs"), ("topicConfigs", "topic_configs")):
             if getattr(desired, attr) is not None:
@@ -181,12 +189,23 @@ def _store(
     current: quotafile.QuotaState, changes: list[quotafile.Change],
 ) -> Plan:
     after = quotafile.apply_changes(current, changes)
+    cluster_wide = set(current.cluster_wide)
+    for c in changes:
+        if c.section == quotafile.QUOTA:
+            ref = EntityRef.parse(c.entity)
+            if c.new_scope == quotafile.CLUSTER_WIDE:
+                cluster_wide.add((ref, c.key))
+            else:
+                cluster_wide.discard((ref, c.key))
     shadows = quotafile.Shadows(after)
     before = current.quotas or {}
     capacities = {}
     for key in {c.key for c in changes if c.section == quotafile.QUOTA and c.key in CAPACITY_FIELD}:
         if any(c.key == key and "ip" not in c.entity for c in changes):
-            capacities[key] = _capacity(capacity_between(cluster, key, _pairs(before, key), _pairs(after, key)))
+            capacities[key] = _capacity(capacity_between(
+                cluster, key, _pairs(before, key), _pairs(after, key),
+                cluster_wide_without=_budgets(current.cluster_wide, key), cluster_wide_with=_budgets(cluster_wide, key),
+            ))
     usage = history.usage_version()
     bodies = []
     previews: list[tuple[int, quotafile.Change]] = []

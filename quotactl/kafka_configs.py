@@ -7,6 +7,11 @@ producer_byte_rate=1024.0`` in the order a Java HashMap iterates them, ``Complet
 alice.``, and Kafka's messages for bad arguments, on stderr with exit code 1. An admin's alter changes desired state
 (pushed to the brokers like any change); a tenant member's becomes quota requests for an admin to approve, and the
 command says so instead of "Completed".
+
+Beyond Kafka's options, ``--budget-scope per_broker|cluster_wide`` with ``--add-config`` says what the added values
+mean (a cluster-wide value is a budget for the sum over the cluster's brokers; left out, a value keeps its scope),
+and ``--describe`` adds a line ``Cluster-wide budgets for user-principal 'alice' are producer_byte_rate`` after an
+entity's Kafka line when it holds any (Kafka's own line is unchanged: it shows each budget's value, as Kafka does).
 """
 
 from __future__ import annotations
@@ -44,7 +49,9 @@ OPTIONS_WITH_VALUE = {
     "--command-config",
     "--bootstrap-controller",
     "--add-config-file",
+    "--budget-scope",
 }
+BUDGET_SCOPES = ("per_broker", "cluster_wide")
 FLAGS = {
     "--describe",
     "--alter",
@@ -73,6 +80,7 @@ class Args:
     names: list[str] = field(default_factory=list)  # "" = the default entity, as Kafka's entityNames()
     add_config: str | None = None
     delete_config: list[str] = field(default_factory=list)
+    budget_scope: str | None = None
     flags_used: bool = False
     entity_opts_used: bool = False
 
@@ -112,6 +120,8 @@ def parse(argv: Sequence[str]) -> Args:
                 a.add_config = value
             elif name == "--delete-config":
                 a.delete_config.extend(k.strip() for k in value.split(","))
+            elif name == "--budget-scope":
+                a.budget_scope = value
             elif name in ("--user", "--client", "--ip"):
                 flag_types.append({"--user": USERS, "--client": CLIENTS, "--ip": IPS}[name])
                 flag_names.append(value)
@@ -140,7 +150,7 @@ def parse(argv: Sequence[str]) -> Args:
                 raise CommandError(
                     "usage: quotactl kafka-configs --portal URL --describe|--alter --entity-type "
                     "users|clients|ips --entity-name NAME|--entity-default [--add-config k=v,...] "
-                    "[--delete-config k,...]"
+                    "[--budget-scope per_broker|cluster_wide] [--delete-config k,...]"
                 )
         else:
             raise CommandError(f"{arg} is not a recognized option")
@@ -161,6 +171,11 @@ def check(a: Args) -> None:
         raise CommandError("Command must include exactly one action: --describe, --alter")
     if a.describe and (a.add_config is not None or a.delete_config):
         raise CommandError('Option "describe" can\'t be used with option "add-config" or "delete-config"')
+    if a.budget_scope is not None:
+        if a.budget_scope not in BUDGET_SCOPES:
+            raise CommandError(f"--budget-scope is per_broker or cluster_wide, not {a.budget_scope}")
+        if a.add_config is None:
+            raise CommandError("--budget-scope says what the values of --add-config mean; give --add-config with it")
     seen: set[str] = set()
     duplicates = [t for t in a.types if t in seen or seen.add(t)]  # type: ignore[func-returns-value]
     if duplicates:
@@ -251,31 +266,47 @@ def components(a: Args) -> list[dict[str, object]]:
     return out
 
 
-def describe_entries(portal: Portal, cluster: str, a: Args) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+Entry = tuple[dict[str, str | None], dict[str, float], list[str]]
+
+
+def describe_entries(portal: Portal, cluster: str, a: Args) -> list[Entry]:
+    """Each described entity, its values and the keys whose values are cluster-wide budgets."""
     body = {"components": components(a), "strict": True}
     rows = portal.pages("POST", cluster_path(cluster, "client-quotas/describe"), body)
     entries = []
     for row in rows:
         entity = {k: (None if v == DEFAULT else v) for k, v in (row.get("entity") or {}).items()}
-        entries.append((entity, {k: float(v) for k, v in (row.get("values") or {}).items()}))
+        budgets = sorted(k for k, scope in (row.get("budget_scopes") or {}).items() if scope == "cluster_wide")
+        entries.append((entity, {k: float(v) for k, v in (row.get("values") or {}).items()}, budgets))
     return entries
 
 
-def quota_line(entity: dict[str, str | None], values: dict[str, float]) -> str:
-    """One line of ``describeQuotaConfigs``: user, client-id and ip parts, then the values in HashMap order."""
+def _entity_text(entity: dict[str, str | None]) -> str:
     parts = []
     for key, label in (("user", "user-principal"), ("client-id", "client-id"), ("ip", "ip")):
         if key in entity:
             name = entity[key]
             parts.append(f"the default {label}" if not name else f"{label} '{name}'")
+    return ", ".join(parts)
+
+
+def quota_line(entity: dict[str, str | None], values: dict[str, float]) -> str:
+    """One line of ``describeQuotaConfigs``: user, client-id and ip parts, then the values in HashMap order."""
     keys = hash_order(broker_value_order(values), string_hash)
-    return f"Quota configs for {', '.join(parts)} are " + ", ".join(f"{k}={java_double(values[k])}" for k in keys)
+    return f"Quota configs for {_entity_text(entity)} are " + ", ".join(f"{k}={java_double(values[k])}" for k in keys)
+
+
+def budget_line(entity: dict[str, str | None], budgets: list[str]) -> str:
+    """The portal's line after Kafka's: which of the entity's values are budgets for the sum over the brokers."""
+    return f"Cluster-wide budgets for {_entity_text(entity)} are {','.join(budgets)} (shared out between the brokers)"
 
 
 def describe(portal: Portal, cluster: str, a: Args, out: TextIO) -> None:
     entries = describe_entries(portal, cluster, a)
-    for entity, values in hash_order(entries, lambda e: entity_hash(e[0])):
+    for entity, values, budgets in hash_order(entries, lambda e: entity_hash(e[0])):
         print(quota_line(entity, values), file=out)
+        if budgets:
+            print(budget_line(entity, budgets), file=out)
     if CLIENTS not in a.types and "" not in a.names and a.types[0] == USERS:
         for user in a.names or []:
             _scram_line(portal, cluster, user, out)
@@ -336,6 +367,8 @@ def alter(portal: Portal, cluster: str, a: Args, out: TextIO) -> None:
             )
     current = describe_entries(portal, cluster, a)
     old = current[0][1] if current else {}
+    if a.budget_scope is not None and head == IPS:
+        raise CommandError("--budget-scope is for user and client-id quotas: an ip's connection rate is per broker.")
     invalid = [k for k in deleted if k not in old]
     if invalid:
         raise CommandError("Invalid config(s): " + ",".join(invalid))
@@ -345,7 +378,10 @@ def alter(portal: Portal, cluster: str, a: Args, out: TextIO) -> None:
             number = float(value)
         except ValueError:
             raise CommandError(f"Cannot parse quota configuration value for {key}: {value}") from None
-        ops.append({"key": key, "value": number})
+        op: dict[str, object] = {"key": key, "value": number}
+        if a.budget_scope is not None:
+            op["budget_scope"] = a.budget_scope
+        ops.append(op)
     ops += [{"key": key, "remove": True} for key in deleted]
     entity = [{"entity_type": API_TYPE[t], "name": n or None} for t, n in zip(a.types, a.names, strict=True)]
     try:
@@ -386,6 +422,8 @@ def _request_instead(
             "value": float(value),
             "reason": "quotactl kafka-configs --alter",
         }
+        if a.budget_scope is not None:
+            body["budget_scope"] = a.budget_scope
         ids.append(str(portal.post("/api/requests/", body)["id"]))
     label = a.types[0][:-1]
     who = a.names[0] or "default"

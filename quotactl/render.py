@@ -40,6 +40,26 @@ def value_text(change: dict[str, Any], which: str) -> str:
     return "-" if value is None else str(value)
 
 
+SCOPE_TEXT = {"per_broker": "per broker", "cluster_wide": "cluster-wide"}
+
+
+def what_text(change: dict[str, Any]) -> str:
+    """A change of a value, with its budget scope where it is cluster-wide or changes (``-> cluster-wide``)."""
+    action, key = change.get("action", "change"), change["key"]
+    old_scope, new_scope = change.get("old_scope"), change.get("new_scope")
+    if action == "add":
+        return f"{key} = {value_text(change, 'new')}" + (" (cluster-wide)" if new_scope == "cluster_wide" else "")
+    if action == "remove":
+        wide = " (cluster-wide)" if old_scope == "cluster_wide" else ""
+        return f"{key} = {value_text(change, 'old')}{wide} (removed)"
+    what = f"{key}: {value_text(change, 'old')} -> {value_text(change, 'new')}"
+    if change.get("old") == change.get("new"):
+        what = f"{key}: {value_text(change, 'new')}"
+    if old_scope != new_scope and old_scope and new_scope:
+        return f"{what}, {SCOPE_TEXT.get(old_scope, old_scope)} -> {SCOPE_TEXT.get(new_scope, new_scope)}"
+    return what + (" (cluster-wide)" if new_scope == "cluster_wide" else "")
+
+
 def entity_text(change: dict[str, Any]) -> str:
     if change.get("path"):
         return str(change["path"])
@@ -63,13 +83,7 @@ def print_plan(out: Out, plan: dict[str, Any]) -> None:
     for c in changes:
         action = c.get("action", "change")
         sign = out.paint(SYMBOL.get(action, "?"), action)
-        if action == "add":
-            what = f"{c['key']} = {value_text(c, 'new')}"
-        elif action == "remove":
-            what = f"{c['key']} = {value_text(c, 'old')} (removed)"
-        else:
-            what = f"{c['key']}: {value_text(c, 'old')} -> {value_text(c, 'new')}"
-        out.line(f"  {sign} {entity_text(c)}  {what}")
+        out.line(f"  {sign} {entity_text(c)}  {what_text(c)}")
         for warning in c.get("warnings") or []:
             out.line(f"      {out.paint('!', 'warn')} {warning}")
     print_impact(out, changes)
@@ -136,6 +150,9 @@ def print_capacity(out: Out, changes: Sequence[dict[str, Any]]) -> None:
             ]
         )
     table(out, ["KEY", "WITHOUT", "WITH", "CAPACITY", ""], rows)
+    for key, cap in seen.items():
+        if cap.get("budgets"):  # per-broker values x brokers, cluster-wide budgets once: say how
+            out.line(f"  {key}: {cap.get('counted')}")
     for cap in seen.values():
         if cap.get("warning"):
             out.line(f"  {out.paint('!', 'warn')} {cap['warning']}")

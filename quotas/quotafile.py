@@ -8,6 +8,8 @@ One YAML document per cluster::
     quotas:                                   # client quotas, in Kafka's precedence order
       - entity: {user: alice, client-id: app-1}    # keys user, client-id, ip; "<default>" for a default
         producer_byte_rate: 1.5 MiB/s
+      - entity: {user: bob}
+        producer_byte_rate: {value: 30 MiB/s, budgetScope: cluster_wide}   # a budget for the sum over brokers
     brokerConfigs:                            # dynamic broker configs the portal manages
       "<default>": {max.connection.creation.rate: 100}
       1: {leader.replication.throttled.rate: 10485760}
@@ -21,6 +23,10 @@ prune); an empty section (``quotas: []``) with prune removes everything of that 
 Values take the units of ``quotas.engine.units`` (``1.5 MiB/s``); ``write`` picks the form that reads back to the
 same number, so exporting and planning an unchanged file changes nothing. Every error names the line and the key
 (``FileError``). ``diff`` answers the changes from one state to another in Kafka's precedence order.
+
+A value is per broker (Kafka's meaning) unless written as ``{value: ..., budgetScope: cluster_wide}``: a budget for
+the sum over the cluster's brokers (producer_byte_rate, consumer_byte_rate and request_percentage of user/client-id
+entities; whether the cluster takes it is the portal's to say). A change of scope alone is a change of the value.
 """
 
 from __future__ import annotations
@@ -34,8 +40,17 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 
+from quotas.engine.budgets import BUDGET_TYPES
 from quotas.engine.config import CLIENT_ID, IP, USER, EntityRef
-from quotas.engine.entities import DEFAULT, PRECEDENCE, QUOTA_KEYS, ClientEntity, QuotaOverrides, entity_path
+from quotas.engine.entities import (
+    DEFAULT,
+    PRECEDENCE,
+    QUOTA_KEYS,
+    ClientEntity,
+    QuotaOverrides,
+    QuotaType,
+    entity_path,
+)
 from quotas.engine.entities import validate_quota_value as _validate_value
 from quotas.engine.errors import QuotaEngineError
 from quotas.engine.units import BINARY_UNITS, BYTE_RATE_KEYS, format_quota_value, parse_quota_value
@@ -52,6 +67,11 @@ SUBSCRIPTION_FIELDS = ("name", "metrics", "intervalMs", "match")
 #: The file's sections and how a change names them.
 QUOTA, BROKER, TOPIC, CLIENT_METRICS = "quota", "broker", "topic", "client-metrics"
 ADD, CHANGE, REMOVE = "add", "change", "remove"
+#: A value's budget scope: per broker (Kafka's meaning, the default) or a cluster-wide budget; the keys it may be for.
+PER_BROKER, CLUSTER_WIDE = "per_broker", "cluster_wide"
+BUDGET_SCOPES = (PER_BROKER, CLUSTER_WIDE)
+BUDGET_KEYS = tuple(QuotaType(t).config_key for t in BUDGET_TYPES)
+VALUE_FIELDS = ("value", "budgetScope")
 #: libyaml's parser when PyYAML was built with it (the nodes keep their lines either way), else PyYAML's own.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: The most text a file may hold (the API's body limit is larger; a state file is far smaller).
@@ -108,10 +128,13 @@ class QuotaState:
 
     A section that is None is not part of it (left out of the file). ``lines`` maps a place of the file
     (``("quotas", entity)``, ``("quotas", entity, key)``, ``("brokerConfigs", broker, key)``, ...) to its line.
+    ``cluster_wide`` holds the (entity, key) of the quota values that are cluster-wide budgets (the others are per
+    broker).
     """
 
     cluster: str
     quotas: dict[EntityRef, dict[str, float]] | None = None
+    cluster_wide: set[tuple[EntityRef, str]] = field(default_factory=set)
     broker_configs: dict[str, dict[str, str]] | None = None
     topic_configs: dict[str, dict[str, str]] | None = None
     client_metrics: dict[str, Subscription] | None = None
@@ -123,6 +146,12 @@ class QuotaState:
             if place[:n] in self.lines:
                 return self.lines[place[:n]]
         return None
+
+    def scope(self, ref: EntityRef, key: str) -> str | None:
+        """The budget scope of a quota value, None when there is no such value."""
+        if key not in (self.quotas or {}).get(ref, {}):
+            return None
+        return CLUSTER_WIDE if (ref, key) in self.cluster_wide else PER_BROKER
 
 
 # ------------------------------------------------------------------ entities and their order
@@ -299,6 +328,12 @@ def _read_quotas(r: _Reader, node: yaml.Node, state: QuotaState) -> dict[EntityR
             if key == "entity":
                 continue
             state.lines[("quotas", ref, key)] = _line(kn)
+            if isinstance(vn, yaml.MappingNode):
+                vn, scope = _read_scoped(r, vn, ref, key)
+                if vn is None:
+                    continue
+                if scope == CLUSTER_WIDE:
+                    state.cluster_wide.add((ref, key))
             raw = r.scalar(vn, key)
             if raw is None:
                 if isinstance(vn, yaml.ScalarNode):
@@ -314,6 +349,42 @@ def _read_quotas(r: _Reader, node: yaml.Node, state: QuotaState) -> dict[EntityR
                                     "give at least one (an entity exists only while it holds a value).")
         out[ref] = values
     return out
+
+
+def budget_scope_error(ref: EntityRef, key: str, scope: object) -> str | None:
+    """Why a value of ``key`` of ``ref`` cannot have ``scope`` (None: it can), as the portal's API says it."""
+    if scope not in BUDGET_SCOPES:
+        return f"budgetScope is per_broker or cluster_wide, not {scope!r}; leave it out for per_broker."
+    if scope == PER_BROKER:
+        return None
+    allowed = ", ".join(BUDGET_KEYS[:-1]) + f" and {BUDGET_KEYS[-1]}"
+    if ref.ip is not None:
+        return (f"An ip quota ({key}) cannot be cluster-wide: Kafka counts connections per broker and ip. Only "
+                f"{allowed} values of user and client-id entities can be cluster_wide.")
+    if key not in BUDGET_KEYS:
+        return f"A {key} value cannot be cluster-wide: only {allowed} values can be cluster_wide."
+    return None
+
+
+def _read_scoped(r: _Reader, node: yaml.MappingNode, ref: EntityRef, key: str) -> tuple[yaml.Node | None, str]:
+    """``{value: ..., budgetScope: per_broker|cluster_wide}``: the value's node and its scope."""
+    fields = {k: (kn, vn) for k, kn, vn in r.mapping(node, key) or []}
+    for name, (kn, _) in fields.items():
+        if name not in VALUE_FIELDS:
+            r.error(kn, key, f"Unknown key {name!r} in {key}; a value with a scope is {{value: ..., budgetScope: "
+                             "per_broker|cluster_wide}.")
+    if "value" not in fields:
+        r.error(node, key, f"{key} has no value; write {{value: ..., budgetScope: cluster_wide}}.")
+        return None, PER_BROKER
+    scope: object = PER_BROKER
+    if "budgetScope" in fields:
+        scope_node = fields["budgetScope"][1]
+        scope = r.scalar(scope_node, "budgetScope")
+        why = budget_scope_error(ref, key, scope)
+        if why is not None:
+            r.error(scope_node, key, why)
+            scope = PER_BROKER
+    return fields["value"][1], str(scope)
 
 
 def _read_entity(r: _Reader, node: yaml.Node) -> EntityRef | None:
@@ -479,7 +550,11 @@ def write(state: QuotaState) -> str:
         for ref in sorted(state.quotas, key=entity_order):
             item: dict[str, Any] = {"entity": _Flow(entity_dict(ref))}
             for key in sorted(state.quotas[ref], key=_key_rank):
-                item[key] = human_value(key, state.quotas[ref][key])
+                value = human_value(key, state.quotas[ref][key])
+                if (ref, key) in state.cluster_wide:
+                    item[key] = _Flow({"value": value, "budgetScope": CLUSTER_WIDE})
+                else:
+                    item[key] = value
             items.append(item)
         doc["quotas"] = items
     if state.broker_configs is not None:
@@ -525,6 +600,8 @@ class Change:
     path: str
     order: tuple[Any, ...]
     warnings: list[str] = field(default_factory=list)
+    old_scope: str | None = None  # quotas: the value's budget scope before and after (None: no value)
+    new_scope: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = {"action": self.action, "section": self.section, "entity": self.entity, "path": self.path,
@@ -532,6 +609,7 @@ class Change:
         if self.section == QUOTA:
             out["old_display"] = None if self.old is None else format_quota_value(self.key, self.old)
             out["new_display"] = None if self.new is None else format_quota_value(self.key, self.new)
+            out["old_scope"], out["new_scope"] = self.old_scope, self.new_scope
         return out
 
 
@@ -576,11 +654,18 @@ def diff(current: QuotaState, desired: QuotaState, prune: bool = False,
         old_q = current.quotas or {}
         for ref in set(old_q) | set(desired.quotas):
             new = desired.quotas.get(ref)
-            for action, key, before, after in _keyed_diff(old_q.get(ref, {}), new,
-                                                         prune and allowed(QUOTA, ref)):
+            found = _keyed_diff(old_q.get(ref, {}), new, prune and allowed(QUOTA, ref))
+            differing = {key for _, key, _, _ in found}
+            for key in sorted(set(old_q.get(ref, {})) & set(new or {}), key=_key_rank):
+                if key not in differing and current.scope(ref, key) != desired.scope(ref, key):
+                    value = old_q[ref][key]
+                    found.append((CHANGE, key, value, value))  # the same number with another scope: a change
+            for action, key, before, after in found:
                 changes.append(Change(action, QUOTA, entity_dict(ref), key, _number(key, before),
                                       _number(key, after), entity_path(ref.user, ref.client_id, ref.ip),
-                                      (0, *entity_order(ref), _key_rank(key), key)))
+                                      (0, *entity_order(ref), _key_rank(key), key),
+                                      old_scope=current.scope(ref, key),
+                                      new_scope=desired.scope(ref, key) if after is not None else None))
     for section, attr, rank in ((BROKER, "broker_configs", 1), (TOPIC, "topic_configs", 2)):
         wanted = getattr(desired, attr)
         if wanted is None:
@@ -739,6 +824,15 @@ def json_schema() -> dict[str, Any]:
         "description": "Bytes per second: a whole number, or with a binary unit (1536 KiB/s, 1.5 MiB/s).",
     }
     number = {"oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string"}]}
+
+    def scoped(value: dict[str, Any]) -> dict[str, Any]:
+        """A value, or ``{value, budgetScope}``: per_broker (Kafka's meaning) or a cluster-wide budget."""
+        return {"oneOf": [value, {
+            "type": "object", "required": ["value"], "additionalProperties": False,
+            "properties": {"value": value, "budgetScope": {"enum": list(BUDGET_SCOPES)}},
+            "description": "budgetScope cluster_wide: a budget for the sum over the cluster's brokers.",
+        }]}
+
     config_value = {"type": ["string", "integer", "number", "boolean"]}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -768,9 +862,9 @@ def json_schema() -> dict[str, Any]:
                             "properties": {USER: name, CLIENT_ID: name, IP: name},
                             "description": "user and/or client-id, or ip alone.",
                         },
-                        "producer_byte_rate": byte_rate,
-                        "consumer_byte_rate": byte_rate,
-                        "request_percentage": number,
+                        "producer_byte_rate": scoped(byte_rate),
+                        "consumer_byte_rate": scoped(byte_rate),
+                        "request_percentage": scoped(number),
                         "controller_mutation_rate": number,
                         "connection_creation_rate": number,
                     },

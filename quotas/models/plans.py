@@ -19,12 +19,12 @@ from django.db import models, transaction
 from django.db.models import Q
 
 from quotas import quotafile
-from quotas.choices import QuotaScope
+from quotas.choices import BudgetScope, QuotaScope
 from quotas.connectors.base import BROKER, CLIENT_METRICS, QUOTA, TOPIC, Item
 from quotas.engine.config import EntityRef
 from quotas.engine.entities import DEFAULT, entity_path
 from quotas.engine.errors import QuotaEngineError
-from quotas.models.audit import AuditAction, AuditEntry
+from quotas.models.audit import AuditAction, AuditEntry, scope_audit
 from quotas.models.broker_configs import (
     BrokerConfig,
     ConfigOp,
@@ -37,7 +37,7 @@ from quotas.models.broker_configs import (
 from quotas.models.client_metrics import ClientMetricsSubscription
 from quotas.models.clusters import Broker, Cluster
 from quotas.models.pushes import DesiredStateVersion
-from quotas.models.quotas import QuotaEntity, QuotaValue
+from quotas.models.quotas import InvalidBudgetScope, QuotaEntity, QuotaValue, check_budget_scope, scope_change
 from quotas.models.requests import RequestState
 from quotas.models.tenants import Tenant, entity_owned_by
 
@@ -158,19 +158,23 @@ def current_state(
     quota entities (user, client-id, ip) and the subscriptions (by their match) a tenant member may read.
     """
     quotas: dict[EntityRef, dict[str, float]] = defaultdict(dict)
+    cluster_wide: set[tuple[EntityRef, str]] = set()
     rows = QuotaValue.objects.filter(entity__cluster=cluster).values_list(
-        "entity__user", "entity__client_id", "entity__ip", "key", "value"
+        "entity__user", "entity__client_id", "entity__ip", "key", "value", "budget_scope"
     )
-    for user, client_id, ip, key, value in rows:
+    for user, client_id, ip, key, value, scope in rows:
         if quota_visible is not None and not quota_visible(user, client_id, ip):
             continue
-        quotas[EntityRef(user, client_id, ip)][key] = value
+        ref = EntityRef(user, client_id, ip)
+        quotas[ref][key] = value
+        if scope == BudgetScope.CLUSTER_WIDE:
+            cluster_wide.add((ref, key))
     subscriptions = {}
     for row in ClientMetricsSubscription.objects.filter(cluster=cluster):
         if subscription_visible is not None and not subscription_visible(row.match):
             continue
         subscriptions[row.name] = quotafile.Subscription(row.metrics, row.interval_ms, row.match)
-    state = quotafile.QuotaState(cluster.name, dict(quotas), client_metrics=subscriptions)
+    state = quotafile.QuotaState(cluster.name, dict(quotas), cluster_wide, client_metrics=subscriptions)
     if configs:
         brokers: dict[str, dict[str, str]] = defaultdict(dict)
         for broker_id, key, value in BrokerConfig.objects.filter(cluster=cluster).values_list(
@@ -182,6 +186,18 @@ def current_state(
             topics[topic][key] = value
         state.broker_configs, state.topic_configs = dict(brokers), dict(topics)
     return state
+
+
+def check_scopes(cluster: Cluster, desired: quotafile.QuotaState) -> list[quotafile.FileError]:
+    """Judge the file's cluster-wide values by the rule ``alter_client_quotas`` applies (``check_budget_scope``: a
+    Kafka cluster's budgets only); returns the errors with their lines. The file itself said which keys may be."""
+    errors: list[quotafile.FileError] = []
+    for ref, key in sorted(desired.cluster_wide, key=lambda rk: (quotafile.entity_order(rk[0]), rk[1])):
+        try:
+            check_budget_scope(cluster, key, BudgetScope.CLUSTER_WIDE, ip=ref.ip is not None)
+        except InvalidBudgetScope as e:
+            errors.append(quotafile.FileError(desired.line("quotas", ref, key), key, e.message))
+    return errors
 
 
 def check_configs(cluster: Cluster, desired: quotafile.QuotaState) -> list[quotafile.FileError]:
@@ -244,8 +260,11 @@ def _values_now(cluster: Cluster, changes: Iterable[Mapping[str, Any]]) -> dict[
         ident = _ident(c)
         section, entity, key = c["section"], c["entity"], c["key"]
         if section == quotafile.QUOTA:
-            value = (state.quotas or {}).get(EntityRef.parse(entity), {}).get(key)
+            ref = EntityRef.parse(entity)
+            value = (state.quotas or {}).get(ref, {}).get(key)
             out[ident] = quotafile._number(key, value)
+            if "old_scope" in c:  # plans made before budget scopes have none: their value alone says
+                out[(*ident, "scope")] = state.scope(ref, key)
         elif section == quotafile.BROKER:
             out[ident] = (state.broker_configs or {}).get(entity[quotafile.BROKER], {}).get(key)
         elif section == quotafile.TOPIC:
@@ -264,7 +283,10 @@ def check_not_moved(plan: Plan) -> None:
     """PLAN_STALE when a value the plan changes is no longer what the plan found (for approving a grouped request,
     which waits for an admin while other changes land: only the plan's own items must be unchanged)."""
     now = _values_now(plan.cluster, plan.changes)
-    moved = [f"{c['path']} {c['key']}" for c in plan.changes if now[_ident(c)] != c["old"]]
+    moved = [
+        f"{c['path']} {c['key']}" for c in plan.changes
+        if now[_ident(c)] != c["old"] or now.get((*_ident(c), "scope"), c.get("old_scope")) != c.get("old_scope")
+    ]
     if moved:
         raise PlanStale(
             f"Plan #{plan.pk} changes values that moved on since it was made ({', '.join(moved[:5])}"
@@ -311,19 +333,24 @@ def apply_plan(
             return loaded[0]
 
         validated = [
-            (ref, [(c["key"], None if c["new"] is None else float(c["new"])) for c in entity_changes])
+            (ref, [(c["key"], None if c["new"] is None else float(c["new"]), c.get("new_scope"))
+                   for c in entity_changes])
             for ref, entity_changes in quota_changes.items()
         ]
-        changed = _write_quotas(cluster, validated)
+        changed, scopes = _write_quotas(cluster, validated)
         items.update(changed)
         for ref, entity_changes in quota_changes.items():
             owner = tenant or _owner(tenants(), ref)
             for c in entity_changes:
+                where = {"tenant": owner, "entity": entity_path(ref.user, ref.client_id, ref.ip), "key": c["key"]}
                 if Item(QUOTA, ref.field(), c["key"]) in changed:
-                    audits.append({"action": AuditAction.QUOTA_ALTERED, "tenant": owner,
-                                   "entity": entity_path(ref.user, ref.client_id, ref.ip), "key": c["key"],
+                    audits.append({"action": AuditAction.QUOTA_ALTERED, **where,
                                    "before": c["old"] if c["old"] is None else float(c["old"]),
                                    "after": c["new"] if c["new"] is None else float(c["new"])})
+                before, after = scopes.get((ref, c["key"]), (None, None))
+                if before is not None or after is not None:
+                    audits.append({"action": AuditAction.BUDGET_SCOPE_ALTERED, **where, "before": before,
+                                   "after": after})
         for (section, name), ops in config_ops.items():
             if section == quotafile.BROKER:
                 broker = None if name == DEFAULT else Broker.objects.get(cluster=cluster, broker_id=int(name))
@@ -360,18 +387,25 @@ def apply_plan(
     return version, True
 
 
+#: One quota change of a plan: key, new value (None: removed), new budget scope (None: per broker, or removed).
+PlanOp = tuple[str, float | None, str | None]
+
+
 def _write_quotas(
-    cluster: Cluster, validated: list[tuple[EntityRef, list[tuple[str, float | None]]]]
-) -> dict[Item, str | None]:
+    cluster: Cluster, validated: list[tuple[EntityRef, list[PlanOp]]]
+) -> tuple[dict[Item, str | None], dict[tuple[EntityRef, str], tuple[str | None, str | None]]]:
     """Write a plan's quota changes in bulk (as ``alter_client_quotas``' writer does, whose per-entity OR lookup
     grows too long for a whole file): the cluster's entities and values read once, then inserted, updated and
-    deleted in a few statements. Returns the items that changed (None = removed); an emptied entity is deleted."""
+    deleted in a few statements. Returns the items that changed (None = removed; a ``budget-scope`` item when a value
+    became or stopped being cluster-wide) and, for the audit, each value's budget scopes before and after where
+    ``scope_audit`` records them; an emptied entity is deleted. A value the file gives without a scope is per broker
+    (the file is the whole state of what it lists)."""
     if not validated:
-        return {}
+        return {}, {}
     entities = {(e.user, e.client_id, e.ip): e for e in QuotaEntity.objects.filter(cluster=cluster).order_by()}
     held = {(v.entity_id, v.key): v for v in QuotaValue.objects.filter(entity__cluster=cluster).order_by()}
     new = [QuotaEntity(cluster=cluster, user=r.user, client_id=r.client_id, ip=r.ip) for r, ops in validated
-           if (r.user, r.client_id, r.ip) not in entities and any(v is not None for _, v in ops)]
+           if (r.user, r.client_id, r.ip) not in entities and any(v is not None for _, v, _ in ops)]
     if new:
         QuotaEntity.objects.bulk_create(new, batch_size=WRITE_CHUNK)
         if any(e.pk is None for e in new):  # a backend that does not return keys: read them back
@@ -379,47 +413,55 @@ def _write_quotas(
         else:
             entities.update({(e.user, e.client_id, e.ip): e for e in new})
     changes: dict[Item, str | None] = {}
+    scopes: dict[tuple[EntityRef, str], tuple[str | None, str | None]] = {}
     creates, updates, deletes, emptied = [], [], [], set()
     for ref, ops in validated:
         entity = entities.get((ref.user, ref.client_id, ref.ip))
         if entity is None:
             continue
-        for key, value in ops:
+        for key, value, wanted in ops:
             row = held.get((entity.pk, key))
             item = Item(QUOTA, ref.field(), key)
+            before = (row.value, row.budget_scope) if row is not None else None
             if value is None:
                 if row is not None:
                     deletes.append(row.pk)
                     del held[(entity.pk, key)]
                     emptied.add(entity.pk)
                     changes[item] = None
+                    changes.update(scope_change(ref.field(), key, row.budget_scope, None))
+                    scopes[(ref, key)] = scope_audit(before, None)
                 continue
+            scope = wanted or BudgetScope.PER_BROKER
             if row is None:
-                held[(entity.pk, key)] = row = QuotaValue(entity=entity, key=key, value=value)
+                held[(entity.pk, key)] = row = QuotaValue(entity=entity, key=key, value=value, budget_scope=scope)
                 creates.append(row)
-            elif row.value != value:
-                row.value = value
+            elif (row.value, row.budget_scope) != (value, scope):
+                row.value, row.budget_scope = value, scope
                 updates.append(row)
             else:
                 continue
-            changes[item] = repr(float(value))
+            if before is None or before[0] != value:
+                changes[item] = repr(float(value))
+            changes.update(scope_change(ref.field(), key, before[1] if before else None, scope))
+            scopes[(ref, key)] = scope_audit(before, (value, scope))
     for start in range(0, len(deletes), WRITE_CHUNK):
         QuotaValue.objects.filter(pk__in=deletes[start:start + WRITE_CHUNK]).delete()
     QuotaValue.objects.bulk_create(creates, batch_size=WRITE_CHUNK)
-    by_value: dict[float, list[int]] = defaultdict(list)
+    by_value: dict[tuple[float, str], list[int]] = defaultdict(list)
     for row in updates:
-        by_value[row.value].append(row.pk)
+        by_value[(row.value, row.budget_scope)].append(row.pk)
     if len(by_value) * 4 <= len(updates):  # a file often sets many entities to the same value: one UPDATE per value
-        for value, pks in by_value.items():
+        for (value, scope), pks in by_value.items():
             for start in range(0, len(pks), WRITE_CHUNK):
-                QuotaValue.objects.filter(pk__in=pks[start:start + WRITE_CHUNK]).update(value=value)
+                QuotaValue.objects.filter(pk__in=pks[start:start + WRITE_CHUNK]).update(value=value, budget_scope=scope)
     else:
-        QuotaValue.objects.bulk_update(updates, ["value"], batch_size=WRITE_CHUNK)
+        QuotaValue.objects.bulk_update(updates, ["value", "budget_scope"], batch_size=WRITE_CHUNK)
     still = {entity_pk for entity_pk, _ in held}
     gone = [pk for pk in emptied if pk not in still]
     for start in range(0, len(gone), WRITE_CHUNK):
         QuotaEntity.objects.filter(pk__in=gone[start:start + WRITE_CHUNK]).delete()
-    return changes
+    return changes, scopes
 
 
 def _owner(tenants: list[Tenant], ref: EntityRef) -> Tenant | None:
