@@ -48,6 +48,7 @@ from quotas import workflow
 from quotas.api.errors import ApiError
 from quotas.api.serializers import push_summary, pushes_of_request
 from quotas.api.views import REAPPLY_ADMINS_ONLY, enqueue_heal, reapply_target
+from quotas.budgets import LEASE_MS, enforcement
 from quotas.engine.entities import DEFAULT
 from quotas.engine.errors import QuotaEngineError
 from quotas.models import (
@@ -375,11 +376,15 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 @portal_page
 def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
-    """One cluster: connector, scope, capacity, desired-state version, brokers and listeners."""
+    """One cluster: connector, scope, capacity, desired-state version, brokers and listeners, and whether its
+    cluster-wide budgets are enforced (``quotas.budgets``)."""
     cluster = Cluster.objects.select_related("desired_state").filter(name=name).first()
     if cluster is None:
         raise not_found(f"Cluster {name!r}")
-    context = {"cluster": cluster, "brokers": cluster.brokers.all(), "listeners": cluster.listeners.all()}
+    budgets = enforcement(cluster)
+    context = {"cluster": cluster, "brokers": cluster.brokers.all(), "listeners": cluster.listeners.all(),
+               "budgets": budgets, "lease_s": LEASE_MS // 1000,
+               "budget_rounds": sorted(budgets.rounds_ago_ms.items()) if budgets else []}
     return page(request, "frontend/cluster_detail.html", context)
 
 

@@ -3,7 +3,8 @@
 Everything is read at scrape time from where it already lives (the database, Redis), so several portal replicas
 and workers need no shared in-process registry and every replica answers the same: requests by state, push latency
 (from commit to applied, as a cumulative histogram over the push rows), pending and failed pushes, open drift, the
-Celery queues' depth, the engine's live sensors per cluster, and the KIP-714 telemetry accepted and refused.
+Celery queues' depth, the engine's live sensors per cluster, the KIP-714 telemetry accepted and refused, and each
+cluster's budget enforcement (``quotas.budgets``: one series per state, 1 for the cluster's current one).
 
 Scraping is open unless ``QUOTAS_METRICS_TOKEN`` is set, then it needs ``Authorization: Bearer <token>``.
 """
@@ -24,6 +25,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from quotas.budgets import STATES, enforcements
 from quotas.engine.monitor import latest_key
 from quotas.models import Cluster, Drift, Push, PushState, QuotaRequest, RequestState
 
@@ -62,6 +64,29 @@ class PortalCollector(Collector):
         yield drift
 
         yield from self._redis_figures()
+        yield from self._budget_figures()
+
+    def _budget_figures(self) -> Iterator[Metric]:
+        """Per cluster that can hold budgets: a series per enforcement state (1: the current one; all 0 when the
+        rounds could not be read), the cluster-wide values and the brokers reporting within the lease."""
+        state = GaugeMetricFamily(
+            "quotas_budget_enforcement",
+            "Cluster-wide budget enforcement: coordinated (shares follow demand), fallback (a broker on its last "
+            "shares or budget / live brokers) or off (no plugin reported); 1 for the current state.",
+            labels=["cluster", "state"],
+        )
+        values = GaugeMetricFamily("quotas_budget_values", "Quota values that are cluster-wide budgets.",
+                                   labels=["cluster"])
+        reporting = GaugeMetricFamily(
+            "quotas_budget_brokers_reporting", "Brokers whose budget plugin took its shares within the lease.",
+            labels=["cluster"],
+        )
+        for e in enforcements():
+            for name in STATES:
+                state.add_metric([e.cluster, name], 1 if e.state == name else 0)
+            values.add_metric([e.cluster], e.budgets)
+            reporting.add_metric([e.cluster], e.reporting)
+        yield from (state, values, reporting)
 
     def _push_latency(self) -> HistogramMetricFamily:
         waited = ExpressionWrapper(F("applied_at") - F("created"), output_field=DurationField())

@@ -20,6 +20,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from quotas.budgets import enforcement
 from quotas.choices import BudgetScope, ConnectorKind, EntityType, MatchType, QuotaScope
 from quotas.engine.config import CLIENT_ID, USER
 from quotas.engine.entities import DEFAULT
@@ -197,6 +198,46 @@ class ClusterSerializer(serializers.ModelSerializer):
                     "them per_broker first (AlterClientQuotas with budget_scope per_broker)."
                 )})
         return attrs
+
+
+class BudgetRoundSerializer(serializers.Serializer):
+    broker = serializers.IntegerField(help_text="Kafka's broker id.")
+    ms_ago = serializers.IntegerField(help_text="How long ago its budget plugin last took its shares (Redis's clock).")
+
+
+class BudgetEnforcementSerializer(serializers.Serializer):
+    """Whether a cluster's cluster-wide budgets are enforced as budgets (``quotas.budgets``)."""
+
+    state = serializers.ChoiceField(
+        choices=["coordinated", "fallback", "off", "unknown"],
+        help_text="coordinated: every broker's plugin took its shares within the lease; fallback: a broker is late (it "
+        "enforces its last shares, then budget / live brokers); off: no plugin ever reported (Kafka enforces each "
+        "value on every broker); unknown: the Redis of the rounds could not be read.",
+    )
+    degraded = serializers.BooleanField(help_text="fallback, or off/unknown while the cluster holds budgets.")
+    cluster_wide_values = serializers.IntegerField(help_text="Quota values of the cluster that are cluster-wide.")
+    brokers = serializers.IntegerField(help_text="Registered brokers.")
+    reporting = serializers.IntegerField(help_text="Brokers whose last round is within the lease.")
+    lease_ms = serializers.IntegerField()
+    rounds = BudgetRoundSerializer(many=True)
+    reason = serializers.CharField(help_text="What the state means for this cluster, and what to do.")
+
+
+class ClusterDetailSerializer(ClusterSerializer):
+    """A cluster as GET /api/clusters/{name}/ answers it: with its budget enforcement."""
+
+    budget_enforcement = serializers.SerializerMethodField(
+        help_text="Its cluster-wide budgets' enforcement; null for a cluster_wide engine cluster (one namespace, no "
+        "budget scopes)."
+    )
+
+    class Meta(ClusterSerializer.Meta):
+        fields = [*ClusterSerializer.Meta.fields, "budget_enforcement"]
+
+    @extend_schema_field(BudgetEnforcementSerializer(allow_null=True))
+    def get_budget_enforcement(self, obj: Cluster) -> dict[str, Any] | None:
+        found = enforcement(obj)
+        return None if found is None else BudgetEnforcementSerializer(found.as_dict()).data
 
 
 # ------------------------------------------------------------------ DescribeClientQuotas

@@ -41,6 +41,7 @@ from quotas.api.serializers import (
     AlterRequestSerializer,
     AlterResponseSerializer,
     AuditEntrySerializer,
+    ClusterDetailSerializer,
     ClusterSerializer,
     ConfigEntrySerializer,
     ConfigPageSerializer,
@@ -211,7 +212,12 @@ class LenientJSONParser(JSONParser):
 
 @extend_schema_view(
     list=extend_schema(summary="List clusters"),
-    retrieve=extend_schema(summary="A cluster", responses={200: ClusterSerializer, 404: ErrorSerializer}),
+    retrieve=extend_schema(
+        summary="A cluster, with its budget enforcement",
+        description="`budget_enforcement` says whether its cluster-wide budgets are shared out by demand "
+        "(coordinated), a broker is on its fallback, or no broker's plugin reports (off).",
+        responses={200: ClusterDetailSerializer, 404: ErrorSerializer},
+    ),
     create=extend_schema(summary="Add a cluster (admins)", responses={201: ClusterSerializer, **ERRORS}),
     update=extend_schema(summary="Change a cluster (admins)", responses={200: ClusterSerializer, **ERRORS}),
     partial_update=extend_schema(
@@ -236,6 +242,9 @@ class ClusterViewSet(
 
     def get_queryset(self) -> QuerySet[Cluster]:
         return Cluster.objects.select_related("desired_state").prefetch_related("brokers", "listeners")
+
+    def get_serializer_class(self) -> type[ClusterSerializer]:
+        return ClusterDetailSerializer if self.action == "retrieve" else ClusterSerializer
 
     def get_object(self) -> Cluster:
         cluster = get_cluster(self.kwargs["cluster"])

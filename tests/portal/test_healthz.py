@@ -11,7 +11,7 @@ def test_healthz_ok_against_real_redis(client: Client, redis_url: str) -> None:
     response = client.get("/healthz")
     assert response.status_code == 200, response.content
     assert response["Content-Type"] == "application/json"
-    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok"}
+    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok", "budgets": {}}
 
 
 @pytest.mark.django_db

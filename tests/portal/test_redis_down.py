@@ -54,7 +54,8 @@ def test_redis_down_is_said_out_loud_and_survived(down: RedisServer) -> None:
     Broker.objects.create(cluster=cluster, broker_id=1, host="127.0.0.1")
     admin = Client()
     admin.force_login(make_user("root", staff=True))
-    assert admin.get("/healthz").json() == {"status": "ok", "database": "ok", "redis": "ok"}
+    rd = {"enforcement": "off", "cluster_wide_values": 0}
+    assert admin.get("/healthz").json() == {"status": "ok", "database": "ok", "redis": "ok", "budgets": {"rd": rd}}
 
     down.stop()
     health = admin.get("/healthz")
