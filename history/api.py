@@ -27,6 +27,7 @@ from history.models import ImpactPreview
 from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.serializers import KEY_MAX, QuotaValueField, with_parsed_value
 from quotas.api.views import get_cluster
+from quotas.choices import BUDGET_KEYS, BudgetScope
 from telemetry_ui.monitoring import check_tags, load_viewer
 
 ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
@@ -45,9 +46,17 @@ class PreviewCreateSerializer(serializers.Serializer):
     )
     value = QuotaValueField(help_text="The proposed value: a finite number > 0 (whole bytes/s for byte rates), or "
                             "text with a unit such as 1.5 MiB/s.")
+    scope = serializers.ChoiceField(
+        choices=BudgetScope.choices, default=BudgetScope.PER_BROKER,
+        help_text="per_broker (Kafka's meaning) or cluster_wide (a budget for the sum over the cluster's brokers).",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        return with_parsed_value(attrs)
+        attrs = with_parsed_value(attrs)
+        if attrs["scope"] == BudgetScope.CLUSTER_WIDE and attrs["key"] not in BUDGET_KEYS:
+            raise serializers.ValidationError({"scope": f"A {attrs['key']} quota cannot be cluster-wide; only "
+                                               f"{', '.join(BUDGET_KEYS)} can."})
+        return attrs
 
 
 class PreviewSerializer(serializers.ModelSerializer):
@@ -56,7 +65,7 @@ class PreviewSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ImpactPreview
-        fields = ["id", "cluster", "user", "client_id", "key", "value", "state", "progress", "stage", "result",
+        fields = ["id", "cluster", "user", "client_id", "key", "value", "scope", "state", "progress", "stage", "result",
                   "error", "data_version", "created", "updated"]
         read_only_fields = fields
 
@@ -89,7 +98,8 @@ class PreviewViewSet(mixins.RetrieveModelMixin, viewsets.GenericViewSet):
         data = body.validated_data
         cluster = get_cluster(data["cluster"])
         value = services.check_proposal(request.user, data["user"], data["client_id"], data["key"], data["value"])
-        preview = services.ensure_preview(request.user, cluster, data["user"], data["client_id"], data["key"], value)
+        preview = services.ensure_preview(request.user, cluster, data["user"], data["client_id"], data["key"], value,
+                                          scope=data["scope"])
         code = status.HTTP_200_OK if preview.finished else status.HTTP_202_ACCEPTED
         return Response(PreviewSerializer(preview).data, status=code)
 

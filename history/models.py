@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from quotas.choices import QuotaKey
+from quotas.choices import BudgetScope, QuotaKey
 from quotas.engine.entities import entity_path
 from quotas.models.clusters import Cluster
 
@@ -31,7 +31,11 @@ class ImpactPreview(models.Model):
     client_id = models.CharField(max_length=255, null=True, blank=True)
     key = models.CharField(max_length=32, choices=QuotaKey.choices)
     value = models.FloatField()
-    proposal = models.CharField(max_length=64, help_text="SHA-256 of (cluster, user, client-id, key, value).")
+    scope = models.CharField(
+        max_length=16, choices=BudgetScope.choices, default=BudgetScope.PER_BROKER,
+        help_text="per_broker (Kafka's meaning) or cluster_wide: the value replayed as a budget for all brokers.",
+    )
+    proposal = models.CharField(max_length=64, help_text="SHA-256 of (cluster, user, client-id, key, value, scope).")
     data_version = models.CharField(max_length=64, help_text="The landed usage this preview replays.")
     state = models.CharField(max_length=16, choices=PreviewState.choices, default=PreviewState.QUEUED)
     progress = models.FloatField(default=0.0, help_text="0..1, while it runs.")

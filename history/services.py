@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from history.jobs import JobFailed, run, run_warm
 from history.models import ImpactPreview, PreviewState, UsageRollup
+from quotas.choices import BudgetScope
 from quotas.engine.config import CLIENT_ID, USER, EntityRef
 from quotas.engine.entities import DEFAULT, entity_path, validate_quota_value
 from quotas.engine.monitor import CONNECTION
@@ -49,10 +50,14 @@ CLAIM_STALE_S = 120
 # ------------------------------------------------------------------ previews
 
 
-def proposal_of(cluster: Cluster, user: str | None, client_id: str | None, key: str, value: float) -> str:
-    """The cache key of a proposal (the same entity, key and value are the same proposal; the advice's target
-    is part of the answer too)."""
-    text = json.dumps([cluster.name, user, client_id, key, float(value), settings.QUOTAS_ADVICE_TARGET])
+def proposal_of(cluster: Cluster, user: str | None, client_id: str | None, key: str, value: float,
+                scope: str = BudgetScope.PER_BROKER) -> str:
+    """The cache key of a proposal (the same entity, key, value and scope are the same proposal; the advice's
+    target is part of the answer too)."""
+    fields: list[Any] = [cluster.name, user, client_id, key, float(value), settings.QUOTAS_ADVICE_TARGET]
+    if scope != BudgetScope.PER_BROKER:  # the per-broker proposals keep the keys they were cached under
+        fields.append(str(scope))
+    text = json.dumps(fields)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -98,15 +103,16 @@ def may_see_preview(actor: AbstractBaseUser, preview: ImpactPreview) -> bool:
 
 def ensure_preview(
     actor: AbstractBaseUser | None, cluster: Cluster, user: str | None, client_id: str | None, key: str, value: float,
-    version: str | None = None,
+    version: str | None = None, scope: str = BudgetScope.PER_BROKER,
 ) -> ImpactPreview:
     """The preview of this proposal on the usage landed now: the cached one, or a new one being computed.
 
     A failure that asking again cannot change on the same data (no history, a bad proposal, a missing or corrupt
     file) is cached too; any other failure is run again after ``RETRY_AFTER_S``, and a preview whose worker
     vanished (no heartbeat for ``CLAIM_STALE_S``) at once. ``version``: ``usage_version()``, when known.
+    ``scope``: ``cluster_wide`` replays the value as a budget for the sum over brokers.
     """
-    proposal, version = proposal_of(cluster, user, client_id, key, value), version or usage_version()
+    proposal, version = proposal_of(cluster, user, client_id, key, value, scope), version or usage_version()
     found = ImpactPreview.objects.filter(proposal=proposal, data_version=version).first()
     if found is not None:
         age = (timezone.now() - found.updated).total_seconds()
@@ -125,8 +131,9 @@ def ensure_preview(
     try:
         with transaction.atomic():
             created = ImpactPreview.objects.create(
-                cluster=cluster, user=user, client_id=client_id, key=key, value=value, proposal=proposal,
-                data_version=version, requested_by=actor if actor is not None and actor.is_authenticated else None,
+                cluster=cluster, user=user, client_id=client_id, key=key, value=value, scope=scope,
+                proposal=proposal, data_version=version,
+                requested_by=actor if actor is not None and actor.is_authenticated else None,
             )
     except IntegrityError:  # asked twice at once: the other one is the cache
         return ImpactPreview.objects.get(proposal=proposal, data_version=version)
@@ -160,7 +167,8 @@ def preview_of_request(request: QuotaRequest, version: str | None = None) -> Imp
     within ``QUOTAS_PREVIEW_MAX_AGE_S`` (landing brings new data every minute; the form's button asks for a fresh
     one). Otherwise, while the request waits for a decision, one is computed on the data landed now.
     """
-    proposal = proposal_of(request.cluster, request.user, request.client_id, request.key, request.value)
+    proposal = proposal_of(request.cluster, request.user, request.client_id, request.key, request.value,
+                           request.budget_scope)
     newest = ImpactPreview.objects.filter(proposal=proposal).order_by("-pk").first()
     if request.state != RequestState.SUBMITTED:
         return newest
@@ -173,7 +181,8 @@ def preview_of_request(request: QuotaRequest, version: str | None = None) -> Imp
             newest.state == PreviewState.DONE and age <= settings.QUOTAS_PREVIEW_MAX_AGE_S
         ):
             return newest
-    return ensure_preview(None, request.cluster, request.user, request.client_id, request.key, request.value, version)
+    return ensure_preview(None, request.cluster, request.user, request.client_id, request.key, request.value, version,
+                          scope=request.budget_scope)
 
 
 #: Held while the rollups job runs (history.tasks.rollups); a preview queued meanwhile waits for it.
@@ -250,6 +259,8 @@ def run_preview(pk: int) -> dict[str, Any]:
         args.append(f"--user={preview.user}")  # one argument: a name may start with '-'
     if preview.client_id is not None:
         args.append(f"--client-id={preview.client_id}")
+    if preview.scope != BudgetScope.PER_BROKER:
+        args += ["--scope", preview.scope]
     try:
         runner = run_warm if settings.QUOTAS_SPARK_WARM else run  # warm: the worker's Spark session, reused
         result = runner("whatif", args, on_progress, heartbeat=heartbeat)

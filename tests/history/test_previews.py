@@ -197,6 +197,25 @@ class TestOnOneWorker:
         (advice,) = preview.result["advice"]["entities"]
         assert advice["quota"] == advised and 1500 < advised <= 2100  # the shared sensor sees ~2000 B/s
 
+    def test_a_cluster_wide_proposal_replays_every_broker_together(self, world: dict[str, Any], land: Callable) -> None:
+        # 1000 B/s on each of two brokers: per broker 1500 throttles nothing, as a cluster-wide budget it holds 2000
+        land(1, steady("svc-a-1", "app-a-1", 30))
+        land(2, steady("svc-a-1", "app-a-1", 30, start_ms=T0 + 50))
+        alice = api(world["alice"])
+        wide = alice.post("/api/previews/", {**ALICE, "value": 1500, "scope": "cluster_wide"}, format="json")
+        per_broker = alice.post("/api/previews/", {**ALICE, "value": 1500}, format="json")
+        assert wide.json()["id"] != per_broker.json()["id"] and wide.json()["scope"] == "cluster_wide"
+        wide_done, per_broker_done = finished(wide.json()["id"]), finished(per_broker.json()["id"])
+        assert wide_done.state == per_broker_done.state == PreviewState.DONE, wide_done.error_message
+        assert per_broker_done.result["throttle_events"] == 0
+        assert wide_done.result["scope"] == "cluster_wide" and wide_done.result["brokers"] == 2
+        assert wide_done.result["throttle_events"] > 0
+        assert wide_done.result["achieved_rate"] < per_broker_done.result["achieved_rate"]
+        refused = alice.post("/api/previews/", {**ALICE, "key": "controller_mutation_rate", "value": 5,
+                                                "scope": "cluster_wide"}, format="json")
+        assert (refused.status_code, refused.json()["code"]) == (400, "INVALID_REQUEST")
+        assert "cannot be cluster-wide" in refused.json()["details"]["scope"][0]
+
     def test_no_history_and_corrupt_files_fail_with_their_code_and_a_message(
         self, world: dict[str, Any], land: Callable
     ) -> None:

@@ -64,6 +64,8 @@
       client_id: form.elements.client_id.value.trim() || null,
       key: form.elements.key.value,
       value: text !== "" && Number.isFinite(number) ? number : text, // the engine words the refusal
+      // a cluster-wide value is replayed as one budget shared by the brokers
+      scope: form.elements.budget_scope ? form.elements.budget_scope.value || "per_broker" : "per_broker",
     };
   }
 
