@@ -33,7 +33,7 @@ class ImpactPreview(models.Model):
     value = models.FloatField()
     scope = models.CharField(
         max_length=16, choices=BudgetScope.choices, default=BudgetScope.PER_BROKER,
-        help_text="per_broker (Kafka's meaning) or cluster_wide: the value replayed as a budget for all brokers.",
+        help_text="per_broker (Kafka's meaning) or cluster_wide: replayed as one budget for all brokers.",
     )
     proposal = models.CharField(max_length=64, help_text="SHA-256 of (cluster, user, client-id, key, value, scope).")
     data_version = models.CharField(max_length=64, help_text="The landed usage this preview replays.")

@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
                     ("cluster_wide", "Cluster-wide budget (the sum over brokers)"),
                 ],
                 default="per_broker",
-                help_text="per_broker (Kafka's meaning) or cluster_wide: the value replayed as a budget for all brokers.",
+                help_text="per_broker (Kafka's meaning) or cluster_wide: replayed as one budget for all brokers.",
                 max_length=16,
             ),
         ),
