@@ -22,17 +22,23 @@ from confluent_kafka.admin import AdminClient, NewTopic
 MESSAGE_BYTES = 16 * 1024
 
 
-def create_spread_topic(config: dict[str, Any], topic: str, brokers: Sequence[int], timeout_s: float = 30.0) -> None:
-    """A topic whose partition i is led by ``brokers[i]`` (one replica each, so leaders never move)."""
+def create_spread_topic(
+    config: dict[str, Any], topic: str, brokers: Sequence[int], timeout_s: float = 30.0
+) -> dict[int, int]:
+    """A topic with one partition per broker, each led by a different one (Kafka spreads a new topic's leaders round
+    robin; one replica each, so they never move); returns broker id -> the partition it leads."""
     admin = AdminClient({**config, "log_level": 0})
-    new = NewTopic(topic, replica_assignment=[[b] for b in brokers])
+    new = NewTopic(topic, num_partitions=len(brokers), replication_factor=1)
     for future in admin.create_topics([new]).values():
         future.result(timeout=timeout_s)
     deadline = time.monotonic() + timeout_s
     while True:
         parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
-        if len(parts) == len(brokers) and all(p.leader == brokers[i] for i, p in parts.items()):
-            return
+        leaders = {p.leader: i for i, p in parts.items() if p.leader >= 0}
+        if len(parts) == len(brokers) and set(leaders) == set(brokers):
+            return leaders
+        if len(parts) == len(brokers) and len(leaders) == len(brokers):
+            raise RuntimeError(f"the partitions of {topic} are led by {sorted(leaders)}, not one each by {brokers}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"the partitions of {topic} have no leaders after {timeout_s} s")
         time.sleep(0.2)
