@@ -20,6 +20,7 @@ from quotas.choices import ConnectorKind
 from quotas.connectors.base import Delta, PushError, Target
 from quotas.connectors.kafka import KafkaConnector
 from quotas.connectors.kafka_client import BROKER_RESOURCE, MATCH_EXACT, AdminClient
+from quotas.engine.budget_store import BudgetStore
 from quotas.models import (
     Alteration,
     AuditEntry,
@@ -230,6 +231,34 @@ def test_drift_an_admin_does_not_want_is_removed_by_re_applying(cluster: Cluster
     for address in each_broker(cluster):
         assert quotas_on(address, stranger) == {}
     assert set(Drift.objects.filter(cluster=cluster).values_list("resolution", flat=True)) == {"healed"}
+
+
+def test_a_cluster_wide_value_is_kafkas_value_and_the_engines_scope(
+    cluster: Cluster, bare_kafka: None, redis_url: str
+) -> None:
+    """Kafka holds the budget's value (kafka-configs --describe shows it) and the cluster's scope hash in the engine's
+    Redis says it is cluster-wide; reconcile compares both; making it per broker again leaves the value alone."""
+    user = unique("svc")
+    client = redis.Redis.from_url(redis_url)
+    store = BudgetStore(client, cluster.name)
+    try:
+        alter_client_quotas(cluster, [Alteration([("user", user)], [QuotaOp(PBR, 3000, scope="cluster_wide")])])
+        push.push_target(cluster.pk, None)
+        for address in each_broker(cluster):
+            assert quotas_on(address, user) == {(("user", user),): {PBR: 3000.0}}
+        assert store.scope() == {f'produce {{"user":"{user}"}}'}
+        assert push.reconcile_target(cluster, None, mode="report").status == "in-sync"
+
+        alter_client_quotas(cluster, [Alteration([("user", user)], [QuotaOp(PBR, 3000, scope="per_broker")])])
+        push.push_target(cluster.pk, None)
+        assert store.scope() == set()
+        for address in each_broker(cluster):
+            assert quotas_on(address, user) == {(("user", user),): {PBR: 3000.0}}
+        alter_client_quotas(cluster, [Alteration([("user", user)], [QuotaOp(PBR, remove=True)])])
+        push.push_target(cluster.pk, None)
+    finally:
+        client.delete(store.scope_key)
+        client.close()
 
 
 def test_a_cluster_behind_scram_is_pushed_with_the_password_from_the_environment(
