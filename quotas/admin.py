@@ -51,7 +51,8 @@ class ClusterAdmin(admin.ModelAdmin):
 class QuotaValueInline(admin.TabularInline):
     model = QuotaValue
     extra = 0
-    readonly_fields = ["key", "value"]
+    fields = ["key", "value", "budget_scope"]
+    readonly_fields = ["key", "value", "budget_scope"]
     can_delete = False
 
     def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
