@@ -238,7 +238,8 @@ def _store(
     with transaction.atomic():
         for i, c in previews:
             ref = EntityRef.parse(c.entity)
-            preview = history.ensure_preview(actor, cluster, ref.user, ref.client_id, c.key, float(c.new), usage)
+            preview = history.ensure_preview(actor, cluster, ref.user, ref.client_id, c.key, float(c.new), usage,
+                                             scope=c.new_scope or quotafile.PER_BROKER)
             bodies[i]["impact"] = {"preview": preview.pk}
         plan = Plan.objects.create(
             cluster=cluster, created_by=actor, tenant=tenant, document=document, prune=prune, base_version=base,

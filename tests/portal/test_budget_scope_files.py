@@ -10,6 +10,7 @@ import pytest
 import redis
 import yaml
 
+from history.models import ImpactPreview
 from quotas import workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import BUDGET_SCOPE
@@ -90,6 +91,8 @@ def test_a_plan_shows_a_change_of_scope_and_applying_it_is_one_audited_version(w
     # without: 10 MiB/s once + 1 MiB/s x 3; with: 10 MiB/s x 3 + 1 MiB/s once
     assert (capacity["granted_without"], capacity["granted_with"]) == (13 * MiB, 31 * MiB)
     assert capacity["budgets"] == ["/config/users/svc-a-2"] and "cluster-wide budgets once" in capacity["counted"]
+    previews = [ImpactPreview.objects.get(pk=c["impact"]["preview"]).scope for c in body["changes"]]
+    assert previews == ["per_broker", "cluster_wide"]  # each replayed as what it becomes
 
     version = DesiredStateVersion.objects.get(cluster=w["kprod"]).version
     applied = api(w["admin"]).post(f"/api/plans/{body['id']}/apply/", {}, format="json").json()
