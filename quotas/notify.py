@@ -149,7 +149,8 @@ def _line(label: str, value: object) -> str:
 
 def _quota_summary(request: QuotaRequest) -> str:
     value = format_quota_value(request.key, request.value)
-    return f"{request.key} = {value} for {request.entity} on {request.cluster.name}"
+    scope = " (cluster-wide)" if request.cluster_wide else ""
+    return f"{request.key} = {value}{scope} for {request.entity} on {request.cluster.name}"
 
 
 def _quota_details(request: QuotaRequest) -> list[str]:
@@ -159,6 +160,8 @@ def _quota_details(request: QuotaRequest) -> list[str]:
         _line("entity", request.entity),
         _line("key", request.key),
         _line("value", f"{format_quota_value(request.key, value)} ({format_exact(request.key, value)})"),
+        _line("scope", "cluster-wide (a budget for the sum over the brokers)" if request.cluster_wide
+              else "per broker"),
         _line("asked by", request.requested_by.get_username()),
     ]
     if request.expires_at is not None:
@@ -174,6 +177,7 @@ def _quota_fields(request: QuotaRequest) -> dict[str, Any]:
         "key": request.key,
         "value": request.value,
         "value_human": format_quota_value(request.key, request.value),
+        "budget_scope": request.budget_scope,
         "expires_at": request.expires_at.isoformat() if request.expires_at else None,
     }
 

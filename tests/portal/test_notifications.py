@@ -221,6 +221,20 @@ def submitted(w: dict[str, Any], who: str = "alice", tenant: str = "a", user: st
 
 
 @pytest.mark.django_db
+def test_a_request_for_a_cluster_wide_budget_says_so_in_its_mail(
+    w: dict[str, Any], mailbox: Inbox, queue: InlineQueue, django_capture_on_commit_callbacks: Any
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        request = submitted(w, budget_scope="cluster_wide")
+    message = mailbox.to("ops@ops.test")[0]
+    assert message["Subject"] == (
+        f"[Quota portal] Request #{request.pk} waits for approval: producer_byte_rate = 1.5 MiB/s (cluster-wide) "
+        "for /config/users/svc-a-1 on prod"
+    )
+    assert "scope:    cluster-wide (a budget for the sum over the brokers)" in body_of(message)
+
+
+@pytest.mark.django_db
 def test_submitting_mails_the_admins_that_a_request_waits(
     w: dict[str, Any], mailbox: Inbox, queue: InlineQueue, django_capture_on_commit_callbacks: Any
 ) -> None:
@@ -377,7 +391,8 @@ def test_webhook_body_and_signature_verify_with_the_secret(
         "cluster": "prod", "entity": "/config/users/svc-a-1", "user": "svc-a-1", "client_id": None,
         "key": PBR, "value": float(MIB_1_5), "value_human": "1.5 MiB/s", "expires_at": None, "actor": "ops",
         "comment": "go", "time": sent["time"], "url": f"https://quotas.example/requests/{request.pk}/",
-        "kind": "quota",  # the one field added since there are other kinds: the rest is as it always was
+        "kind": "quota",  # added since there are other kinds
+        "budget_scope": "per_broker",  # added with budget scopes: the rest is as it always was
     }
     assert (delivery.kind, delivery.request_id, delivery.subscription_request_id, delivery.plan_request_id) == (
         "quota", request.pk, None, None
