@@ -93,7 +93,10 @@ echo "run_portal: Redis at $QUOTAS_REDIS_URL (data in .run/redis-portal)"
 # prod. The portal pushes to it as the super user over SASL/SCRAM; its password only lives in the environment.
 if [ "$KAFKA" != "0" ]; then
     KAFKA_STARTED=1
-    KAFKA_FACTS="$(python -m devtools.kafka_cluster start --name dev)"
+    # every broker runs the portal's quota callback, coordinating prod's cluster-wide budgets through the portal's
+    # Redis (where pushes write the budgets' scope: QUOTAS_BUDGET_REDIS_URL, by default the engine's Redis)
+    KAFKA_FACTS="$(python -m devtools.kafka_cluster start --name dev \
+        --budget-redis-url "${QUOTAS_BUDGET_REDIS_URL:-${QUOTAS_ENGINE_REDIS_URL:-$QUOTAS_REDIS_URL}}" --budget-cluster prod)"
     QUOTAS_DEMO_KAFKA="$(python -c 'import json,sys; print(json.load(sys.stdin)["bootstrap"]["SASL_PLAINTEXT"])' <<<"$KAFKA_FACTS")"
     QUOTAS_KAFKA_PASSWORD_PROD="$(python -c 'import json,sys; print(json.load(open(json.load(sys.stdin)["credentials_file"]))["password"])' <<<"$KAFKA_FACTS")"
     export QUOTAS_DEMO_KAFKA QUOTAS_KAFKA_PASSWORD_PROD

@@ -57,6 +57,8 @@ class KafkaClientSpec:
     message_bytes: int = 8 * KIB
     burst: int = 0  # MUTATION: topics created at once
     every_s: float = 20.0  # MUTATION: seconds between bursts
+    partitions: int = 1  # PRODUCE: the topic's partitions (Kafka spreads their leaders over the brokers)
+    move_every_s: float = 0.0  # PRODUCE over several partitions: write to one, the next one every so often
 
 
 #: The demo's clients on the real ``prod`` cluster (quotas in demo_data: svc-payments-api 512 KiB/s per broker,
@@ -68,6 +70,9 @@ DEMO_KAFKA_TRAFFIC: tuple[KafkaClientSpec, ...] = (
     KafkaClientSpec(PRODUCE, "svc-search-indexer", "search-indexer", "demo.search.documents", rate=128 * KIB),
     # 40 topics at once against 3 mutations/s (a bucket of 3 x 11 s = 33): the last ones are refused, every 30 s
     KafkaClientSpec(MUTATION, "svc-search-indexer", "search-admin", "demo.search.scratch", burst=40, every_s=30.0),
+    # a cluster-wide budget of 1 MiB/s: its demand moves to the next partition's leader every 20 s
+    KafkaClientSpec(PRODUCE, "svc-payments-ledger", "payments-ledger", "demo.payments.ledger", rate=1.5 * MIB,
+                    partitions=3, move_every_s=20.0),
 )
 
 #: (user, client-id, quota type) -> (sensor tags, bound or None): which quota applies to a client.
@@ -135,14 +140,16 @@ class KafkaTraffic:
         }
 
     def ensure_topics(self, admin_user: str, admin_password: str) -> None:
-        """The demo topics, one partition each (one leader: one broker's quota sensor sees all of a client)."""
+        """The demo topics, one partition each (one leader: one broker's quota sensor sees all of a client), or as
+        many as a spec asks for (their leaders spread over the brokers)."""
         admin = AdminClient({
             "bootstrap.servers": self.bootstrap, "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanisms": self.mechanism, "sasl.username": admin_user, "sasl.password": admin_password,
         })
         wanted = sorted({s.topic for s in self.specs if s.kind != MUTATION})
         existing = set(admin.list_topics(timeout=15).topics)
-        new = [NewTopic(t, num_partitions=1, replication_factor=1) for t in wanted if t not in existing]
+        partitions = {s.topic: max(s.partitions, 1) for s in self.specs if s.kind != MUTATION}
+        new = [NewTopic(t, num_partitions=partitions[t], replication_factor=1) for t in wanted if t not in existing]
         for future in (admin.create_topics(new) if new else {}).values():
             try:
                 future.result(30)
@@ -189,9 +196,15 @@ class KafkaTraffic:
         payload = b"x" * spec.message_bytes
         interval = spec.message_bytes / spec.rate
         due = time.monotonic()
-        log = _UsageLog(self, PRODUCE, spec, lambda: _leader(producer, spec.topic))
+        partition = [0]
+        log = _UsageLog(self, PRODUCE, spec, lambda: _leader(producer, spec.topic, partition[0]))
         try:
             while not self._stop.is_set():
+                if spec.move_every_s > 0 and spec.partitions > 1:
+                    now_p = int(time.time() // spec.move_every_s) % spec.partitions
+                    if now_p != partition[0]:  # the demand moves to another leader: its records go there
+                        log.flush()
+                        partition[0], log.broker = now_p, None
                 log.maybe_flush()
                 now = time.monotonic()
                 if now < due:
@@ -199,7 +212,7 @@ class KafkaTraffic:
                     producer.poll(0)
                     continue
                 try:
-                    producer.produce(spec.topic, payload)
+                    producer.produce(spec.topic, payload, partition=partition[0])
                     log.add(len(payload))
                     due += interval
                 except BufferError:  # throttled: Kafka's clients keep the data in their buffer and wait
@@ -317,10 +330,10 @@ class KafkaTraffic:
                 self._note_error(spec, f"publishing samples: {e}")
 
 
-def _leader(client: Any, topic: str) -> int:
-    """The broker leading the topic's only partition (where the client's requests, and its quota, are)."""
+def _leader(client: Any, topic: str, partition: int = 0) -> int:
+    """The broker leading the partition the client writes to (where its requests, and its quota, are)."""
     partitions = client.list_topics(topic, timeout=10).topics[topic].partitions
-    return int(partitions[0].leader) if partitions else -1
+    return int(partitions[partition].leader) if partition in partitions else -1
 
 
 class _UsageLog:

@@ -14,6 +14,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from quotas import push, workflow
+from quotas.choices import BudgetScope
 from quotas.engine.config import QuotaEngine, namespace_for_broker
 from quotas.engine.desired import BrokerConfigStore, NamespaceState
 from quotas.management.commands.demo_data import BOOST, DEMO_PASSWORD, PENDING, USERS
@@ -108,7 +109,11 @@ def test_demo_data_creates_the_demo_world(engine_redis: redis.Redis) -> None:
 
     # quotas at several precedence levels, for both clusters
     for cluster in (prod, staging):
-        assert level(cluster, "svc-payments-ledger", "payments-ledger", "producer_byte_rate") == (2 * MIB, 6)
+        assert level(cluster, "svc-payments-refunds", "payments-refunds", "producer_byte_rate") == (2 * MIB, 6)
+        # the ledger's producer has a cluster-wide budget: its demand moves between partition leaders
+        assert level(cluster, "svc-payments-ledger", "payments-ledger", "producer_byte_rate") == (1 * MIB, 3)
+        ledger = QuotaValue.objects.get(entity__cluster=cluster, entity__user="svc-payments-ledger")
+        assert ledger.budget_scope == BudgetScope.CLUSTER_WIDE
         assert level(cluster, "svc-payments-api", "payments-api-1", "producer_byte_rate") == (512 * 1024, 3)
         assert level(cluster, "svc-payments-api", "payments-api-1", "request_percentage") == (50.0, 8)
         assert level(cluster, "svc-search-query", "search-query", "request_percentage") == (20.0, 7)

@@ -26,7 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from quotas import workflow
-from quotas.choices import ConnectorKind, QuotaScope
+from quotas.choices import BudgetScope, ConnectorKind, QuotaScope
 from quotas.engine.entities import DEFAULT
 from quotas.models import (
     ADMINS_GROUP,
@@ -94,6 +94,12 @@ QUOTAS: tuple[tuple[tuple[tuple[str, str], ...], str, float], ...] = (
     ((("client-id", "search-query"),), "request_percentage", 20.0),  # level 7: its heavy requests are throttled
     ((("ip", DEFAULT),), "connection_creation_rate", 50),
     ((("ip", STORM_IP),), "connection_creation_rate", 10),  # the IP of the reconnect storm
+)
+
+#: Cluster-wide budgets (a budget for the sum over the brokers, shared out by demand): (entity, key, value). The
+#: ledger producer moves between its topic's three partition leaders every 20 s (traffic.kafka_clients).
+BUDGETS: tuple[tuple[tuple[tuple[str, str], ...], str, float], ...] = (
+    ((("user", "svc-payments-ledger"),), "producer_byte_rate", 1 * MIB),
 )
 
 #: Broker configs: broker id (None = every broker, Kafka's <default>) -> key -> value.
@@ -270,15 +276,17 @@ class Command(BaseCommand):
     def _quotas(self, cluster: Cluster, admin: Any) -> None:
         """Every demo quota that has no value yet, in one AlterClientQuotas batch (one version, audited)."""
         entries = []
-        for entity, key, value in QUOTAS:
+        wanted = [(e, k, v, None) for e, k, v in QUOTAS] + [(e, k, v, BudgetScope.CLUSTER_WIDE) for e, k, v in BUDGETS]
+        for entity, key, value, scope in wanted:
             names = dict(entity)
             exists = QuotaValue.objects.filter(
                 entity__cluster=cluster, entity__user=names.get("user"), entity__client_id=names.get("client-id"),
                 entity__ip=names.get("ip"), key=key,
             ).exists()
             if not exists:
-                entries.append(Alteration(list(entity), [QuotaOp(key, value)]))
-                self.done.append(f"{cluster.name}: quota {_path(entity)} {key}={_num(value)}")
+                entries.append(Alteration(list(entity), [QuotaOp(key, value, scope=scope)]))
+                wide = " (cluster-wide)" if scope else ""
+                self.done.append(f"{cluster.name}: quota {_path(entity)} {key}={_num(value)}{wide}")
         if entries:
             audited_alter(cluster, entries, admin, comment="demo data")
 
