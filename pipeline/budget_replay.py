@@ -87,10 +87,9 @@ def replay_budget(pdf: pd.DataFrame, quota_type: str, budget: float, *, samples:
         heapq.heapify(queue)
         due, b = heapq.heappop(queue)
         while due >= round_end:  # the brokers report at each round's end, in id order, before anything later
-            if idle >= 2:  # the shares are settled while nothing is sent: skip the quiet rounds
+            if idle >= 2:  # the shares are settled while nothing is sent: skip the quiet rounds, leases kept
                 round_end += (due - round_end) // round_ms * round_ms
-                if due < round_end:
-                    break
+                ledger.quiet(round_end - round_ms)
             idle = idle + 1 if all(br.sent_in_round == 0 for br in brokers.values()) else 0
             for rid in ids:
                 br = brokers[rid]

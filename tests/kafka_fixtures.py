@@ -12,7 +12,9 @@ The session's cluster runs the portal's broker plugins (``broker-plugins/``):
 
 - the client quota callback ``BudgetQuotaCallback`` on every node, with the session's Redis (``QUOTAS_REDIS_URL``)
   as its budget Redis (``kafka_cluster.budget_redis_url``) and the cluster's name as its budget cluster: without a
-  scope in that Redis it answers exactly as Kafka's default callback, so every quota test runs against it;
+  scope in that Redis it answers exactly as Kafka's default callback, so every quota test runs against it. The
+  brokers sign in to that Redis as the ACL user ``BUDGET_USER``, so a test can take Redis away from the brokers
+  alone (``ACL SETUSER ... off``) while the rest of the session keeps it;
 - the KIP-714 exporter: its brokers forward client telemetry to ``http://127.0.0.1:<port>/v1/metrics``, a port
   reserved when the cluster starts (``kafka_cluster.telemetry_endpoint``), with ``X-Quotas-Cluster: kip714``
   (``kafka_cluster.telemetry_cluster``); ``tests/kafka/test_kip714.py`` serves the portal there. Until something
@@ -27,10 +29,12 @@ Registered from tests/conftest.py (``pytest_plugins``).
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import struct
 import time
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -146,6 +150,28 @@ def _session_cluster_name() -> str:
     return "test"
 
 
+#: The ACL user the session's brokers sign in to the budget Redis as (its password is the session's own).
+BUDGET_USER = "kafka-budgets"
+
+
+def budget_user_url(redis_url: str) -> str:
+    """``redis_url`` signed in as ``BUDGET_USER``, made (enabled, every key and command) in that Redis."""
+    if not redis_url:
+        return ""
+    import redis
+
+    password = secrets.token_hex(16)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.acl_setuser(BUDGET_USER, enabled=True, reset_passwords=True, passwords=[f"+{password}"],
+                           keys=["*"], channels=["*"], commands=["+@all"])
+    finally:
+        client.close()
+    parts = urllib.parse.urlsplit(redis_url)
+    netloc = f"{BUDGET_USER}:{password}@{parts.hostname}:{parts.port or 6379}"
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
 @pytest.fixture(scope="session")
 def kafka_cluster() -> Iterator[KafkaCluster | ExternalKafka]:
     """A running Kafka 4.4 cluster: PLAINTEXT and SASL_PLAINTEXT (SCRAM) listeners, super user ``portal-admin``."""
@@ -171,7 +197,7 @@ def kafka_cluster() -> Iterator[KafkaCluster | ExternalKafka]:
         quota_callback = False
     cluster = KafkaCluster(
         name, fresh=True, telemetry_endpoint=endpoint, telemetry_cluster=TELEMETRY_CLUSTER,
-        quota_callback=quota_callback, budget_redis_url=os.environ.get("QUOTAS_REDIS_URL", ""),
+        quota_callback=quota_callback, budget_redis_url=budget_user_url(os.environ.get("QUOTAS_REDIS_URL", "")),
     )
     started = time.monotonic()
     try:

@@ -58,12 +58,13 @@ class BrokerBudgets:
         """One recorded request of a client on this broker, and the throttle it was answered."""
         if quota_type not in self.managers:
             return
+        muted = t + throttle_ms if throttle_ms > 0 else 0  # only a throttle mutes: an answered request does not
         u = self.used.get((quota_type, user, client_id))
         if u is None:
-            self.used[(quota_type, user, client_id)] = [value, t + throttle_ms, t]
+            self.used[(quota_type, user, client_id)] = [value, muted, t]
         else:
             u[0] += value
-            u[1] = max(u[1], t + throttle_ms)
+            u[1] = max(u[1], muted)
             u[2] = t
 
     def round(self, t: int, elapsed_ms: int = 1000) -> None:
@@ -113,8 +114,10 @@ class BrokerBudgets:
         return fallback
 
     def _away(self, t: int, error: Exception, keys: list, budgets: list) -> None:
-        """Redis did not answer: the last shares for the lease, then budget / brokers (never unlimited or zero)."""
-        if self.last_ok_ms is not None and t - self.last_ok_ms <= self.params.lease_ms:
+        """Redis did not answer: the last shares for the lease, then budget / brokers (never unlimited or zero).
+
+        Before any round told the scope, nothing is known to be cluster-wide: every value keeps Kafka's meaning."""
+        if self.scope_version is None or (self.last_ok_ms is not None and t - self.last_ok_ms <= self.params.lease_ms):
             return
         if self.state != "fallback":
             log.warning("broker %s: budget rounds fail (%s); shares fall back to budget / %d brokers",

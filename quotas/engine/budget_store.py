@@ -9,6 +9,7 @@ scope and reads the enforcement state. The arithmetic is ``budgets.py``'s.
 from __future__ import annotations
 
 import json
+import secrets
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,9 +25,16 @@ from .errors import QuotaValidationError
 DEFAULT_PARAMS = BudgetParams()
 BUDGET_LUA = (Path(__file__).parent / "lua" / "budget_share.lua").read_text()
 
-#: Replaces a cluster's scope whole, with a new version: KEYS[1] scope; ARGV field list.
+#: Replaces a cluster's scope whole, with a new version: KEYS[1] scope; ARGV[1] a random epoch for a hash that has
+#: none (a scope lost with its Redis starts a new epoch, so no broker mistakes a new version 1 for the old one), then
+#: the fields.
 _SET_SCOPE_LUA = """
-local version = redis.call('HINCRBY', KEYS[1], '#version', 1)
+local old = redis.call('HGET', KEYS[1], '#version') or ''
+local epoch, n = string.match(old, '^(.+):(%d+)$')
+if not epoch then epoch, n = ARGV[1], 0 end
+local version = epoch .. ':' .. (tonumber(n) + 1)
+redis.call('HSET', KEYS[1], '#version', version)
+table.remove(ARGV, 1)
 local keep = {['#version'] = true}
 for _, f in ipairs(ARGV) do keep[f] = true end
 for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
@@ -109,9 +117,10 @@ class BudgetStore:
     def budget_key(self, budget_id: str) -> str:
         return self.prefix + "b:" + budget_id
 
-    def set_scope(self, fields: Sequence[str]) -> int:
-        """Make exactly ``fields`` cluster-wide, in one step; returns the scope's new version."""
-        return int(self._set_scope(keys=[self.scope_key], args=sorted(set(fields))))
+    def set_scope(self, fields: Sequence[str]) -> str:
+        """Make exactly ``fields`` cluster-wide, in one step; returns the scope's new version (``<epoch>:<n>``)."""
+        answer = self._set_scope(keys=[self.scope_key], args=[secrets.token_hex(4), *sorted(set(fields))])
+        return answer.decode() if isinstance(answer, bytes) else str(answer)
 
     def scope(self) -> set[str]:
         """The scope fields that are cluster-wide now."""
@@ -157,14 +166,16 @@ class BudgetStore:
         return {int(k): int(v) for k, v in self.client.hgetall(self.brokers_key).items()}
 
     def enforcement(self, now_ms: int, lease_ms: int = BudgetParams.lease_ms, brokers: int | None = None) -> str:
-        """``coordinated`` (every broker's last round within the lease), ``fallback`` or ``off`` (never reported)."""
+        """``coordinated`` (every broker's last round within the lease), ``fallback`` or ``off`` (never reported).
+
+        With ``brokers`` (how many the cluster has), as many fresh rounds as that are enough: a broker that was
+        decommissioned or renumbered leaves a stale entry that must not keep the cluster in fallback for ever."""
         rounds = self.broker_rounds()
         if not rounds:
             return OFF
         fresh = [b for b, t in rounds.items() if now_ms - t <= lease_ms]
-        if len(fresh) < len(rounds) or (brokers is not None and len(fresh) < brokers):
-            return FALLBACK
-        return COORDINATED
+        wanted = len(rounds) if brokers is None else brokers
+        return COORDINATED if len(fresh) >= wanted else FALLBACK
 
     def redis_now_ms(self) -> int:
         """Redis's clock in ms: the clock rounds are judged by."""

@@ -123,6 +123,12 @@ class BudgetLedger:
         entry.share = next_share(budget, params, len(live), target, entry.share, others)
         return entry.share
 
+    def quiet(self, now_ms: int) -> None:
+        """Every broker reported its sensor idle until ``now_ms`` (what the plugin does while nothing is sent):
+        their leases go on and their demand is 0."""
+        for e in self.entries.values():
+            e.demand, e.saturated, e.reported_ms = 0.0, False, now_ms
+
     def shares(self) -> dict[int, float]:
         """The share each broker holds now."""
         return {b: e.share for b, e in sorted(self.entries.items()) if e.share is not None}

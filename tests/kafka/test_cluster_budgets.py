@@ -9,27 +9,30 @@ budget Redis (tests/kafka_fixtures.py).
 from __future__ import annotations
 
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from quotas.connectors.kafka_client import AdminClient
 from quotas.engine.budget_store import BudgetStore, budget_id, scope_field
 from quotas.engine.config import EntityRef
+from tests.kafka_fixtures import BUDGET_USER
 from traffic.budget_load import MovingProducer, create_spread_topic
 
 KIB = 1024.0
 
 
 @pytest.fixture
-def budgets(kafka_cluster: Any) -> Iterator[BudgetStore]:
-    """The cluster's budget store, in the Redis its brokers coordinate through."""
+def budgets(kafka_cluster: Any, redis_url: str) -> Iterator[BudgetStore]:
+    """The cluster's budget store, in the Redis its brokers coordinate through (as the portal, not as the brokers)."""
     if not getattr(kafka_cluster, "budget_redis_url", None):
         pytest.skip(f"the Kafka cluster {kafka_cluster.name!r} runs without a budget Redis (an external cluster)")
-    store = BudgetStore(redis.Redis.from_url(kafka_cluster.budget_redis_url), kafka_cluster.name)
+    store = BudgetStore(redis.Redis.from_url(redis_url), kafka_cluster.name)
     yield store
     store.set_scope([])
 
@@ -100,3 +103,58 @@ def _wait_for_share(store: BudgetStore, bid: str, broker: int, at_least: float, 
             return share
         time.sleep(0.2)
     raise AssertionError(f"broker {broker}'s share never reached {at_least:.0f} in {within_s} s: {seen}")
+
+
+def _callback_metrics(node: Any, client_id: str) -> tuple[float | None, float | None]:
+    """One broker's exporter: its produce share of ``client_id``'s budget and whether its callback is in fallback."""
+    with urllib.request.urlopen(node.metrics_url, timeout=10) as answer:
+        text = answer.read().decode()
+    share = fallback = None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "kafka_server_produce_budget_share" and sample.labels.get("client_id") == client_id:
+                share = sample.value
+            elif sample.name == "kafka_server_quota_budget_callback_fallback":
+                fallback = sample.value
+    return share, fallback
+
+
+def test_with_redis_away_a_broker_keeps_its_share_for_the_lease_then_enforces_budget_over_brokers(
+    kafka_cluster: Any, budgets: BudgetStore
+) -> None:
+    node = next((n for n in kafka_cluster.nodes if n.node_id == 1 and getattr(n, "metrics_url", None)), None)
+    if node is None:
+        pytest.skip(f"the Kafka cluster {kafka_cluster.name!r} runs without the JMX exporter")
+    budget = 256 * KIB
+    client_id = f"cb-away-{uuid.uuid4().hex[:6]}"
+    _quota(kafka_cluster, client_id, budget)
+    budgets.set_scope([scope_field("produce", EntityRef(client_id=client_id).field())])
+    producer, _led = _producer(kafka_cluster, client_id, [1])
+    producer.start()
+    admin = budgets.client
+    try:
+        _wait_for_share(budgets, budget_id("produce", "", client_id), broker=1, at_least=0.8 * budget, within_s=20)
+        held, _ = _callback_metrics(node, client_id)
+        admin.acl_setuser(BUDGET_USER, enabled=False)  # the brokers' Redis user only: the session keeps its Redis
+        admin.client_kill_filter(user=BUDGET_USER)
+        cut = time.monotonic()
+        time.sleep(5)
+        within_lease = _callback_metrics(node, client_id)
+        deadline = cut + 30
+        while (seen := _callback_metrics(node, client_id))[1] != 1.0 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        fell_back_s = time.monotonic() - cut
+        admin.acl_setuser(BUDGET_USER, enabled=True)
+        back = time.monotonic()
+        while _callback_metrics(node, client_id)[1] != 0.0 and time.monotonic() < back + 15:
+            time.sleep(0.5)
+        rejoined_s = time.monotonic() - back
+    finally:
+        admin.acl_setuser(BUDGET_USER, enabled=True)
+        producer.stop()
+    assert held is not None and held >= 0.8 * budget
+    assert within_lease == (held, 0.0), "within the lease the broker keeps the share it last got"
+    assert seen[1] == 1.0 and seen[0] == pytest.approx(budget / 3), f"after the lease: budget / brokers, {seen}"
+    assert fell_back_s >= 9, f"fell back after {fell_back_s:.1f} s, before the 10 s lease ran out"
+    assert rejoined_s < 10, f"rejoined {rejoined_s:.1f} s after Redis came back"
+    print(f"fell back after {fell_back_s:.1f} s, rejoined in {rejoined_s:.1f} s")

@@ -51,7 +51,8 @@ def scope_of(client: redis.Redis, cluster: Cluster) -> set[str]:
 
 
 def scope_version(client: redis.Redis, cluster: Cluster) -> int:
-    return int(client.hget(f"qb:{{{cluster.name}}}:scope", "#version") or 0)
+    version = (client.hget(f"qb:{{{cluster.name}}}:scope", "#version") or b"0").decode()
+    return int(version.rsplit(":", 1)[-1])  # <epoch>:<n>
 
 
 def alter(cluster: Cluster, user: str, key: str, value: float | None, scope: str | None = None) -> None:

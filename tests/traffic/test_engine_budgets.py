@@ -109,3 +109,25 @@ def test_redis_away_keeps_the_last_shares_for_the_lease_then_budget_over_brokers
     budgets.round(t + 1001)
     assert budgets.state == "fallback"
     assert engine.managers[QuotaType.PRODUCE].quota("", "app")[0] == pytest.approx(BUDGET / 3)
+
+
+def test_unthrottled_brokers_get_shares_by_their_demand_not_equal_halves(cluster: tuple[str, redis.Redis]) -> None:
+    name, client = cluster
+    brokers = _brokers(name, client, wide=True)
+    for s in range(3):  # 60 KB/s on broker 1 and 5 KB/s on broker 2, nothing throttled: nobody is saturated
+        t = T0 + s * 1000
+        brokers[0][1].note(QuotaType.PRODUCE, "", "app", 60_000.0, 0, t)
+        brokers[1][1].note(QuotaType.PRODUCE, "", "app", 5_000.0, 0, t)
+        for _e, b in brokers:
+            b.round(t + 1000)
+    first, second = (e.managers[QuotaType.PRODUCE].quota("", "app")[0] for e, _b in brokers[:2])
+    assert first >= 60_000.0 * 1.2 and second >= 5_000.0 * 1.2 and first > 2 * second
+
+
+def test_before_any_round_told_the_scope_a_failing_round_changes_no_limit(cluster: tuple[str, redis.Redis]) -> None:
+    name, client = cluster
+    engine, budgets = _brokers(name, client, wide=True)[0]
+    budgets.store = BudgetStore(connect("redis://127.0.0.1:1/0", timeout_s=0.2), name)  # nothing listens there
+    budgets.note(QuotaType.PRODUCE, "", "app", 1_000.0, 0, T0)
+    budgets.round(T0 + 60_000)
+    assert engine.managers[QuotaType.PRODUCE].quota("", "app")[0] == BUDGET and budgets.state == "off"

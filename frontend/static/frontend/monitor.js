@@ -383,9 +383,11 @@
     var rates = this.budgetRates.get(p.q);
     if (!rates) this.budgetRates.set(p.q, (rates = new Map()));
     rates.set(p.b, { t: p.t, rate: p.rate });
+    // a broker counts while its newest sample is fresh: a few seconds, or two scrape intervals of a slow source
+    var fresh = Math.max(TOTAL_FRESH_MS, isNum(p.res_ms) ? 2 * p.res_ms : 0);
     var total = 0;
     rates.forEach(function (r) {
-      if (p.t - r.t <= TOTAL_FRESH_MS) total += r.rate;
+      if (p.t - r.t <= fresh) total += r.rate;
     });
     var id = "budget-" + p.q;
     return [

@@ -41,20 +41,13 @@ final class BudgetCoordinator {
     /** A sensor is saturated when its measured rate is at least this fraction of the share it enforces ... */
     static final double SATURATED = 0.95;
     /**
-     * ... and stays saturated while its rate is at least this fraction: a client Kafka holds at its limit measures
-     * within a few per cent of it either way (Kafka throttles after the rate went over, and the windowed rate dips
-     * while the client waits), and one dip under 95 % must not read as demand gone, which would drop the share to
-     * the floor and stall the client for the throttle time of the lower limit.
-     */
-    static final double SATURATED_HOLD = 0.85;
-    /**
      * A sensor whose demand estimate has stayed under this fraction of its share for {@link #FALLING_ROUNDS} rounds
      * is not saturated, whatever its windowed rate: after its clients moved to another broker, Kafka's rate takes
      * the whole window to decay and would hold half of the budget there meanwhile. (One round is not enough: the
      * estimate's slope term swings that far now and then while a client is held at its limit.)
      */
     static final double FALLING = 0.5;
-    static final int FALLING_ROUNDS = 2;
+    static final int FALLING_ROUNDS = 3;
     /** A share that rose by at most this fraction is not worth a reset of Kafka's limits (a fall always is). */
     static final double SMALL_RISE = 0.01;
 
@@ -67,8 +60,18 @@ final class BudgetCoordinator {
     }
 
     /** A live sensor with a quota: its tags, the config entity its value comes from, and that value (B). */
-    record SensorBudget(SensorKey sensor, EntityKey entity, double budget) {
+    /** ... and {@code lastRequestMs}, when its last request came ({@code -1}: not known). */
+    record SensorBudget(SensorKey sensor, EntityKey entity, double budget, long lastRequestMs) {
+        SensorBudget(SensorKey sensor, EntityKey entity, double budget) {
+            this(sensor, entity, budget, -1L);
+        }
     }
+
+    /**
+     * A throttled client sends nothing while Kafka mutes it, so silence is not demand gone while it is throttled,
+     * unless the silence lasts longer than this and than twice its mean throttle time: then its clients moved away.
+     */
+    static final long SILENT_MS = 2000;
 
     /** The sensors Kafka has now (those the hot path handed tags out for, still registered). */
     interface SensorSource {
@@ -78,6 +81,11 @@ final class BudgetCoordinator {
     /** The rate Kafka measures for a sensor (units of its quota type per second); NaN when unknown. */
     interface RateSource {
         double rate(SensorKey sensor);
+
+        /** Kafka's mean throttle time (ms) of the sensor within its metrics window; 0 when none. */
+        default double throttleMs(SensorKey sensor) {
+            return 0;
+        }
     }
 
     /** Told after every round what was published (the MBeans). */
@@ -227,8 +235,20 @@ final class BudgetCoordinator {
             double demand = estimators.computeIfAbsent(s.sensor(), k -> new DemandEstimator(settings.rateWindowSeconds()))
                     .update(rate, now);
             double enforced = limit(s.sensor(), new QuotaTable.Resolved(s.entity(), s.budget()));
-            boolean full = rate >= (saturated.contains(s.sensor()) ? SATURATED_HOLD : SATURATED) * enforced;
-            int low = demand < FALLING * enforced ? falling.merge(s.sensor(), 1, Integer::sum) : 0;
+            // A client Kafka throttled lately is muted now and then: its windowed rate and the demand estimate fall
+            // while it waits, which is not demand gone. Cutting its share then would make Kafka throttle it for
+            // (rate - share) / share windows at its next request, and the longer wait would look like less demand
+            // still. So a throttled sensor is saturated and wants at least what it measures.
+            double throttle = rates.throttleMs(s.sensor());
+            boolean silent = s.lastRequestMs() >= 0 && now - s.lastRequestMs() > Math.max(SILENT_MS, 2 * throttle);
+            boolean muted = throttle > 0 && !silent;
+            if (muted) {
+                demand = Math.max(demand, rate);
+            }
+            // saturated once the rate reaches the share; from then on only demand gone for FALLING_ROUNDS rounds
+            // without a throttle ends it
+            boolean full = muted || saturated.contains(s.sensor()) || rate >= SATURATED * enforced;
+            int low = !muted && demand < FALLING * enforced ? falling.merge(s.sensor(), 1, Integer::sum) : 0;
             if (low == 0) {
                 falling.remove(s.sensor());
             }

@@ -186,7 +186,7 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
             t.missing = 0;
             QuotaTable.Resolved r = tables.get(sensor.type()).resolve(sensor.user(), sensor.clientId());
             if (r != null) {
-                out.add(new SensorBudget(sensor, r.entity(), r.bound()));
+                out.add(new SensorBudget(sensor, r.entity(), r.bound(), t.lastRequestMs));
             }
         }
         return out;
@@ -199,8 +199,13 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
         Map<String, String> tags = tables.get(quotaType).metricTags(sanitize(principal.getName()), clientId);
         if (tracking && SensorKey.budgetable(quotaType)) {
             SensorKey sensor = new SensorKey(quotaType, tags.get(QuotaTable.USER_TAG), tags.get(QuotaTable.CLIENT_ID_TAG));
-            if (!handedOut.containsKey(sensor)) {
+            Tracked t = handedOut.get(sensor);
+            if (t == null) {
                 handedOut.putIfAbsent(sensor, new Tracked());
+                t = handedOut.get(sensor);
+            }
+            if (t != null) {
+                t.lastRequestMs = System.currentTimeMillis(); // Kafka asks for the tags on every request
             }
         }
         return tags;
@@ -303,5 +308,6 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
 
     private static final class Tracked {
         int missing; // the background thread's
+        volatile long lastRequestMs = -1; // the request path's
     }
 }

@@ -67,6 +67,18 @@ final class JmxRates implements BudgetCoordinator.RateSource {
         names.remove(sensor);
     }
 
+    /** Kafka's {@code throttle-time} of the sensor: the mean throttle it gave within its window (none: NaN, 0). */
+    @Override
+    public double throttleMs(SensorKey sensor) {
+        try {
+            Object value = server.getAttribute(name(sensor), "throttle-time");
+            double ms = value instanceof Number n ? n.doubleValue() : 0;
+            return ms > 0 ? ms : 0;
+        } catch (JMException | RuntimeException e) {
+            return 0;
+        }
+    }
+
     @Override
     public double rate(SensorKey sensor) {
         try {

@@ -63,6 +63,8 @@ class LeaseStateMachineTest {
     private final QuotaTable produce = new QuotaTable();
     private final QuotaTable fetch = new QuotaTable();
     private final Map<SensorKey, Double> measured = new HashMap<>();
+    private final Map<SensorKey, Double> throttles = new HashMap<>();
+    private final Map<SensorKey, Long> lastRequests = new HashMap<>();
     private FakeRedis redis;
     private BudgetCoordinator coordinator;
 
@@ -76,7 +78,17 @@ class LeaseStateMachineTest {
         BudgetSettings settings = BudgetSettings.from(Map.of("node.id", "2", "quota.budget.redis.url",
                 "redis://127.0.0.1:1/0", "quota.budget.cluster", "c1", "quota.budget.lease.ms", "10000"));
         coordinator = new BudgetCoordinator(settings, redis, clock::get, null, this::sensors,
-                s -> measured.getOrDefault(s, 0.0));
+                new BudgetCoordinator.RateSource() {
+                    @Override
+                    public double rate(SensorKey sensor) {
+                        return measured.getOrDefault(sensor, 0.0);
+                    }
+
+                    @Override
+                    public double throttleMs(SensorKey sensor) {
+                        return throttles.getOrDefault(sensor, 0.0);
+                    }
+                });
         coordinator.liveBrokers(3);
     }
 
@@ -86,7 +98,7 @@ class LeaseStateMachineTest {
             QuotaTable table = s.type() == ClientQuotaType.PRODUCE ? produce : fetch;
             QuotaTable.Resolved r = table.resolve(s.user(), s.clientId());
             if (r != null) {
-                out.add(new SensorBudget(s, r.entity(), r.bound()));
+                out.add(new SensorBudget(s, r.entity(), r.bound(), lastRequests.getOrDefault(s, -1L)));
             }
         }
         return out;
@@ -186,7 +198,7 @@ class LeaseStateMachineTest {
     }
 
     @Test
-    void saturationWithHysteresisAndDemandAreReported() {
+    void aSaturatedSensorStaysSoUntilItsDemandHasBeenGoneForThreeRounds() {
         redis.shares.put(ALICE.budgetId(), "1000");
         round();
         measured.put(ALICE, 960.0); // 96 % of the share it enforces: saturated
@@ -195,11 +207,22 @@ class LeaseStateMachineTest {
         assertEquals("1", args.get(9));
         // the rate rose from 0 to 960 in a second: the estimate corrects Kafka's 10 s window
         assertEquals(960 + 960 * 10.0, Double.parseDouble(args.get(8)), 1e-6);
-        // a client held at its limit measures a little under it now and then: still saturated down to 85 %
-        measured.put(ALICE, 900.0);
+        // a client held at its limit is muted now and then and measures under it: still saturated
+        measured.put(ALICE, 849.0);
         round();
         assertEquals("1", redis.lastArgs().get(9));
-        measured.put(ALICE, 849.0);
+        measured.put(ALICE, 700.0); // 700 - 1490 < 0: low once
+        round();
+        measured.put(ALICE, 690.0); // 690 - 100 = 590: not under half the share, the count starts again
+        round();
+        assertEquals("1", redis.lastArgs().get(9));
+        // the clients left: three rounds of demand under half the share end it, though the rate is still there
+        for (double rate : new double[] {600, 500}) {
+            measured.put(ALICE, rate);
+            round();
+            assertEquals("1", redis.lastArgs().get(9));
+        }
+        measured.put(ALICE, 400.0);
         round();
         assertEquals("0", redis.lastArgs().get(9));
         // and saturated again only from 95 %
@@ -209,25 +232,34 @@ class LeaseStateMachineTest {
         measured.put(ALICE, 950.0);
         round();
         assertEquals("1", redis.lastArgs().get(9));
-        // the clients left: the windowed rate decays slowly, the estimate says so at once; two such rounds and the
-        // sensor is no longer saturated, though its rate is still over its share
-        measured.put(ALICE, 1900.0);
+    }
+
+    @Test
+    void aThrottledSensorIsSaturatedUntilItsSilenceOutlastsItsThrottles() {
+        clock.set(100_000); // request times are real clock readings, never negative
+        redis.shares.put(ALICE.budgetId(), "1000");
+        measured.put(ALICE, 960.0);
         round();
-        assertEquals("1", redis.lastArgs().get(9));
-        measured.put(ALICE, 1800.0); // estimates 1800 - 100 * 10 = 800, then 700, 600: not under half the share
         round();
-        measured.put(ALICE, 1700.0);
-        round();
-        assertEquals("1", redis.lastArgs().get(9));
-        measured.put(ALICE, 1600.0); // 1600 - 1000 = 600: not low
-        round();
-        assertEquals("1", redis.lastArgs().get(9));
-        measured.put(ALICE, 1400.0); // 1400 - 2000 < 0: low once
-        round();
-        assertEquals("1", redis.lastArgs().get(9));
-        measured.put(ALICE, 1200.0); // low twice: not saturated
-        round();
-        assertEquals("0", redis.lastArgs().get(9));
+        // Kafka throttles its clients (mean 3 s): they are muted, the rate falls and the estimate with it ...
+        throttles.put(ALICE, 3_000.0);
+        lastRequests.put(ALICE, clock.get());
+        for (double rate : new double[] {800, 600, 400, 200}) {
+            measured.put(ALICE, rate);
+            round();
+            List<String> args = redis.lastArgs();
+            assertEquals("1", args.get(9), "a muted client still wants more");
+            assertEquals(rate, Double.parseDouble(args.get(8)), 1e-6, "it wants at least what it measures");
+        }
+        // ... until it has been silent longer than twice its throttles: its clients moved away
+        lastRequests.put(ALICE, clock.get() - 7_000);
+        List<List<String>> seen = new ArrayList<>();
+        for (double rate : new double[] {100, 50, 10}) {
+            measured.put(ALICE, rate);
+            round();
+            seen.add(redis.lastArgs());
+        }
+        assertEquals("0", redis.lastArgs().get(9), seen.toString());
     }
 
     @Test
