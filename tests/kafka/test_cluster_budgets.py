@@ -84,7 +84,9 @@ def test_shares_follow_the_producer_to_another_leader(kafka_cluster: Any, budget
         first = _wait_for_share(budgets, bid, broker=1, at_least=0.8 * budget, within_s=20)
         producer.move_to([led[2]])
         moved = time.monotonic()
-        second = _wait_for_share(budgets, bid, broker=2, at_least=0.8 * budget, within_s=15)
+        # the broker the demand left keeps its share while Kafka's throttles of it are recent (its clients may only
+        # be muted): up to its metrics window (11 s) and twice its throttle time, then three rounds
+        second = _wait_for_share(budgets, bid, broker=2, at_least=0.8 * budget, within_s=40)
         follow_s = time.monotonic() - moved
     finally:
         producer.stop()
