@@ -305,3 +305,45 @@ def test_another_tenants_entity_is_403_and_the_socket_refuses_to_stream_it(
     assert frame["type"] == "error" and frame["code"] == "PERMISSION_DENIED", frame
     # the page's own socket is still streaming its own entity
     assert page.get_attribute("#monitor-status", "data-state") == "live"
+
+
+# ------------------------------------------------------------------ a cluster-wide budget
+
+
+def test_a_budgeted_entity_shows_its_cluster_total_against_the_budget_and_each_brokers_share(
+    world: dict[str, Any], context: Any, portal: Portal
+) -> None:
+    portal.require_live()
+    page = context.new_page()
+    log_in(page, "alice")
+    page.goto(f"/monitor/{CLUSTER}/entity/?e=svc-a-2:")
+    wait_live(page)
+    budget, shares = 3000.0, {0: 2400.0, 1: 300.0, 2: 300.0}  # the demand sits on broker 0
+    samplers = {b: Sampler(world["redis"], CLUSTER, b, {}) for b in shares}
+
+    def tick() -> bool:
+        t = now_ms()
+        for b, share in shares.items():  # what the Prometheus source publishes from the plugin's metrics
+            rate = share * (0.97 if b == 0 else 0.1)
+            samplers[b].publish([{"t": t, "c": CLUSTER, "b": b, "q": "produce", "e": "svc-a-2:", "rate": rate,
+                                  "bound": share, "share": share, "budget": budget, "util": rate / share,
+                                  "thr_avg": 5.0 if b == 0 else 0.0, "thr_max": 9.0 if b == 0 else 0.0,
+                                  "thr_frac": 0.005 if b == 0 else 0.0, "tokens": None, "src": "prometheus"}], t)
+        page.wait_for_timeout(1000)
+        return len(traces(page, "plot-budget-produce")) == 2 and chart_points(page) >= 9
+
+    until(page, "the cluster total chart", tick, 20)
+    for _ in range(3):
+        tick()
+    total = {t["name"]: t["y"] for t in traces(page, "plot-budget-produce")}
+    assert set(total) == {"cluster total", "budget bound"}
+    assert total["budget bound"][-1] == budget
+    assert total["cluster total"][-1] == pytest.approx(2400 * 0.97 + 2 * 300 * 0.1)  # every broker's newest rate
+    bounds = {t["name"]: t["y"][-1] for t in traces(page, "plot-rate-produce") if t["name"].endswith("bound")}
+    assert bounds == {f"broker {b} bound": share for b, share in shares.items()}  # each broker's share bounds it
+    heading = page.inner_text("#chart-rate-produce-h")
+    assert "share" in heading, heading
+    screenshot(page, "11-entity-budget-tenant")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_timeout(800)
+    screenshot(page, "phone-11-entity-budget-tenant")
