@@ -60,16 +60,17 @@ def test_a_producer_over_three_leaders_is_held_to_the_budget_not_three_times_it(
     budgets.set_scope([scope_field("produce", EntityRef(client_id=wide).field())])
     producers = [_producer(kafka_cluster, c, [1, 2, 3])[0].start() for c in (wide, per_broker)]
     start = int(time.monotonic()) + 1
-    time.sleep(32)
+    time.sleep(50)
     for p in producers:
         p.stop()
-    # past Kafka's 11 s window and the first sensors' burst, both measured over the same seconds
-    held, kafka = (p.rate(start + 14, start + 30) / budget for p in producers)
+    # past Kafka's 11 s window and the new sensors' burst (each starts at B / 3 with a window's allowance, which its
+    # clients then wait out), both measured over the same seconds
+    held, kafka = (p.rate(start + 20, start + 48) / budget for p in producers)
     shares = budgets.shares(budget_id("produce", "", wide))
     assert set(shares) == {1, 2, 3}, f"every broker takes part in the budget: {shares}"
     assert sum(s["s"] for s in shares.values()) <= budget * 1.0001
     assert kafka > 2.0, f"Kafka's per-broker meaning lets the same value through about 3 times: {kafka:.2f} B"
-    assert 0.6 < held < 1.25, f"the budget holds the producer near B: {held:.2f} B (per broker {kafka:.2f} B)"
+    assert 0.5 < held < 1.25, f"the budget holds the producer near B: {held:.2f} B (per broker {kafka:.2f} B)"
 
 
 def test_shares_follow_the_producer_to_another_leader(kafka_cluster: Any, budgets: BudgetStore) -> None:

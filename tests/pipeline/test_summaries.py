@@ -146,10 +146,12 @@ def test_the_job_reports_summarize_of_the_records_the_entity_governs(spark, tmp_
     assert got["skipped_records"] == 0 and got["throttle_events"] > 0
     # each sensor its own timeline: a fraction of time, never above 1 however many clients share a broker
     assert 0 < got["throttled_fraction"] <= 1
-    assert list(got)[:13] == ["cluster", "user", "client_id", "key", "value", "quota_type", "brokers", "clients",
-                              "history_from_ms", "history_to_ms", "closed_loop", "skipped_records", "resolution"]
+    assert list(got)[:14] == ["cluster", "user", "client_id", "key", "value", "quota_type", "brokers", "clients",
+                              "history_from_ms", "history_to_ms", "closed_loop", "skipped_records", "resolution",
+                              "scope"]
+    assert got["scope"] == "per_broker"  # Kafka's meaning unless --scope cluster_wide
     # then how the samples say the history was throttled while it was recorded (none landed here: unknown)
-    assert list(got)[13:] == [*FIGURES, "recorded_throttled_fraction", "recorded_quota", "recorded_throttling"]
+    assert list(got)[14:] == [*FIGURES, "recorded_throttled_fraction", "recorded_quota", "recorded_throttling"]
     # replayed from the usage log: per request, nothing it cannot know for want of resolution
     assert got["resolution"]["source"] == "usage" and got["resolution"]["cannot_know"] == []
 
