@@ -17,15 +17,14 @@ def collected(*args: str) -> list[str]:
     return [line for line in proc.stdout.splitlines() if "::" in line]
 
 
-def test_the_fast_tier_leaves_out_kafka_spark_browser_and_server_tests() -> None:
-    assert collected("-m", FAST, "tests/kafka", "tests/pipeline", "tests/browser", "tests/replicas") == []
-    assert collected("-m", "kafka", "tests/kafka/test_cluster.py")
-    assert collected("-m", "spark", "tests/pipeline/test_budget_replay.py")
-
-
-def test_a_test_outside_the_kafka_folder_that_asks_for_the_cluster_is_a_kafka_test() -> None:
+def test_the_fast_tier_leaves_out_kafka_spark_browser_and_server_tests_by_folder_and_by_fixture() -> None:
+    heavy = ("tests/kafka", "tests/pipeline", "tests/browser", "tests/replicas")
+    fast = collected("-m", FAST, *heavy, "tests/connectors", "tests/engine/test_budgets.py")
+    assert not [t for t in fast if t.startswith(heavy)], "a Kafka, Spark, browser or server test in the fast tier"
+    every = collected("tests/connectors", "tests/engine/test_budgets.py")
+    assert [t for t in every if "test_budgets.py" in t] == [t for t in fast if "test_budgets.py" in t]
     # the fixture, not the folder: the connectors' real-cluster tests live beside the responder's
-    kafka = set(collected("-m", "kafka", "tests/connectors"))
-    everything = set(collected("tests/connectors"))
-    assert kafka and kafka < everything
-    assert set(collected("-m", FAST, "tests/engine/test_budgets.py")) == set(collected("tests/engine/test_budgets.py"))
+    kafka = set(collected("-m", "kafka", "tests/kafka/test_cluster.py", "tests/connectors"))
+    connectors = {t for t in every if t.startswith("tests/connectors")}
+    assert any(t.startswith("tests/kafka/") for t in kafka)
+    assert kafka & connectors and connectors - kafka and not kafka & set(fast)
