@@ -17,7 +17,6 @@ import javax.management.MBeanInfo;
 import javax.management.MBeanServer;
 import javax.management.ObjectName;
 
-import org.apache.kafka.common.utils.internals.Sanitizer;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -55,19 +54,8 @@ final class BudgetMBeans implements BudgetCoordinator.Listener {
 
     /** The per-budget MBean's name for a sensor. */
     static ObjectName budgetName(SensorKey sensor) {
-        StringBuilder name = new StringBuilder("kafka.server:type=quota-budget,quota-type=")
-                .append(SensorKey.kafkaGroup(sensor.type()));
-        if (!sensor.user().isEmpty()) {
-            name.append(",user=").append(Sanitizer.jmxSanitize(sensor.user()));
-        }
-        if (!sensor.clientId().isEmpty()) {
-            name.append(",client-id=").append(Sanitizer.jmxSanitize(sensor.clientId()));
-        }
-        try {
-            return new ObjectName(name.toString());
-        } catch (JMException e) {
-            throw new IllegalArgumentException(name.toString(), e);
-        }
+        return JmxRates.quotaName("kafka.server:type=quota-budget,quota-type=" + SensorKey.kafkaGroup(sensor.type()),
+                sensor);
     }
 
     /** The callback's MBean: the coordinator's state and counters ("off" without a coordinator). */

@@ -31,7 +31,12 @@ final class JmxRates implements BudgetCoordinator.RateSource {
 
     /** The name Kafka's JmxReporter gives a quota sensor's metrics. */
     static ObjectName sensorName(SensorKey sensor) {
-        StringBuilder name = new StringBuilder("kafka.server:type=").append(SensorKey.kafkaGroup(sensor.type()));
+        return quotaName("kafka.server:type=" + SensorKey.kafkaGroup(sensor.type()), sensor);
+    }
+
+    /** {@code prefix} with the sensor's tags as Kafka's quota MBeans carry them (a tag left out when empty). */
+    static ObjectName quotaName(String prefix, SensorKey sensor) {
+        StringBuilder name = new StringBuilder(prefix);
         if (!sensor.user().isEmpty()) {
             name.append(",user=").append(Sanitizer.jmxSanitize(sensor.user()));
         }
