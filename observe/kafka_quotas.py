@@ -13,10 +13,16 @@ scraped, and makes of each (broker, quota type, sensor) one sample in the format
   is the quota level that applies (``"alice:"`` is user alice's own quota, ``":app"`` a client-id quota); the
   ``bound`` callback gets the :class:`Entity` with the user URL-decoded, and answers the quota of those tags.
 - ``rate``: bytes/s (produce, fetch), the request-time percentage (request), mutations/s (controller_mutation);
-  ``util`` = rate / bound; ``tokens`` the controller-mutation token bucket (negative = throttled).
+  ``util`` = rate / bound, and for controller mutations, which Kafka throttles on their token bucket, the share of
+  the bucket's burst spent (``quotas.engine.monitor.bucket_util``, with Kafka's default quota window of 11 x 1 s
+  unless ``mutation_window`` says otherwise); ``tokens`` the controller-mutation token bucket (negative =
+  throttled).
 - ``thr_avg`` is Kafka's ``throttle-time`` (the mean of the throttle times it gave in its metrics window, 0 when
-  none), ``thr_max`` the highest value of it in the query window, ``thr_frac`` an estimate: Kafka publishes no
-  throttled-time total per entity, so it is ``thr_avg`` per second (capped at 1).
+  none), ``thr_max`` the highest value of it in the query window (for a bucket below zero at least the throttle a
+  mutation gets now), ``thr_frac`` an estimate: Kafka publishes no throttled-time total per entity, so it is
+  ``thr_avg`` per second (capped at 1) while the sensor throttles now (its value above the bound, its bucket below
+  zero, or new throttle times in the query window), else 0: Kafka's average keeps the throttles of the last
+  minute, long after its clients stopped waiting.
 - ``budget`` and ``share`` (only for a sensor under a cluster-wide budget, published by the portal's quota callback
   plugin as ``kafka_server_<type>_budget`` and ``..._budget_share``): the budget B for the whole cluster and this
   broker's share of it, which is then the sample's ``bound`` (what this broker enforces).
@@ -45,7 +51,7 @@ from typing import Any
 
 import redis
 
-from quotas.engine.monitor import CONNECTION, Sampler
+from quotas.engine.monitor import CONNECTION, Sampler, bucket_throttle_ms, bucket_util
 
 from .prometheus import PrometheusClient, PrometheusError
 
@@ -186,6 +192,7 @@ class _Acc:
     res_ms: int | None = None  # the scrape interval seen (newest two scrapes of a series)
     values: dict[str, float | None] = field(default_factory=dict)  # field -> newest value
     thr_max: float = 0.0
+    thr_moved: bool = False  # the throttle time changed within the window: Kafka gave new throttles
     count: float | None = None  # connection count, summed over network processors
 
 
@@ -209,6 +216,7 @@ class PrometheusSource:
         window_s: float = 3.0,
         connections: bool = True,
         brokers: Mapping[str, int] | None = None,
+        mutation_window: tuple[int, int] = (11, 1000),
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -218,6 +226,9 @@ class PrometheusSource:
         self.window_s = window_s
         self.connections = connections
         self.brokers = dict(brokers or {})
+        #: the controller-mutation quota window (samples, ms): Kafka's quota.window.num and
+        #: controller.quota.window.size.seconds, which size its token bucket
+        self.mutation_window = mutation_window
         self._fields = {
             name: qf for name, qf in self.naming.fields_of().items() if connections or qf[0] != CONNECTION
         }
@@ -295,6 +306,7 @@ class PrometheusSource:
             if f == "throttle":
                 seen = [v for _, text in points if (v := _num(text)) is not None]
                 acc.thr_max = max(seen, default=0.0)
+                acc.thr_moved = any(v != seen[0] for v in seen)
         samples, scraped = [], []
         for key, acc in accs.items():
             broker, q, tags = key
@@ -318,11 +330,17 @@ class PrometheusSource:
             s["budget"] = v.get("budget") if v.get("budget") is not None else bound
             bound = s["share"] = share
         s["bound"] = bound
-        s["util"] = rate / bound if rate is not None and bound else None
+        tokens = v.get("tokens") if q == MUTATION else None
+        bucket_ms = bucket_throttle_ms(tokens, bound)
+        if q == MUTATION:
+            s["util"] = bucket_util(tokens, bound, *self.mutation_window)
+        else:
+            s["util"] = rate / bound if rate is not None and bound else None
+        throttling = acc.thr_moved or bucket_ms > 0 or (s["util"] is not None and s["util"] > 1.0)
         s["thr_avg"] = thr_avg
-        s["thr_max"] = max(acc.thr_max, thr_avg)
-        s["thr_frac"] = min(1.0, thr_avg / 1000.0)
-        s["tokens"] = v.get("tokens") if q == MUTATION else None
+        s["thr_max"] = max(acc.thr_max, thr_avg, bucket_ms)
+        s["thr_frac"] = min(1.0, max(thr_avg, bucket_ms) / 1000.0) if throttling else 0.0
+        s["tokens"] = tokens
         s["res_ms"] = acc.res_ms
         return s
 

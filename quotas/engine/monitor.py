@@ -10,10 +10,12 @@ copies (looking never changes a decision) and publishes one sample per quota typ
 - ``e`` is Kafka's sensor identity ``"<sanitized user>:<client-id>"`` (the tags of the quota level that
   applies; ``"alice:"`` is user alice's own quota). Connection samples use ``q`` ``"connection"`` and
   ``e`` ``"ip:<address>"`` or ``"listener:<name>"`` with ``accept_rate`` and ``count``.
-- ``bound`` is null when no quota applies; ``util`` = rate / bound; ``tokens`` only for
-  ``controller_mutation`` (its token bucket; negative = throttled); ``thr_avg``/``thr_max`` are the
-  throttle times (ms) of the current throttle window; ``thr_frac`` the fraction of the last second the
-  sensor spent throttled.
+- ``bound`` is null when no quota applies; ``util`` how much of the quota is used (1 = at the bound, above it
+  Kafka throttles): rate / bound, and for ``controller_mutation``, a token bucket, the share of its burst spent
+  (``bucket_util``); ``tokens`` only for ``controller_mutation`` (negative = throttled);
+  ``thr_avg``/``thr_max`` are the throttle times (ms) of the current throttle window (a bucket below zero: the
+  throttle a mutation gets now at least); ``thr_frac`` the fraction of the last tick the sensor's clients spent
+  throttled: each throttle time given counts for the time it lasts, not all at the tick it was given.
 
 Keys (all of a cluster share one hash tag, so one Redis Cluster slot):
 
@@ -67,6 +69,30 @@ def minutes_key(cluster: str, quota_type: str, tags: str) -> str:
 
 def latest_key(cluster: str) -> str:
     return f"mon:{{{cluster}}}:latest"
+
+
+def bucket_burst(bound: float, samples: int, window_ms: int) -> float:
+    """Kafka's ``TokenBucket`` burst: the quota times the whole quota window (``samples`` x ``window_ms``)."""
+    return bound * samples * window_ms / 1000.0
+
+
+def bucket_util(tokens: float | None, bound: float | None, samples: int, window_ms: int) -> float | None:
+    """A token bucket's utilization: the share of its burst spent, 1 when empty (above 1: below zero, throttled).
+
+    A bucket throttles on its tokens, not on a rate, so this is what "at the bound" means for it: the same scale
+    as rate / bound of the other quota types (100 % = the next request is throttled).
+    """
+    if tokens is None or not bound or bound <= 0:
+        return None
+    burst = bucket_burst(bound, samples, window_ms)
+    return (burst - tokens) / burst if burst > 0 else None
+
+
+def bucket_throttle_ms(tokens: float | None, bound: float | None) -> float:
+    """The throttle a mutation gets now: the time the bucket needs to climb back to zero (``-tokens / quota``)."""
+    if tokens is None or tokens >= 0 or not bound or bound <= 0:
+        return 0.0
+    return -tokens / bound * 1000.0
 
 
 def split_tags(tags: str) -> tuple[str, str]:
@@ -123,6 +149,8 @@ class Sampler:
     monitor: redis.Redis | None = None
     _active: dict[tuple[str, str], int] = field(default_factory=dict)
     _throttled_ms: dict[str, float] = field(default_factory=dict)
+    #: per sensor: throttle time given but not yet waited, and the avg and max throttle of the window that gave it
+    _owed: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     _last_tick: int | None = None
     _minutes: dict[tuple[str, str], _Minute] = field(default_factory=dict)
     _published: set[str] = field(default_factory=set)  # the latest-hash fields this sampler wrote last tick
@@ -168,10 +196,13 @@ class Sampler:
                 sample: dict[str, Any] = {"t": now_ms, "c": self.cluster, "b": self.broker_id, "q": str(qt), "e": tags}
                 has_bound = bound < LONG_MAX_AS_DOUBLE
                 sample["bound"] = bound if has_bound else None
+                bucket_ms = 0.0
                 if qt == QuotaType.CONTROLLER_MUTATION:
-                    sample["tokens"] = view.get("tokens")
+                    tokens = view.get("tokens")
+                    sample["tokens"] = tokens
                     sample["rate"] = None
-                    sample["util"] = None
+                    sample["util"] = bucket_util(tokens, bound, m.samples, m.window_ms) if has_bound else None
+                    bucket_ms = bucket_throttle_ms(tokens, bound) if has_bound else 0.0
                 else:
                     rate = view.get("rate") or 0.0
                     sample["rate"] = rate
@@ -179,16 +210,30 @@ class Sampler:
                 stats = decode_throttle(thr) if thr else None
                 # the stats roll their window only on a throttle: one older than two windows saw none since
                 fresh = stats is not None and now_ms - stats.window_start < 2 * m.window_ms
-                sample["thr_avg"] = (stats.total / stats.count) if fresh and stats.count else 0.0
-                sample["thr_max"] = stats.max if fresh else 0.0
+                thr_avg = (stats.total / stats.count) if fresh and stats.count else 0.0
+                thr_max = stats.max if fresh else 0.0
                 total = stats.throttled_ms if stats else 0.0
-                before = self._throttled_ms.get(key, total)
+                # a sensor seen for the first time: the throttles of its current window are news too
+                before = self._throttled_ms.get(key, total - (stats.total if fresh else 0.0))
                 self._throttled_ms[key] = total
                 seen_keys.add(key)
-                sample["thr_frac"] = min(1.0, max(0.0, (total - before) / elapsed))
+                # a throttle of 3 s given now keeps its clients waiting for the next 3 ticks too: spread it over
+                # them; throttles of several clients overlap, so what is owed never exceeds the longest one
+                owed, owed_avg, owed_max = self._owed.get(key, (0.0, 0.0, 0.0))
+                if total > before and fresh:
+                    owed, owed_avg, owed_max = min(owed + total - before, max(thr_max, owed)), thr_avg, thr_max
+                waited = max(min(owed, elapsed), min(bucket_ms, elapsed))
+                owed = max(0.0, owed - waited)
+                self._owed[key] = (owed, owed_avg, owed_max)
+                if waited > 0:  # while its clients wait, the throttle they wait for is the sensor's throttle now
+                    thr_avg, thr_max = max(thr_avg, owed_avg), max(thr_max, owed_max)
+                sample["thr_avg"] = thr_avg
+                sample["thr_max"] = max(thr_max, bucket_ms)
+                sample["thr_frac"] = min(1.0, waited / elapsed)
                 samples.append(sample)
         for key in set(self._throttled_ms) - seen_keys:
             del self._throttled_ms[key]
+            self._owed.pop(key, None)
         return samples
 
     def publish(self, samples: Iterable[Mapping[str, Any]], now_ms: int) -> int:

@@ -18,6 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from django.conf import settings
+from django.db.models import Max
+
+from quotas.models import Cluster, Push, PushState
 
 PROMETHEUS, CLIENT = "prometheus", "client"
 SOURCES = (PROMETHEUS, CLIENT)
@@ -45,3 +48,14 @@ def live_source(cluster: str, table: Mapping[str, str] | None = None) -> str:
     if table is None:
         table = parse(getattr(settings, "QUOTAS_LIVE_SOURCES", ""))
     return table.get(cluster, DEFAULT)
+
+
+def applied_stamp(cluster: Cluster) -> int:
+    """The newest desired-state version that landed on the cluster's brokers (-1: none yet).
+
+    The live sources resolve each sensor's bound from desired state and keep it a few seconds; when this moves, a
+    change reached the brokers, so they read every bound again: the first sample taken under a new quota carries
+    it, and a rate is never measured against the quota it replaced.
+    """
+    found = Push.objects.filter(cluster=cluster, state=PushState.APPLIED).aggregate(v=Max("version"))
+    return -1 if found["v"] is None else int(found["v"])

@@ -45,9 +45,17 @@ def test_a_tick_publishes_rate_bound_throttle_and_tokens_of_active_clients(
     assert p["thr_max"] > 0 and p["thr_avg"] > 0
     m = by_type["controller_mutation"]
     assert m["tokens"] < 0 and m["rate"] is None and m["bound"] == 2.0
+    burst = 2.0 * mutations.samples * mutations.window_ms / 1000  # Kafka's bucket: the quota over its whole window
+    assert m["util"] == (burst - m["tokens"]) / burst and m["util"] > 1  # below zero: above the bound, throttled
+    assert m["thr_frac"] > 0 and m["thr_max"] >= -m["tokens"] / 2.0 * 1000
     assert recent(redis_client, cluster, "produce", "alice:", T0) == [p]
     assert redis_client.xlen(firehose_key(cluster)) == 1
-    sampler.tick(T0 + 5000)  # no throttle for more than two windows: the throttle time is back to zero
+    sampler.tick(T0 + 5000)  # no new throttle, but its clients still wait for the one they were given
+    waiting = next(s for s in latest(redis_client, cluster) if s["q"] == "produce")
+    assert (waiting["thr_max"], waiting["thr_frac"]) == (p["thr_max"], 1.0)
+    assert p["thr_max"] <= 29_500  # given at T0 + 1,900: waited by T0 + 31,000, while the client is still sampled
+    sampler.tick(T0 + 31_000)
+    sampler.tick(T0 + 31_800)  # the throttle is over: its time is back to zero
     later = next(s for s in latest(redis_client, cluster) if s["q"] == "produce")
     assert (later["thr_avg"], later["thr_max"], later["thr_frac"]) == (0.0, 0.0, 0.0)
 
@@ -97,3 +105,27 @@ def test_an_entitys_stream_keeps_a_span_of_redis_time_whatever_the_number_of_bro
     # trimming is approximate (whole stream nodes of 100 entries): the full nodes older than the span are gone,
     # the newest entries all stay
     assert len(kept) < 100 and [s["t"] for s in kept[-2:]] == [T0 + 250_000, T0 + 251_000]
+
+
+def test_a_throttle_counts_as_time_throttled_for_as_long_as_it_lasts(redis_client: redis.Redis, namespace: str) -> None:
+    """A 2.5 s throttle given at one tick keeps its clients waiting through the next ticks: the time throttled is
+    spread over them (not 100 % at the tick it was given and 0 % while they wait), with its throttle time."""
+    engine = engine_with_quotas(redis_client, namespace)
+    produce = engine.manager("produce")
+    sampler = Sampler(redis_client, namespace, 1, {QuotaType.PRODUCE: produce})
+    sampler.tick(T0)
+    produce.record("alice", "app", 12_500, T0 + 10)  # 12,500 bytes at once against 1,000/s: 1,250/s over 10 s
+    sampler.touch("alice", "app", T0 + 10)
+    given = produce.measure("alice", "app", T0 + 10)
+    fracs, maxes = [], []
+    for i in range(1, 8):
+        sampler.tick(T0 + i * 1000)
+        (s,) = latest(redis_client, namespace)
+        fracs.append(s["thr_frac"])
+        maxes.append(s["thr_max"])
+    waited = sum(fracs) * 1000
+    assert given.value > 1000 and maxes[0] > 2000, (given, maxes)
+    assert abs(waited - maxes[0]) < 1.0, (fracs, maxes)  # every ms of the throttle once, as long as it lasts
+    assert fracs[0] == fracs[1] == 1.0 and fracs[-1] == 0.0
+    # while its clients wait, the throttle they wait for is shown; after it, nothing
+    assert all(m == maxes[0] for m, f in zip(maxes, fracs, strict=True) if f > 0) and maxes[-1] == 0.0

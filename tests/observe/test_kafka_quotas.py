@@ -125,12 +125,38 @@ def test_mutation_tokens_and_connection_samples() -> None:
     mutation = by_e["ops:"]
     assert mutation["q"] == "controller_mutation" and mutation["tokens"] == -7.25 and mutation["rate"] == 4.5
     assert mutation["thr_avg"] == 2400.0 and mutation["thr_frac"] == 1.0
+    burst = 1024.0 * 11  # Kafka throttles mutations on a bucket of the quota over its window (11 x 1 s)
+    assert mutation["util"] == pytest.approx((burst + 7.25) / burst) and mutation["util"] > 1
     listener = by_e["listener:PLAINTEXT"]
     assert listener["q"] == "connection" and listener["accept_rate"] == 3.0 and listener["count"] == 9.0
     assert by_e["ip:127.0.0.1"]["accept_rate"] == 0.5
 
     samples, _, _ = poll(result, connections=False)
     assert [s["q"] for s in samples] == ["controller_mutation"]
+
+
+def test_time_throttled_only_while_the_sensor_throttles() -> None:
+    """Kafka's throttle-time is an average over its last minute: a sensor now under its bound, whose throttle time
+    stands still, throttles nobody now; a bucket below zero or a new throttle time does."""
+    result = [
+        # a request sensor at 30 % of its bound whose average still holds the 900 ms throttles of a minute ago
+        series("kafka_server_request_request_time", [(1500, "307"), (500, "307.2")], broker="1", client_id="idle"),
+        series("kafka_server_request_throttle_time", [(1500, "900"), (500, "900")], broker="1", client_id="idle"),
+        # one above its bound, throttled again now
+        series("kafka_server_request_request_time", [(500, "2048")], broker="1", client_id="busy"),
+        series("kafka_server_request_throttle_time", [(1500, "600"), (500, "800")], broker="1", client_id="busy"),
+        # a full bucket, its old throttles in Kafka's average; an empty one
+        series("kafka_server_controllermutation_tokens", [(500, "11264")], broker="1", user="calm"),
+        series("kafka_server_controllermutation_throttle_time", [(500, "1500")], broker="1", user="calm"),
+        series("kafka_server_controllermutation_tokens", [(500, "-512")], broker="1", user="burst"),
+    ]
+    samples, _, _ = poll(result)
+    by_e = {s["e"]: s for s in samples}
+    assert by_e[":idle"]["util"] == pytest.approx(0.3) and by_e[":idle"]["thr_frac"] == 0.0
+    assert by_e[":busy"]["util"] == 2.0 and by_e[":busy"]["thr_frac"] == 0.8
+    assert by_e["calm:"]["util"] == 0.0 and by_e["calm:"]["thr_frac"] == 0.0
+    burst = by_e["burst:"]
+    assert burst["util"] > 1 and burst["thr_max"] == 500.0 and burst["thr_frac"] == 0.5  # -512 / 1024 per s
 
 
 def test_series_without_a_broker_are_left_out_unless_their_instance_is_mapped() -> None:

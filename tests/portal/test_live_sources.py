@@ -8,6 +8,7 @@ import io
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
@@ -39,3 +40,28 @@ def test_the_prometheus_source_refuses_a_cluster_fed_by_its_clients(settings: An
     with pytest.raises(CommandError, match="not CLUSTER=SOURCE"):
         call_command("prometheus_source", "--cluster", "lsrc-prod", "--url", "http://127.0.0.1:9",
                      stdout=io.StringIO())
+
+
+@pytest.mark.django_db
+def test_a_bound_is_read_again_as_soon_as_a_change_lands_on_the_brokers(settings: Any) -> None:
+    """The Prometheus source keeps each sensor's bound a few seconds, but not past a push that landed: the first
+    poll after it measures the rate against the new quota."""
+    from observe.kafka_quotas import Entity
+    from quotas.management.commands.prometheus_source import Bounds
+    from quotas.models import Alteration, DesiredStateVersion, Push, PushState, QuotaOp, audited_alter
+
+    cluster = Cluster.objects.create(name="lsrc-bounds", connector="kafka", bootstrap_servers="127.0.0.1:9")
+    admin = get_user_model().objects.create_user("lsrc-admin", is_staff=True)
+    audited_alter(cluster, [Alteration([("user", "svc-a")], [QuotaOp("producer_byte_rate", 1000)])], admin)
+    sensor = Entity("produce", "svc-a:", "svc-a", None)
+    bounds = Bounds(cluster)
+    assert bounds(sensor) == 1000.0
+    audited_alter(cluster, [Alteration([("user", "svc-a")], [QuotaOp("producer_byte_rate", 3000)])], admin)
+    bounds._tick = 0.0  # a second later
+    assert bounds(sensor) == 1000.0  # desired, not yet on the brokers: they still enforce 1000
+    version = DesiredStateVersion.objects.get(cluster=cluster).version
+    Push.objects.update_or_create(cluster=cluster, version=version, broker=None,
+                                  defaults={"state": PushState.APPLIED})
+    assert bounds(sensor) == 1000.0  # within the same second: looked at once a second
+    bounds._tick = 0.0
+    assert bounds(sensor) == 3000.0  # the poll after it landed

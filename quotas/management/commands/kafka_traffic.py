@@ -25,7 +25,7 @@ from django.core.management.base import BaseCommand, CommandError
 from quotas.choices import ConnectorKind
 from quotas.engine import usage_log
 from quotas.engine.monitor import Sampler
-from quotas.management.live_sources import CLIENT, live_source
+from quotas.management.live_sources import CLIENT, applied_stamp, live_source
 from quotas.models import Cluster, effective_client_quotas
 from quotas.push import kafka_credentials
 from traffic.kafka_clients import DEMO_KAFKA_TRAFFIC, KafkaTraffic
@@ -103,12 +103,14 @@ class Command(BaseCommand):
                           + ("samples: what the clients see" if publishes else
                              "samples come from Prometheus (QUOTAS_LIVE_SOURCES): the clients log their usage only"))
         started = last = read = time.monotonic()
+        stamp = applied_stamp(cluster)
         try:
             while not stop["now"]:
                 time.sleep(0.5)
                 now = time.monotonic()
-                if now - read >= 5.0:  # an approved change shows within seconds
-                    read = now
+                landed = applied_stamp(cluster)
+                if now - read >= 5.0 or landed != stamp:  # a change that reached the brokers shows at once
+                    read, stamp = now, landed
                     refresh_bounds()
                 if options["duration"] is not None and now - started >= options["duration"]:
                     break

@@ -5,7 +5,8 @@ Once a second (``--interval``) it asks Prometheus for every quota sensor of the 
 LABEL=VALUE`` picks the cluster's series when Prometheus scrapes several; the project's Prometheus labels them
 ``cluster=<runner's name>``) and publishes them per broker into the monitor's streams (``"src": "prometheus"``), each
 with the quota the portal resolves for its sensor tags: ``effective_client_quotas`` (``effective_ip_quota`` for
-per-ip connection sensors), read in this thread and kept for a few seconds, so an approved change shows at once.
+per-ip connection sensors), read in this thread and kept for a few seconds, or until a change lands on the brokers,
+so the first sample under a new quota carries it.
 Basic auth: ``--username`` with the password in ``$QUOTAS_PROMETHEUS_PASSWORD``; a bearer token in
 ``$QUOTAS_PROMETHEUS_TOKEN``. Runs until SIGTERM / SIGINT (or ``--duration`` seconds; ``--once`` prints one poll).
 One source feeds a cluster's live samples (``quotas.management.live_sources``): it refuses a cluster that
@@ -29,7 +30,7 @@ from observe.kafka_quotas import Entity, Naming, PrometheusSource, SamplePublish
 from observe.prometheus import PrometheusClient, PrometheusError
 from quotas.choices import ConnectorKind
 from quotas.engine.monitor import CONNECTION
-from quotas.management.live_sources import PROMETHEUS, live_source
+from quotas.management.live_sources import PROMETHEUS, applied_stamp, live_source
 from quotas.models import Cluster, effective_client_quotas, effective_ip_quota
 
 #: quota type of a sample -> the key whose bound it carries
@@ -44,13 +45,15 @@ RESOLVE_PER_TICK = 200  # at most this many stale bounds are read again per tick
 
 
 class Bounds:
-    """The quota of each sensor, resolved with the portal's models and kept for ``BOUND_TTL_S``."""
+    """The quota of each sensor, resolved with the portal's models and kept for ``BOUND_TTL_S``, or until a change
+    lands on the brokers (``applied_stamp``, looked at once a second)."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self._cache: dict[Entity, tuple[float | None, float]] = {}
         self._budget = RESOLVE_PER_TICK
         self._tick = 0.0
+        self._stamp: int | None = None
 
     def resolve(self, entity: Entity) -> float | None:
         if entity.quota_type == CONNECTION:
@@ -69,8 +72,12 @@ class Bounds:
 
     def __call__(self, entity: Entity) -> float | None:
         now = time.monotonic()
-        if now - self._tick >= 1.0:  # a new second: a new budget of re-reads
+        if now - self._tick >= 1.0:  # a new second: a new budget of re-reads, and has a change landed?
             self._tick, self._budget = now, RESOLVE_PER_TICK
+            stamp = applied_stamp(self.cluster)
+            if stamp != self._stamp:
+                self._stamp = stamp
+                self._cache.clear()
         hit = self._cache.get(entity)
         if hit is not None and (now - hit[1] < BOUND_TTL_S or self._budget <= 0):
             return hit[0]
