@@ -130,11 +130,17 @@ class Visibility:
 
 @dataclass
 class EntityNow:
-    """One entity of one cluster, from its freshest samples (every broker and quota type)."""
+    """One entity of one cluster, from its freshest samples (every broker and quota type).
+
+    Throttled means what the samples measured: time throttled (``thr_frac``) in the sample's window, which a bucket
+    below zero counts too. The throttle times and the utilization shown beside it are those of the quota types it
+    is throttled on, so a row never says "100 % of the time throttled" beside a figure of another quota.
+    """
 
     cluster: str
     tags: str
     util: dict[int, float] = field(default_factory=dict)  # broker -> highest utilization over quota types
+    util_by_type: dict[str, float] = field(default_factory=dict)  # quota type -> highest utilization over brokers
     thr_frac: float = 0.0
     thr_max: float = 0.0
     thr_avg: float = 0.0
@@ -147,21 +153,23 @@ class EntityNow:
     def add(self, s: Mapping[str, Any]) -> None:
         b = s.get("b")
         b = int(b) if isinstance(b, int | float) else -1
+        q = str(s.get("q"))
         self.brokers.add(b)
         self.newest = max(self.newest, int(s.get("t") or 0))
         util = s.get("util")
         if isinstance(util, int | float):
             self.util[b] = max(self.util.get(b, 0.0), float(util))
-        frac, tmax, tavg = (float(s.get(k) or 0.0) for k in ("thr_frac", "thr_max", "thr_avg"))
+            self.util_by_type[q] = max(self.util_by_type.get(q, 0.0), float(util))
         tokens = s.get("tokens")
         if isinstance(tokens, int | float):
             self.tokens_min = tokens if self.tokens_min is None else min(self.tokens_min, tokens)
-        if frac > 0 or tmax > 0 or tavg > 0 or (isinstance(tokens, int | float) and tokens < 0):
-            self.throttled_types.add(str(s.get("q")))
+        frac = float(s.get("thr_frac") or 0.0)
+        if frac > 0:
+            self.throttled_types.add(q)
             self.throttled_brokers.add(b)
-        self.thr_frac = max(self.thr_frac, frac)
-        self.thr_max = max(self.thr_max, tmax)
-        self.thr_avg = max(self.thr_avg, tavg)
+            self.thr_frac = max(self.thr_frac, frac)
+            self.thr_max = max(self.thr_max, float(s.get("thr_max") or 0.0))
+            self.thr_avg = max(self.thr_avg, float(s.get("thr_avg") or 0.0))
 
     @property
     def throttled(self) -> bool:
@@ -171,13 +179,20 @@ class EntityNow:
     def util_max(self) -> float | None:
         return max(self.util.values()) if self.util else None
 
+    @property
+    def util_throttled(self) -> float | None:
+        """The highest utilization of the quota types it is throttled on (None: none of them has a bound)."""
+        found = [self.util_by_type[q] for q in self.throttled_types if q in self.util_by_type]
+        return max(found) if found else None
+
 
 @dataclass
 class ClusterNow:
     """A cluster's fresh samples the person may see, summed up per entity (tags).
 
-    ``entities`` maps tags to ``[highest utilization or -1, highest thr_frac, highest thr_max, throttled?, samples]``:
-    cheap to build for every entity; the full ``EntityNow`` is made only for the few entities a page shows.
+    ``entities`` maps tags to ``[highest utilization or -1, highest thr_frac, highest thr_max of the throttled
+    samples, throttled?, samples]``: cheap to build for every entity; the full ``EntityNow`` is made only for the
+    few entities a page shows.
     """
 
     name: str
@@ -255,15 +270,16 @@ def _cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int], vis:
             a = entities.get(e)
             if a is None:
                 a = entities[e] = [-1.0, 0.0, 0.0, False, []]
-            u, f, m = s.get("util"), s.get("thr_frac") or 0.0, s.get("thr_max") or 0.0
+            u, f = s.get("util"), s.get("thr_frac") or 0.0
             if u is not None and u > a[0]:
                 a[0] = u
-            if f > a[1]:
-                a[1] = f
-            if m > a[2]:
-                a[2] = m
-            if not a[3] and (f or m or s.get("thr_avg") or (s.get("tokens") or 0) < 0):
+            if f > 0:  # throttled now: time throttled in the sample's window (EntityNow)
                 a[3] = True
+                if f > a[1]:
+                    a[1] = f
+                m = s.get("thr_max") or 0.0
+                if m > a[2]:
+                    a[2] = m
             b = s.get("b")
             if b not in seen_brokers and isinstance(b, int):
                 seen_brokers.add(b)

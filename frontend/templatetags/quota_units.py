@@ -6,6 +6,7 @@ with the exact figure on hover, the other keys with their own unit.
     {{ req.value|quota_value:req.key }}                 -> 1.5 MiB/s, or 50 %, 10 mutations/s, 5 connections/s
     {{ entry.after|audit_value:entry.key }}             -> as quota_value for numbers, else the text (a state)
     {{ entry.entity|breakable }}                        -> /config/users/<wbr>svc-a ... (breaks after / and .)
+    {{ sample.thr_frac|percent }}                       -> 37%, <1% (above 0 but rounding to 0), — (None)
 """
 
 from __future__ import annotations
@@ -72,3 +73,15 @@ def breakable(value: object) -> SafeString:
     in a wide table it takes two lines instead of pushing the before/after and comment columns off a desktop screen."""
     text = escape("" if value is None else str(value))
     return mark_safe(text.replace("/", "/<wbr>").replace(".", ".<wbr>"))  # escaped above
+
+
+@register.filter
+def percent(value: object) -> str:
+    """A share (1.0 = 100 %) as a whole percentage; a share above 0 that rounds to 0 is "<1%", not a 0 that reads
+    as none; None is "—"."""
+    number = _number(value)
+    if number is None:
+        return "—"
+    if 0 < number < 0.005:
+        return "<1%"
+    return f"{number * 100:,.0f}%"

@@ -257,6 +257,41 @@ def test_overview_for_an_admin_shows_what_is_throttled_now_heatmap_pending_and_d
     assert f'href="/drift/#cluster-{CLUSTER}"' in page
 
 
+def test_throttled_now_and_utilization_agree_for_every_quota_type(w: dict[str, Any]) -> None:
+    """One set of numbers: an entity is throttled now when its samples measured time throttled (a bucket below zero
+    counts), and the row's throttle times and utilization are those of the quotas it is throttled on."""
+    now = now_ms()
+
+    def s(e: str, q: str, **kw: Any) -> dict[str, Any]:
+        base = {"t": now - 300, "c": CLUSTER, "b": 0, "q": q, "e": e, "rate": None, "bound": None, "util": None,
+                "thr_avg": 0.0, "thr_max": 0.0, "thr_frac": 0.0, "tokens": None}
+        return {**base, **kw}
+
+    publish(w["redis"], [
+        # a client-id throttled on its request-time quota (35 % of a thread against 20 %), idle on produce
+        s(":search-query", "request", rate=35.0, bound=20.0, util=1.75, thr_avg=300.0, thr_max=450.0, thr_frac=0.4),
+        s(":search-query", "produce", rate=0.0, bound=1000.0, util=0.0),
+        # a bucket below zero: 28 of a 22-token burst spent (2/s over 11 s)
+        s("svc-a-ops:", "controller_mutation", bound=2.0, tokens=-6.0, util=28 / 22, thr_max=3000.0, thr_frac=1.0),
+        # Kafka's throttle window still holds a throttle, but nobody waited in the sample's window: not now
+        s("svc-a-calm:", "produce", rate=900.0, bound=1000.0, util=0.9, thr_avg=300.0, thr_max=500.0),
+        # throttled for a sliver of its window: listed, and not as 0 %
+        s("svc-a-sliver:", "fetch", rate=2010.0, bound=2000.0, util=1.005, thr_avg=3.0, thr_max=3.0, thr_frac=0.003),
+    ])
+    response = browser(w["admin"]).get("/monitor/")
+    rows = {r[0].split()[0]: r for r in throttled_rows(response)}
+    assert set(rows) == {":search-query", "svc-a-ops:", "svc-a-sliver:"}
+    assert rows[":search-query"][2:] == ["request", "40%", "450", "300", "175%", "1 of 1"]
+    assert rows["svc-a-ops:"][2:] == ["controller_mutation", "100%", "3000", "0", "127%", "1 of 1"]
+    assert rows["svc-a-sliver:"][2:] == ["fetch", "<1%", "3", "3", "100%", "1 of 1"]
+    tile = re.search(r'<span class="tile-num">(\d+)</span>\s*<span class="tile-label">entit', text(response))
+    assert tile and tile.group(1) == "3"
+    (hm,) = bootstrap(response, "monitor-overview-data")["heatmaps"]
+    util = dict(zip(hm["entities"], (row[0] for row in hm["z"]), strict=True))
+    assert util == {":search-query": 1.75, "svc-a-ops:": round(28 / 22, 4), "svc-a-sliver:": 1.005,
+                    "svc-a-calm:": 0.9}  # every quota type with a bound has a utilization
+
+
 def test_overview_for_a_tenant_shows_only_its_entities_and_no_drift(w: dict[str, Any]) -> None:
     publish(w["redis"], overview_samples(now_ms()))
     Drift.objects.create(cluster=w["cluster"], broker=None, kind="quota", resource="r", key="k", status="missing",
