@@ -17,8 +17,14 @@ from typing import Any
 
 from devtools.processes import stop_session
 from devtools.redis_server import RedisServer
+from portal.keys import make_keys
 
 Cleanups = list[Callable[[], None]]
+
+# The benchmarks run the portal with DJANGO_DEBUG off, as deployments do, and so with keys of its own (it refuses to
+# start without): a fresh pair for this run unless the environment has them; the processes it starts inherit them.
+for _name, _value in make_keys().items():
+    os.environ.setdefault(_name, _value)
 
 
 def tree_cpu_s(pid: int) -> float:

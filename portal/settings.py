@@ -6,16 +6,20 @@ Environment variables:
 - ``QUOTAS_REDIS_URL``: the project's Redis (Celery broker and results, Channels layer,
   quota engine); default ``redis://127.0.0.1:6390/0``, the project-local Redis that
   ``scripts/run_portal.sh`` starts.
-- ``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG`` (1/true/yes/on; development only: refused with a public host in
-  ``ALLOWED_HOSTS``), ``ALLOWED_HOSTS`` (comma-separated).
-- ``QUOTAS_SECURE_COOKIES`` (1 behind TLS: session and CSRF cookies are ``Secure``), ``QUOTAS_MAX_BODY_BYTES``,
-  ``QUOTAS_LOGIN_*`` (sign-in throttling): see "Edge limits and security headers" below.
+- ``DJANGO_SECRET_KEY`` and ``QUOTAS_SECRETS_KEYS`` (or files named by ``*_FILE``): required unless
+  ``DJANGO_DEBUG`` (1/true/yes/on; development only: refused with a public host in ``ALLOWED_HOSTS``);
+  ``ALLOWED_HOSTS`` (comma-separated).
+- HTTPS (``QUOTAS_SSL_REDIRECT``, ``QUOTAS_SECURE_COOKIES``, ``QUOTAS_HSTS_*``; on by default for a host other than
+  this machine), ``QUOTAS_MAX_BODY_BYTES``, ``QUOTAS_LOGIN_*`` (sign-in throttling): see "Edge limits and security
+  headers" below.
 """
 
 import base64
 import os
+import sys
 import warnings
 from pathlib import Path
+from typing import NoReturn
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -39,11 +43,34 @@ def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
-PORTAL_NAME = "Quota portal"
+def env_secret(name: str, path: str) -> str:
+    """Read a secret: the environment variable ``name``, else the text of the file at ``path`` (its ``<name>_FILE``
+    variable, as Docker and Kubernetes secrets are mounted); empty when neither is set."""
+    value = os.environ.get(name, "").strip()
+    if value or not path:
+        return value
+    try:
+        return Path(path).read_text().strip()
+    except OSError as e:
+        refuse(f"{name}_FILE names {path}, which cannot be read ({e.strerror}).")
 
-# The default key is for local development ONLY: it is public (it is in this file).
-# Any deployment must set DJANGO_SECRET_KEY to a long random value.
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "django-insecure-dev-only-key-do-not-use-in-production")
+
+def refuse(message: str) -> NoReturn:
+    """Stop at settings load with ImproperlyConfigured, printed as this sentence alone by whatever started the
+    process (manage.py, uvicorn, celery): it is a setting to change, not a bug, so no traceback goes with it."""
+    previous = sys.excepthook
+
+    def one_sentence(kind: type[BaseException], error: BaseException, trace: object) -> None:
+        if isinstance(error, ImproperlyConfigured):
+            sys.stderr.write(f"quota portal: {error}\n")
+        else:
+            previous(kind, error, trace)  # type: ignore[arg-type]
+
+    sys.excepthook = one_sentence
+    raise ImproperlyConfigured(message)
+
+
+PORTAL_NAME = "Quota portal"
 
 DEBUG = env_bool("DJANGO_DEBUG", default=False)
 
@@ -53,8 +80,46 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost")
 # it is refused where the portal answers to other hosts than this machine.
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]", ".localhost"}
 if DEBUG and not set(ALLOWED_HOSTS) <= LOCAL_HOSTS:
-    raise ImproperlyConfigured(
+    refuse(
         f"DJANGO_DEBUG is for local development only; ALLOWED_HOSTS names {sorted(set(ALLOWED_HOSTS) - LOCAL_HOSTS)}."
+    )
+
+# --- Keys: the portal's own, or it does not start (unless DEBUG) ------------------------------------------------
+# The development key is public (it is in this file), and so is the default docker-compose.yml once had: with
+# either, anyone can forge sessions and, through the sealing key derived from it, open the secrets in the database.
+DEVELOPMENT_SECRET_KEY = "django-insecure-dev-only-key-do-not-use-in-production"
+PUBLIC_SECRET_KEYS = {DEVELOPMENT_SECRET_KEY, "compose-dev-only-secret-change-me"}
+SECRET_KEY = env_secret("DJANGO_SECRET_KEY", os.environ.get("DJANGO_SECRET_KEY_FILE", "")) or DEVELOPMENT_SECRET_KEY
+# Secrets the portal must read back (webhook signing keys) are stored encrypted with these Fernet keys
+# (quotas.models.sealed): comma-separated, the first seals, all open (rotation: new key first, then
+# `manage.py reseal`). Unset (DEBUG only): one key derived from SECRET_KEY.
+QUOTAS_SECRETS_KEYS = [
+    key.strip()
+    for key in env_secret("QUOTAS_SECRETS_KEYS", os.environ.get("QUOTAS_SECRETS_KEYS_FILE", "")).split(",")
+    if key.strip()
+]
+for _key in QUOTAS_SECRETS_KEYS:
+    try:
+        _raw = base64.urlsafe_b64decode(_key.encode())
+    except (ValueError, TypeError):
+        _raw = b""
+    if len(_raw) != 32:
+        refuse(
+            "QUOTAS_SECRETS_KEYS holds a value that is not a Fernet key (32 bytes, URL-safe base64); make one with "
+            "python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'"
+        )
+_missing = [
+    *(["DJANGO_SECRET_KEY (Django's signing key; the built-in one is public)"] if SECRET_KEY in PUBLIC_SECRET_KEYS
+      else []),
+    *(["QUOTAS_SECRETS_KEYS (the Fernet keys that seal the credentials the portal stores)"]
+      if not QUOTAS_SECRETS_KEYS else []),
+]
+if _missing and not DEBUG:
+    refuse(
+        f"The portal does not start without keys of its own (DJANGO_DEBUG is off): set {' and '.join(_missing)}, "
+        "in the environment or in files named by "
+        "DJANGO_SECRET_KEY_FILE and QUOTAS_SECRETS_KEYS_FILE (`python -m portal.keys DIR` writes both to DIR). "
+        "DJANGO_DEBUG=1 runs on development keys, on this machine only."
     )
 
 INSTALLED_APPS = [
@@ -264,7 +329,7 @@ QUOTAS_METRICS_TOKEN = os.environ.get("QUOTAS_METRICS_TOKEN", "")
 # cluster without Prometheus; an unlisted Kafka cluster's come from Prometheus (manage.py prometheus_source).
 QUOTAS_LIVE_SOURCES = os.environ.get("QUOTAS_LIVE_SOURCES", "")
 if QUOTAS_DRIFT_MODE not in ("report", "heal"):
-    raise ImproperlyConfigured(f"QUOTAS_DRIFT_MODE is 'report' or 'heal', not {QUOTAS_DRIFT_MODE!r}.")
+    refuse(f"QUOTAS_DRIFT_MODE is 'report' or 'heal', not {QUOTAS_DRIFT_MODE!r}.")
 
 # --- Notifications (quotas/notify.py): email and tenants' webhooks ----------------------------
 # Links in mails and webhook bodies point here.
@@ -284,20 +349,6 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS")
 EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL")
 EMAIL_TIMEOUT = float(os.environ.get("EMAIL_TIMEOUT", 10))
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "quota-portal@localhost")
-# Secrets the portal must read back (a webhook's signing key) are stored encrypted with these Fernet keys
-# (quotas.models.sealed): comma-separated, the first seals, all open (rotation: new key first, then
-# `manage.py reseal`). Unset: one key derived from SECRET_KEY, for development.
-QUOTAS_SECRETS_KEYS = env_list("QUOTAS_SECRETS_KEYS", "")
-for _key in QUOTAS_SECRETS_KEYS:
-    try:
-        _raw = base64.urlsafe_b64decode(_key.encode())
-    except (ValueError, TypeError):
-        _raw = b""
-    if len(_raw) != 32:
-        raise ImproperlyConfigured(
-            "QUOTAS_SECRETS_KEYS holds a value that is not a Fernet key (32 bytes, URL-safe base64); make one with "
-            "python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'"
-        )
 # Webhook deliveries: each attempt waits this long for an answer; at most this many attempts, retried after
 # base * 2**n seconds (jittered, capped); 4xx other than 408/429 are not retried.
 QUOTAS_WEBHOOK_TIMEOUT_S = float(os.environ.get("QUOTAS_WEBHOOK_TIMEOUT_S", 5.0))
@@ -358,9 +409,14 @@ QUOTAS_LOGIN_MAX_FAILURES = int(os.environ.get("QUOTAS_LOGIN_MAX_FAILURES", 5))
 QUOTAS_LOGIN_MAX_FAILURES_PER_ADDRESS = int(os.environ.get("QUOTAS_LOGIN_MAX_FAILURES_PER_ADDRESS", 20))
 QUOTAS_LOGIN_WINDOW_S = int(os.environ.get("QUOTAS_LOGIN_WINDOW_S", 300))
 # Cookies: never readable by scripts (the pages send the CSRF token from their forms), sent cross-site only on
-# top-level navigations, and Secure when the portal is served over TLS (QUOTAS_SECURE_COOKIES=1; off by default
-# because the development portal is plain http://127.0.0.1).
-SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("QUOTAS_SECURE_COOKIES", default=False)
+# HTTPS by default wherever the portal answers to a host other than this machine (DEBUG off): http:// is for
+# 127.0.0.1 and localhost (the demo, the tests, a compose stack tried on this machine). Each part can be set alone.
+HTTPS_BY_DEFAULT = not DEBUG and not set(ALLOWED_HOSTS) <= LOCAL_HOSTS
+SECURE_SSL_REDIRECT = env_bool("QUOTAS_SSL_REDIRECT", default=HTTPS_BY_DEFAULT)
+# Reached inside the network in plain HTTP: the container healthcheck, Prometheus, the brokers' KIP-714 plugin.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$", r"^v1/metrics$"]
+# top-level navigations, and Secure over HTTPS.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("QUOTAS_SECURE_COOKIES", default=HTTPS_BY_DEFAULT)
 SESSION_COOKIE_HTTPONLY = CSRF_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
 # Headers set by SecurityMiddleware and XFrameOptionsMiddleware (Django's defaults, said here so they stay).
@@ -368,7 +424,10 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
-SECURE_HSTS_SECONDS = int(os.environ.get("QUOTAS_HSTS_SECONDS", 0))  # e.g. 31536000 once TLS is there to stay
+# Strict-Transport-Security (sent on HTTPS answers only): a year, subdomains and preload by default with HTTPS.
+SECURE_HSTS_SECONDS = int(os.environ.get("QUOTAS_HSTS_SECONDS", 31_536_000 if HTTPS_BY_DEFAULT else 0))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("QUOTAS_HSTS_INCLUDE_SUBDOMAINS", default=True)
+SECURE_HSTS_PRELOAD = env_bool("QUOTAS_HSTS_PRELOAD", default=True)
 # Content-Security-Policy (portal/security.py): the pages have no inline script or style; the exceptions, precisely:
 QUOTAS_CSP: dict[str, list[str]] = {
     "default-src": ["'self'"],

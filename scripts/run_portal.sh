@@ -11,6 +11,8 @@
 #   PROMETHEUS_INTERVAL_S (default 5): how often the project's Prometheus (.run/prometheus/dev/) scrapes the brokers'
 #     JMX exporters and the portal's /metrics; prod's live samples come from it (manage.py prometheus_source).
 #     PROMETHEUS=0 (or no prometheus installed): none, and prod's live samples are its demo clients' instead.
+#   Keys: .run/keys/ (python -m portal.keys), made on the first start; DJANGO_SECRET_KEY / QUOTAS_SECRETS_KEYS or
+#     their *_FILE variables in the environment take precedence.
 #   Logs: .run/celery-worker.log, .run/pipeline-worker.log, .run/relay.log, .run/loadgen.log, .run/demo-data.log,
 #         .run/kafka-traffic.log, .run/prometheus-source.log, the brokers' under .run/kafka/dev/
 
@@ -31,6 +33,12 @@ PROMETHEUS="${PROMETHEUS:-1}"
 PROMETHEUS_INTERVAL_S="${PROMETHEUS_INTERVAL_S:-5}"
 RUN="$ROOT/.run"
 mkdir -p "$RUN"
+
+# The portal's own keys (it refuses to start on public ones): made on the first start in .run/keys and kept, so
+# what it sealed stays readable; every process started below reads them through the *_FILE variables.
+python -m portal.keys "$RUN/keys" >/dev/null
+export DJANGO_SECRET_KEY_FILE="${DJANGO_SECRET_KEY_FILE:-$RUN/keys/django-secret-key}"
+export QUOTAS_SECRETS_KEYS_FILE="${QUOTAS_SECRETS_KEYS_FILE:-$RUN/keys/quotas-secrets-keys}"
 
 WORKER_PID=""
 PIPELINE_PID=""

@@ -1,7 +1,8 @@
 """The documentation keeps up with the code: every setting has a reference entry, and the README stays short.
 
 The settings are found the way ``portal/settings.py`` reads them: ``os.environ.get``/``os.getenv``/``os.environ[...]``,
-its helpers ``env_bool`` and ``env_list``, and ``dj_database_url.config`` (``DATABASE_URL`` unless it names another).
+its helpers ``env_bool``, ``env_list`` and ``env_secret``, and ``dj_database_url.config`` (``DATABASE_URL`` unless it
+names another).
 """
 
 import ast
@@ -15,7 +16,7 @@ README = ROOT_DIR / "README.md"
 README_MAX_BYTES = 12_000
 
 # Calls whose first argument (or ``env=`` keyword) is the name of an environment variable.
-ENV_HELPERS = {"env_bool", "env_list", "getenv"}
+ENV_HELPERS = {"env_bool", "env_list", "env_secret", "getenv"}
 
 
 def _call_name(func: ast.expr) -> str:
@@ -66,8 +67,11 @@ def test_the_parser_finds_each_way_settings_are_read() -> None:
         "import os\nimport dj_database_url\n"
         "A = os.environ.get('ONE', '1')\nB = env_bool('TWO')\nC = env_list('THREE', '')\n"
         "D = os.environ['FOUR']\nE = os.getenv('FIVE')\nF = dj_database_url.config(default='sqlite://')\n"
+        "G = env_secret('SIX', os.environ.get('SIX_FILE', ''))\n"
     )
-    assert settings_read_from_environment(source) == {"ONE", "TWO", "THREE", "FOUR", "FIVE", "DATABASE_URL"}
+    assert settings_read_from_environment(source) == {
+        "ONE", "TWO", "THREE", "FOUR", "FIVE", "DATABASE_URL", "SIX", "SIX_FILE"
+    }
 
 
 def test_every_setting_read_from_the_environment_is_in_the_configuration_reference() -> None:

@@ -106,6 +106,7 @@ def _settings_in(env: dict[str, str]) -> dict[str, Any]:
         "    print(json.dumps({'error': type(e).__name__, 'message': str(e)}))\n"
     )
     base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "QUOTAS_SECURE", "ALLOWED_HOSTS"))}
+    base["DJANGO_SECRET_KEY"] = os.environ["DJANGO_SECRET_KEY"]  # the session's (tests/keys_plugin.py)
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**base, **env}, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
