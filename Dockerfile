@@ -18,10 +18,11 @@ RUN pip install -r requirements.txt
 
 COPY . .
 
-# Static files are collected at build time; whitenoise serves them from .run/staticfiles.
+# Static files are collected at build time (DJANGO_DEBUG=1 for that command only: the image holds no keys); whitenoise
+# serves them from .run/staticfiles. /keys is where docker-compose.yml's keys volume keeps the portal's own keys.
 RUN useradd --create-home --uid 1000 portal \
-    && python manage.py collectstatic --noinput -v 0 \
-    && mkdir -p /landing && chown -R portal:portal /app/.run /landing
+    && DJANGO_DEBUG=1 python manage.py collectstatic --noinput -v 0 \
+    && mkdir -p /landing /keys && chown -R portal:portal /app/.run /landing /keys && chmod 700 /keys
 
 USER portal
 EXPOSE 8000

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 
 PORTAL_IMAGE = {"portal-a", "portal-b", "worker-1", "worker-2", "pipeline-worker", "beat", "relay"}
-TOPOLOGY = PORTAL_IMAGE | {"postgres", "redis", "spark-master", "spark-worker", "kafka-1", "kafka-2", "kafka-3"}
+TOPOLOGY = PORTAL_IMAGE | {"keys", "postgres", "redis", "spark-master", "spark-worker", "kafka-1", "kafka-2", "kafka-3"}
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +90,22 @@ def test_the_portal_services_point_at_the_services_that_exist(compose: dict) -> 
         for volume in service.get("volumes", []):
             source = volume.split(":")[0]
             assert source.startswith((".", "/")) or source in compose["volumes"], (name, volume)
+
+
+def test_no_secret_ships_the_keys_service_makes_them_once(compose: dict) -> None:
+    """The portal refuses public keys: compose's own are made on the first start and kept in a volume."""
+    services = compose["services"]
+    env = services["portal-a"]["environment"]
+    for name in ("DJANGO_SECRET_KEY", "QUOTAS_SECRETS_KEYS"):
+        assert env[name] == f"${{{name}:-}}", f"{name} has a default: it would ship in this file"
+        assert env[f"{name}_FILE"].startswith("/keys/")
+    assert services["keys"]["command"] == "python -m portal.keys /keys"
+    assert services["keys"]["volumes"] == ["keys:/keys"]
+    for name in PORTAL_IMAGE:
+        assert "keys:/keys:ro" in services[name]["volumes"], name
+        assert services[name]["depends_on"]["keys"] == {"condition": "service_completed_successfully"}, name
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "chown -R portal:portal /app/.run /landing /keys" in dockerfile  # the volume is the portal user's
 
 
 def test_the_kafka_nodes_form_one_quorum_built_from_the_maven_project(compose: dict) -> None:
