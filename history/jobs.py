@@ -1,5 +1,6 @@
 """Running a pipeline job from the portal: in the worker's long-lived Spark session (``run_warm``, the impact
-previews), or as ``python -m pipeline.<job>``, as an operator would, in a subprocess (``run``, the rollups).
+previews), or as ``python -m pipeline.<job>``, as an operator would, in a subprocess (``run``, the rollups, at a
+lower CPU priority: ``ROLLUPS_NICE``).
 
 In the warm session (``pipeline.warm``) the JVM and Spark's Python workers outlive the job, so the next preview
 starts at once; the first one of a worker process starts them (a cold start, shown as a stage of its progress).
@@ -32,6 +33,9 @@ from pipeline.progress import parse_line
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 30.0
+#: The niceness the rollups' subprocess (and its JVM and Python workers) runs at: batch work that yields the CPU to
+#: a preview's Spark session on the same machine (on 2 cores, a rollup at the same priority doubled a preview's time).
+ROLLUPS_NICE = 10
 
 
 class JobFailed(Exception):
@@ -49,10 +53,12 @@ def run(
     on_progress: Callable[[str, float], None] | None = None,
     timeout_s: float | None = None,
     heartbeat: Callable[[], None] | None = None,
+    nice: int = 0,
 ) -> dict[str, Any]:
     """Run ``pipeline.<job>`` with ``args`` (plus ``--master``), report its progress, return its JSON result.
 
-    ``heartbeat`` is called every ``HEARTBEAT_S`` while the job runs (a long step may report no progress).
+    ``heartbeat`` is called every ``HEARTBEAT_S`` while the job runs (a long step may report no progress). ``nice``:
+    added to the subprocess's niceness (its JVM and Spark's Python workers inherit it).
     """
     timeout_s = settings.QUOTAS_PIPELINE_TIMEOUT_S if timeout_s is None else timeout_s
     cmd = [sys.executable, "-m", f"pipeline.{job}", *args, "--master", settings.QUOTAS_SPARK_MASTER]
@@ -60,6 +66,7 @@ def run(
     proc = subprocess.Popen(
         cmd, cwd=settings.BASE_DIR, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
+        preexec_fn=(lambda: os.nice(nice)) if nice else None,
     )
     errors: list[dict[str, Any]] = []
     tail: list[str] = []

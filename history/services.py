@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from history.jobs import JobFailed, run, run_warm
+from history.jobs import ROLLUPS_NICE, JobFailed, run, run_warm
 from history.models import ImpactPreview, PreviewState, UsageRollup
 from quotas.choices import BudgetScope
 from quotas.engine.config import CLIENT_ID, USER, EntityRef
@@ -35,8 +35,10 @@ from quotas.workflow import PermissionDenied
 
 log = logging.getLogger(__name__)
 
-#: The Celery task that runs one preview (``history.tasks.preview``), on the ``pipeline`` queue.
+#: The Celery task that runs one preview (``history.tasks.preview``), on the previews' own queue (a worker of its own
+#: with a warm Spark session: previews never wait behind the rollups of the ``pipeline`` queue).
 PREVIEW_TASK = "history.tasks.preview"
+PREVIEWS_QUEUE = "previews"
 #: Failures that asking again cannot change while the same data is landed (anything else is retried).
 FINAL_ERRORS = frozenset({"NO_HISTORY", "INVALID_REQUEST", "MISSING_INPUT", "CORRUPT_INPUT"})
 #: A transient failure (a worker crash, Redis down) is run again when asked after this long.
@@ -144,7 +146,7 @@ def ensure_preview(
 def _enqueue(preview: ImpactPreview) -> None:
     """Queue the preview's task after the commit; when the queue is unreachable, the preview says so.
 
-    Sent by name (``history.tasks`` sits above this module and calls into it); routed to the pipeline queue.
+    Sent by name (``history.tasks`` sits above this module and calls into it); routed to the previews' queue.
     """
 
     def send() -> None:
@@ -185,31 +187,21 @@ def preview_of_request(request: QuotaRequest, version: str | None = None) -> Imp
                           scope=request.budget_scope)
 
 
-#: Held while the rollups job runs (history.tasks.rollups); a preview queued meanwhile waits for it.
+#: Held while the rollups job runs (history.tasks.rollups): one run at a time.
 ROLLUPS_LOCK = "history:rollups:lock"
 
 
 def waiting_for(preview: ImpactPreview | None) -> str:
-    """What a queued preview waits for, in words ("behind the rollups of the landed history and 2 other previews"):
-    the pipeline worker runs one job at a time, and a bar at 0 % that says nothing looks stuck."""
+    """What a queued preview waits for, in words ("behind 2 other previews"): the preview worker runs one preview
+    at a time, and a bar at 0 % that says nothing looks stuck. (Previews have their own queue and worker, so the
+    rollups never hold one back.)"""
     if preview is None or preview.state != PreviewState.QUEUED:
         return ""
-    import redis
-
     recent = timezone.now() - timedelta(seconds=10 * CLAIM_STALE_S)  # a preview queued long ago was lost, not ahead
     ahead = ImpactPreview.objects.filter(
         state__in=(PreviewState.QUEUED, PreviewState.RUNNING), pk__lt=preview.pk, updated__gte=recent
     ).count()
-    rolling = False
-    try:
-        client = redis.Redis.from_url(settings.QUOTAS_REDIS_URL, socket_connect_timeout=2, socket_timeout=5)
-        rolling = bool(client.exists(ROLLUPS_LOCK))
-        client.close()
-    except (redis.RedisError, OSError):
-        pass
-    behind = (["the rollups of the landed history"] if rolling else []) + (
-        [f"{ahead} other preview{'s' if ahead > 1 else ''}"] if ahead else [])
-    return f"behind {' and '.join(behind)}" if behind else ""
+    return f"behind {ahead} other preview{'s' if ahead > 1 else ''}" if ahead else ""
 
 
 def run_preview(pk: int) -> dict[str, Any]:
@@ -408,7 +400,7 @@ def refresh_rollups() -> dict[str, Any]:
     since = rollups_since()
     if since is not None:
         args += ["--since-ms", str(int(since.timestamp() * 1000))]
-    result = run("rollups", args)
+    result = run("rollups", args, nice=ROLLUPS_NICE)
     return {**result, "loaded": load_rollups(out / "granularity=hour")}
 
 

@@ -31,7 +31,7 @@ from quotas.models import Cluster, Drift, Push, PushState, QuotaRequest, Request
 
 #: Push latency buckets, seconds (a push waits at least a Celery round trip; Kafka's verify adds broker answers).
 PUSH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-QUEUES = ("celery", "pipeline")
+QUEUES = ("celery", "pipeline", "previews")
 
 
 class PortalCollector(Collector):

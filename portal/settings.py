@@ -292,7 +292,8 @@ CELERY_TIMEZONE = TIME_ZONE
 # Pushes to brokers must survive a worker crash: acknowledge only after the task ran.
 CELERY_TASK_ACKS_LATE = True
 # Spark jobs (minutes) have their own queue, so pushes never wait behind them: run_portal.sh starts a worker for it.
-CELERY_TASK_ROUTES = {"history.tasks.*": {"queue": "pipeline"}}
+# Impact previews (seconds, a person waiting) have one of their own, so they never wait behind the rollups either.
+CELERY_TASK_ROUTES = {"history.tasks.preview": {"queue": "previews"}, "history.tasks.*": {"queue": "pipeline"}}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 # With Redis as the broker, a message a killed worker held comes back after visibility_timeout seconds,

@@ -13,8 +13,8 @@
 #     PROMETHEUS=0 (or no prometheus installed): none, and prod's live samples are its demo clients' instead.
 #   Keys: .run/keys/ (python -m portal.keys), made on the first start; DJANGO_SECRET_KEY / QUOTAS_SECRETS_KEYS or
 #     their *_FILE variables in the environment take precedence.
-#   Logs: .run/celery-worker.log, .run/pipeline-worker.log, .run/relay.log, .run/loadgen.log, .run/demo-data.log,
-#         .run/kafka-traffic.log, .run/prometheus-source.log, the brokers' under .run/kafka/dev/
+#   Logs: .run/celery-worker.log, .run/pipeline-worker.log, .run/preview-worker.log, .run/relay.log, .run/loadgen.log,
+#         .run/demo-data.log, .run/kafka-traffic.log, .run/prometheus-source.log, the brokers' under .run/kafka/dev/
 
 set -euo pipefail
 
@@ -42,6 +42,7 @@ export QUOTAS_SECRETS_KEYS_FILE="${QUOTAS_SECRETS_KEYS_FILE:-$RUN/keys/quotas-se
 
 WORKER_PID=""
 PIPELINE_PID=""
+PREVIEW_PID=""
 RELAY_PID=""
 LOADGEN_PID=""
 KAFKA_TRAFFIC_PID=""
@@ -78,6 +79,7 @@ cleanup() {
     stop_pid "$RELAY_PID" 10
     stop_pid "$WORKER_PID" 30
     stop_pid "$PIPELINE_PID" 30
+    stop_pid "$PREVIEW_PID" 30
     if [ -n "$REDIS_STARTED" ]; then
         stop_project_redis portal "$REDIS_PORT"
     fi
@@ -147,12 +149,17 @@ export QUOTAS_LANDING_SECONDS="${QUOTAS_LANDING_SECONDS:-20}"
 celery -A portal worker -Q celery -B -s "$RUN/celerybeat-schedule" -l info --logfile "$RUN/celery-worker.log" >>"$RUN/celery-worker.log" 2>&1 &
 WORKER_PID=$!
 echo "run_portal: Celery worker pid $WORKER_PID, log in .run/celery-worker.log"
-# The Spark jobs (impact previews, rollups) on a worker of their own: pushes never wait behind them. It starts its
-# long-lived Spark session at once (QUOTAS_SPARK_PREWARM), so the first preview finds it warm too.
-QUOTAS_SPARK_PREWARM=1 celery -A portal worker -Q pipeline -c 1 -n "pipeline@%h" -l info --logfile "$RUN/pipeline-worker.log" \
+# The Spark jobs on workers of their own: pushes never wait behind them. The rollups (batch work, at a lower CPU
+# priority) on the pipeline queue; the impact previews on their own queue and worker, which starts its long-lived Spark
+# session at once (QUOTAS_SPARK_PREWARM): a preview never waits behind a rollup, and the first one finds Spark warm.
+celery -A portal worker -Q pipeline -c 1 -n "pipeline@%h" -l info --logfile "$RUN/pipeline-worker.log" \
     >>"$RUN/pipeline-worker.log" 2>&1 &
 PIPELINE_PID=$!
 echo "run_portal: pipeline worker pid $PIPELINE_PID, log in .run/pipeline-worker.log"
+QUOTAS_SPARK_PREWARM=1 celery -A portal worker -Q previews -c 1 -n "previews@%h" -l info \
+    --logfile "$RUN/preview-worker.log" >>"$RUN/preview-worker.log" 2>&1 &
+PREVIEW_PID=$!
+echo "run_portal: preview worker pid $PREVIEW_PID, log in .run/preview-worker.log"
 
 # The relay tails the monitor streams into the Channels groups the live pages listen to.
 python manage.py relay >>"$RUN/relay.log" 2>&1 &

@@ -38,7 +38,7 @@ class Worker:
     ) -> None:
         self.redis_url = redis_url
         self.name = name  # the node name's prefix: workers started side by side need distinct names
-        self.queues = queues  # "celery" (pushes, beat tasks); "pipeline" runs the Spark jobs (history.tasks)
+        self.queues = queues  # "celery" (pushes, beat tasks); "pipeline" the rollups; "previews" the impact previews
         self.log = log
         self.env = {
             **os.environ,
@@ -82,7 +82,7 @@ class Worker:
 
 
 #: Celery's keys in Redis: the queue, the unacknowledged messages, kombu's bindings and the results.
-CELERY_KEYS = ("celery", "pipeline", "unacked*", "_kombu.*", "celery-task-meta-*")
+CELERY_KEYS = ("celery", "pipeline", "previews", "unacked*", "_kombu.*", "celery-task-meta-*")
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ def test_a_tenant_previews_a_proposal_and_the_admin_sees_it_beside_the_capacity_
                for s in range(1, 121)]
     write_landing(None, root, "samples", samples, "t")
     worker = Worker(portal.env["QUOTAS_REDIS_URL"], portal.env["DATABASE_URL"],
-                    tmp_path / "worker.log", "pipeline", QUOTAS_LANDING_ROOT=str(root)).start()
+                    tmp_path / "worker.log", "previews", QUOTAS_LANDING_ROOT=str(root)).start()
     try:
         page = context.new_page()
         log_in(page, "alice")

@@ -71,6 +71,7 @@ def steady(user: str, client_id: str, seconds: int, start_ms: int = T0, every_ms
 
 
 def worker_env(root: Path) -> dict[str, str]:
-    """A worker of the pipeline queue, and the test's landing area."""
-    return {"queues": "pipeline", "QUOTAS_LANDING_ROOT": str(root)}
+    """A worker of the previews' queue (and the rollups', which these tests do not run), and the test's landing
+    area."""
+    return {"queues": "previews,pipeline", "QUOTAS_LANDING_ROOT": str(root)}
 

@@ -399,3 +399,17 @@ def test_covered_text_says_how_much_traffic_a_preview_replayed() -> None:
         "based on 3.0 h of traffic",
         "based on 3.0 days of traffic",
     ]
+
+
+def test_previews_have_a_lane_of_their_own_and_rollups_yield_the_cpu() -> None:
+    """A preview is routed to its own queue (a worker that only runs previews), the rollups to the pipeline queue;
+    the rollups' subprocess runs at a lower priority; only a worker of the previews' queue warms a Spark session."""
+    from celery import current_app
+
+    from history import tasks
+
+    route = current_app.amqp.router.route
+    assert route({}, services.PREVIEW_TASK)["queue"].name == services.PREVIEWS_QUEUE == "previews"
+    assert route({}, "history.tasks.rollups")["queue"].name == "pipeline"
+    assert jobs.ROLLUPS_NICE > 0
+    assert not tasks.consumes_previews()  # this process takes no queue: it warms no Spark
