@@ -47,7 +47,17 @@ def create_spread_topic(
 class MovingProducer:
     """One producer (one client-id) writing to the partitions it is pointed at, counting acknowledged bytes."""
 
-    def __init__(self, config: dict[str, Any], topic: str, client_id: str, partitions: Sequence[int]) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        topic: str,
+        client_id: str,
+        partitions: Sequence[int],
+        batch_bytes: int = 64 * 1024,
+        queue_kbytes: int = 1024,
+    ) -> None:
+        """``batch_bytes`` and ``queue_kbytes`` bound what one request and the client's backlog carry: the smaller,
+        the less a client released from a throttle sends at once (Kafka admits up to a window's allowance)."""
         self.topic = topic
         self.partitions = list(partitions)
         self.acked: dict[int, int] = {}  # whole second (monotonic) -> bytes acknowledged in it
@@ -59,8 +69,8 @@ class MovingProducer:
                 **config,
                 "client.id": client_id,
                 "linger.ms": 20,
-                "batch.size": 256 * 1024,
-                "queue.buffering.max.kbytes": 4096,
+                "batch.size": batch_bytes,
+                "queue.buffering.max.kbytes": queue_kbytes,
                 "log_level": 0,
                 "throttle_cb": self._on_throttle,
             }

@@ -50,30 +50,39 @@ def _producer(cluster: Any, client_id: str, brokers: list[int]) -> tuple[MovingP
     return MovingProducer(cluster.client_config(), topic, client_id, [led[b] for b in brokers]), led
 
 
+#: Kafka's quota window (quota.window.num 11 x quota.window.size.seconds 1): a client throttled on a byte rate may
+#: deliver up to this many seconds of its limit at once when old samples leave the window, and nothing for as long.
+KAFKA_WINDOW_S = 11.0
+
+
 def test_a_producer_over_three_leaders_is_held_to_the_budget_not_three_times_it(
     kafka_cluster: Any, budgets: BudgetStore
 ) -> None:
     budget = 256 * KIB
-    wide, per_broker = f"cb-wide-{uuid.uuid4().hex[:6]}", f"cb-per-broker-{uuid.uuid4().hex[:6]}"
-    for client_id in (wide, per_broker):
-        _quota(kafka_cluster, client_id, budget)
+    tag = uuid.uuid4().hex[:6]
+    wide, split, per_broker = f"cb-wide-{tag}", f"cb-split-{tag}", f"cb-per-broker-{tag}"
+    _quota(kafka_cluster, wide, budget)
+    _quota(kafka_cluster, split, round(budget / 3))  # Kafka's own enforcement of an even split, for comparison
+    _quota(kafka_cluster, per_broker, budget)
     budgets.set_scope([scope_field("produce", EntityRef(client_id=wide).field())])
-    producers = [_producer(kafka_cluster, c, [1, 2, 3])[0].start() for c in (wide, per_broker)]
+    producers = [_producer(kafka_cluster, c, [1, 2, 3])[0].start() for c in (wide, split, per_broker)]
     start = int(time.monotonic()) + 1
-    time.sleep(50)
+    time.sleep(56)
     for p in producers:
         p.stop()
-    # past Kafka's 11 s window and the new sensors' burst (each starts at B / 3 with a window's allowance, which its
-    # clients then wait out), both measured over the same seconds
-    held, kafka = (p.rate(start + 20, start + 48) / budget for p in producers)
+    # the same 40 seconds for all three, past the first window (each new sensor starts at B / 3)
+    seconds = 40
+    held, kafka_split, kafka = (p.rate(start + 14, start + 14 + seconds) / budget for p in producers)
     shares = budgets.shares(budget_id("produce", "", wide))
+    print(f"cluster-wide budget: {held:.2f} B delivered; Kafka with B / 3 per broker {kafka_split:.2f} B; "
+          f"Kafka with B per broker {kafka:.2f} B")
     assert set(shares) == {1, 2, 3}, f"every broker takes part in the budget: {shares}"
     assert sum(s["s"] for s in shares.values()) <= budget * 1.0001
     assert kafka > 2.0, f"Kafka's per-broker meaning lets the same value through about 3 times: {kafka:.2f} B"
-    # never 3 B: the budget holds the cluster's total; how close to B it stays over a short window is not asserted
-    # (a client muted after its first burst can deliver far less for a while: issue 28 keeps it open)
-    assert held < 1.25, f"the budget lets the producer through at {held:.2f} B (per broker {kafka:.2f} B)"
-    print(f"cluster-wide budget: {held:.2f} B delivered; the same value per broker: {kafka:.2f} B")
+    # Kafka delivers a throttled client's limit in bursts of up to a window's allowance (and holds it back as long):
+    # over 40 s that is up to 11 / 40 of B either way, for Kafka's own static split as for the budget
+    slack = KAFKA_WINDOW_S / seconds + 0.05
+    assert 1 - slack <= held <= 1 + slack, f"the budget delivers {held:.2f} B (Kafka's split {kafka_split:.2f} B)"
 
 
 def test_shares_follow_the_producer_to_another_leader(kafka_cluster: Any, budgets: BudgetStore) -> None:

@@ -240,14 +240,22 @@ final class BudgetCoordinator {
             // (rate - share) / share windows at its next request, and the longer wait would look like less demand
             // still. So a throttled sensor is saturated and wants at least what it measures.
             double throttle = rates.throttleMs(s.sensor());
-            boolean silent = s.lastRequestMs() >= 0 && now - s.lastRequestMs() > Math.max(SILENT_MS, 2 * throttle);
+            // Silence is only evidence once Kafka would have let its clients speak: a mute lasts about as long as the
+            // window takes to bring the rate back to the limit, so a sensor still measuring more than half of its
+            // limit may be muted yet, however long its silence (cutting it then mutes it for longer still).
+            boolean silent = s.lastRequestMs() >= 0 && now - s.lastRequestMs() > Math.max(SILENT_MS, 2 * throttle)
+                    && rate < FALLING * enforced;
             boolean muted = throttle > 0 && !silent;
             if (muted) {
                 demand = Math.max(demand, rate);
             }
-            // saturated once the rate reaches the share; from then on only demand gone for FALLING_ROUNDS rounds
-            // without a throttle ends it
-            boolean full = muted || saturated.contains(s.sensor()) || rate >= SATURATED * enforced;
+            if (silent) {
+                // nothing came for longer than any mute: its clients left or stopped, whatever the window still says
+                demand = 0;
+            }
+            // saturated once the rate reaches the share; from then on only silence, or demand gone for
+            // FALLING_ROUNDS rounds without a throttle, ends it
+            boolean full = !silent && (muted || saturated.contains(s.sensor()) || rate >= SATURATED * enforced);
             int low = !muted && demand < FALLING * enforced ? falling.merge(s.sensor(), 1, Integer::sum) : 0;
             if (low == 0) {
                 falling.remove(s.sensor());
