@@ -15,6 +15,7 @@ Environment variables:
 """
 
 import base64
+import ipaddress
 import os
 import sys
 import warnings
@@ -356,6 +357,14 @@ QUOTAS_WEBHOOK_TIMEOUT_S = float(os.environ.get("QUOTAS_WEBHOOK_TIMEOUT_S", 5.0)
 QUOTAS_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("QUOTAS_WEBHOOK_MAX_ATTEMPTS", 8))
 QUOTAS_WEBHOOK_RETRY_BASE_S = float(os.environ.get("QUOTAS_WEBHOOK_RETRY_BASE_S", 2.0))
 QUOTAS_WEBHOOK_RETRY_MAX_S = float(os.environ.get("QUOTAS_WEBHOOK_RETRY_MAX_S", 600.0))
+# Webhooks never go to loopback, link-local or private addresses (quotas.models.webhook_destinations) but in these
+# networks (CIDR, comma-separated), e.g. a chat bot of the company's network.
+QUOTAS_WEBHOOK_ALLOWED_NETWORKS = env_list("QUOTAS_WEBHOOK_ALLOWED_NETWORKS", "")
+for _network in QUOTAS_WEBHOOK_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        refuse(f"QUOTAS_WEBHOOK_ALLOWED_NETWORKS holds {_network!r}, which is not a network (e.g. 10.20.0.0/16).")
 
 # Run by the `beat` service (docker-compose.yml) or `celery -A portal beat`.
 CELERY_BEAT_SCHEDULE = {
@@ -409,13 +418,13 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = max(QUOTAS_MAX_BODY_BYTES, QUOTAS_TELEMETRY_MAX_BY
 QUOTAS_LOGIN_MAX_FAILURES = int(os.environ.get("QUOTAS_LOGIN_MAX_FAILURES", 5))
 QUOTAS_LOGIN_MAX_FAILURES_PER_ADDRESS = int(os.environ.get("QUOTAS_LOGIN_MAX_FAILURES_PER_ADDRESS", 20))
 QUOTAS_LOGIN_WINDOW_S = int(os.environ.get("QUOTAS_LOGIN_WINDOW_S", 300))
-# Cookies: never readable by scripts (the pages send the CSRF token from their forms), sent cross-site only on
 # HTTPS by default wherever the portal answers to a host other than this machine (DEBUG off): http:// is for
 # 127.0.0.1 and localhost (the demo, the tests, a compose stack tried on this machine). Each part can be set alone.
 HTTPS_BY_DEFAULT = not DEBUG and not set(ALLOWED_HOSTS) <= LOCAL_HOSTS
 SECURE_SSL_REDIRECT = env_bool("QUOTAS_SSL_REDIRECT", default=HTTPS_BY_DEFAULT)
 # Reached inside the network in plain HTTP: the container healthcheck, Prometheus, the brokers' KIP-714 plugin.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$", r"^v1/metrics$"]
+# Cookies: never readable by scripts (the pages send the CSRF token from their forms), sent cross-site only on
 # top-level navigations, and Secure over HTTPS.
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("QUOTAS_SECURE_COOKIES", default=HTTPS_BY_DEFAULT)
 SESSION_COOKIE_HTTPONLY = CSRF_COOKIE_HTTPONLY = True

@@ -28,6 +28,7 @@ from quotas.models import (
     Webhook,
     WebhookDelivery,
 )
+from quotas.models.webhook_destinations import ForbiddenDestination, check_url
 
 
 class BrokerInline(admin.TabularInline):
@@ -166,6 +167,14 @@ class WebhookForm(forms.ModelForm):
     class Meta:
         model = Webhook
         fields = ["tenant", "name", "url", "events", "active"]
+
+    def clean_url(self) -> str:
+        url = self.cleaned_data["url"]
+        try:
+            check_url(url)
+        except ForbiddenDestination as e:
+            raise forms.ValidationError(str(e), code=e.code) from None
+        return url
 
 
 @admin.register(Webhook)

@@ -61,6 +61,8 @@ from quotas.models import (
     request_changed,
 )
 from quotas.models.sealed import SealedValueError
+from quotas.models.webhook_destinations import ForbiddenDestination, check_url
+from quotas.models.webhook_destinations import opener as destination_opener
 from quotas.models.webhooks import REQUEST_FIELDS
 
 log = logging.getLogger(__name__)
@@ -497,9 +499,6 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_opener = urllib.request.build_opener(_NoRedirects)
-
-
 def _retry_after(value: str | None) -> float | None:
     if not value:
         return None
@@ -514,11 +513,15 @@ def _retry_after(value: str | None) -> float | None:
 
 
 def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int | None, str, float | None]:
-    """POST once: (status or None when nothing answered, an error text, Retry-After seconds)."""
+    """POST once: (status or None when nothing answered, an error text, Retry-After seconds). Only to addresses
+    the webhook destination policy allows: ForbiddenDestination otherwise, nothing sent."""
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    check_url(url)
     try:
-        with _opener.open(request, timeout=timeout) as answer:
+        with destination_opener(url, _NoRedirects).open(request, timeout=timeout) as answer:
             return answer.status, "", None
+    except ForbiddenDestination:
+        raise
     except urllib.error.HTTPError as e:
         try:
             text = e.read(ERROR_BYTES).decode("utf-8", "replace").strip()
@@ -561,7 +564,15 @@ def attempt(delivery_id: int) -> Attempt:
         "X-Quotas-Delivery": str(delivery.uuid),
         SIGNATURE_HEADER: signed,
     }
-    status, error, retry_after = post(hook.url, body, headers, settings.QUOTAS_WEBHOOK_TIMEOUT_S)
+    try:
+        status, error, retry_after = post(hook.url, body, headers, settings.QUOTAS_WEBHOOK_TIMEOUT_S)
+    except ForbiddenDestination as e:  # no retry makes the address allowed: refused now, saying why
+        refused = f"{e.code}: {e}"
+        WebhookDelivery.objects.filter(pk=delivery.pk, state=DeliveryState.PENDING).update(
+            state=DeliveryState.FAILED, last_error=refused, next_attempt_at=None
+        )
+        log.warning("Webhook %s delivery %s refused: %s", hook.pk, delivery.pk, e)
+        return Attempt(delivery.pk, "failed", delivery.attempts, None, refused)
     attempts = delivery.attempts + 1
     done = timezone.now()
     fields: dict[str, Any] = {"attempts": F("attempts") + 1, "status_code": status, "last_error": error,

@@ -41,6 +41,7 @@ from quotas.models import (
     record,
     sees_everything,
 )
+from quotas.models.webhook_destinations import ForbiddenDestination, check_url
 from quotas.models.webhooks import REQUEST_FIELDS, default_events
 
 DELIVERY_ROW_BYTES = 4 << 10  # a delivery, its webhook and tenant, an error text (as pushes)
@@ -83,6 +84,13 @@ class WebhookSerializer(serializers.ModelSerializer):
         model = Webhook
         fields = ["id", "tenant", "name", "url", "events", "active", "created", "created_by", "updated"]
         read_only_fields = ["id", "created", "created_by", "updated"]
+
+    def validate_url(self, value: str) -> str:
+        try:
+            check_url(value)
+        except ForbiddenDestination as e:  # typed, not INVALID_REQUEST: the URL is well formed, the policy refuses it
+            raise ApiError(e.code, str(e), {"url": [str(e)]}) from None
+        return value
 
     def validate_tenant(self, value: Tenant) -> Tenant:
         if self.instance is not None and value != self.instance.tenant:
@@ -191,7 +199,9 @@ CHANGE_ERRORS = {**ERRORS, 409: ErrorSerializer}
             "sha256=<hex HMAC-SHA256 of the raw body under the secret>`. A 2xx answer delivers; no answer, 408, 429 "
             "and 5xx are retried with exponential backoff and jitter (at most QUOTAS_WEBHOOK_MAX_ATTEMPTS attempts, "
             "8 by default), other answers (3xx included: redirects are not followed) fail the delivery. The answer "
-            "(`Cache-Control: no-store`) is the only one that shows the secret."
+            "(`Cache-Control: no-store`) is the only one that shows the secret. A `url` whose host is or resolves to "
+            "a loopback, link-local or private address is refused with POLICY_VIOLATION, unless the portal's "
+            "QUOTAS_WEBHOOK_ALLOWED_NETWORKS allows it."
         ),
         request=WebhookCreateSerializer,
         responses={201: WebhookIssuedSerializer, **ERRORS},

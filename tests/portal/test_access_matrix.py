@@ -383,7 +383,7 @@ def world(django_db_setup: None, django_db_blocker: Any, redis_url: str) -> Iter
                 error_message=f"No recorded traffic of svc-{tag}-1 yet.",
             ).pk
         w["preview"] = previews
-        hook = Webhook.objects.create(tenant=w["tenant-mxa"], name="hook-mxa", url="http://127.0.0.1:9/mxa",
+        hook = Webhook.objects.create(tenant=w["tenant-mxa"], name="hook-mxa", url="https://hooks.test/mxa",
                                       secret="s" * 32)
         w["webhook"] = {"A": hook.pk}
         w["webhook-delivery"] = {"A": WebhookDelivery.objects.create(
@@ -514,9 +514,9 @@ def body_of(row: Row) -> dict[str, Any] | None:
     if p == "/api/previews/":
         return {"cluster": CLUSTER, "user": f"svc-{tag}-1", "client_id": None, **GOOD_QUOTA}
     if p == "/api/webhooks/":
-        return {"tenant": f"team-{tag}", "name": "hook-new", "url": "http://127.0.0.1:9/new"}
+        return {"tenant": f"team-{tag}", "name": "hook-new", "url": "https://hooks.test/new"}
     if p == "/api/webhooks/{id}/":
-        return {"tenant": "team-mxa", "name": "hook-mxa", "url": "http://127.0.0.1:9/mxa"} if m == "PUT" else {
+        return {"tenant": "team-mxa", "name": "hook-mxa", "url": "https://hooks.test/mxa"} if m == "PUT" else {
             "active": False}
     if p.endswith(("/approve/", "/reject/", "/withdraw/")):
         return {"comment": "matrix"}

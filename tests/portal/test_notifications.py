@@ -115,6 +115,10 @@ def body_of(message: EmailMessage) -> str:
 # ------------------------------------------------------------------ a real HTTP receiver
 
 
+#: Webhooks may send to loopback only where an admin allows it (quotas.models.webhook_destinations).
+LOOPBACK = ["127.0.0.0/8"]
+
+
 class Receiver:
     """An HTTP server in a thread answering POSTs with the scripted statuses (the last one repeats)."""
 
@@ -151,7 +155,8 @@ class Receiver:
 
 
 @pytest.fixture
-def receiver_factory() -> Iterator[Callable[[list[int]], Receiver]]:
+def receiver_factory(settings: Any) -> Iterator[Callable[[list[int]], Receiver]]:
+    settings.QUOTAS_WEBHOOK_ALLOWED_NETWORKS = LOOPBACK  # the receivers listen on 127.0.0.1
     started: list[Receiver] = []
 
     def make(statuses: list[int]) -> Receiver:
@@ -818,6 +823,7 @@ def test_a_real_worker_mails_and_delivers_with_retries(
     worker_factory(
         EMAIL_HOST="127.0.0.1", EMAIL_PORT=str(port), DEFAULT_FROM_EMAIL="portal@quotas.test",
         QUOTAS_WEBHOOK_RETRY_BASE_S="0.2", QUOTAS_WEBHOOK_RETRY_MAX_S="1",
+        QUOTAS_WEBHOOK_ALLOWED_NETWORKS=",".join(LOOPBACK),
     )
     asked = api(people["alice"]).post(
         "/api/requests/", {"cluster": "prod", "user": "svc-a-1", "key": PBR, "value": "1.5 MiB/s"}, format="json"
