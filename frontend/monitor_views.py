@@ -26,7 +26,6 @@ from frontend.monitoring import (
     ClusterNow,
     Visibility,
     cluster_now,
-    describe_tags,
     heatmap,
     monitor_redis,
     now_ms,
@@ -35,6 +34,7 @@ from frontend.monitoring import (
     valid_tags,
 )
 from frontend.pages import Refused, entity_url, not_found, page, portal_page, visible_requests
+from quotas.engine.entities import display_tags
 from quotas.models import Cluster, Drift, QuotaEntity, RequestState, is_auditor, sees_everything
 
 #: The WebSocket of the live charts and the JSON endpoints of the hour view (telemetry_ui/README.md).
@@ -65,7 +65,6 @@ def overview(request: HttpRequest) -> HttpResponse:
         {
             "e": e,
             "url": entity_url(e.cluster, e.tags),
-            "who": describe_tags(e.tags),
             "types": sorted(e.throttled_types),
             "age_s": max(0.0, (now - e.newest) / 1000),
         }
@@ -76,7 +75,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         hm = heatmap(snap)
         if hm is not None:
             hm["links"] = [entity_url(snap.name, tags) for tags in hm["entities"]]
-            hm["who"] = [describe_tags(tags) for tags in hm["entities"]]  # the hover says whose sensor, in words
+            hm["names"] = [display_tags(tags) for tags in hm["entities"]]  # its labels, in words; tags on hover
             maps.append(hm)
             rows = [
                 {"tags": tags, "url": url, "cells": cells}
@@ -143,6 +142,7 @@ def entity(request: HttpRequest, cluster: str) -> HttpResponse:
     bootstrap = {
         "cluster": found.name,
         "entity": tags,
+        "display": display_tags(tags),
         "brokers": [b.broker_id for b in found.brokers.all()],
         "ws_path": WS_PATH,
         # the JSON endpoints of telemetry_ui (GET ...?entity=<tags>&minutes=N)
@@ -155,7 +155,7 @@ def entity(request: HttpRequest, cluster: str) -> HttpResponse:
     context = {
         "cluster": found,
         "tags": tags,
-        "who": describe_tags(tags),
+        "display": display_tags(tags),
         "user_name": user,
         "client_id": client_id,
         "config_entity": config,

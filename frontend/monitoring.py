@@ -85,18 +85,6 @@ def tags_for(user: str | None, client_id: str | None) -> str:
     return f"{sanitize(user) if user else ''}:{client_id or ''}"
 
 
-def describe_tags(tags: str) -> str:
-    """Tags in words: ``user svc-a, client-id app`` / ``user svc-a (any client-id)`` / ``client-id app``."""
-    user, client_id = tags_names(tags)
-    if user and client_id:
-        return f"user {user}, client-id {client_id}"
-    if user:
-        return f"user {user} (all its client-ids)"
-    if client_id:
-        return f"client-id {client_id} (any user)"
-    return "unnamed clients"
-
-
 @dataclass
 class Visibility:
     """Which sensor tags a person may watch, decided once per tags for the life of one request."""

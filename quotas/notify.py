@@ -47,6 +47,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from quotas.engine.entities import display_name, display_path
 from quotas.engine.units import format_exact, format_quota_value
 from quotas.models import (
     DeliveryState,
@@ -152,14 +153,15 @@ def _line(label: str, value: object) -> str:
 def _quota_summary(request: QuotaRequest) -> str:
     value = format_quota_value(request.key, request.value)
     scope = " (cluster-wide)" if request.cluster_wide else ""
-    return f"{request.key} = {value}{scope} for {request.entity} on {request.cluster.name}"
+    who = display_name(request.user, request.client_id)
+    return f"{request.key} = {value}{scope} for {who} on {request.cluster.name}"
 
 
 def _quota_details(request: QuotaRequest) -> list[str]:
     value = request.value
     lines = [
         _line("cluster", request.cluster.name),
-        _line("entity", request.entity),
+        _line("entity", f"{display_name(request.user, request.client_id)} ({request.entity})"),
         _line("key", request.key),
         _line("value", f"{format_quota_value(request.key, value)} ({format_exact(request.key, value)})"),
         _line("scope", "cluster-wide (a budget for the sum over the brokers)" if request.cluster_wide
@@ -174,6 +176,7 @@ def _quota_details(request: QuotaRequest) -> list[str]:
 def _quota_fields(request: QuotaRequest) -> dict[str, Any]:
     return {
         "entity": request.entity,
+        "display": display_name(request.user, request.client_id),
         "user": request.user,
         "client_id": request.client_id,
         "key": request.key,
@@ -239,7 +242,7 @@ def _plan_details(request: PlanRequest) -> list[str]:
         _line("plan", f"#{request.plan_id}: {_plan_counts(request)}" + (", prune" if request.plan.prune else "")),
     ]
     for change in changes[:PLAN_CHANGES_MAILED]:
-        where = f"{change.get('path', '')} {change.get('key', '')}".strip()
+        where = f"{display_path(change.get('path', ''))} {change.get('key', '')}".strip()
         lines.append(_line(change.get("action", ""), f"{where}: {_shown(change, 'old')} -> {_shown(change, 'new')}"))
     if len(changes) > PLAN_CHANGES_MAILED:
         lines.append(f"  ... and {len(changes) - PLAN_CHANGES_MAILED} more changes")

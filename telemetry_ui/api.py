@@ -1,13 +1,14 @@
 """Monitor API: an entity's samples without a WebSocket, and its minute rollups for the hour view.
 
 - ``GET /api/monitor/<cluster>/recent/?entity=<tags>[&since_ms=]``: the entity's samples of every quota type
-  (default: the last 5 minutes), oldest first: ``{"cluster", "entity", "since_ms", "points": [sample, ...]}``
+  (default: the last 5 minutes), oldest first: ``{"cluster", "entity", "display", "since_ms", "points": [sample,
+  ...]}`` (``display``: the entity in words, as the pages name it, e.g. ``client-id 1 (any principal)`` for ``:1``)
   (the samples are the engine's, as in the WebSocket's ``backfill``).
 - ``GET /api/monitor/<cluster>/history/?entity=<tags>&minutes=60``: the entity's minute rollups of every quota
   type over the last ``minutes`` (1..120, default 60), oldest first:
-  ``{"cluster", "entity", "minutes", "since_ms", "rollups": [{"t", "b", "q", "rate_avg", "rate_max", "thr_avg",
-  "thr_max", "thr_frac", "tokens_min", "bound", "n"}, ...]}`` (``q`` added to each of the engine's rows; a row is
-  one broker's minute, written when the minute is over).
+  ``{"cluster", "entity", "display", "minutes", "since_ms", "rollups": [{"t", "b", "q", "rate_avg", "rate_max",
+  "thr_avg", "thr_max", "thr_frac", "tokens_min", "bound", "n"}, ...]}`` (``q`` added to each of the engine's rows;
+  a row is one broker's minute, written when the minute is over).
 
 The same rule as the WebSocket: admins and auditors read every entity, a tenant member the entities its tenants
 own (403 ``PERMISSION_DENIED`` otherwise, and no connection samples). 404 ``NOT_FOUND`` for an unknown cluster,
@@ -29,6 +30,7 @@ from rest_framework.views import APIView
 
 from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.views import get_cluster
+from quotas.engine.entities import display_tags
 from quotas.engine.errors import EngineUnavailable
 from quotas.engine.monitor import MINUTES_KEPT, minutes, recent
 
@@ -111,7 +113,8 @@ class MonitorRecentView(APIView):
                     points.extend(p for p in rows if p.get("t", 0) >= since)
         except (redis.RedisError, OSError) as e:
             raise _unavailable(e) from e
-        return Response({"cluster": cluster, "entity": tags, "since_ms": since, "points": sort_points(points)})
+        return Response({"cluster": cluster, "entity": tags, "display": display_tags(tags), "since_ms": since,
+                         "points": sort_points(points)})
 
 
 class MonitorHistoryView(APIView):
@@ -138,5 +141,5 @@ class MonitorHistoryView(APIView):
                     rows.extend({**r, "q": q} for r in minutes(client, cluster, q, tags, since))
         except (redis.RedisError, OSError) as e:
             raise _unavailable(e) from e
-        return Response({"cluster": cluster, "entity": tags, "minutes": span, "since_ms": since,
-                         "rollups": sort_points(rows)})
+        return Response({"cluster": cluster, "entity": tags, "display": display_tags(tags), "minutes": span,
+                         "since_ms": since, "rollups": sort_points(rows)})

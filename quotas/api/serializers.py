@@ -23,7 +23,7 @@ from rest_framework import serializers
 from quotas.budgets import enforcement
 from quotas.choices import BudgetScope, ConnectorKind, EntityType, MatchType, QuotaScope
 from quotas.engine.config import CLIENT_ID, USER
-from quotas.engine.entities import DEFAULT
+from quotas.engine.entities import DEFAULT, display_name, display_path
 from quotas.engine.units import UnitError, is_byte_rate, parse_quota_value
 from quotas.models import (
     AlterOutcome,
@@ -268,6 +268,7 @@ class DescribeEntrySerializer(serializers.Serializer):
     "budget_scopes": {...}}``."""
 
     entity = serializers.SerializerMethodField(help_text="Entity type -> name; the default entity is '<default>'.")
+    display = serializers.SerializerMethodField(help_text="The entity in words: 'client-id app (any principal)'.")
     values = serializers.SerializerMethodField(help_text="Quota key -> value (a double, as Kafka answers).")
     budget_scopes = serializers.SerializerMethodField(
         help_text="Quota key -> what its value means: per_broker (a limit on each broker, Kafka's meaning) or "
@@ -277,6 +278,9 @@ class DescribeEntrySerializer(serializers.Serializer):
     @extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
     def get_entity(self, obj: QuotaEntity) -> dict[str, str]:
         return obj.components
+
+    def get_display(self, obj: QuotaEntity) -> str:
+        return display_name(obj.user, obj.client_id, obj.ip)
 
     @extend_schema_field({"type": "object", "additionalProperties": {"type": "number", "format": "double"}})
     def get_values(self, obj: QuotaEntity) -> dict[str, float]:
@@ -685,6 +689,9 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
     requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     entity = serializers.CharField(read_only=True, help_text="Kafka's config path of the entity.")
+    display = serializers.SerializerMethodField(
+        help_text="The entity in words, as the pages and mails name it: 'svc-a (all client-ids)'."
+    )
     approval = serializers.SerializerMethodField()
 
     class Meta:
@@ -697,6 +704,7 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
             "user",
             "client_id",
             "entity",
+            "display",
             "key",
             "value",
             "budget_scope",
@@ -712,6 +720,9 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
             "updated",
         ]
         read_only_fields = fields
+
+    def get_display(self, obj: QuotaRequest) -> str:
+        return display_name(obj.user, obj.client_id)
 
     @extend_schema_field(ApprovalSerializer(allow_null=True))
     def get_approval(self, obj: QuotaRequest) -> dict[str, Any] | None:
@@ -886,6 +897,12 @@ class AuditEntrySerializer(serializers.ModelSerializer):
     request = serializers.PrimaryKeyRelatedField(read_only=True)
     before = serializers.JSONField(read_only=True, help_text="A value (quota_altered) or a state; null = none.")
     after = serializers.JSONField(read_only=True, help_text="A value (quota_altered) or a state; null = none.")
+    display = serializers.SerializerMethodField(
+        help_text="The entity in words (a quota entity's: 'svc-a (all client-ids)'; any other path as it is)."
+    )
+
+    def get_display(self, obj: AuditEntry) -> str:
+        return display_path(obj.entity) if obj.entity else ""
 
     class Meta:
         model = AuditEntry
@@ -898,6 +915,7 @@ class AuditEntrySerializer(serializers.ModelSerializer):
             "cluster",
             "request",
             "entity",
+            "display",
             "key",
             "before",
             "after",
@@ -918,6 +936,7 @@ class DriftSerializer(serializers.ModelSerializer):
         help_text="Kafka's config path of the resource: /config/users/alice, /config/brokers/<default>, "
         "/config/brokers/1, /config/topics/<topic>, /config/client-metrics/<name>."
     )
+    display = serializers.SerializerMethodField(help_text="The resource in words (a quota entity's, as pages name it).")
     resource = serializers.CharField(
         read_only=True,
         help_text="As the connectors name it: the entity's JSON for quotas ({\"user\":\"alice\"}), a broker id "
@@ -938,6 +957,7 @@ class DriftSerializer(serializers.ModelSerializer):
             "kind",
             "resource",
             "entity",
+            "display",
             "key",
             "status",
             "desired",
@@ -954,6 +974,9 @@ class DriftSerializer(serializers.ModelSerializer):
 
     def get_entity(self, obj: Drift) -> str:
         return obj.path
+
+    def get_display(self, obj: Drift) -> str:
+        return display_path(obj.path)
 
     @extend_schema_field(
         {"type": "string", "enum": [DriftResolution.HEALED, DriftResolution.CONVERGED], "nullable": True}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import math
+import urllib.parse
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -269,3 +270,76 @@ def entity_path(user: str | None = None, client_id: str | None = None, ip: str |
     if client_id is not None:
         path += f"/clients/{client_id}"
     return path
+
+
+# ------------------------------------------------------------------ names people read
+
+#: Kafka's principal of a connection that did not authenticate (a PLAINTEXT listener, or SSL without client auth).
+ANONYMOUS = "ANONYMOUS"
+
+
+def display_name(user: str | None = None, client_id: str | None = None, ip: str | None = None) -> str:
+    """An entity as a person reads it: ``svc-a (all client-ids)``, ``client-id app (any principal)``,
+    ``<default> principal``, ``anonymous (PLAINTEXT listener)``, ``svc-a, client-id app``, ``ip 10.0.0.1``.
+
+    Names are as Kafka's config names them (``None`` absent, ``<default>`` the default entity); the same form for
+    Kafka's eight (user, client-id) levels, the two ip levels and a sensor's tags (``display_tags``). What it names
+    exactly is ``entity_path`` (shown beside it, or on hover).
+    """
+    if ip is not None:
+        return "<default> ip" if ip == DEFAULT else f"ip {ip}"
+    if user is None and client_id is None:
+        return "no entity"
+    client = None
+    if client_id == DEFAULT:
+        client = "<default> client-id"
+    elif client_id is not None:
+        client = f"client-id {client_id}" if client_id else "empty client-id"
+    if user is None:
+        return client if client_id == DEFAULT else f"{client} (any principal)"
+    if user == DEFAULT:
+        who = "<default> principal"
+    elif user == ANONYMOUS:
+        who = "anonymous (PLAINTEXT listener)"
+    else:
+        who = user
+    if client is None:
+        return who if user in (DEFAULT, ANONYMOUS) else f"{who} (all client-ids)"
+    return f"{who}, {client}"
+
+
+def tags_entity(tags: str) -> tuple[str | None, str | None]:
+    """(user, client-id) a sensor's tags ``"<sanitized user>:<client-id>"`` are named for: the user unsanitized,
+    an empty part absent (``":"``, no user and an empty client-id, is the client-id ``""``)."""
+    user_tag, _, client_id = tags.partition(":")
+    user = urllib.parse.unquote(user_tag) if user_tag else None
+    return user, (client_id if client_id or user is None else None)
+
+
+def display_tags(tags: str) -> str:
+    """A sensor's tags (``svc-a:``, ``:1``, ``ANONYMOUS:app``) as ``display_name`` words them; the live monitor's
+    connection sensors ``ip:<address>`` and ``listener:<name>`` as ``ip 10.0.0.1`` and ``listener PLAINTEXT``."""
+    kind, _, name = tags.partition(":")
+    if kind in ("ip", "listener") and name:
+        return f"{kind} {name}"
+    return display_name(*tags_entity(tags))
+
+
+def path_entity(path: str) -> tuple[str | None, str | None, str | None]:
+    """(user, client-id, ip) of a config path ``entity_path`` made (None each for a path of anything else)."""
+    if path.startswith("/config/ips/"):
+        return None, None, path[len("/config/ips/"):]
+    user = client_id = None
+    rest = path
+    if rest.startswith("/config/users/"):
+        user, has_client, client_id = rest[len("/config/users/"):].partition("/clients/")
+        client_id = client_id if has_client else None
+    elif rest.startswith("/config/clients/"):
+        client_id = rest[len("/config/clients/"):]
+    return user or None, client_id, None
+
+
+def display_path(path: str) -> str:
+    """A config path (``/config/users/svc-a``) as ``display_name`` words it; any other path as it is."""
+    user, client_id, ip = path_entity(path)
+    return display_name(user, client_id, ip) if (user, client_id, ip) != (None, None, None) else path

@@ -81,7 +81,7 @@ def targets(response: Any) -> dict[str, list[str]]:
 
 def drift_rows(response: Any) -> list[list[str]]:
     """The open drift items on the page: entity, key, status, desired, actual, version, since."""
-    return [row for row in parse(response).rows if len(row) == 7 and row[0].startswith("/config/")]
+    return [row for row in parse(response).rows if len(row) == 7 and row[2] in ("extra", "different", "missing")]
 
 
 class CeleryQueue:
@@ -193,9 +193,10 @@ def test_drift_is_shown_then_healed_from_the_page(w: dict[str, Any], queue: Cele
     assert targets(response)["broker 1"][6] == "3"  # open drift
     assert [row[:6] for row in drift_rows(response)] == [
         ["/config/brokers/1", "max.connections", "extra", "—", "10", "2"],
-        ["/config/users/svc-a-1", PBR, "different", "1000.0", "5000.0", "2"],
-        ["/config/users/svc-a-2", CBR, "missing", "2000.0", "—", "2"],
+        ["svc-a-1 (all client-ids)", PBR, "different", "1000.0", "5000.0", "2"],  # in words, the path on hover
+        ["svc-a-2 (all client-ids)", CBR, "missing", "2000.0", "—", "2"],
     ]
+    assert 'title="/config/users/svc-a-1">svc-a-1 (all client-ids)</span>' in page
     since = Drift.objects.filter(broker=broker).first().detected_at.strftime("%Y-%m-%d %H:%M:%S")
     assert {row[6] for row in drift_rows(response)} == {since}
 

@@ -176,7 +176,9 @@ def test_entity_page_bootstraps_the_socket_and_history_and_links_the_config(w: d
     assert data["ws_path"] == "/ws/monitor/"
     assert data["history_url"] == f"/api/monitor/{CLUSTER}/history/"
     page = text(response)
-    assert "user svc-a-1 (all its client-ids)" in page
+    assert 'Monitor: <span class="entity-name" title="svc-a-1:">svc-a-1 (all client-ids)</span>' in page
+    assert page.split("<title>")[1].startswith("svc-a-1 (all client-ids) monitor")
+    assert data["display"] == "svc-a-1 (all client-ids)"  # for the page's script, as the server words it
     pk = QuotaEntity.objects.get(cluster=w["cluster"], user="svc-a-1", client_id=None).pk
     assert f'href="/entities/{pk}/"' in page  # its configured quota
     assert "range-live" in page and "range-hour" in page
@@ -218,7 +220,8 @@ def overview_samples(now: int) -> list[dict[str, Any]]:
 
 def throttled_rows(response: Any) -> list[list[str]]:
     rows = parse(response).rows
-    start = next(i for i, r in enumerate(rows) if r and r[0] == "Entity (sensor)")
+    start = next((i for i, r in enumerate(rows) if r and r[0] == "Entity"), None)
+    assert start is not None, rows[:5]
     return [r for r in rows[start + 1:] if len(r) == 8]
 
 
@@ -233,7 +236,9 @@ def test_overview_for_an_admin_shows_what_is_throttled_now_heatmap_pending_and_d
     assert response.status_code == 200
     assert_accessible(response)
     rows = throttled_rows(response)
-    assert [r[0].split()[0] for r in rows] == ["svc-b-1:", "svc-a-1:"]  # most time throttled first; not the stale one
+    # most time throttled first; not the stale one; in words, Kafka's tags on hover
+    assert [r[0] for r in rows] == ["svc-b-1 (all client-ids)", "svc-a-1 (all client-ids)"]
+    assert '<span class="entity-name" title="svc-b-1:">svc-b-1 (all client-ids)</span>' in text(response)
     assert rows[0][1:] == [CLUSTER, "produce", "90%", "1600", "800", "200%", "1 of 1"]
     assert rows[1][3] == "60%" and rows[1][7] == "2 of 3"
     page = text(response)
@@ -244,7 +249,7 @@ def test_overview_for_an_admin_shows_what_is_throttled_now_heatmap_pending_and_d
     assert hm["entities"] == ["svc-b-1:", "svc-a-1:", "svc-a-2:"]  # by utilization; stale and connection left out
     assert hm["z"][1] == [1.8, 1.5, 0.4] and hm["z"][0] == [2.0, None, None]
     assert hm["links"][0] == f"/monitor/{CLUSTER}/entity/?e=svc-b-1:"
-    assert hm["who"][0] == "user svc-b-1 (all its client-ids)"  # in words, on hover
+    assert hm["names"] == ["svc-b-1 (all client-ids)", "svc-a-1 (all client-ids)", "svc-a-2 (all client-ids)"]
     tiles = re.findall(r'href="([^"]+)"><span class="tile-num">(\d+)</span>\s*<span class="tile-label">([^<]+)', page)
     assert [(href, n, " ".join(label.split())) for href, n, label in tiles] == [
         ("/approvals/", "1", "pending request"),
@@ -279,11 +284,13 @@ def test_throttled_now_and_utilization_agree_for_every_quota_type(w: dict[str, A
         s("svc-a-sliver:", "fetch", rate=2010.0, bound=2000.0, util=1.005, thr_avg=3.0, thr_max=3.0, thr_frac=0.003),
     ])
     response = browser(w["admin"]).get("/monitor/")
-    rows = {r[0].split()[0]: r for r in throttled_rows(response)}
-    assert set(rows) == {":search-query", "svc-a-ops:", "svc-a-sliver:"}
-    assert rows[":search-query"][2:] == ["request", "40%", "450", "300", "175%", "1 of 1"]
-    assert rows["svc-a-ops:"][2:] == ["controller_mutation", "100%", "3000", "0", "127%", "1 of 1"]
-    assert rows["svc-a-sliver:"][2:] == ["fetch", "<1%", "3", "3", "100%", "1 of 1"]
+    rows = {r[0]: r for r in throttled_rows(response)}
+    query, ops = "client-id search-query (any principal)", "svc-a-ops (all client-ids)"
+    sliver = "svc-a-sliver (all client-ids)"
+    assert set(rows) == {query, ops, sliver}
+    assert rows[query][2:] == ["request", "40%", "450", "300", "175%", "1 of 1"]
+    assert rows[ops][2:] == ["controller_mutation", "100%", "3000", "0", "127%", "1 of 1"]
+    assert rows[sliver][2:] == ["fetch", "<1%", "3", "3", "100%", "1 of 1"]
     tile = re.search(r'<span class="tile-num">(\d+)</span>\s*<span class="tile-label">entit', text(response))
     assert tile and tile.group(1) == "3"
     (hm,) = bootstrap(response, "monitor-overview-data")["heatmaps"]
@@ -298,14 +305,14 @@ def test_overview_for_a_tenant_shows_only_its_entities_and_no_drift(w: dict[str,
                          version=1, detected_at=timezone.now())
     response = browser(w["alice"]).get("/monitor/")
     assert response.status_code == 200
-    assert [r[0].split()[0] for r in throttled_rows(response)] == ["svc-a-1:"]
+    assert [r[0] for r in throttled_rows(response)] == ["svc-a-1 (all client-ids)"]
     (hm,) = bootstrap(response, "monitor-overview-data")["heatmaps"]
     assert hm["entities"] == ["svc-a-1:", "svc-a-2:"]
     page = text(response)
     assert "svc-b-1" not in page and "ip:10.0.0.1" not in page and "Drifted brokers" not in page
     assert 'href="/requests/?state=submitted"' in page
     empty = browser(w["bob"]).get("/monitor/")  # bob's svc-b-1 is throttled; team-b sees it, not svc-a-*
-    assert [r[0].split()[0] for r in throttled_rows(empty)] == ["svc-b-1:"]
+    assert [r[0] for r in throttled_rows(empty)] == ["svc-b-1 (all client-ids)"]
     nobody = browser(make_user("nobody")).get("/monitor/")
     assert "Nothing of yours is throttled now." in text(nobody)
 

@@ -234,7 +234,7 @@ def test_a_request_for_a_cluster_wide_budget_says_so_in_its_mail(
     message = mailbox.to("ops@ops.test")[0]
     assert message["Subject"] == (
         f"[Quota portal] Request #{request.pk} waits for approval: producer_byte_rate = 1.5 MiB/s (cluster-wide) "
-        "for /config/users/svc-a-1 on prod"
+        "for svc-a-1 (all client-ids) on prod"
     )
     assert "scope:    cluster-wide (a budget for the sum over the brokers)" in body_of(message)
 
@@ -252,7 +252,7 @@ def test_submitting_mails_the_admins_that_a_request_waits(
     assert message["From"] == "portal@quotas.test" and message["To"] == "ops@ops.test"
     assert message["Subject"] == (
         f"[Quota portal] Request #{request.pk} waits for approval: producer_byte_rate = 1.5 MiB/s for "
-        "/config/users/svc-a-1 on prod"
+        "svc-a-1 (all client-ids) on prod"
     )
     text = body_of(message)
     assert f"Quota request #{request.pk} of tenant team-a waits for approval." in text
@@ -268,12 +268,13 @@ def test_approving_mails_the_requester_approved_then_applied(
     with django_capture_on_commit_callbacks(execute=True):
         workflow.approve(w["admin2"], request.pk, comment="fine for the launch")
     assert mailbox.subjects("alice@team-a.test") == [
-        f"[Quota portal] Request #{request.pk} approved: producer_byte_rate = 1.5 MiB/s for /config/users/svc-a-1 on "
-        "prod"
+        f"[Quota portal] Request #{request.pk} approved: producer_byte_rate = 1.5 MiB/s for svc-a-1 (all client-ids) "
+        "on prod"
     ]
     text = body_of(mailbox.to("alice@team-a.test")[0])
     assert f"Quota request #{request.pk} of tenant team-a approved (ops)." in text
-    assert "entity:   /config/users/svc-a-1" in text and "key:      producer_byte_rate" in text
+    assert "entity:   svc-a-1 (all client-ids) (/config/users/svc-a-1)" in text  # in words, then Kafka's path
+    assert "key:      producer_byte_rate" in text
     assert "value:    1.5 MiB/s (1,572,864 B/s)" in text and "comment:  fine for the launch" in text
     assert f"See it at https://quotas.example/requests/{request.pk}/" in text
     with django_capture_on_commit_callbacks(execute=True):
@@ -317,8 +318,8 @@ def test_a_push_refused_by_the_cluster_mails_failed(
     assert QuotaRequest.objects.get(pk=request.pk).state == "failed"
     (message,) = mailbox.to("alice@team-a.test")
     assert message["Subject"] == (
-        f"[Quota portal] Request #{request.pk} failed: producer_byte_rate = 1.5 MiB/s for /config/users/svc-a-1 on "
-        "kafka-prod"
+        f"[Quota portal] Request #{request.pk} failed: producer_byte_rate = 1.5 MiB/s for svc-a-1 (all client-ids) "
+        "on kafka-prod"
     )
     text = body_of(message)
     assert "of tenant team-a failed (the portal)." in text
@@ -393,7 +394,8 @@ def test_webhook_body_and_signature_verify_with_the_secret(
     sent = json.loads(body)
     assert sent == {
         "event": "request.approved", "request_id": request.pk, "state": "approved", "tenant": "team-a",
-        "cluster": "prod", "entity": "/config/users/svc-a-1", "user": "svc-a-1", "client_id": None,
+        "cluster": "prod", "entity": "/config/users/svc-a-1", "display": "svc-a-1 (all client-ids)",
+        "user": "svc-a-1", "client_id": None,
         "key": PBR, "value": float(MIB_1_5), "value_human": "1.5 MiB/s", "expires_at": None, "actor": "ops",
         "comment": "go", "time": sent["time"], "url": f"https://quotas.example/requests/{request.pk}/",
         "kind": "quota",  # added since there are other kinds
@@ -619,7 +621,7 @@ def test_a_plan_request_is_mailed_and_signed_with_its_kind_and_link(
     )
     text = body_of(message)
     assert f"Plan request #{request.pk} of tenant team-a waits for approval." in text
-    assert "add:      /config/users/svc-a-1 request_percentage: none -> " in text
+    assert "add:      svc-a-1 (all client-ids) request_percentage: none -> " in text
     assert "asked by: alice" in text and "reason:   launch" in text and f"Decide at {link}" in text
 
     with django_capture_on_commit_callbacks(execute=True):

@@ -258,7 +258,8 @@ def test_drift_is_found_listed_audited_and_healed(w: dict[str, Any]) -> None:
         assert (r["cluster"], r["broker"], r["version"]) == ("prod", 1, 2)
         assert r["detected_at"] and r["resolved_at"] is None and r["resolution"] is None
     assert set(rows[0]) == {
-        *("id", "cluster", "broker", "kind", "resource", "entity", "key", "status", "desired", "actual", "version"),
+        *("id", "cluster", "broker", "kind", "resource", "entity", "display", "key", "status", "desired", "actual"),
+        "version",
         *("detected_at", "resolved_at", "resolution"),
     }
     detected = AuditEntry.objects.filter(action="drift_detected", cluster=w["prod"])

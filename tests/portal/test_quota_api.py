@@ -498,7 +498,9 @@ def test_describe_answers_values(reader: APIClient, described: Cluster) -> None:
     response = describe(reader, [c("user", "exact", "alice")], strict=True)
     values = {PBR: 1000.0, "request_percentage": 12.5}
     scopes = {PBR: "per_broker", "request_percentage": "per_broker"}
-    assert response.json()["results"] == [{"entity": {"user": "alice"}, "values": values, "budget_scopes": scopes}]
+    assert response.json()["results"] == [
+        {"entity": {"user": "alice"}, "display": "alice (all client-ids)", "values": values, "budget_scopes": scopes}
+    ]
 
 
 def test_describe_pages_with_the_same_body(reader: APIClient, described: Cluster) -> None:

@@ -8,6 +8,7 @@ form is checked against the API (same body, same refusal, same message) rather t
 from __future__ import annotations
 
 import html
+import re
 from html.parser import HTMLParser
 from typing import Any
 
@@ -209,7 +210,10 @@ def test_navigation_follows_the_roles(w: dict[str, Any]) -> None:
 
 
 def _paths(response: Any) -> set[str]:
-    return {row[1] for row in parse(response).rows[1:]}
+    """The listed entities' config paths: each row names its entity in words, Kafka's path on hover."""
+    names = re.findall(r'<td><a href="/entities/\d+/"><span class="entity-name" title="([^"]+)">',
+                       response.content.decode())
+    return {html.unescape(name) for name in names}
 
 
 def test_entity_list_is_scoped_to_the_members_tenants(w: dict[str, Any]) -> None:
@@ -220,6 +224,9 @@ def test_entity_list_is_scoped_to_the_members_tenants(w: dict[str, Any]) -> None
         "/config/users/<default>",
         "/config/ips/10.0.0.1",
     }
+    listed = parse(browser(w["alice"]).get("/entities/")).rows
+    assert {row[1] for row in listed[1:]} == {"svc-a-1 (all client-ids)", "svc-a-1, client-id app-a-1",
+                                              "<default> principal"}  # in words
     assert _paths(browser(w["alice"]).get("/entities/")) == {  # its tenant's, and the defaults (as describe)
         "/config/users/svc-a-1",
         "/config/users/svc-a-1/clients/app-a-1",
@@ -256,19 +263,19 @@ def test_entity_page_shows_effective_quota_with_levels_and_history(w: dict[str, 
     assert ["producer_byte_rate", "1,000 B/s"] in rows  # stored on the entity
     # effective, for svc-a-1 with any unconfigured client-id: level 3 (/config/users/svc-a-1)
     pbr = next(r for r in rows if r[0] == PBR and len(r) == 5)
-    assert pbr[1:4] == ["1,000 B/s", "3", "/config/users/svc-a-1"]
-    assert "1: /config/users/svc-a-1/clients/" in pbr[4] and "2: /config/users/svc-a-1/clients/<default>" in pbr[4]
+    assert pbr[1:4] == ["1,000 B/s", "3", "svc-a-1 (all client-ids)"]
+    assert "1: svc-a-1, empty client-id" in pbr[4] and "2: svc-a-1, <default> client-id" in pbr[4]
     cbr = next(r for r in rows if r[0] == CBR and len(r) == 5)
     assert cbr[1:4] == ["unlimited", "—", "no entity (no quota)"]
     # the client-id can be chosen, because this entity applies to every client-id of svc-a-1
     rows = parse(browser(w["alice"]).get(f"/entities/{pk}/", {"as_client_id": "app-a-1"})).rows
     cbr = next(r for r in rows if r[0] == CBR and len(r) == 5)
-    assert cbr[1:4] == ["1.95 KiB/s", "1", "/config/users/svc-a-1/clients/app-a-1"]
+    assert cbr[1:4] == ["1.95 KiB/s", "1", "svc-a-1, client-id app-a-1"]
     page = browser(w["alice"]).get(f"/entities/{pk}/", {"as_client_id": "app-a-1"}).content.decode()
     assert 'title="2,000 B/s">1.95 KiB/s<' in page  # the exact figure on hover
     # history: the audited change by the admin (tenant team-a owns the principal, so alice reads it)
     history = [r for r in rows if len(r) == 9 and r[2] == "Quota value changed"]
-    assert history and history[0][1] == "root" and history[0][4].startswith("/config/users/svc-a-1")
+    assert history and history[0][1] == "root" and history[0][4].startswith("svc-a-1 (all client-ids)")
 
 
 def test_entity_page_refuses_other_tenants_and_admin_only_entities(w: dict[str, Any]) -> None:
@@ -284,7 +291,7 @@ def test_entity_page_refuses_other_tenants_and_admin_only_entities(w: dict[str, 
     for pk in (a_entity, default, ip):
         assert auditor.get(f"/entities/{pk}/").status_code == 200
     rows = parse(auditor.get(f"/entities/{ip}/")).rows
-    assert ["connection_creation_rate", "5 connections/s", "1", "/config/ips/10.0.0.1", "—"] in rows
+    assert ["connection_creation_rate", "5 connections/s", "1", "ip 10.0.0.1", "—"] in rows
 
 
 # ------------------------------------------------------------------ the request form, as the API
@@ -434,7 +441,7 @@ def test_the_capacity_check_on_the_queue_counts_defaults_and_says_how(w: dict[st
     # without: svc-a-1 1000 + svc-b-1 3000 + svc-a-2's default 500, x 3 brokers; with: 2000 instead of 500
     assert 'title="13,500 B/s">13.18 KiB/s<' in page and 'title="18,000 B/s">17.58 KiB/s<' in page
     assert "over 4 known entities" in page
-    assert "<code>/config/users/<default></code> = " in page
+    assert '<span class="entity-name" title="/config/users/<default>"><default> principal</span> = ' in page
     assert "applies to 0 of the 4 known entities with this request, 1 without it: counted once for each." in page
 
 

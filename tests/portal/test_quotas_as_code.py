@@ -442,7 +442,8 @@ def test_the_approval_queue_shows_a_grouped_request_with_its_impact_and_decides_
     admin.force_login(w["admin"])
     html = admin.get("/approvals/").content.decode()
     assert f"Plan request #{request_id}" in html and "team-a on <code>prod</code>: 1 add, 1 change, 0 remove" in html
-    assert "<code>/config/users/svc-a-1/clients/app-1</code>" in html and "768 KiB/s" in html
+    assert 'title="/config/users/svc-a-1/clients/app-1">svc-a-1, client-id app-1</span>' in html
+    assert "768 KiB/s" in html
     assert "Capacity check: <code>producer_byte_rate</code> (the whole plan)" in html
     for change in body["changes"]:  # each byte-rate change's preview, polled by preview.js while it runs
         assert f'id="impact-{change["impact"]["preview"]}"' in html

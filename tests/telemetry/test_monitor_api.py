@@ -56,6 +56,7 @@ def test_history_gives_every_minute_rollup_of_the_entity(monitored: dict[str, An
     assert r.status_code == 200, r.json()
     body = r.json()
     assert body["cluster"] == monitored["cluster"] and body["entity"] == "alice:" and body["minutes"] == 60
+    assert body["display"] == "alice (all client-ids)"  # the entity in words, as the pages name it
     rows = body["rollups"]
     assert [(row["t"], row["b"], row["q"], row["n"]) for row in rows] == [
         (monitored["m0"], 1, "produce", 2), (monitored["m0"], 2, "produce", 2)
@@ -77,6 +78,7 @@ def test_recent_gives_the_last_samples_of_every_quota_type(monitored: dict[str, 
     ]
     r = admin.get(f"/api/monitor/{monitored['cluster']}/recent/", {"entity": "ip:10.0.0.9"})
     assert [p["q"] for p in r.json()["points"]] == ["connection", "connection"]
+    assert r.json()["display"] == "ip 10.0.0.9"
     r = admin.get(f"/api/monitor/{monitored['cluster']}/recent/", {"entity": "alice:", "since_ms": m0 + 1500})
     assert [(p["t"], p["b"], p["q"]) for p in r.json()["points"]] == [
         (m0 + 2000, 1, "produce"), (m0 + 2000, 2, "produce"),

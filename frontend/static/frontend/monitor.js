@@ -563,6 +563,7 @@
     (data.heatmaps || []).forEach(function (hm, i) {
       var el = document.getElementById("heatmap-" + i);
       if (!el) return;
+      var names = hm.entities.map(function (e, r) { return (hm.names || [])[r] || e; });
       var z = hm.z.map(function (row) {
         return row.map(function (v) { return v === null ? null : Math.round(v * 1000) / 10; });
       });
@@ -578,9 +579,9 @@
         colorbar: { title: { text: "of bound" }, ticksuffix: "%", thickness: 14 },
         xgap: 2,
         ygap: 1,
-        // the sensor's tags, then whose they are in words (user, client-id) and the cell's figure
-        customdata: hm.z.map(function (row, r) { return row.map(function () { return (hm.who || [])[r] || ""; }); }),
-        hovertemplate: "%{y}<br>%{customdata}<br>%{x}: %{z:.0f}% of its bound<extra></extra>",
+        // the entity in words (the server's display names), Kafka's sensor tags, and the cell's figure
+        customdata: hm.z.map(function (row, r) { return row.map(function () { return names[r]; }); }),
+        hovertemplate: "%{customdata}<br>sensor %{y}<br>%{x}: %{z:.0f}% of its bound<extra></extra>",
       };
       // on a phone the labels are shorter: "broker 1" turned on its side and names cut at their start otherwise
       var narrow = el.clientWidth < 560;
@@ -591,9 +592,10 @@
         margin: { l: 10, r: 10, t: 30, b: 10 },
         xaxis: { side: "top", type: "category", fixedrange: true, automargin: true, tickangle: 0, tickmode: "array",
           tickvals: hm.brokers, ticktext: narrow ? hm.brokers.map(function (b) { return String(b).replace(/^broker /, "#"); }) : hm.brokers },
-        // long client-ids would squeeze the cells: the labels are cut (the hover shows the whole tags)
+        // rows are the sensors' tags, labelled in words; long names would squeeze the cells, so the labels are cut
+        // (the hover has the whole name)
         yaxis: { type: "category", autorange: "reversed", automargin: true, fixedrange: true, tickmode: "array",
-          tickvals: hm.entities, ticktext: hm.entities.map(function (e) { return e.length > most ? e.slice(0, most - 1) + "…" : e; }) },
+          tickvals: hm.entities, ticktext: names.map(function (e) { return e.length > most ? e.slice(0, most - 1) + "…" : e; }) },
       };
       Plotly.newPlot(el, [trace], layout, CONFIG).then(function () {
         el.on("plotly_click", function (ev) {
