@@ -37,7 +37,7 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from quotas import workflow
+from quotas import push_format, workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors import connector_for
 from quotas.connectors.base import (
@@ -178,24 +178,30 @@ def enqueue_pushes(
         with _client().pipeline(transaction=False) as p:
             for pk in broker_pks:
                 p.set(_flag(cluster_id, pk), 1, nx=True, ex=PENDING_TTL_S)
-            claimed = p.execute()
+            p.get(push_format.FLEET_KEY)  # in the same round trip: the format every live worker reads
+            *claimed, fleet = p.execute()
         due = [pk for pk, mine in zip(broker_pks, claimed, strict=True) if mine or force]
         queued = [pk for pk in due if not (direct and _submit_direct(cluster_id, pk))]
-        _publish(cluster_id, queued, several=len(broker_pks) > 1)
+        _publish(cluster_id, queued, several=len(broker_pks) > 1, fmt=push_format.parse_fleet(fleet))
     except (redis.exceptions.RedisError, OSError, kombu.exceptions.OperationalError) as e:
         log.warning("Could not enqueue pushes to cluster %s (reconcile will): %s", cluster_id, e)
         return 0
     return len(due)
 
 
-def _publish(cluster_id: int, pks: Sequence[int | None], *, several: bool, **options: Any) -> None:
-    """The Celery messages for ``pks``: one group message when the cluster has several targets (and groups are on),
-    else one per target. ``options`` go to ``send_task`` (a countdown)."""
-    if pks and several and settings.QUOTAS_PUSH_GROUPS:
-        current_app.send_task(PUSH_GROUP_TASK, (cluster_id, list(pks)), ignore_result=True, **options)
+def _publish(
+    cluster_id: int, pks: Sequence[int | None], *, several: bool, fmt: int | None = None, **options: Any
+) -> None:
+    """The Celery messages for ``pks`` in format ``fmt`` (by default the newest every live worker reads,
+    ``push_format``): one group message when the cluster has several targets and every worker reads groups (and
+    groups are on), else one per target. ``options`` go to ``send_task`` (a countdown)."""
+    fmt = push_format.sendable(_client()) if fmt is None else fmt
+    headers = push_format.headers(fmt)
+    if pks and several and settings.QUOTAS_PUSH_GROUPS and fmt >= push_format.FORMAT_GROUP:
+        current_app.send_task(PUSH_GROUP_TASK, (cluster_id, list(pks)), ignore_result=True, headers=headers, **options)
     else:
         for pk in pks:
-            current_app.send_task(PUSH_TASK, (cluster_id, pk), ignore_result=True, **options)
+            current_app.send_task(PUSH_TASK, (cluster_id, pk), ignore_result=True, headers=headers, **options)
 
 
 # ------------------------------------------------------------------ direct pushes
@@ -246,7 +252,8 @@ def _to_task(cluster_id: int, broker_pk: int | None, *, claim: bool, countdown: 
     try:
         if claim and not claim_retry(cluster_id, broker_pk):
             return  # another push to the target is already pending
-        current_app.send_task(PUSH_TASK, (cluster_id, broker_pk), countdown=countdown, ignore_result=True)
+        current_app.send_task(PUSH_TASK, (cluster_id, broker_pk), countdown=countdown, ignore_result=True,
+                              headers=push_format.headers(push_format.FORMAT_TARGET))  # every worker reads it
     except (redis.exceptions.RedisError, OSError, kombu.exceptions.OperationalError) as e:
         log.warning("Could not enqueue a push to cluster %s (reconcile will): %s", cluster_id, e)
 

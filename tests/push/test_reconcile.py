@@ -12,7 +12,7 @@ import redis
 from django.db import OperationalError
 from django.utils import timezone
 
-from quotas import push
+from quotas import push, push_format
 from quotas.choices import QuotaScope
 from quotas.connectors.base import QUOTA, PushError
 from quotas.engine.config import EntityRef, cluster_namespace, namespace_for_broker
@@ -38,6 +38,8 @@ def item(user: str) -> tuple[str, str, str]:
 
 @pytest.fixture
 def cluster(engine_redis: redis.Redis) -> Cluster:
+    # every live worker reads group messages, as a worker's survey finds when they all run this version
+    engine_redis.set(push_format.FLEET_KEY, push_format.PUSH_FORMAT)
     c = Cluster.objects.create(name="prod")
     for i in (1, 2):
         Broker.objects.create(cluster=c, broker_id=i, host=f"b{i}:9092")
