@@ -34,9 +34,11 @@ class Worker:
     """A `celery worker` subprocess: start, stop (warm), kill (SIGKILL of its whole process group)."""
 
     def __init__(
-        self, redis_url: str, database_url: str, log: Path, queues: str = "celery", name: str = "test", **env: str
+        self, redis_url: str, database_url: str, log: Path, queues: str = "celery", name: str = "test",
+        root: Path = ROOT, **env: str
     ) -> None:
         self.redis_url = redis_url
+        self.root = root  # the code it runs: this checkout, or another version's (the same virtualenv)
         self.name = name  # the node name's prefix: workers started side by side need distinct names
         self.queues = queues  # "celery" (pushes, beat tasks); "pipeline" the rollups; "previews" the impact previews
         self.log = log
@@ -51,6 +53,8 @@ class Worker:
             "QUOTAS_PUSH_RETRY_MAX_S": "1",
             **env,
         }
+        if root != ROOT:  # that version's packages before the editable install's finder (which points here)
+            self.env["PYTHONPATH"] = str(root)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Worker:
@@ -59,7 +63,7 @@ class Worker:
                 [CELERY, "-A", "portal", "worker", "--pool", "prefork", "-c", "1",
                  "-n", f"{self.name}-{os.getpid()}@%h", "-Q", self.queues,
                  "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"],
-                cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=self.root, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
         wait_for("the worker to be ready", lambda: b"ready." in self.log.read_bytes() or self._died(), 60)
         assert self.proc.poll() is None, self.log.read_text()[-3000:]
@@ -100,9 +104,9 @@ def worker_factory(
     url = database_url()
     started: list[Worker] = []
 
-    def make(queues: str = "celery", **env: str) -> Worker:
+    def make(queues: str = "celery", root: Path = ROOT, **env: str) -> Worker:
         n = len(started)  # each worker its own log and node name (a restarted one must not read the last "ready.")
-        w = Worker(redis_url, url, tmp_path / f"worker-{n}.log", queues, f"test{n}", **env)
+        w = Worker(redis_url, url, tmp_path / f"worker-{n}.log", queues, f"test{n}", root, **env)
         started.append(w)
         return w.start()
 
