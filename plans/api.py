@@ -34,11 +34,11 @@ from rest_framework.views import APIView
 from plans import services
 from quotas import quotafile, workflow
 from quotas.api.errors import ApiError, ErrorSerializer
-from quotas.api.serializers import DecisionSerializer
+from quotas.api.serializers import DecisionSerializer, MovedSerializer, RejectSerializer
 from quotas.api.views import get_cluster
 from quotas.choices import BudgetScope
 from quotas.models import Plan, PlanRequest, PlanStale, PlanState, RequestState
-from quotas.models.plans import apply_plan
+from quotas.models.plans import apply_plan, plan_moved
 from quotas.models.tenants import is_auditor, sees_everything, tenants_of
 
 ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
@@ -153,8 +153,12 @@ class PlanRequestSerializer(serializers.ModelSerializer):
     class Meta:
         model = PlanRequest
         fields = ["id", "plan", "tenant", "cluster", "requested_by", "reason", "state", "decided_by",
-                  "decision_comment", "decided_at", "applied_version", "failure", "summary", "created", "updated"]
+                  "decision_comment", "decision_reason", "decided_at", "applied_version", "failure", "summary",
+                  "created", "updated"]
         read_only_fields = fields
+        extra_kwargs = {"decision_reason": {
+            "help_text": "superseded: rejected because values it changes moved on since the plan was made; else ''."
+        }}
 
     def get_summary(self, obj: PlanRequest) -> dict[str, int]:
         return obj.plan.summary
@@ -162,14 +166,24 @@ class PlanRequestSerializer(serializers.ModelSerializer):
 
 class PlanRequestDetailSerializer(PlanRequestSerializer):
     plan_detail = serializers.SerializerMethodField()
+    stale = serializers.SerializerMethodField(
+        help_text="A submitted request whose plan changes values that moved on since it was made: each with what it "
+        "was, what it is and what changed it (approve answers 409 PLAN_STALE: reject it as superseded); null "
+        "otherwise."
+    )
 
     class Meta(PlanRequestSerializer.Meta):
-        fields = [*PlanRequestSerializer.Meta.fields, "plan_detail"]
+        fields = [*PlanRequestSerializer.Meta.fields, "plan_detail", "stale"]
         read_only_fields = fields
 
     @extend_schema_field(PlanSerializer)
     def get_plan_detail(self, obj: PlanRequest) -> dict[str, Any]:
         return services.plan_body(obj.plan)
+
+    @extend_schema_field(MovedSerializer(many=True, allow_null=True))
+    def get_stale(self, obj: PlanRequest) -> list[dict[str, Any]] | None:
+        moved = plan_moved(obj.plan) if obj.state == RequestState.SUBMITTED else []
+        return MovedSerializer([m.as_dict() for m in moved], many=True).data if moved else None
 
 
 def invalid_file(e: quotafile.InvalidQuotaFile) -> Response:
@@ -337,27 +351,32 @@ class PlanRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
     def get_serializer_class(self) -> type[serializers.Serializer]:
         return PlanRequestDetailSerializer if self.action != "list" else PlanRequestSerializer
 
-    def _decide(self, request: Request, transition: Any) -> Response:
+    def _decide(self, request: Request, transition: Any, body_type: type[DecisionSerializer] = DecisionSerializer
+                ) -> Response:
         target = self.get_object()
-        body = DecisionSerializer(data=request.data)
+        body = body_type(data=request.data)
         body.is_valid(raise_exception=True)
-        transition(request.user, target.pk, body.validated_data["comment"])
+        transition(request.user, target.pk, **body.validated_data)
         fresh = self.get_queryset().get(pk=target.pk)
         return Response(PlanRequestDetailSerializer(fresh).data)
 
     @extend_schema(summary="Approve and apply the whole plan (admins; never one's own request)",
                    description="409 PLAN_STALE when a value the plan changes moved on since it was made (the "
-                   "request stays submitted: reject it); 409 CONFLICT when it was decided already.",
+                   "request stays submitted: reject it as superseded; `details.moved` and the request's `stale` say "
+                   "what moved); 409 CONFLICT when it was decided already.",
                    request=DecisionSerializer, responses={200: PlanRequestDetailSerializer, **SCOPED_ERRORS})
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
         return self._decide(request, workflow.approve_plan)
 
     @extend_schema(summary="Reject the whole plan, saying why (admins; never one's own request)",
-                   request=DecisionSerializer, responses={200: PlanRequestDetailSerializer, **SCOPED_ERRORS})
+                   description="`superseded: true` rejects a request whose values moved on since the plan was made "
+                   "(its `stale`), recording the reason and what changed in the comment (optional then); 400 when "
+                   "none did.",
+                   request=RejectSerializer, responses={200: PlanRequestDetailSerializer, **SCOPED_ERRORS})
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.reject_plan)
+        return self._decide(request, workflow.reject_plan, RejectSerializer)
 
     @extend_schema(summary="Withdraw an undecided plan request", request=DecisionSerializer,
                    responses={200: PlanRequestDetailSerializer, **SCOPED_ERRORS})

@@ -13,6 +13,10 @@ its round trips, not our work, make a push's time) is pushed by the committing p
 when its lock is free; a busy or failing target falls back to the Celery task. The reconcile job (Celery
 beat) catches up targets that are behind, and compares those that are current with desired state: the
 differences are drift.
+
+After a restore of the database (``quotas.models.pushes.restore_fence``) the brokers' word stands: pushes send only
+what changed since, a target holding a newer version than the database is never written, and heal mode re-applies
+over a target only once reconcile has seen it in sync (an admin adopted or re-applied what it held).
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ from quotas.models import (
     rows,
 )
 from quotas.models.desired import changes_since, desired_state, portal_applied_version
-from quotas.models.pushes import item_path
+from quotas.models.pushes import item_path, restore_fence
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -352,9 +356,19 @@ def portal_lock(name: str, timeout_s: float, wait_s: float) -> Any:
     return _client().lock(f"portal:{name}", timeout=timeout_s, blocking_timeout=wait_s)
 
 
-def _held(connector: Connector, target: Target, cluster: Cluster, broker: Broker | None) -> int:
-    held = connector.applied_version(target)
-    return portal_applied_version(cluster, broker) if held is None else held
+def _stale(target: Target, held: int, version: int) -> PushError:
+    """The refusal to push to a target that holds a version the database has not reached.
+
+    The database went back: restored without ``restore_db``'s fence. Writing would lose what the target holds, and a
+    delta from the database's version would leave out what changed since the restore.
+    """
+    return PushError(
+        "STALE_DESIRED_STATE",
+        f"{target.label} holds desired-state version {held}, newer than the database's {version}: the database was "
+        "restored from a backup without moving its versions past the brokers'. Nothing was pushed; with the portal "
+        "stopped, run `python manage.py restore_db --fence-only`, then adopt or re-apply the drift reconcile shows.",
+        retriable=False,
+    )
 
 
 def push_target(cluster_id: int, broker_pk: int | None, *, force: bool = False, direct: bool = False) -> PushOutcome:
@@ -579,13 +593,21 @@ def _push_locked(
     # the version first, then the items: every change logged at or below it is committed (versions are
     # assigned under the cluster's lock), and a snapshot read after it is at least as new (re-sent later: same values)
     version = DesiredStateVersion.objects.get(cluster=cluster).version
-    held = _held(connector, target, cluster, broker)
+    own = connector.applied_version(target)  # None: the connector cannot say (Kafka); the portal's rows tell
+    held = portal_applied_version(cluster, broker) if own is None else own
+    if held > version and not force:
+        raise _stale(target, held, version)
     if held >= version and not force:
         return PushOutcome(target.label, held, held, "none", False)
-    if held < 0 or force:
+    fence = restore_fence(version)
+    # a target that says it holds nothing takes the whole state; one the portal never booked a push to, unless the
+    # database was restored since: the target may hold decisions the restore lost, which reconcile shows instead
+    if force or (held < 0 and (own is not None or not fence)):
         return _send(connector, target, Delta(version, held, True, desired_state(cluster, broker), force))
+    # after a restore, only what changed since: what the target holds from before it is its word (see restore_fence)
+    since = max(held, fence)
     try:
-        return _send(connector, target, Delta(version, held, False, changes_since(cluster, broker, held, version)))
+        return _send(connector, target, Delta(version, held, False, changes_since(cluster, broker, since, version)))
     except PushError as e:
         if not e.needs_full:
             raise
@@ -830,18 +852,62 @@ def reconcile_target(cluster: Cluster, broker: Broker | None, *, mode: str | Non
         return ReconcileOutcome(target.label, "changing", version)
     if DesiredStateVersion.objects.get(cluster=cluster).version != version:
         return ReconcileOutcome(target.label, "changing", version)  # compared against a moving state: next round
+    pk = broker.pk if broker is not None else None
     if held < version:
-        pk = broker.pk if broker is not None else None
         enqueue_pushes(cluster.pk, [pk], force=_stale_flag(cluster.pk, pk))
         return ReconcileOutcome(target.label, "behind", version)
     diffs = compare(desired, actual)
     _record_drift(cluster, broker, version, diffs)
+    if held > version:  # the database went back (see _stale): shown, never re-applied by itself
+        log.warning("%s", _stale(target, held, version).message)
+        return ReconcileOutcome(target.label, "ahead", version, len(diffs))
     if not diffs:
+        _seen_in_sync(cluster.pk, pk, version)
         return ReconcileOutcome(target.label, "in-sync", version)
-    if mode == HEAL:
+    if mode == HEAL and _may_heal(cluster.pk, pk, version):
         heal(cluster, broker, None)
         return ReconcileOutcome(target.label, "healed", version, len(diffs))
     return ReconcileOutcome(target.label, "drift", version, len(diffs))
+
+
+def _synced_key(cluster_id: int, broker_pk: int | None) -> str:
+    return f"portal:push-synced:{cluster_id}:{broker_pk if broker_pk is not None else 'cluster'}"
+
+
+def _may_heal(cluster_id: int, broker_pk: int | None, version: int) -> bool:
+    """Whether heal mode may re-apply desired state over a drifted target.
+
+    After a restore, only once reconcile has seen the target in sync with the restored state (an admin adopted or
+    re-applied what it held): until then its differences are what the brokers kept of decisions the restored
+    database lost. Without Redis it cannot tell, and answers no.
+    """
+    fence = restore_fence(version)
+    if not fence:
+        return True
+    try:
+        seen = _client().get(_synced_key(cluster_id, broker_pk))
+    except (redis.exceptions.RedisError, OSError):
+        return False
+    return seen is not None and int(seen) == fence
+
+
+def _seen_in_sync(cluster_id: int, broker_pk: int | None, version: int) -> None:
+    fence = restore_fence(version)
+    if fence:
+        try:
+            _client().set(_synced_key(cluster_id, broker_pk), fence)
+        except (redis.exceptions.RedisError, OSError):  # heal mode then waits for the next round in sync
+            log.warning("Could not note that cluster %s target %s is in sync", cluster_id, broker_pk)
+
+
+def forget_in_sync() -> int:
+    """Forget which targets reconcile saw in sync (a restore: heal mode waits for them again); returns how many.
+
+    Raises redis.RedisError when the portal's Redis cannot be reached.
+    """
+    client = _client()
+    keys = list(client.scan_iter(match="portal:push-synced:*", count=1000))
+    return int(client.delete(*keys)) if keys else 0
 
 
 def heal(cluster: Cluster, broker: Broker | None, actor: AbstractBaseUser | None) -> PushOutcome:

@@ -65,7 +65,9 @@ from quotas.models import (
     tenants_of,
 )
 from quotas.models.client_metrics import ClientMetricsSubscription, validate
-from quotas.models.plans import apply_plan
+from quotas.models.plans import apply_plan, plan_moved
+from quotas.models.requests import DecisionReason
+from quotas.models.staleness import Moved, against, request_moved, shown
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,9 @@ class WorkflowError(Exception):
 
     code = "INVALID_REQUEST"
     status = 400
+
+    #: What the API answers in ``details``, when more than the field is to say (None: the field, if any).
+    details: Any = None
 
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
@@ -97,6 +102,33 @@ class PermissionDenied(WorkflowError):
 class Conflict(WorkflowError):
     code = "CONFLICT"
     status = 409
+
+
+class StaleRequest(WorkflowError):
+    """The key moved on since the request was submitted: approve with ``confirm_stale``, or reject it as
+    superseded (409 STALE_REQUEST; ``details`` say what it was, what it is and what changed it)."""
+
+    code = "STALE_REQUEST"
+    status = 409
+
+    def __init__(self, request: QuotaRequest, moved: Moved) -> None:
+        super().__init__(
+            f"Request #{request.pk} was {moved.sentence}; approving it sets {shown(request.key, request.value)}. "
+            "Approve it again with confirm_stale to replace the value now, or reject it as superseded."
+        )
+        self.moved = moved
+        self.details = moved.as_dict()
+
+
+def _superseded(what: str, moved: list[Moved], comment: str) -> str:
+    """The comment of a reject as superseded: what moved, then the admin's words; refused when nothing moved."""
+    if not moved:
+        raise InvalidRequest(
+            f"{what} is not superseded: what it was submitted against has not changed (or was not recorded); "
+            "reject it with a comment saying why."
+        )
+    said = "; ".join(f"{m.entity} {m.key} {m.sentence}" if len(moved) > 1 else m.sentence for m in moved)
+    return f"Superseded: {said}." + (f" {comment.strip()}" if comment.strip() else "")
 
 
 class BudgetScopeRefused(WorkflowError):
@@ -210,6 +242,7 @@ def submit(
     if expires_at is not None and expires_at <= (now or timezone.now()):
         raise InvalidRequest("expires_at is in the past; a boost must end in the future.")
     with transaction.atomic():
+        held = _current(cluster, ref.user, ref.client_id, key)  # what an approval must still find (staleness)
         request = QuotaRequest.objects.create(
             tenant=tenant,
             cluster=cluster,
@@ -218,9 +251,10 @@ def submit(
             client_id=ref.client_id,
             key=key,
             value=checked,
-            budget_scope=budget_scope or _current(cluster, ref.user, ref.client_id, key)[1] or BudgetScope.PER_BROKER,
+            budget_scope=budget_scope or held[1] or BudgetScope.PER_BROKER,
             reason=reason,
             expires_at=expires_at,
+            submitted_against=against(held, key),
         )
         record(AuditAction.SUBMITTED, actor, request=request, after=RequestState.SUBMITTED, comment=reason)
         announce(request, RequestState.SUBMITTED, actor, reason)
@@ -251,11 +285,16 @@ def _check_decider(actor: AbstractBaseUser, request: QuotaRequest | Subscription
         raise PermissionDenied("Nobody approves or rejects their own request; ask another admin.")
 
 
-def approve(actor: AbstractBaseUser, request_id: int, comment: str = "", now: datetime | None = None) -> QuotaRequest:
+def approve(
+    actor: AbstractBaseUser, request_id: int, comment: str = "", now: datetime | None = None,
+    confirm_stale: bool = False,
+) -> QuotaRequest:
     """An admin (not the requester) approves; the change is applied to the desired state in the same transaction.
 
     Exactly one decision counts: the conditional move from ``submitted`` lets one approver through and
-    answers CONFLICT to the others.
+    answers CONFLICT to the others. When the key no longer holds what the request was submitted against
+    (``request_moved``, read under the cluster's version lock), only ``confirm_stale`` lets it through (else
+    STALE_REQUEST, nothing changed); the audit entry of the approval then says what it replaced.
     """
     now = now or timezone.now()
     with transaction.atomic():
@@ -263,28 +302,43 @@ def approve(actor: AbstractBaseUser, request_id: int, comment: str = "", now: da
         _check_decider(actor, request)
         if request.expires_at is not None and request.expires_at <= now and request.state == RequestState.SUBMITTED:
             raise InvalidRequest(f"The boost's expiry ({request.expires_at:%Y-%m-%d %H:%M} UTC) has passed; reject it.")
-        _move(request, RequestState.APPROVED)
+        _move(request, RequestState.APPROVED)  # first: a rival decision gets CONFLICT, whatever the values say
+        DesiredStateVersion.lock(request.cluster)  # no change lands between this check and the apply
+        moved = request_moved(request)
+        if moved is not None and not confirm_stale:
+            raise StaleRequest(request, moved)  # the transaction rolls back: still submitted, nothing changed
         Approval.objects.create(
             request=request, approver=actor, decision=Decision.APPROVED, comment=comment, decided_at=now
         )
-        record(AuditAction.APPROVED, actor, request=request, before="submitted", after="approved", comment=comment)
+        note = comment if moved is None else "; ".join(filter(None, [comment, f"approved although {moved.sentence}"]))
+        record(AuditAction.APPROVED, actor, request=request, before="submitted", after="approved", comment=note)
         announce(request, RequestState.APPROVED, actor, comment, now)
         apply(actor, request)
     return request
 
 
-def reject(actor: AbstractBaseUser, request_id: int, comment: str, now: datetime | None = None) -> QuotaRequest:
-    """An admin (not the requester) rejects, saying why (the comment is what the tenant acts on)."""
-    if not comment.strip():
+def reject(
+    actor: AbstractBaseUser, request_id: int, comment: str, now: datetime | None = None, superseded: bool = False
+) -> QuotaRequest:
+    """An admin (not the requester) rejects, saying why (the comment is what the tenant acts on).
+
+    ``superseded``: rejected because the key moved on since the request was submitted; the reason is recorded and
+    the comment says what changed (the admin's own words optional). Refused when the key did not move.
+    """
+    if not superseded and not comment.strip():
         raise InvalidRequest("Say why in the comment: the tenant needs to know what to change.")
     with transaction.atomic():
         request = _load(request_id)
         _check_decider(actor, request)
+        if superseded:
+            moved = request_moved(request) if request.state == RequestState.SUBMITTED else None
+            comment = _superseded(f"Request #{request.pk}", [moved] if moved else [], comment)
         _move(request, RequestState.REJECTED)
         Approval.objects.create(
             request=request,
             approver=actor,
             decision=Decision.REJECTED,
+            decision_reason=DecisionReason.SUPERSEDED if superseded else DecisionReason.NONE,
             comment=comment,
             decided_at=now or timezone.now(),
         )
@@ -534,17 +588,24 @@ def _withdraw_grouped(kind: _GroupedKind, actor: AbstractBaseUser, request_id: i
 
 
 def _reject_grouped(
-    kind: _GroupedKind, actor: AbstractBaseUser, request_id: int, comment: str, now: datetime | None
+    kind: _GroupedKind, actor: AbstractBaseUser, request_id: int, comment: str, now: datetime | None,
+    moved: Callable[[Any], list[Moved]] | None = None,
 ) -> Any:
-    """An admin (not the requester) rejects, saying why; the decision is kept on the request's row."""
-    if not comment.strip():
+    """An admin (not the requester) rejects, saying why; the decision is kept on the request's row.
+
+    ``moved`` (a request's values that moved on since it was submitted): a reject as superseded, as ``reject``'s.
+    """
+    if moved is None and not comment.strip():
         raise InvalidRequest("Say why in the comment: the tenant needs to know what to change.")
     with transaction.atomic():
         request = kind.load(request_id)
         _check_decider(actor, request)
-        _move(
-            request, RequestState.REJECTED, decided_by=actor, decision_comment=comment, decided_at=now or timezone.now()
-        )
+        if moved is not None:
+            found = moved(request) if request.state == RequestState.SUBMITTED else []
+            comment = _superseded(f"{kind.label.capitalize()} #{request.pk}", found, comment)
+        reason = {"decision_reason": DecisionReason.SUPERSEDED} if moved is not None else {}  # plan requests' field
+        _move(request, RequestState.REJECTED, decided_by=actor, decision_comment=comment,
+              decided_at=now or timezone.now(), **reason)
         kind.audit(AuditAction.REJECTED, actor, request, "submitted", "rejected", comment)
         announce(request, RequestState.REJECTED, actor, comment)
     return request
@@ -957,16 +1018,22 @@ def approve_plan(
                 request.plan, actor, strict=False, tenant=request.tenant, comment=f"plan request #{request.pk}"
             )
         except PlanStale as e:
-            raise PlanStaleError(e.message) from e
+            error = PlanStaleError(e.message)
+            error.details = {"moved": [m.as_dict() for m in e.items]} if e.items else None
+            raise error from e
         _move(request, RequestState.APPLYING, applied_version=version)
         PLANS.audit(AuditAction.APPLYING, actor, request, "approved", "applying", f"desired-state version {version}")
         _settle_grouped(PLANS, request)
     return request
 
 
-def reject_plan(actor: AbstractBaseUser, request_id: int, comment: str, now: datetime | None = None) -> PlanRequest:
-    """An admin (not the requester) rejects the whole plan, saying why."""
-    return _reject_grouped(PLANS, actor, request_id, comment, now)
+def reject_plan(
+    actor: AbstractBaseUser, request_id: int, comment: str, now: datetime | None = None, superseded: bool = False
+) -> PlanRequest:
+    """An admin (not the requester) rejects the whole plan, saying why; ``superseded``: because values it changes
+    moved on since it was made (recorded as the reason; refused when none did)."""
+    moved = (lambda r: plan_moved(r.plan)) if superseded else None
+    return _reject_grouped(PLANS, actor, request_id, comment, now, moved)
 
 
 def withdraw_plan(actor: AbstractBaseUser, request_id: int, comment: str = "") -> PlanRequest:

@@ -99,6 +99,7 @@ class ErrorSerializer(serializers.Serializer):
 
     code = serializers.CharField(
         help_text="INVALID_REQUEST, INVALID_CONFIG, NOT_FOUND, PERMISSION_DENIED, NOT_AUTHENTICATED, CONFLICT, "
+        "STALE_REQUEST and PLAN_STALE (409: the values a request was submitted against moved on), "
         "RESOURCE_EXHAUSTED (503, retry after Retry-After seconds), REDIS_UNAVAILABLE and DATABASE_UNAVAILABLE "
         "(503, retriable), "
         "REQUEST_TOO_LARGE (413), METHOD_NOT_ALLOWED, "
@@ -180,7 +181,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     elif isinstance(exc, REDIS_DOWN):
         exc = redis_unavailable()
     elif isinstance(exc, WorkflowError):
-        details = {exc.field: [exc.message]} if exc.field else None
+        details = exc.details if exc.details is not None else {exc.field: [exc.message]} if exc.field else None
         exc = ApiError(exc.code, exc.message, details, status_code=exc.status)
     response = drf_exception_handler(exc, context)
     if response is None:

@@ -45,11 +45,13 @@ from quotas.models import (
     QuotaEntity,
     QuotaRequest,
     QuotaValue,
+    RequestState,
     Tenant,
     TopicConfig,
     push_targets,
     push_wanted,
 )
+from quotas.models.staleness import request_moved
 from quotas.workflow import capacity_check
 
 #: One request alters at most this many entries: a batch is validated and applied in memory, whole.
@@ -679,7 +681,37 @@ class ApprovalSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Approval
-        fields = ["approver", "decision", "comment", "decided_at"]
+        fields = ["approver", "decision", "decision_reason", "comment", "decided_at"]
+        extra_kwargs = {"decision_reason": {
+            "help_text": "superseded: rejected because the value moved on since the request was submitted; else ''."
+        }}
+
+
+class HeldSerializer(serializers.Serializer):
+    value = serializers.JSONField(allow_null=True, help_text="A quota's number (a plan's config: its text); null: no "
+                                  "value.")
+    budget_scope = serializers.CharField(allow_null=True, help_text="A quota value's; null: no value, or not a quota.")
+
+
+class ChangedBySerializer(serializers.Serializer):
+    audit = serializers.IntegerField(help_text="The audit entry of the change (GET /api/audit/).")
+    request = serializers.IntegerField(allow_null=True, help_text="The quota request whose change it was.")
+    plan = serializers.IntegerField(allow_null=True, help_text="The plan whose change it was.")
+    plan_request = serializers.IntegerField(allow_null=True, help_text="The grouped plan request it was applied for.")
+    actor = serializers.CharField()
+    at = serializers.DateTimeField()
+    label = serializers.CharField(help_text="As the message names it: #3, plan request #2, audit entry #17 by root.")
+
+
+class MovedSerializer(serializers.Serializer):
+    """A key that no longer holds what a request was submitted against."""
+
+    entity = serializers.CharField()
+    key = serializers.CharField()
+    submitted_against = HeldSerializer()
+    now = HeldSerializer()
+    changed_by = ChangedBySerializer(allow_null=True, help_text="The newest audited change since; null: none found.")
+    message = serializers.CharField(help_text="submitted against 512 KiB/s; now 2 MiB/s since #3")
 
 
 class QuotaRequestSerializer(serializers.ModelSerializer):
@@ -693,6 +725,10 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
         help_text="The entity in words, as the pages and mails name it: 'svc-a (all client-ids)'."
     )
     approval = serializers.SerializerMethodField()
+    stale = serializers.SerializerMethodField(
+        help_text="A submitted request whose key moved on since it was submitted: what it was, what it is, what "
+        "changed it (approve needs confirm_stale, else 409 STALE_REQUEST); null otherwise."
+    )
 
     class Meta:
         model = QuotaRequest
@@ -716,6 +752,8 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
             "applied_version",
             "failure",
             "approval",
+            "submitted_against",
+            "stale",
             "created",
             "updated",
         ]
@@ -728,6 +766,11 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
     def get_approval(self, obj: QuotaRequest) -> dict[str, Any] | None:
         approval = getattr(obj, "approval", None)
         return None if approval is None else ApprovalSerializer(approval).data
+
+    @extend_schema_field(MovedSerializer(allow_null=True))
+    def get_stale(self, obj: QuotaRequest) -> dict[str, Any] | None:
+        moved = request_moved(obj) if obj.state == RequestState.SUBMITTED else None
+        return None if moved is None else MovedSerializer(moved.as_dict()).data
 
     def to_representation(self, instance: QuotaRequest) -> dict[str, Any]:
         """Byte rates are whole bytes/s (Kafka's LONG): answered as integers, not as doubles."""
@@ -884,6 +927,26 @@ class DecisionSerializer(serializers.Serializer):
         default="",
         max_length=TEXT_MAX,
         help_text="Required to reject: what the tenant should change.",
+    )
+
+
+class ApproveSerializer(DecisionSerializer):
+    confirm_stale = serializers.BooleanField(
+        required=False, default=False,
+        help_text="Approve although the value moved on since the request was submitted (its `stale`); without it "
+        "such a request answers 409 STALE_REQUEST and nothing changes.",
+    )
+
+
+class RejectSerializer(DecisionSerializer):
+    comment = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=TEXT_MAX,
+        help_text="Required to reject, unless superseded: what the tenant should change.",
+    )
+    superseded = serializers.BooleanField(
+        required=False, default=False,
+        help_text="Reject because the value moved on since the request was submitted: the reason is recorded and "
+        "the comment (optional then) says what changed; 400 when it did not.",
     )
 
 

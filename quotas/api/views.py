@@ -40,6 +40,7 @@ from quotas.api.serializers import (
     AlterConfigsResponseSerializer,
     AlterRequestSerializer,
     AlterResponseSerializer,
+    ApproveSerializer,
     AuditEntrySerializer,
     ClusterDetailSerializer,
     ClusterSerializer,
@@ -61,6 +62,7 @@ from quotas.api.serializers import (
     QuotaRequestSerializer,
     ReapplyRequestSerializer,
     ReapplyResponseSerializer,
+    RejectSerializer,
     TenantSerializer,
     push_summary,
 )
@@ -906,11 +908,12 @@ class QuotaRequestViewSet(
         )
         return self._answer(created.pk, status.HTTP_201_CREATED)
 
-    def _decide(self, request: Request, transition: Any) -> Response:
+    def _decide(self, request: Request, transition: Any, body_type: type[DecisionSerializer] = DecisionSerializer
+                ) -> Response:
         target = self.get_object()  # 404 for a request the caller may not see
-        body = DecisionSerializer(data=request.data)
+        body = body_type(data=request.data)
         body.is_valid(raise_exception=True)
-        transition(request.user, target.pk, body.validated_data["comment"])
+        transition(request.user, target.pk, **body.validated_data)
         return self._answer(target.pk)
 
     @extend_schema(
@@ -924,22 +927,28 @@ class QuotaRequestViewSet(
 
     @extend_schema(
         summary="Approve and apply to the desired state (admins; never one's own request)",
-        description="Exactly one decision counts: a request already decided answers 409 CONFLICT.",
-        request=DecisionSerializer,
+        description="Exactly one decision counts: a request already decided answers 409 CONFLICT. A request whose "
+        "value moved on since it was submitted (its `stale`: another approval, a boost, an adopted change) answers "
+        "409 STALE_REQUEST, saying what it was submitted against, what it is now and what changed it (`details`), "
+        "and changes nothing: send `confirm_stale: true` to approve it anyway, or reject it as superseded.",
+        request=ApproveSerializer,
         responses={200: QuotaRequestSerializer, **SCOPED_ERRORS},
     )
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.approve)
+        return self._decide(request, workflow.approve, ApproveSerializer)
 
     @extend_schema(
         summary="Reject, saying why in the comment (admins; never one's own request)",
-        request=DecisionSerializer,
+        description="`superseded: true` rejects a request whose value moved on since it was submitted, recording "
+        "the reason (`approval.decision_reason`) and what changed in the comment; the comment is optional then. "
+        "400 INVALID_REQUEST when the value did not move.",
+        request=RejectSerializer,
         responses={200: QuotaRequestSerializer, **SCOPED_ERRORS},
     )
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.reject)
+        return self._decide(request, workflow.reject, RejectSerializer)
 
 
 @extend_schema_view(

@@ -38,7 +38,8 @@ from quotas.models.client_metrics import ClientMetricsSubscription
 from quotas.models.clusters import Broker, Cluster
 from quotas.models.pushes import DesiredStateVersion
 from quotas.models.quotas import InvalidBudgetScope, QuotaEntity, QuotaValue, check_budget_scope, scope_change
-from quotas.models.requests import RequestState
+from quotas.models.requests import DecisionReason, RequestState
+from quotas.models.staleness import Moved, changed_by
 from quotas.models.tenants import Tenant, entity_owned_by
 
 #: Rows per bulk statement when a plan is applied.
@@ -107,6 +108,7 @@ class PlanRequest(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="plan_decisions"
     )
     decision_comment = models.TextField(blank=True)
+    decision_reason = models.CharField(max_length=16, choices=DecisionReason.choices, blank=True, default="")
     decided_at = models.DateTimeField(null=True, blank=True)
     applied_version = models.PositiveBigIntegerField(null=True, blank=True)
     failure = models.TextField(blank=True)
@@ -132,10 +134,11 @@ class PlanStale(Exception):
 
     code = "PLAN_STALE"
 
-    def __init__(self, message: str, moved: list[str] | None = None) -> None:
+    def __init__(self, message: str, moved: list[str] | None = None, items: list[Moved] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.moved = moved or []
+        self.items = items or []  # each value that moved: what the plan found, what it is now, what changed it
 
 
 # ------------------------------------------------------------------ the desired state as a quota file
@@ -252,9 +255,12 @@ def check_configs(cluster: Cluster, desired: quotafile.QuotaState) -> list[quota
 # ------------------------------------------------------------------ applying
 
 
-def _values_now(cluster: Cluster, changes: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], Any]:
-    """The current value of every (section, entity, key) the changes touch, as the plan recorded ``old``."""
-    state = current_state(cluster)
+def _values_now(
+    cluster: Cluster, changes: Iterable[Mapping[str, Any]], state: quotafile.QuotaState | None = None
+) -> dict[tuple[str, str, str], Any]:
+    """The current value of every (section, entity, key) the changes touch, as the plan recorded ``old``
+    (``state``: the cluster's ``current_state``, when the caller read it already)."""
+    state = state or current_state(cluster)
     out: dict[tuple[str, str, str], Any] = {}
     for c in changes:
         ident = _ident(c)
@@ -279,18 +285,30 @@ def _ident(change: Mapping[str, Any]) -> tuple[str, str, str]:
     return change["section"], change["path"], change["key"]
 
 
+def plan_moved(plan: Plan, state: quotafile.QuotaState | None = None) -> list[Moved]:
+    """The values the plan changes that are no longer what the plan found (its ``old``), each with what moved it
+    (``state``: the cluster's ``current_state``, read once for several plans of one cluster)."""
+    now = _values_now(plan.cluster, plan.changes, state)
+    moved = []
+    for c in plan.changes:
+        ident = _ident(c)
+        scope = now.get((*ident, "scope"), c.get("old_scope"))
+        if now[ident] != c["old"] or scope != c.get("old_scope"):
+            since = changed_by(plan.cluster_id, c["path"], c["key"], plan.created)
+            moved.append(Moved(c["path"], c["key"], (c["old"], c.get("old_scope")), (now[ident], scope), since))
+    return moved
+
+
 def check_not_moved(plan: Plan) -> None:
     """PLAN_STALE when a value the plan changes is no longer what the plan found (for approving a grouped request,
     which waits for an admin while other changes land: only the plan's own items must be unchanged)."""
-    now = _values_now(plan.cluster, plan.changes)
-    moved = [
-        f"{c['path']} {c['key']}" for c in plan.changes
-        if now[_ident(c)] != c["old"] or now.get((*_ident(c), "scope"), c.get("old_scope")) != c.get("old_scope")
-    ]
+    moved = plan_moved(plan)
     if moved:
+        named = [f"{m.entity} {m.key} ({m.sentence})" for m in moved[:5]]
         raise PlanStale(
-            f"Plan #{plan.pk} changes values that moved on since it was made ({', '.join(moved[:5])}"
-            f"{', ...' if len(moved) > 5 else ''}); reject it and plan the file again.", moved
+            f"Plan #{plan.pk} changes values that moved on since it was made: {'; '.join(named)}"
+            f"{'; ...' if len(moved) > 5 else ''}. Reject it as superseded and plan the file again.",
+            [f"{m.entity} {m.key}" for m in moved], moved,
         )
 
 

@@ -104,6 +104,41 @@ class DesiredStateVersion(models.Model):
         return self.version
 
 
+#: A restored database's versions start again at the next multiple of this (``fence_restored``): far above any version
+#: the lost database can have handed out since the backup (it would take a billion changes of one cluster), so no
+#: version is ever given twice, and the versions below a cluster's fence are those the backup knew.
+RESTORE_FENCE = 10**9
+
+
+def restore_fence(version: int) -> int:
+    """The version at which a cluster's database was last restored (0: never), from its current ``version``.
+
+    Pushes send no change logged at or below it: what the brokers hold of those is the brokers' word, compared by
+    reconcile and left to an admin (``quotas.push``).
+    """
+    return version - version % RESTORE_FENCE
+
+
+def fence_restored() -> list[tuple[Cluster, int, int]]:
+    """Move every cluster's desired-state version up to its next fence, after a restore; (cluster, before, fence).
+
+    Each cluster in a transaction of its own, under its version lock: the fence logs no change (desired state is
+    the backup's) and a pending push per target, and clears a drain lease the backup may hold. Call it once per
+    restore, with the portal stopped: a second call only moves the fence up again.
+    """
+    out = []
+    for cluster in Cluster.objects.order_by("name"):
+        with transaction.atomic():
+            row = DesiredStateVersion.lock(cluster)
+            fence = restore_fence(row.version) + RESTORE_FENCE
+            DesiredStateVersion.objects.filter(pk=cluster.pk).update(
+                version=fence, drain_until=None, updated=timezone.now()
+            )
+            log_version(cluster, fence, {}, enqueue=False)  # reconcile finds the targets behind and pushes
+        out.append((cluster, row.version, fence))
+    return out
+
+
 @receiver(post_save, sender=Cluster)
 def _version_row(sender: type[Cluster], instance: Cluster, created: bool, raw: bool = False, **_: object) -> None:
     """A new cluster starts at desired-state version 0 (in ``Cluster.save``'s transaction), so a quota change

@@ -65,6 +65,9 @@ class QuotaRequest(models.Model):
 
     ``expires_at`` makes it a time-boxed boost: at expiry ``previous_value`` and ``previous_budget_scope``
     (captured when applied; null = there was no value) come back on their own.
+
+    ``submitted_against`` is what the key held when the request was submitted (``{key: {"value", "budget_scope"}}``,
+    both null for no value): approving it once that moved on needs a confirmation (``quotas.models.staleness``).
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="quota_requests")
@@ -90,6 +93,11 @@ class QuotaRequest(models.Model):
     )
     applied_version = models.PositiveBigIntegerField(null=True, blank=True)
     failure = models.TextField(blank=True, help_text="Why applying failed.")
+    submitted_against = models.JSONField(
+        null=True, blank=True,
+        help_text='The value it was submitted against: {key: {"value", "budget_scope"}} (both null: no value); '
+        "null: not recorded (decided before it was kept).",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -127,12 +135,20 @@ class Decision(models.TextChoices):
     REJECTED = "rejected", "Rejected"
 
 
+class DecisionReason(models.TextChoices):
+    """Why a decision was made, where the portal knows it (beside the admin's comment)."""
+
+    NONE = "", "—"
+    SUPERSEDED = "superseded", "Superseded: the value changed since it was submitted"
+
+
 class Approval(models.Model):
     """An admin's decision on a request. One per request (the database says so too): exactly one decision counts."""
 
     request = models.OneToOneField(QuotaRequest, on_delete=models.CASCADE, related_name="approval")
     approver = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="quota_approvals")
     decision = models.CharField(max_length=16, choices=Decision.choices)
+    decision_reason = models.CharField(max_length=16, choices=DecisionReason.choices, blank=True, default="")
     comment = models.TextField(blank=True)
     decided_at = models.DateTimeField()
 
