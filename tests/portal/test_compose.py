@@ -22,7 +22,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 
-PORTAL_IMAGE = {"portal-a", "portal-b", "worker-1", "worker-2", "pipeline-worker", "beat", "relay"}
+PORTAL_IMAGE = {"portal-a", "portal-b", "worker-1", "worker-2", "pipeline-worker", "preview-worker", "beat", "relay"}
 TOPOLOGY = PORTAL_IMAGE | {"keys", "postgres", "redis", "spark-master", "spark-worker", "kafka-1", "kafka-2", "kafka-3"}
 
 
@@ -52,6 +52,7 @@ def test_every_service_of_the_proven_topology_is_there(compose: dict) -> None:
         assert re.search(r"celery -A portal worker -Q celery\b", commands[worker])
     assert len({re.search(r"-n (\S+)", commands[w]).group(1) for w in ("worker-1", "worker-2")}) == 2  # type: ignore[union-attr]
     assert "-Q pipeline" in commands["pipeline-worker"]
+    assert "-Q previews" in commands["preview-worker"]  # previews never wait behind a rollup
     assert "celery -A portal beat" in commands["beat"]
     assert "manage.py relay" in commands["relay"]
     assert "deploy.master.Master" in commands["spark-master"]
