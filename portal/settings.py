@@ -141,6 +141,7 @@ INSTALLED_APPS = [
     "history",
     "frontend",
     "access_tokens",
+    "portal",  # the project's own management commands (backup_db, restore_db)
 ]
 
 MIDDLEWARE = [

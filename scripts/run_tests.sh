@@ -84,8 +84,8 @@ else
 fi
 
 # The quick start's embedded database keeps working: the quota API (migrations, versioned writes, a batch of
-# thousands) and a real worker's pushes once more on SQLite, after a full run (options such as -q do not count as
-# a selection; named tests do, and then this is left out).
+# thousands), a real worker's pushes and a backup restored once more on SQLite, after a full run (options such as -q
+# do not count as a selection; named tests do, and then this is left out).
 whole_suite=$((1 - FAST))
 for arg in "$@"; do
     case "$arg" in -*) ;; *) whole_suite=0 ;; esac
@@ -93,7 +93,7 @@ done
 if [ "$whole_suite" -eq 1 ] && [ "${QUOTAS_SQLITE_TESTS:-1}" != "0" ] && [ "$pytest_status" -eq 0 ]; then
     echo "run_tests: a short run on SQLite" >&2
     env -u DATABASE_URL python -m pytest -q -p no:cacheprovider tests/portal/test_quota_api.py \
-        tests/push/test_worker_pushes.py || pytest_status=$?
+        tests/push/test_worker_pushes.py tests/portal/test_backup_restore.py || pytest_status=$?
 fi
 
 if [ "$pytest_status" -ne 0 ]; then

@@ -7,8 +7,10 @@ given this one, never the environment's own (which names the non-test database).
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import quote
 
+import psycopg
 from django.db import connection
 
 
@@ -30,3 +32,19 @@ def database_url() -> str:
 def on_postgres() -> bool:
     """True when the tests run on PostgreSQL (the test command's database)."""
     return "postgresql" in connection.settings_dict["ENGINE"]
+
+
+def drop_database() -> None:
+    """Lose the test database (a restore test's disaster): dropped with whoever is connected (PostgreSQL), or its
+    files deleted (SQLite). Django's connection is closed first; ``restore_db`` brings the database back."""
+    db = connection.settings_dict
+    connection.close()
+    if not on_postgres():
+        for suffix in ("", "-wal", "-shm"):
+            Path(db["NAME"] + suffix).unlink(missing_ok=True)
+        return
+    conninfo = psycopg.conninfo.make_conninfo(
+        dbname="postgres", user=db["USER"], password=db["PASSWORD"], host=db["HOST"], port=str(db["PORT"])
+    )
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE "{db["NAME"]}" WITH (FORCE)')

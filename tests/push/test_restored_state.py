@@ -1,22 +1,32 @@
 """After a restore the brokers' word stands: nothing pushes the restored (older) desired state over what they hold.
 
-A restored database is fenced (every cluster's version moves past what the lost database handed out); one that is
-not is caught by the push path (a target that holds a newer version than the database is never written, and
-reconcile never heals it) until it is.
+A database restored by ``restore_db`` is fenced (every cluster's version moves past what the lost database handed
+out); one restored by other means is caught by the push path (a target that holds a newer version than the database
+is never written, and reconcile never heals it) until ``restore_db --fence-only``. A Kafka cluster, which holds no
+version of its own, keeps what it holds even when the backup booked no push to it.
 """
 
 from __future__ import annotations
 
+import io
+import uuid
+from pathlib import Path
+
 import pytest
 import redis
+from django.core.management import call_command
 
-from quotas import push
+from quotas import push, workflow
+from quotas.choices import ConnectorKind
 from quotas.connectors.base import QUOTA, PushError
 from quotas.engine.config import EntityRef, namespace_for_broker
 from quotas.engine.desired import NamespaceState
-from quotas.models import AuditEntry, Broker, Cluster, Drift, Push
-from quotas.models.pushes import RESTORE_FENCE, fence_restored
+from quotas.models import AuditEntry, Broker, Cluster, DesiredStateVersion, Drift, OwnedName, Push, QuotaValue, Tenant
+from quotas.models.pushes import RESTORE_FENCE
+from tests.database import drop_database
 from tests.portal.brokers import set_quota
+from tests.portal.people import make_user
+from tests.push.test_kafka_pushes import bare_kafka, each_broker, quotas_on  # noqa: F401 (a fixture)
 
 PBR = "producer_byte_rate"
 
@@ -51,7 +61,10 @@ def test_a_broker_ahead_of_the_database_is_never_written_until_the_database_is_f
         ("different", "4000.0"), ("extra", "10.0"), ("missing", None)
     }
 
-    assert [(c.name, before, fence) for c, before, fence in fence_restored()] == [("prod", v + 1, RESTORE_FENCE)]
+    out = io.StringIO()
+    call_command("restore_db", fence_only=True, stdout=out)
+
+    assert f"prod: desired-state version {v + 1} -> {RESTORE_FENCE} (restore fence)" in out.getvalue()
     for b in (b1, b2):  # the fence's push sends nothing logged before it; carol's change shows as drift instead
         assert push.push_target(prod.pk, b.pk).mode == "delta"
     assert broker1.read() == (RESTORE_FENCE, {item("alice"): "4000.0", item("bob"): "10.0"})
@@ -59,3 +72,47 @@ def test_a_broker_ahead_of_the_database_is_never_written_until_the_database_is_f
     set_quota(prod, "dave", 8)  # after the fence: pushed
     push.push_target(prod.pk, b1.pk)
     assert broker1.read()[1][item("dave")] == "8.0"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_kafka_keeps_what_it_holds_though_the_backup_booked_no_push_to_it(
+    kafka_cluster, bare_kafka: None, engine_redis: redis.Redis, tmp_path: Path  # type: ignore[no-untyped-def]  # noqa: F811
+) -> None:
+    cluster = Cluster.objects.create(name=f"kprod-{uuid.uuid4().hex[:6]}", connector=ConnectorKind.KAFKA)
+    for node in kafka_cluster.nodes:
+        Broker.objects.create(cluster=cluster, broker_id=node.node_id, host=node.address("PLAINTEXT"))
+    team = Tenant.objects.create(name="team-a")
+    OwnedName.objects.create(tenant=team, entity_type="user", pattern="svc-*")
+    alice, root, ops = make_user("alice"), make_user("root", staff=True), make_user("ops", staff=True)
+    team.members.add(alice)
+
+    a, b = f"svc-{uuid.uuid4().hex[:8]}", f"svc-{uuid.uuid4().hex[:8]}"
+
+    def approve(user: str, value: float) -> None:
+        request = workflow.submit(alice, team, cluster, user=user, client_id=None, key=PBR, value=value)
+        workflow.approve(root, request.pk)
+
+    approve(a, 1000)  # approved, its push not yet booked when the backup is taken
+    backup = tmp_path / "portal.backup"
+    call_command("backup_db", str(backup), stdout=io.StringIO())
+    push.push_target(cluster.pk, None)
+    approve(b, 2000)
+    push.push_target(cluster.pk, None)
+    drop_database()
+    call_command("restore_db", str(backup), stdout=io.StringIO())
+
+    # the backup books no push to the cluster: a full push would remove b's quota; the restore's push sends nothing
+    assert push.push_target(cluster.pk, None).mode == "delta"
+    assert {o.status for o in push.reconcile_all(mode="heal") if o.target.startswith(cluster.name)} == {"drift"}
+    for address in each_broker(cluster):
+        assert quotas_on(address, a) == {(("user", a),): {PBR: 1000.0}}
+        assert quotas_on(address, b) == {(("user", b),): {PBR: 2000.0}}
+    [extra] = Drift.objects.filter(cluster=cluster, resolved_at=None)
+    assert (extra.status, extra.resource, extra.actual) == ("extra", EntityRef(user=b).field(), "2000.0")
+
+    push.adopt(cluster, [extra.pk], ops)
+
+    push.push_target(cluster.pk, None)
+    assert {o.status for o in push.reconcile_all(mode="heal") if o.target.startswith(cluster.name)} == {"in-sync"}
+    assert QuotaValue.objects.get(entity__cluster=cluster, entity__user=b).value == 2000
+    assert DesiredStateVersion.objects.get(cluster=cluster).version > RESTORE_FENCE
