@@ -147,6 +147,8 @@ class DecisionForm(forms.Form):
     """A comment on a decision or withdrawal; whether it is required is the workflow's call (reject needs one)."""
 
     comment = forms.CharField(label="Comment", required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    confirm_stale = forms.BooleanField(required=False, label="Approve although the value changed since submission")
+    superseded = forms.BooleanField(required=False, label="Reject as superseded")
 
 
 class ReapplyForm(forms.Form):

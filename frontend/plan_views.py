@@ -17,6 +17,7 @@ from history.services import summary
 from plans import services
 from quotas import workflow
 from quotas.models import Plan, PlanRequest, RequestState, is_admin, sees_everything, tenants_of
+from quotas.models.plans import current_state, plan_moved
 
 
 def plan_context(plan: Plan) -> dict[str, Any]:
@@ -40,10 +41,13 @@ def pending_rows(request: HttpRequest) -> list[dict[str, Any]]:
         state=RequestState.SUBMITTED
     ).order_by("pk")
     admin = is_admin(request.user)
-    return [
-        {"req": r, **plan_context(r.plan), "can_decide": admin and r.requested_by_id != request.user.pk}
-        for r in pending[:50]
-    ]
+    states: dict[int, Any] = {}  # each cluster's desired state read once, however many of its plans wait
+    rows = []
+    for r in pending[:50]:
+        state = states.get(r.cluster_id) or states.setdefault(r.cluster_id, current_state(r.plan.cluster))
+        rows.append({"req": r, **plan_context(r.plan), "moved": plan_moved(r.plan, state),
+                     "can_decide": admin and r.requested_by_id != request.user.pk})
+    return rows
 
 
 def _plan(request: HttpRequest, pk: int) -> Plan:
@@ -63,7 +67,9 @@ def plan_detail(request: HttpRequest, pk: int) -> HttpResponse:
         grouped is not None and grouped.state == RequestState.SUBMITTED and is_admin(request.user)
         and grouped.requested_by_id != request.user.pk
     )
-    context = {**plan_context(plan), "grouped": grouped, "can_decide": can_decide}
+    waiting = grouped is not None and grouped.state == RequestState.SUBMITTED
+    context = {**plan_context(plan), "grouped": grouped, "can_decide": can_decide,
+               "moved": plan_moved(plan) if waiting else []}
     return page(request, "frontend/plan_detail.html", context)
 
 
@@ -80,9 +86,11 @@ def _decide(name: str, done: str) -> View:
         if grouped is None or not visible:
             raise not_found(f"Plan request #{pk}")
         form = DecisionForm(request.POST)
-        comment = form.cleaned_data["comment"] if form.is_valid() else ""
+        valid = form.is_valid()
+        comment = form.cleaned_data["comment"] if valid else ""
+        passed = {"superseded": True} if name == "reject_plan" and valid and form.cleaned_data["superseded"] else {}
         try:
-            transition(request.user, grouped.pk, comment)
+            transition(request.user, grouped.pk, comment, **passed)
         except workflow.WorkflowError as e:
             raise Refused(e.status, e.message) from e
         messages.success(request, f"Plan request #{grouped.pk} {done}.")

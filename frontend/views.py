@@ -69,6 +69,7 @@ from quotas.models import (
     sees_everything,
     tenants_of,
 )
+from quotas.models.staleness import request_moved, submitted_against
 from quotas.models.tenants import quota_visible
 
 HISTORY_DAYS = 7  # the entity page's hourly history
@@ -269,6 +270,8 @@ def _request_context(request: HttpRequest, target: QuotaRequest) -> dict[str, An
         "transitions": [e for e in audit if e.action not in VALUE_ACTIONS],
         "audit": audit,
         "capacity": workflow.capacity_check(target),
+        "moved": request_moved(target) if submitted else None,
+        "submitted_against": submitted_against(target),
         "pushes": pushes,
         "effect": request_effect(target, pushes),
         "effect_minutes": AROUND_MINUTES,
@@ -294,8 +297,9 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return page(request, "frontend/request_detail.html", {**_request_context(request, target), "form": DecisionForm()})
 
 
-def _transition(name: str, done: str) -> View:
-    """A POST view running ``workflow.<name>`` on a visible request, as the API's ``/requests/<id>/<name>/``."""
+def _transition(name: str, done: str, flags: tuple[str, ...] = ()) -> View:
+    """A POST view running ``workflow.<name>`` on a visible request, as the API's ``/requests/<id>/<name>/``;
+    ``flags``: the form's checkboxes and buttons it passes on (``confirm_stale``, ``superseded``)."""
     transition = getattr(workflow, name)
 
     @require_POST
@@ -303,12 +307,18 @@ def _transition(name: str, done: str) -> View:
     def view(request: HttpRequest, pk: int) -> HttpResponse:
         target = get_request(request, pk)  # 404 for a request the person may not see, as the API
         form = DecisionForm(request.POST)
-        comment = form.cleaned_data["comment"] if form.is_valid() else ""
+        valid = form.is_valid()
+        comment = form.cleaned_data["comment"] if valid else ""
+        passed = {flag: bool(form.cleaned_data[flag]) for flag in flags} if valid else {}
         try:
-            transition(request.user, target.pk, comment)
+            transition(request.user, target.pk, comment, **passed)
         except workflow.WorkflowError as e:
             target = get_request(request, pk)  # as it is now (the transition rolled back whole)
-            context = {**_request_context(request, target), "form": form, "refusal": e.message}
+            refusal = e.message
+            if isinstance(e, workflow.StaleRequest):  # the API's message names its field; the page its checkbox
+                refusal = (f"Request #{target.pk} was {e.moved.sentence}. Tick “Approve #{target.pk} although the "
+                           "value changed” to approve it anyway, or reject it as superseded.")
+            context = {**_request_context(request, target), "form": form, "refusal": refusal}
             return page(request, "frontend/request_detail.html", context, status=e.status)
         messages.success(request, f"Request #{target.pk} {done}.")
         return HttpResponseRedirect(_safe_next(request, reverse("request-detail", args=[target.pk])))
@@ -318,8 +328,8 @@ def _transition(name: str, done: str) -> View:
     return view
 
 
-request_approve = _transition("approve", "approved")
-request_reject = _transition("reject", "rejected")
+request_approve = _transition("approve", "approved", ("confirm_stale",))
+request_reject = _transition("reject", "rejected", ("superseded",))
 request_withdraw = _transition("withdraw", "withdrawn")
 
 
@@ -336,6 +346,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
         preview = history_services.preview_of_request(r, version)
         rows.append({
             "req": r,
+            "moved": request_moved(r),
             "capacity": workflow.capacity_check(r),
             "preview": preview,
             "impact": history_services.summary(preview),

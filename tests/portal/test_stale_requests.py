@@ -1,7 +1,7 @@
 """No stale approval (issue 29): a request records what its key held when it was submitted, and approving it once
 that moved on (another approval, a boost, an admin's change, a value adopted from Kafka) needs a confirmation, or
 the request is rejected as superseded in one call; a grouped plan request whose values moved is refused and says
-what moved. Through the API and the migration's rule for requests made before it.
+what moved. Through the API, the pages' forms, and the migration's rule for requests made before it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 from django.apps import apps
+from django.test import Client
 from django.utils import timezone
 
 from quotas import workflow
@@ -194,13 +195,49 @@ def test_a_grouped_plan_request_whose_values_moved_says_what_and_is_rejected_as_
     assert [m["message"] for m in refused.json()["details"]["moved"]] == [sentence]
     assert value(w) == 2 * MiB
 
-    rejected = api(w["admin2"]).post(f"/api/plan-requests/{request_id}/reject/",
-                                     {"superseded": True, "comment": "plan it again"}, format="json")
-    assert rejected.status_code == 200, rejected.content
+    admin = Client()
+    admin.force_login(w["admin2"])
+    queue = admin.get("/approvals/").content.decode()
+    assert "<code>/config/users/svc-a-1</code> <code>producer_byte_rate</code>: submitted against 512 KiB/s; now " \
+        f'2 MiB/s since <a href="/requests/{newcomer["id"]}/">#{newcomer["id"]}</a>.' in queue
+    assert f"Reject plan request #{request_id} as superseded" in queue
+    assert f"Approve plan request #{request_id}" not in queue  # a plan whose values moved is planned again
+
+    # the page's one-click button (the API takes {"superseded": true} the same way)
+    clicked = admin.post(f"/plan-requests/{request_id}/reject/",
+                         {"superseded": "1", "comment": "plan it again", "next": "/approvals/"})
+    assert clicked.status_code == 302 and clicked["Location"] == "/approvals/", clicked.content.decode()[:2000]
+    rejected = api(w["alice"]).get(f"/api/plan-requests/{request_id}/")
     assert (rejected.json()["state"], rejected.json()["decision_reason"]) == ("rejected", "superseded")
     assert rejected.json()["decision_comment"] == f"Superseded: {sentence}. plan it again"
     assert rejected.json()["stale"] is None  # decided: nothing left to approve
     assert PlanRequest.objects.get(pk=request_id).decision_reason == "superseded"
+    page = admin.get(f"/plans/{made.json()['id']}/").content.decode()
+    assert f"Grouped request #{request_id}: Rejected by ops as superseded (Superseded: {sentence}. plan it again)" \
+        in page
+
+
+def test_the_pages_say_it_and_ask_for_the_confirmation(w: dict[str, Any]) -> None:
+    pending = ask(w["alice"], "1.5 MiB/s")
+    newcomer = ask(w["alice2"], "2 MiB/s")
+    workflow.approve(w["admin"], newcomer["id"])
+    admin = Client()
+    admin.force_login(w["admin2"])
+    queue = admin.get("/approvals/").content.decode()
+    assert f"<strong>The value changed since #{pending['id']} was submitted:</strong> submitted against 512 KiB/s; " \
+           f'now 2 MiB/s since <a href="/requests/{newcomer["id"]}/">#{newcomer["id"]}</a>.' in queue
+    assert 'name="confirm_stale"' in queue and f"Reject #{pending['id']} as superseded" in queue
+
+    refused = admin.post(f"/requests/{pending['id']}/approve/", {"comment": "fine"})
+    assert refused.status_code == 409
+    page = refused.content.decode()
+    assert "<strong>Not done:</strong> Request #" in page and "submitted against 512 KiB/s; now 2 MiB/s" in page
+    assert value(w) == 2 * MiB
+    done = admin.post(f"/requests/{pending['id']}/approve/", {"comment": "fine", "confirm_stale": "1"})
+    assert done.status_code == 302, done.content.decode()[:2000]
+    assert value(w) == 1.5 * MiB
+    detail = admin.get(f"/requests/{pending['id']}/").content.decode()
+    assert "Submitted against</dt><dd data-submitted-against>512 KiB/s" in detail
 
 
 def test_requests_waiting_before_the_migration_get_the_value_the_audit_trail_says_they_found(
