@@ -130,6 +130,10 @@ def _prepared(name: str, prepare: Callable[[], None]) -> None:
     connection.settings_dict["NAME"] = name
     try:
         prepare()
+    except BackupError:
+        raise
+    except Exception as e:  # e.g. a migration that fails on this backup: said in a line, the copy is dropped
+        raise BackupError("RESTORE_FAILED", f"Preparing the restored copy failed, nothing was changed: {e}") from e
     finally:
         connection.close()
         connection.settings_dict["NAME"] = own

@@ -23,8 +23,10 @@ import redis
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 
-from portal.backups import PG_MAGIC, SQLITE_MAGIC
+from portal import backups
+from portal.backups import PG_MAGIC, SQLITE_MAGIC, BackupError
 from quotas import push, workflow
 from quotas.connectors.base import QUOTA
 from quotas.engine.config import KEY_SEP, EntityRef, namespace_for_broker
@@ -100,6 +102,19 @@ def other_kind(tmp_path: Path) -> Path:
     return other
 
 
+def failing_migration() -> None:
+    raise RuntimeError("a migration that fails")
+
+
+def restoring_copies() -> list[str]:
+    """The fresh copies a restore makes beside the database, if any was left."""
+    if not on_postgres():
+        return [str(p) for p in Path(connection.settings_dict["NAME"]).parent.glob("*.restoring*")]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", ["%\\_restoring"])
+        return [name for (name,) in cursor.fetchall()]
+
+
 def refused(code: str, *args: Any, **options: Any) -> str:
     """``call_command`` refuses with ``code``; returns the message."""
     with pytest.raises(CommandError) as e:
@@ -133,7 +148,11 @@ def test_a_restored_database_leaves_what_the_brokers_hold_until_an_admin_adopts_
     refused("WRONG_FORMAT", "restore_db", str(other_kind(tmp_path)), replace=True)
     refused("NOT_A_BACKUP", "restore_db", __file__, replace=True)
     refused("NO_SUCH_FILE", "restore_db", str(tmp_path / "nothing"))
+    with pytest.raises(BackupError) as failing:  # restored beside the database, then its preparation fails
+        backups.restore(backup, replace=True, prepare=failing_migration)
+    assert failing.value.code == "RESTORE_FAILED" and "a migration that fails" in failing.value.message
     assert desired(w) == {("svc-a-1", PBR): 2000, ("svc-a-2", CBR): 3000} and version() == before + 2
+    assert not restoring_copies()
 
     drop_database()
     done = manage("restore_db", str(backup))
