@@ -11,5 +11,5 @@ class TelemetryUiConfig(AppConfig):
     verbose_name = "Telemetry"
 
     def ready(self) -> None:
-        # committed moves of quota requests go to the WebSockets of every replica (subscribe_requests)
+        # committed moves of requests of every kind go to the WebSockets of every replica (subscribe_requests)
         from telemetry_ui import request_events  # noqa: F401

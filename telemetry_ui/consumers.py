@@ -356,7 +356,7 @@ class MonitorConsumer(AsyncWebsocketConsumer):
             raise FrameError("NOT_FOUND", f"Not subscribed to the cluster {cluster!r}.")
         await self.channel_layer.group_discard(cluster_group(cluster), self.channel_name)
 
-    # ---- quota requests' moves (telemetry_ui.request_events sends them from whichever process committed them)
+    # ---- requests' moves, of every kind (telemetry_ui.request_events sends them from whichever process committed them)
 
     async def _subscribe_requests(self, msg: dict[str, Any]) -> None:
         cluster, _ = await self._target(msg, with_entity=False)
@@ -380,7 +380,7 @@ class MonitorConsumer(AsyncWebsocketConsumer):
             return
         if not viewer.everything and event.get("tenant_id") not in {t.pk for t in viewer.tenants}:
             return  # a member sees its own tenants' requests only
-        frame = {k: event.get(k) for k in ("cluster", "request_id", "state", "tenant", "at")}
+        frame = {k: event.get(k) for k in ("kind", "cluster", "request_id", "state", "tenant", "at")}
         await self.send(text_data=_dumps({"type": "request", **frame}))
 
     # ---- client telemetry (KIP-714 pushes stored by the sink)

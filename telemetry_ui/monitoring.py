@@ -47,7 +47,7 @@ def cluster_group(cluster: str) -> str:
 
 
 def requests_group(cluster: str) -> str:
-    """The Channels group of the moves of a cluster's quota requests (``telemetry_ui.request_events``)."""
+    """The Channels group of the moves of a cluster's requests, of every kind (``telemetry_ui.request_events``)."""
     return f"req.cluster.{cluster}"
 
 

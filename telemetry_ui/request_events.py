@@ -1,9 +1,11 @@
-"""Each committed move of a quota request, to the WebSockets watching its cluster's requests, on every replica.
+"""Each committed move of a request, to the WebSockets watching its cluster's requests, on every replica.
 
 ``quotas.models.request_changed`` is sent in the process that committed the move (the portal replica that
 took the approval, the Celery worker whose push settled it); this receiver hands it to the Channels layer (the
 shared Redis), whose group ``req.cluster.<cluster>`` reaches the consumers of every replica
-(``subscribe_requests`` on ``/ws/monitor/``). A layer that is down costs the live update, never the move.
+(``subscribe_requests`` on ``/ws/monitor/``). Every kind of request moves there: quota requests, KIP-714
+client-metrics subscription requests and grouped plan requests, each message naming its ``kind`` (ids are per
+kind). A layer that is down costs the live update, never the move.
 """
 
 from __future__ import annotations
@@ -15,23 +17,29 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from quotas.models import QuotaRequest, request_changed
+from quotas.models import PlanRequest, QuotaRequest, SubscriptionRequest, request_changed
 
 from .monitoring import requests_group
 
 log = logging.getLogger(__name__)
 
 
-def forward(sender: object, request_id: int, state: str, at: datetime | None = None, **_: Any) -> None:
+#: The request models and the ``kind`` their moves are sent as.
+KINDS: dict[type, str] = {QuotaRequest: "quota", SubscriptionRequest: "subscription", PlanRequest: "plan"}
+
+
+def forward(sender: type, request_id: int, state: str, at: datetime | None = None, **_: Any) -> None:
     """Send one move to its cluster's requests group (cluster and tenant read from the database: one query)."""
     layer = get_channel_layer()
-    if layer is None:
+    kind = KINDS.get(sender)
+    if layer is None or kind is None:
         return
-    row = QuotaRequest.objects.filter(pk=request_id).values("cluster__name", "tenant_id", "tenant__name").first()
+    row = sender.objects.filter(pk=request_id).values("cluster__name", "tenant_id", "tenant__name").first()
     if row is None:
         return
     message = {
         "type": "req.changed",
+        "kind": kind,
         "cluster": row["cluster__name"],
         "request_id": request_id,
         "state": state,
@@ -42,8 +50,8 @@ def forward(sender: object, request_id: int, state: str, at: datetime | None = N
     try:
         async_to_sync(layer.group_send)(requests_group(row["cluster__name"]), message)
     except Exception as e:  # Redis down, or called from an event loop's own thread: the move stands
-        log.warning("could not announce request #%s (%s) live: %s", request_id, state, e)
+        log.warning("could not announce %s request #%s (%s) live: %s", kind, request_id, state, e)
 
 
-# quota requests only: subscription and plan requests are announced too, with ids of their own tables
-request_changed.connect(forward, sender=QuotaRequest, dispatch_uid="telemetry_ui.request_events.forward")
+for _model, _kind in KINDS.items():
+    request_changed.connect(forward, sender=_model, dispatch_uid=f"telemetry_ui.request_events.forward.{_kind}")

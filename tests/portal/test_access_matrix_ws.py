@@ -8,7 +8,8 @@ action cannot be left out; add its rows to ``WS_MATRIX``.
 
 Asked over a real server: uvicorn serving ``portal.asgi`` and the relay (``manage.py relay``) on the test database
 and Redis, real WebSocket clients with the roles' session cookies. The data are real too: samples published by the
-engine's ``Sampler``, telemetry pushes stored by the sink's writers, quota requests submitted through the workflow.
+engine's ``Sampler``, telemetry pushes stored by the sink's writers, requests of every kind (quota, KIP-714
+subscription, grouped plan) moved through the workflow.
 
 Cells:
   ``see``   the subscription is accepted and its data show the object (its marker is in a data frame)
@@ -35,7 +36,7 @@ from django.urls import URLPattern, URLResolver
 from websockets.exceptions import ConnectionClosed
 
 from quotas.choices import EntityType
-from quotas.models import Cluster, OwnedName, Tenant
+from quotas.models import Cluster, OwnedName, Plan, Tenant
 from tests.portal.live import TALKS_TO_LIVE_PORTAL, committed_world, live_portal
 from tests.portal.people import make_user
 from tests.redis_keys import delete_matching
@@ -271,19 +272,27 @@ def observed(
             for action in ("subscribe_cluster", "subscribe_requests"):
                 w.ask({"action": action, "cluster": CLUSTER},
                       lambda f: f.get("type") in ("subscribed", "subscribed_requests") and f.get("entity") is None)
-        # Live data after every socket subscribed: a tick of samples, and a request of each tenant.
+        # Live data after every socket subscribed: a tick of samples, and requests of every kind of each tenant: a
+        # quota request, a KIP-714 subscription request (withdrawn) and a grouped plan request (approved).
         _publish_samples(redis_url, now)
         for obj in ("A", "B"):
             workflow.submit(users[obj], None, cluster, user=f"svc-{MARK[obj]}-2", client_id=None, reason="wsmx",
                             key="producer_byte_rate", value=2048)
+            sub = workflow.submit_subscription(users[obj], None, cluster, name=f"sub-{MARK[obj]}", configs={
+                "metrics": "org.apache.kafka.producer.", "interval.ms": 60000, "match": f"client_id=app-{MARK[obj]}-1"})
+            workflow.withdraw_subscription(users[obj], sub.pk)
+            plan = Plan.objects.create(cluster=cluster, created_by=users[obj], tenant=Tenant.objects.get(
+                name=f"team-{MARK[obj]}"), document="", base_version=0)
+            workflow.approve_plan(users["admin"], workflow.submit_plan(users[obj], plan).pk)
 
         def admin_has_all() -> bool:
             watchers["admin"].read(0.2)
             frames = seen["admin"].frames
+            moved = {(f.get("kind"), f.get("tenant"), f.get("state")) for f in frames if f.get("type") == "request"}
             return all(_shows([f for f in frames if f.get("type") == "batch"], m) for m in MARK.values()) and all(
-                _shows([f for f in frames if f.get("type") == "request"], MARK[o]) for o in ("A", "B"))
+                (f"team-{MARK[o]}", "plan", "applied") in {(t, k, s) for k, t, s in moved} for o in ("A", "B"))
 
-        wait_for("the admin's socket to get the live batch and both requests", admin_has_all, 20)
+        wait_for("the admin's socket to get the live batch and every request of both tenants", admin_has_all, 20)
         for w in watchers.values():  # the others got theirs at the same time; a moment more to be sure
             end = time.monotonic() + 1.0
             while (left := end - time.monotonic()) > 0:
@@ -310,6 +319,23 @@ def test_every_role_gets_what_the_websocket_table_says(row: Row, observed: dict[
                                                      else "") for role in ROLES)
         pytest.fail(f"{row.path} {row.action} {row.obj}: {cells}\nThe WebSocket access matrix is WS_MATRIX in "
                     f"{__file__}; fix the code, or the row when the table was wrong.", pytrace=False)
+
+
+@pytest.mark.parametrize("role", ["admin", "auditor", "A", "B"])
+def test_every_kind_of_request_moves_on_the_socket_as_quota_requests_do(role: str, observed: dict[str, Seen]) -> None:
+    """Quota, subscription and plan requests each move live (issue 29), to whoever may see them: a member its own
+    tenants' only, admins and auditors every tenant's."""
+    moves: dict[tuple[str, str], list[str]] = {}
+    for f in observed[role].frames:
+        if f.get("type") == "request":
+            assert f.get("cluster") == CLUSTER and isinstance(f.get("request_id"), int) and f.get("at"), f
+            moves.setdefault((f["tenant"], f["kind"]), []).append(f["state"])
+    tenants = [f"team-{MARK[o]}" for o in ("A", "B") if role in ("admin", "auditor", o)]
+    expected = {}
+    for tenant in tenants:
+        expected |= {(tenant, "quota"): ["submitted"], (tenant, "subscription"): ["submitted", "withdrawn"],
+                     (tenant, "plan"): ["submitted", "approved", "applied"]}
+    assert moves == expected
 
 
 @pytest.mark.parametrize("role", ["A", "B"])
