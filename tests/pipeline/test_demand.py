@@ -1,0 +1,137 @@
+"""The demand estimate beside the lower bound, on traces whose demand is known: clients asking a set rate above their
+quota, throttled by the project's own model of Kafka's quota (the engine's reference model, and the what-if kernel
+that equals it bit for bit), recorded as Kafka would let them through.
+
+Tolerance: 2 % of the known demand from the throttle time (whole requests and whole milliseconds over two minutes),
+5 % from the queue time (KIP-714 reports an average per push, here every 5 s, read as the value at the push's end)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.demand import (
+    BACK_TO_BACK,
+    estimate,
+    from_queue_time,
+    from_throttle,
+    queue_demand,
+    queue_growth,
+)
+from pipeline.kernel import replay_rate
+from quotas.engine.entities import QuotaType
+from quotas.engine.managers import UsageRecord, manager_for
+from quotas.engine.model import ModelBackend
+
+L = 512 * 1024.0  # the quota, bytes/s per broker
+SIZE = 8192.0  # one request's bytes
+TOLERANCE, QUEUE_TOLERANCE = 0.02, 0.05
+PUSH_MS = 5_000  # a KIP-714 push interval
+
+
+def paced_client(demand: float, seconds: int = 120) -> tuple[np.ndarray, np.ndarray]:
+    """A client asking ``demand`` B/s that waits out each throttle and then goes on at its own pace (its next request
+    a request's worth of its time after the previous one's throttle ended): sent times and the throttle Kafka
+    answered each, from the engine's reference model."""
+    mgr = manager_for(QuotaType.PRODUCE, ModelBackend())
+    mgr.update_quota("svc", "app", L)
+    gap_ms, t, sent, throttles = SIZE / demand * 1000, 0.0, [], []
+    while t < seconds * 1000:
+        result = mgr.record_many([UsageRecord("svc", "app", SIZE, int(t))], validate=False)[0]
+        sent.append(int(t))
+        throttles.append(result.throttle_ms_long)
+        t += result.throttle_ms_long + gap_ms
+    return np.array(sent), np.array(throttles)
+
+
+def queueing_client(demand: float, seconds: int = 60) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A client asking ``demand`` B/s that queues what Kafka holds back (as a producer's buffer does): when each
+    request was asked for, when it was sent (the what-if's closed loop) and the throttle Kafka answered it."""
+    n = int(seconds * demand / SIZE)
+    asked = (np.arange(n) * SIZE / demand * 1000).astype(np.int64)
+    replayed = replay_rate("produce", asked, np.full(n, SIZE), L, closed=True)
+    return asked, np.array(replayed.sent_ms), np.array(replayed.throttle_ms_long)
+
+
+def recorded(sent: np.ndarray, throttles: np.ndarray, skip_ms: int = 10_000) -> tuple[float, float, int, int]:
+    """What the pipeline would read of it past its first ``skip_ms`` (the sensor's first windows): the rate Kafka let
+    through over the recorded span, the share of that span the client was muted, and the span."""
+    keep = sent >= sent[0] + skip_ms
+    s, thr = sent[keep], throttles[keep]
+    span = int(s[-1] - s[0])
+    inside = thr[:-1].sum()  # each throttle lies between its request and the next one
+    return len(s[:-1]) * SIZE / (span / 1000), inside / span, int(s[0]), int(s[-1])
+
+
+@pytest.mark.parametrize("x", [1.3, 2.0, 4.0])
+def test_the_throttle_time_recovers_what_a_client_at_its_own_pace_asked_for(x: float) -> None:
+    sent, throttles = paced_client(x * L)
+    rate, fraction, _, _ = recorded(sent, throttles)
+    assert rate == pytest.approx(L, rel=0.05)  # Kafka held it at its quota: what got through says nothing more
+    assert fraction == pytest.approx(1 - 1 / x, abs=0.02)  # muted the share its demand is above the quota
+    assert from_throttle(rate, fraction) == pytest.approx(x * L, rel=TOLERANCE)
+
+
+@pytest.mark.parametrize("x", [1.3, 2.0, 4.0])
+def test_the_queue_time_recovers_what_a_queueing_client_asked_for_where_the_throttle_time_cannot(x: float) -> None:
+    asked, sent, throttles = queueing_client(x * L)
+    rate, fraction, lo, hi = recorded(sent, throttles)
+    # muted back to back whatever it asked: the throttle time bounds nothing useful
+    assert fraction >= BACK_TO_BACK and from_throttle(rate, fraction) is None
+    # its queue time as a KIP-714 push reports it: the mean over the records sent in each push interval
+    queue = sent - asked
+    points = [(int(t0 + PUSH_MS), float(queue[(sent >= t0) & (sent < t0 + PUSH_MS)].mean()))
+              for t0 in range(lo, hi - PUSH_MS, PUSH_MS)]
+    a, b, growth = queue_growth(points, lo, hi)
+    assert (a, b) == (points[0][0], points[-1][0]) and growth > 0
+    between = len(sent[(sent >= a) & (sent < b)]) * SIZE
+    assert from_queue_time(between * 1000 / (b - a), b - a, growth) == pytest.approx(x * L, rel=QUEUE_TOLERANCE)
+    # as the what-if adds its clients: this one with its points, another without (its rate as recorded)
+    demand, seen = queue_demand({"app": rate, "other": 1000.0}, {"app": [(a, b, growth)]},
+                                lambda client_id, lo_ms, hi_ms: len(sent[(sent >= lo_ms) & (sent < hi_ms)]) * SIZE)
+    assert seen == 1 and demand == pytest.approx(x * L + 1000.0, rel=QUEUE_TOLERANCE)
+
+
+def test_each_evidence_bounds_the_other_kind_of_client() -> None:
+    """Queue time under-reads a client that slows down (nothing waits), throttle time over-reads one that queues: the
+    demand lies between them."""
+    sent, throttles = paced_client(2 * L)
+    rate, fraction, lo, hi = recorded(sent, throttles)
+    assert from_queue_time(rate, hi - lo, 0.0) == pytest.approx(rate)  # its queue stays empty: r, the lower bound
+    assert rate < 2 * L * 0.6
+    asked, sent, throttles = queueing_client(1.3 * L)
+    rate, fraction, _, _ = recorded(sent, throttles)
+    assert fraction >= BACK_TO_BACK  # r / (1 - f): 10 times what got through and more, whatever it asked
+
+
+def test_queue_growth_needs_two_points_inside_the_span() -> None:
+    assert queue_growth([(0, 1.0), (1000, 3.0), (5000, 99.0)], 0, 1000) == (0, 1000, 2.0)
+    assert queue_growth([(0, 1.0)], 0, 1000) is None and queue_growth([(0, float("nan")), (9, 1.0)], 0, 1000) is None
+    assert queue_demand({"app": 100.0}, {}, lambda *_: 0.0) is None
+
+
+def test_the_estimate_names_its_evidence_and_says_what_it_cannot_know() -> None:
+    def throttled(fraction: float, source: str) -> dict:
+        return {"recorded_throttled_fraction": fraction, "recorded_throttling": {"source": source, "material": True}}
+
+    paced = estimate("producer_byte_rate", L, throttled(0.5, "client"))
+    assert (paced["lower"], paced["estimate"], paced["evidence"]) == (L, 2 * L, "throttle time")
+    assert paced["text"].startswith("They asked for about 1 MiB/s if they go on at their own pace")
+    assert "Kafka let 512 KiB/s through: the lower bound" in paced["text"]
+
+    queued = estimate("producer_byte_rate", L, throttled(0.97, "client"))
+    assert queued["estimate"] is None and queued["back_to_back"] and "back to back (97% of the time" in queued["text"]
+
+    prometheus = estimate("producer_byte_rate", L, throttled(0.3, "prometheus"))
+    assert prometheus["estimate"] is None and prometheus["upper"] is None
+    assert "an average per throttled request, not a share" in prometheus["text"]
+    engine = estimate("producer_byte_rate", L, throttled(0.3, "engine"))
+    assert engine["estimate"] is None and "at most a second of each throttle" in engine["text"]
+
+    kip714 = estimate("producer_byte_rate", L, throttled(0.97, "client"), (2 * L, 1), 60_000)
+    assert (kip714["estimate"], kip714["evidence"]) == (2 * L, "queue time") and "KIP-714" in kip714["text"]
+
+    assert estimate("producer_byte_rate", L, {"recorded_throttled_fraction": 0.004,
+                                              "recorded_throttling": {"source": "client", "material": False}}) is None
+    assert estimate("producer_byte_rate", L, {"recorded_throttled_fraction": None}) is None
+
