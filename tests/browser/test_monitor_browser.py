@@ -92,7 +92,7 @@ def test_a_tenant_watches_its_entity_live_and_the_chart_gains_points_within_3s(
 
     page.goto(ENTITY_URL)
     wait_live(page)
-    assert page.title().startswith("svc-a-1: monitor")
+    assert page.title().startswith("svc-a-1 (all client-ids) monitor")
     assert page.evaluate("typeof window.Plotly") == "object"  # plotly.js came from the portal (whitenoise)
 
     # the relay discovers the new cluster within a second or so: tick until the first points are drawn
@@ -168,7 +168,7 @@ def test_a_tenant_watches_its_entity_live_and_the_chart_gains_points_within_3s(
         brokers.produce("svc-a-1", "app-a-1", 1000)
     brokers.tick()  # fresh samples (the hour's rows above went through the latest hash too)
     page.goto("/monitor/")
-    assert "svc-a-1:" in page.inner_text("section[aria-labelledby=throttled-h]")
+    assert "svc-a-1 (all client-ids)" in page.inner_text("section[aria-labelledby=throttled-h]")
     page.wait_for_selector("#heatmap-0 .main-svg")
     assert page.locator("h1").inner_text() == "Live monitor"
     screenshot(page, "04-overview-tenant")
@@ -218,17 +218,19 @@ def test_an_admin_approves_the_push_lands_everywhere_and_throttling_falls(
         log_in(page, "root")
         page.goto("/monitor/")
         until(page, "svc-a-1 throttled on the overview",
-              lambda: page.reload() and "svc-a-1:" in page.inner_text("section[aria-labelledby=throttled-h]"), 20)
+              lambda: page.reload() and "svc-a-1 (all client-ids)" in page.inner_text(
+                  "section[aria-labelledby=throttled-h]"), 20)
         page.wait_for_selector("#heatmap-0 .main-svg", timeout=15_000)
         screenshot(page, "05-overview-admin")
         cells = page.locator("#heatmap-0 .nsewdrag").first
         box = cells.bounding_box()
         rows = page.evaluate("document.getElementById('heatmap-0').data[0].y.length")
         assert rows == 50  # the 50 most utilized of 81
-        # a cell's hover names the sensor, whose it is in words and its share of the bound
+        # a cell's hover names the entity in words, its sensor and its share of the bound
         page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / rows / 2)
-        until(page, "the top row's hover", lambda: "user svc-a-1 (all its client-ids)"
+        until(page, "the top row's hover", lambda: "svc-a-1 (all client-ids)"
               in (page.locator("#heatmap-0 .hoverlayer").text_content() or ""), 5)
+        assert "sensor svc-a-1:" in page.locator("#heatmap-0 .hoverlayer").text_content()
         assert "of its bound" in page.locator("#heatmap-0 .hoverlayer").text_content()
         screenshot(page, "05-overview-admin-hover")
         with page.expect_navigation():  # a cell of the top row (the most utilized: svc-a-1) opens its page
@@ -347,3 +349,105 @@ def test_a_budgeted_entity_shows_its_cluster_total_against_the_budget_and_each_b
     page.set_viewport_size({"width": 390, "height": 844})
     page.wait_for_timeout(800)
     screenshot(page, "phone-11-entity-budget-tenant")
+
+
+# ------------------------------------------------------------------ it fits: a desktop and a phone
+
+#: Where the chart toolbar is and where the plot area starts, of every chart of the page that shows its toolbar.
+TOOLBARS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(el => {
+  const bar = el.querySelector('.modebar-container');
+  const plot = el.querySelector('.nsewdrag');
+  if (!bar || !plot || getComputedStyle(bar).display === 'none') return null;
+  const b = bar.getBoundingClientRect(), p = plot.getBoundingClientRect();
+  return {id: el.id, barBottom: b.bottom, barHeight: b.height, plotTop: p.top};
+}).filter(Boolean)"""
+FITS = """() => ({scroll: document.documentElement.scrollWidth, inner: window.innerWidth,
+  boxes: Array.from(document.querySelectorAll('section[aria-labelledby=throttled-h] [data-scroll-x]'))
+    .map(b => b.scrollWidth - b.clientWidth)})"""
+
+
+def throttled_crowd(client: redis.Redis) -> None:
+    """Entities throttled now on every broker, with the names people found hard to read, and a long one."""
+    t = now_ms()
+    kinds = [("svc-payments-api:", "produce"), (":search-admin", "controller_mutation"), (":1", "request"),
+             (":2", "request"), ("ANONYMOUS:", "fetch"),
+             ("svc-analytics-etl-nightly-backfill:analytics-spark-executor-0042", "fetch")]
+    for b in range(3):
+        rows = []
+        for i, (e, q) in enumerate(kinds):
+            bucket = q == "controller_mutation"
+            rows.append({"t": t, "c": CLUSTER, "b": b, "q": q, "e": e, "rate": None if bucket else 1500.0 + i,
+                         "bound": 3.0 if bucket else 1000.0, "util": 1.3 if bucket else 1.5 + i / 100,
+                         "thr_avg": 1234.0 + i, "thr_max": 12_345.0, "thr_frac": 0.5 + i / 20,
+                         "tokens": -9.0 if bucket else None})
+        Sampler(client, CLUSTER, b, {}).publish(rows, t)
+
+
+def test_the_monitor_fits_a_desktop_and_a_phone_and_no_toolbar_covers_a_chart(
+    world: dict[str, Any], chromium: Any, portal: Portal
+) -> None:
+    from axe_playwright_python.sync_playwright import Axe
+
+    axe = Axe()
+    entity = f"/monitor/{CLUSTER}/entity/?e=svc-payments-api:"
+    for name, viewport, mobile in (("desktop", {"width": 1366, "height": 768}, False),
+                                   ("phone", {"width": 390, "height": 844}, True)):
+        ctx = chromium.new_context(viewport=viewport, is_mobile=mobile, has_touch=mobile, base_url=portal.url)
+        ctx.set_default_timeout(30_000)
+        page = ctx.new_page()
+        log_in(page, "root")
+        throttled_crowd(world["redis"])
+        page.goto("/monitor/")
+        page.wait_for_selector("#heatmap-0 .main-svg")
+        screenshot(page, f"12-overview-{name}")
+        section = page.inner_text("section[aria-labelledby=throttled-h]")
+        assert "client-id 1 (any principal)" in section and "anonymous (PLAINTEXT listener)" in section
+        fit = page.evaluate(FITS)
+        assert fit["scroll"] <= fit["inner"] and fit["boxes"] == [0], (name, fit)  # no sideways scrolling at all
+        bar = page.evaluate("""() => { const r = document.querySelector('.topbar').getBoundingClientRect();
+          const width = (sel) => document.querySelector(sel).getBoundingClientRect().width;
+          const spare = width('.menu-panel') - width('.topbar nav ul') - width('.topbar .account') - 16;
+          const tops = new Set(Array.from(document.querySelectorAll('.topbar nav li'))
+            .filter(li => li.checkVisibility()).map(li => Math.round(li.getBoundingClientRect().top)));
+          return {height: r.height, lines: tops.size, spare,
+                  menu: getComputedStyle(document.querySelector('details.menu > summary')).display}; }""")
+        if name == "desktop":
+            assert bar["lines"] == 1 and bar["height"] < 60 and bar["menu"] == "none", bar  # the menu on one line
+            assert bar["spare"] > 60, bar  # room for a longer name than "root (admin)" (a longer one is cut)
+            rows = page.evaluate("() => Array.from(document.querySelectorAll('table.monitor-top tr'))"
+                                 ".map(r => getComputedStyle(r).display)")
+            assert set(rows) == {"table-row"}
+        else:
+            assert bar["lines"] == 0 and bar["height"] < 70 and bar["menu"] != "none", bar  # folded: one button
+            cards = page.evaluate("() => Array.from(document.querySelectorAll('table.monitor-top tbody tr'))"
+                                  ".map(r => [getComputedStyle(r).display, r.getBoundingClientRect().width])")
+            assert len(cards) == 6 and all(d == "block" and w <= 390 for d, w in cards), cards  # stacked cards
+            page.click("details.menu > summary")
+            assert page.is_visible("nav[aria-label=Main] >> text=Approvals")
+            assert page.get_attribute("details.menu", "open") is not None
+            screenshot(page, f"12-overview-menu-{name}")
+            page.keyboard.press("Escape")
+            assert not page.is_visible("nav[aria-label=Main] >> text=Approvals")
+        problems = [f"{v['id']}: {v['help']} at {[n['target'] for n in v['nodes'][:4]]}"
+                    for v in axe.run(page).response["violations"] if v["impact"] in ("serious", "critical")]
+        assert not problems, (name, problems)
+
+        page.goto(entity)
+        page.wait_for_function("() => document.querySelectorAll('#monitor-charts .main-svg').length >= 2")
+        assert page.inner_text("h1").startswith("Monitor: svc-payments-api (all client-ids)")
+        fit = page.evaluate(FITS)
+        assert fit["scroll"] <= fit["inner"], (name, fit)
+        plot = page.locator("#plot-rate-produce .nsewdrag").first
+        box = plot.bounding_box()
+        if mobile:
+            page.touchscreen.tap(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        else:
+            page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.wait_for_timeout(500)
+        bars = page.evaluate(TOOLBARS)
+        assert bars and all(b["barBottom"] <= b["plotTop"] + 1 for b in bars), (name, bars)  # above, never over
+        problems = [f"{v['id']}: {v['help']} at {[n['target'] for n in v['nodes'][:4]]}"
+                    for v in axe.run(page).response["violations"] if v["impact"] in ("serious", "critical")]
+        assert not problems, (name, problems)
+        screenshot(page, f"13-entity-{name}")
+        ctx.close()

@@ -16,7 +16,11 @@
 
   var PALETTE = ["#1f5fc9", "#c2410c", "#15803d", "#7c3aed", "#b91c1c", "#0e7490", "#a16207", "#be185d"];
   var FONT = { family: 'system-ui, -apple-system, "Segoe UI", Roboto, sans-serif', size: 12, color: "#1d2330" };
+  // the chart toolbar (Plotly's mode bar) shows on hover in the chart's top margin (MODEBAR_MARGIN), above the plot
+  // area, never over the lines; the heatmap's axes are fixed, so it has none
   var CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+  var HEATMAP_CONFIG = { displaylogo: false, responsive: true, displayModeBar: false };
+  var MODEBAR_MARGIN = 36;
   var QUOTA_TYPES = ["produce", "fetch", "request", "controller_mutation"];
   var SHORT = { produce: "produce", fetch: "fetch", request: "request", controller_mutation: "mutations" };
   // the quota type of a throttle line, told by its dash (produce solid)
@@ -63,7 +67,8 @@
     this.el = document.createElement("div");
     this.el.className = "plot";
     this.el.id = "plot-" + id;
-    this.el.setAttribute("role", "img");
+    // a figure, not an img: an img's content is presentational, and the chart's toolbar has buttons
+    this.el.setAttribute("role", "figure");
     this.el.setAttribute("aria-labelledby", h.id);
     this.section.appendChild(h);
     this.section.appendChild(this.el);
@@ -76,8 +81,8 @@
     host.insertBefore(this.section, before);
     this.layout = {
       font: FONT,
-      margin: { l: 56, r: 12, t: 8, b: 70 },
-      height: 300,
+      margin: { l: 56, r: 12, t: MODEBAR_MARGIN, b: 70 },
+      height: 320,
       showlegend: true,
       legend: { orientation: "h", y: -0.22, font: { size: 11 } },
       xaxis: { type: "date", title: { text: "" }, tickformat: hour ? "%H:%M" : "%H:%M:%S" },
@@ -174,7 +179,8 @@
       return {
         "yaxis.autorange": false,
         "yaxis.range": [0, rateMax * 1.3],
-        annotations: [{ xref: "paper", yref: "paper", x: 1, y: 1, xanchor: "right", yanchor: "bottom", showarrow: false,
+        // top left, in the margin: the top right is the mode bar's
+        annotations: [{ xref: "paper", yref: "paper", x: 0, y: 1, xanchor: "left", yanchor: "bottom", showarrow: false,
           text: "bound up to " + (this.units ? this.units.formatByteRate(boundMax) : boundMax.toLocaleString("en-US")) +
             ", above the chart",
           font: { size: 11, color: "#4f5869" } }],
@@ -597,7 +603,7 @@
         yaxis: { type: "category", autorange: "reversed", automargin: true, fixedrange: true, tickmode: "array",
           tickvals: hm.entities, ticktext: names.map(function (e) { return e.length > most ? e.slice(0, most - 1) + "…" : e; }) },
       };
-      Plotly.newPlot(el, [trace], layout, CONFIG).then(function () {
+      Plotly.newPlot(el, [trace], layout, HEATMAP_CONFIG).then(function () {
         el.on("plotly_click", function (ev) {
           var p = ev && ev.points && ev.points[0];
           if (!p) return;
