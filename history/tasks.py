@@ -69,5 +69,5 @@ def prewarm_spark(**_: Any) -> None:
     queue starts its Spark session in the background and runs a tiny replay in it, so even the first preview finds
     it warm (one asked meanwhile waits for the start, its progress bar in the "starting Spark" stage)."""
     if settings.QUOTAS_SPARK_PREWARM and settings.QUOTAS_SPARK_WARM and consumes_previews():
-        threading.Thread(target=warm.prewarm, args=(settings.QUOTAS_SPARK_MASTER,), daemon=True,
-                         name="spark-prewarm").start()
+        threading.Thread(target=warm.prewarm, args=(settings.QUOTAS_SPARK_MASTER, str(settings.QUOTAS_LANDING_ROOT)),
+                         daemon=True, name="spark-prewarm").start()

@@ -89,16 +89,30 @@ def session(master: str, on_progress: ProgressFn | None = None) -> tuple[Warm, b
             ticker.join(2)
 
 
-def prewarm(master: str) -> Warm:
-    """Start the process's session and run a tiny replay in it, so the first real job also finds Spark's Python
-    workers running and the what-if kernel loaded (run in a thread as a worker process starts)."""
+def prewarm(master: str, root: str | None = None) -> Warm:
+    """Start the process's session and run what a preview runs once, so the first real one finds it all loaded (run
+    in a thread as a worker process starts): a tiny replay and its advice on the driver (the what-if kernel compiled
+    or loaded), and, with ``root``, a read of the landed usage collected to the driver (Spark's Parquet and Arrow
+    paths), as a preview of a small landing area runs."""
     warm, _ = session(master)
-    from .whatif import summarize_proposal
+    from pyspark.sql import functions as F
 
-    rows = [("warm-up", 1, "u", "c", i, 1000 * i, 100.0) for i in range(20)]
-    usage = warm.spark.createDataFrame(rows, "cluster string, broker long, user string, client_id string, seq long, "
-                                             "t_ms long, value double")
-    summarize_proposal(usage, "produce", 50.0, entity=("u", "c"))
+    from .usage import load_usage_if_any
+    from .whatif import advise_on_driver, collect_records, summarize_on_driver
+
+    rows = [("warm-up", 1, "produce", "u", "c", i, 1000 * i, 100.0) for i in range(20)]
+    usage = warm.spark.createDataFrame(rows, "cluster string, broker long, quota_type string, user string, "
+                                             "client_id string, seq long, t_ms long, value double")
+    records = collect_records(usage)
+    summarize_on_driver(records, "produce", 50.0, entity=("u", "c"))
+    advise_on_driver(records, 0.01, entity=("u", "c"))
+    if root is not None:
+        try:
+            landed = load_usage_if_any(warm.spark, root)
+            if landed is not None:
+                collect_records(landed.where(F.col("cluster") == "\x00warm-up"))  # no such cluster: nothing comes back
+        except PipelineError:  # nothing landed yet, or a damaged file: the preview will say so itself
+            pass
     return warm
 
 

@@ -9,8 +9,12 @@ through the engine's reference model with the proposed quota (``pipeline.replay`
 client waits out its throttle time; see there), and prints JSON: throttle events, total / p99 / max delay (ms),
 bytes, the recorded rate and the rate the tenant would have got (bytes over the time it would have taken), the
 fraction of time throttled, and the span of history used. Kafka's quotas are per broker, so each broker's
-records go through their own sensor. The figures are computed in the Python workers (``summarize_usage``, the
-records sent there as numbers only) and one row comes back; ``replay_usage`` gives the per-record rows instead.
+records go through their own sensor, and ``per_broker`` gives each broker's requests, bytes, recorded rate (over the
+whole span: they add up to ``recorded_rate``) and throttle events: the rates a per-broker bound applies to. The
+figures are computed in the Python workers (``summarize_usage``, the records sent there as numbers only) and one row
+comes back; ``replay_usage`` gives the per-record rows instead. A landing area small enough (``fits_driver``: a
+preview's usual case) has the entity's records collected in one Spark action and the same figures computed on the
+driver with the same functions (``replayed_on``: ``driver`` or ``executors``; ``--distributed`` forces the latter).
 ``--advice-target`` adds ``pipeline.advice``'s right-sizing for the same records. ``--scope cluster_wide`` replays
 the value as a cluster-wide budget instead (``pipeline.budget_replay``: each sensor's records on all brokers together,
 with shares that follow demand as the broker plugin hands them out) and adds ``delivered_over_budget``. Progress goes
@@ -27,7 +31,9 @@ for. ``pipeline.recorded`` reads the landed samples of the same sensors over the
 ``recorded_quota`` (the quota that applied then) and ``recorded_throttling`` (source, samples, a sentence). The advice
 then carries ``lower_bound`` (that share is at least ``MATERIAL_FRACTION``: the smallest quota meeting the target is at
 least the figure), ``at_or_below_recorded_quota`` (the figure is not above the quota that was throttling the traffic)
-and ``note``, one sentence saying which.
+and ``note``, one sentence saying which. Where that share is material, ``demand`` says what the clients asked for
+beside what got through (``pipeline.demand``: an estimate from the throttle time Kafka returned, or a producer's
+KIP-714 queue time landed under ``telemetry/``, naming its evidence; None otherwise).
 """
 
 from __future__ import annotations
@@ -37,11 +43,16 @@ import functools
 import itertools
 import math
 import operator
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -52,13 +63,14 @@ from quotas.engine.budgets import BUDGET_TYPES
 from quotas.engine.entities import TYPE_OF_KEY, validate_quota_value
 from quotas.engine.errors import QuotaValidationError
 
-from .advice import METHOD, advise_usage
+from .advice import METHOD, advise, advise_usage
 from .budget_replay import delivered_over_budget, replay_budget
+from .demand import QUEUE_TIME, estimate, queue_demand, queue_growth
 from .errors import BadArguments, NoHistory, PipelineError
 from .progress import Progress
 from .recorded import advice_caveat, recorded_throttling
 from .replay import never_throttled, replay_frame, replay_sorted, summarize
-from .session import base_parser, require_local_dataset, run_job
+from .session import base_parser, read_dataset, require_local_dataset, run_job
 from .usage import (
     SAMPLED_SOURCE,
     check_entity,
@@ -162,9 +174,9 @@ def summarize_proposal(usage: DataFrame, quota_type: str, quota: float | None, *
                                 entity=entity, one_group=True).toArrow()
     if not table.num_rows:
         return None
-    scalars = table.drop_columns(["brokers", "delays"]).to_pylist()
-    parts = [{**row, "brokers": table.column("brokers")[i].values.to_numpy(),
-              "delays": table.column("delays")[i].values.to_numpy()} for i, row in enumerate(scalars)]
+    lists = ["brokers", "broker_requests", "broker_bytes", "broker_throttled", "delays"]
+    scalars = table.drop_columns(lists).to_pylist()
+    parts = [{**row, **{c: table.column(c)[i].values.to_numpy() for c in lists}} for i, row in enumerate(scalars)]
     return figures(parts, window_ms)
 
 
@@ -181,9 +193,17 @@ def summarize_budget(usage: DataFrame, quota_type: str, budget: float, *, sample
                                           ("client_id", "string"), ("seq", "long"), ("t_ms", "long"),
                                           ("value", "double"))]
     rows = usage.select(*cols).groupBy("cluster", "user", "client_id").applyInPandas(fn, BUDGET_SCHEMA).toPandas()
+    return budget_figures(rows, budget, window_ms)
+
+
+def budget_figures(rows: pd.DataFrame, budget: float, window_ms: int) -> dict | None:
+    """The figures of a cluster-wide budget's replay rows (``BUDGET_SCHEMA``, every sensor); None without rows."""
     if rows.empty:
         return None
-    return {**summarize(rows, window_ms), "brokers": int(rows["broker"].nunique()),
+    recorded_s = max(int(rows["t_ms"].max()) - int(rows["t_ms"].min()), window_ms) / 1000.0
+    each = {int(b): [len(g), float(g["value"].sum()), int((g["throttle_ms_long"] > 0).sum())]
+            for b, g in rows.groupby("broker")}
+    return {**summarize(rows, window_ms), "brokers": len(each), "per_broker": per_broker_rows(each, recorded_s),
             "history_from_ms": int(rows["t_ms"].min()), "history_to_ms": int(rows["t_ms"].max()),
             # each sensor is its own budget (a <default> part gives every client one): the busiest of them
             "delivered_over_budget": max(delivered_over_budget(g, budget)
@@ -236,7 +256,7 @@ class _Figures:
         self.window_ms = window_ms
         self.delays: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
-        self.brokers: set[int] = set()
+        self.brokers: dict[int, list] = {}  # broker -> [requests, bytes, throttle events]
         self.start = self.recorded_end = self.achieved_end = None
         self.throttled = self.observed = 0
 
@@ -252,7 +272,10 @@ class _Figures:
         self.achieved_end = end if self.achieved_end is None else max(self.achieved_end, end)
         self.throttled += int(d.sum())  # time throttled and time observed per sensor: each its own timeline
         self.observed += max(end, last, first + self.window_ms) - first
-        self.brokers.add(broker)
+        mine = self.brokers.setdefault(broker, [0, 0.0, 0])
+        mine[0] += len(d)
+        mine[1] += float(values.sum())
+        mine[2] += int(np.count_nonzero(d))
         self.delays.append(d)
         self.values.append(values)
 
@@ -260,10 +283,14 @@ class _Figures:
         """What ``figures`` needs, mergeable with other parts (several entities or partitions): PART_SCHEMA."""
         d = self.delays[0] if len(self.delays) == 1 else np.concatenate(self.delays)
         v = self.values[0] if len(self.values) == 1 else np.concatenate(self.values)
+        ids = sorted(self.brokers)
         return {"requests": len(d), "total_delay_ms": int(d.sum()), "max_delay_ms": int(d.max()),
                 "bytes": float(v.sum()), "history_from_ms": self.start, "history_to_ms": self.recorded_end,
                 "achieved_end_ms": self.achieved_end, "throttled_ms": self.throttled, "observed_ms": self.observed,
-                "brokers": sorted(self.brokers), "delays": d[d != 0]}
+                "brokers": ids, "broker_requests": [self.brokers[b][0] for b in ids],
+                "broker_bytes": [self.brokers[b][1] for b in ids],
+                "broker_throttled": [self.brokers[b][2] for b in ids],
+                "delays": d[d != 0]}
 
     def row(self) -> dict:
         return figures([self.part()], self.window_ms)
@@ -272,7 +299,8 @@ class _Figures:
 #: One part of a proposal's figures (``_Figures.part``): a partition's sensors, merged on the driver by ``figures``.
 PART_SCHEMA = (
     "requests long, total_delay_ms long, max_delay_ms long, bytes double, history_from_ms long, history_to_ms long, "
-    "achieved_end_ms long, throttled_ms long, observed_ms long, brokers array<long>, delays array<long>"
+    "achieved_end_ms long, throttled_ms long, observed_ms long, brokers array<long>, broker_requests array<long>, "
+    "broker_bytes array<double>, broker_throttled array<long>, delays array<long>"
 )
 
 
@@ -290,14 +318,27 @@ def figures(parts: Sequence[dict], window_ms: int) -> dict:
     recorded_s = max(recorded_end - start, window_ms) / 1000.0
     achieved_s = max(achieved_end - start, recorded_end - start, window_ms) / 1000.0
     observed = sum(int(p["observed_ms"]) for p in parts)
+    each: dict[int, list] = {}
+    for p in parts:
+        for b, n_b, bytes_b, thr_b in zip(p["brokers"], p["broker_requests"], p["broker_bytes"], p["broker_throttled"],
+                                          strict=True):
+            mine = each.setdefault(int(b), [0, 0.0, 0])
+            mine[0], mine[1], mine[2] = mine[0] + int(n_b), mine[1] + float(bytes_b), mine[2] + int(thr_b)
     return {
         "requests": n, "throttle_events": len(nonzero), "total_delay_ms": sum(int(p["total_delay_ms"]) for p in parts),
         "p99_delay_ms": p99, "max_delay_ms": max(int(p["max_delay_ms"]) for p in parts), "bytes": total,
         "recorded_rate": total / recorded_s, "achieved_rate": total / achieved_s,
         "throttled_fraction": sum(int(p["throttled_ms"]) for p in parts) / observed if observed else 0.0,
         "history_from_ms": start, "history_to_ms": recorded_end,
-        "brokers": len({int(b) for p in parts for b in p["brokers"]}),
+        "brokers": len(each), "per_broker": per_broker_rows(each, recorded_s),
     }
+
+
+def per_broker_rows(each: dict[int, list], recorded_s: float) -> list[dict]:
+    """Per broker (ascending id): its requests, bytes, throttle events of the replay, and its recorded rate over the
+    whole recorded span (so the brokers' rates add up to ``recorded_rate``): what its own sensor saw."""
+    return [{"broker": b, "requests": int(n), "bytes": float(v), "recorded_rate": float(v) / recorded_s,
+             "throttle_events": int(t)} for b, (n, v, t) in sorted(each.items())]
 
 
 def _key_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, np.ndarray]]:
@@ -333,24 +374,115 @@ def _summaries(batches, *, schema, names, quota_type, quota, samples, window_ms,
         order = np.lexsort((run["seq"], run["t_ms"], run["broker"]))  # per broker, by t_ms then landed order
         broker, t_ms, values = run["broker"][order], run["t_ms"][order], run["value"][order]
         mine = part if one_group else _Figures(window_ms)
-        for lo, hi in _runs(broker):
-            t, v = t_ms[lo:hi], values[lo:hi]
-            args = (str(user), str(client_id), quota_type, quota, t, v)
-            if not replay_all and never_throttled(*args, samples=samples, window_ms=window_ms, entity=entity):
-                mine.add(int(broker[lo]), t, v, t, np.zeros(len(t), dtype=np.int64), closed)
-                continue
-            r = replay_sorted(*args, samples=samples, window_ms=window_ms, closed=closed, entity=entity)
-            mine.add(int(broker[lo]), t, v, r.sent_ms, r.throttle_ms_long, closed)
+        _replay_entity(mine, str(user), str(client_id), broker, t_ms, values, quota_type=quota_type, quota=quota,
+                       samples=samples, window_ms=window_ms, closed=closed, entity=entity, replay_all=replay_all)
         if not one_group:
             for c, x in zip(_NAMES, (cluster, user, client_id), strict=True):
                 out[c].append(x)
             for c, x in mine.row().items():
-                out[c].append(x)
+                if c in out:  # the per-broker rows are the proposal's (one_group), not a summary row's
+                    out[c].append(x)
     if one_group and part.delays:
         for c, x in part.part().items():
             out[c].append(x)
     if out["requests"]:  # list columns: numpy arrays and lists both convert
         yield pa.RecordBatch.from_pydict(out, schema=schema)
+
+
+def _replay_entity(part: _Figures, user: str, client_id: str, broker: np.ndarray, t_ms: np.ndarray,
+                   values: np.ndarray, *, quota_type: str, quota: float | None, samples: int, window_ms: int,
+                   closed: bool, entity: tuple[str | None, str | None] | None, replay_all: bool) -> None:
+    """One entity's records (ordered by broker, time, landed order) replayed broker by broker into ``part``; a
+    broker's records that provably never reach the bound are added without a replay (unless ``replay_all``)."""
+    for lo, hi in _runs(broker):
+        t, v = t_ms[lo:hi], values[lo:hi]
+        args = (user, client_id, quota_type, quota, t, v)
+        if not replay_all and never_throttled(*args, samples=samples, window_ms=window_ms, entity=entity):
+            part.add(int(broker[lo]), t, v, t, np.zeros(len(t), dtype=np.int64), closed)
+            continue
+        r = replay_sorted(*args, samples=samples, window_ms=window_ms, closed=closed, entity=entity)
+        part.add(int(broker[lo]), t, v, r.sent_ms, r.throttle_ms_long, closed)
+
+
+# ------------------------------------------------------------------ one entity on the driver
+
+#: Up to this much landed usage and samples (a local landing area), a preview collects its entity's records to the
+#: driver in one Spark action and computes its figures there (``_on_driver``); above it, or with ``--distributed``,
+#: on the executors. A warm local session runs an action in a few hundred ms, and the executors' way is five of them
+#: (the names' pass, the replay's shuffle, the clients, the count, the advice) for a few thousand records.
+DRIVER_MAX_BYTES = 256 * 1024**2
+_COLLECTED = [("cluster", "string"), ("broker", "long"), ("quota_type", "string"), ("user", "string"),
+              ("client_id", "string"), ("seq", "long"), ("t_ms", "long"), ("value", "double")]
+
+
+def fits_driver(root: str) -> bool:
+    """Whether ``root`` is a local folder whose landed usage and samples add up to at most ``DRIVER_MAX_BYTES``."""
+    url = urlparse(root)
+    if url.scheme not in ("", "file"):
+        return False
+    total = 0
+    for dataset in ("usage", "samples"):
+        for directory, _dirs, files in os.walk(Path(url.path if url.scheme else root) / dataset):
+            total += sum(os.stat(os.path.join(directory, f)).st_size for f in files)
+            if total > DRIVER_MAX_BYTES:
+                return False
+    return True
+
+
+def collect_records(records: DataFrame) -> pd.DataFrame:
+    """The records (usage rows, or samples spread into records) as pandas, in one Spark action (Arrow)."""
+    return records.select(*(F.col(c).cast(t).alias(c) for c, t in _COLLECTED)).toArrow().to_pandas()
+
+
+def valid_records(rows: pd.DataFrame) -> pd.DataFrame:
+    """``pipeline.usage.valid_usage`` on the driver: a finite value >= 0 at a known time on a known broker."""
+    v = rows["value"]
+    keep = v.notna() & (v >= 0) & np.isfinite(v) & rows["t_ms"].notna() & rows["broker"].notna()
+    good = rows[keep]
+    return good.astype({"broker": "int64", "seq": "int64", "t_ms": "int64", "value": "float64"})
+
+
+def shared_sensors(rows: pd.DataFrame, user: str | None, client_id: str | None) -> pd.DataFrame:
+    """``pipeline.usage.share_sensors`` on the driver: the entity's absent parts blanked."""
+    blank = {c: "" for c, name in (("user", user), ("client_id", client_id)) if name is None}
+    return rows.assign(**blank) if blank else rows
+
+
+def summarize_on_driver(good: pd.DataFrame, quota_type: str, quota: float | None, *, samples: int = 11,
+                        window_ms: int = 1000, closed: bool = True,
+                        entity: tuple[str | None, str | None] | None = None) -> dict | None:
+    """``summarize_proposal``'s figures computed on the driver from collected records (one cluster); None without."""
+    if good.empty:
+        return None
+    part = _Figures(window_ms)
+    for (user, client_id), g in good.groupby(["user", "client_id"], sort=False, dropna=False):
+        order = np.lexsort((g["seq"].to_numpy(), g["t_ms"].to_numpy(), g["broker"].to_numpy()))
+        broker, t_ms, values = (g[c].to_numpy()[order] for c in ("broker", "t_ms", "value"))
+        _replay_entity(part, str(user), str(client_id), broker, t_ms, values, quota_type=quota_type, quota=quota,
+                       samples=samples, window_ms=window_ms, closed=closed, entity=entity, replay_all=False)
+    return figures([part.part()], window_ms)
+
+
+def budget_on_driver(good: pd.DataFrame, quota_type: str, budget: float, *, samples: int = 11, window_ms: int = 1000,
+                     entity: tuple[str | None, str | None] | None = None) -> dict | None:
+    """``summarize_budget``'s figures computed on the driver from collected records; None without."""
+    if good.empty:
+        return None
+    rows = pd.concat([replay_budget(g, quota_type, budget, samples=samples, window_ms=window_ms, entity=entity)
+                      for _, g in good.groupby(["cluster", "user", "client_id"], sort=False, dropna=False)],
+                     ignore_index=True)
+    return budget_figures(rows, budget, window_ms)
+
+
+def advise_on_driver(good: pd.DataFrame, target: float, samples: int = 11, window_ms: int = 1000,
+                     entity: tuple[str | None, str | None] | None = None) -> pd.DataFrame:
+    """``pipeline.advice.advise_usage`` on the driver: one advice row per (cluster, quota type, user, client-id),
+    ordered by user and client-id."""
+    rows = [advise(g.reset_index(drop=True), target, samples, window_ms, entity)
+            for _, g in good.groupby(["cluster", "quota_type", "user", "client_id"], sort=True, dropna=False)]
+    if not rows:
+        return pd.DataFrame()
+    return pd.concat(rows, ignore_index=True).sort_values(["user", "client_id"], kind="stable")
 
 
 def check_proposal(key: str, value: float) -> tuple[str, float]:
@@ -375,6 +507,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--advice-target", type=float, help="also advise the quota keeping throttled time under this")
     p.add_argument("--scope", choices=["per_broker", "cluster_wide"], default="per_broker",
                    help="per_broker (Kafka's meaning, the default) or cluster_wide (a budget for the sum over brokers)")
+    p.add_argument("--distributed", action="store_true",
+                   help="replay on the executors even when the records fit the driver (see DRIVER_MAX_BYTES)")
     args = p.parse_args(argv)
     if not math.isfinite(args.value):
         raise BadArguments(f"--value must be a finite number, got {args.value!r}.")
@@ -397,9 +531,63 @@ def _entity_words(args: argparse.Namespace) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None = None) -> dict:
-    progress = progress or Progress()
-    progress.report("reading the landed history", 0.02)
+@dataclass
+class _Replayed:
+    """What either way of replaying hands the rest of the job: the figures (None without records), the clients
+    (user, client-id pairs) behind the sensors, the records skipped as invalid, what the figures rest on, the advice
+    (``advise(target)``, ordered by user and client-id) and how to release what the way holds."""
+
+    figures: dict | None
+    clients: list[tuple[str | None, str | None]]
+    skipped: int
+    basis: dict
+    advise: Callable[[float], pd.DataFrame]
+    release: Callable[[], None] = lambda: None
+    #: (client-id, from ms, to ms) -> the bytes of its valid records in [from, to): the queue-time evidence's
+    bytes_between: Callable[[str, int, int], float] = lambda client_id, lo, hi: 0.0
+
+
+def _on_driver(spark: SparkSession, args: argparse.Namespace, progress: Progress) -> _Replayed:
+    """The entity's records collected in one Spark action, then everything on the driver (``fits_driver``)."""
+    entity = (args.user, args.client_id)
+    with progress.spark_action(spark, "reading the landed history", 0.02, 0.4):
+        usage = load_usage_if_any(spark, args.root)
+        rows, basis = None, resolution("usage")
+        if usage is not None:
+            rows = collect_records(governed(usage, args.cluster, args.quota_type, args.user, args.client_id,
+                                            blank=False))
+        if rows is None or rows.empty:
+            # no usage records (a real cluster watched through Prometheus): Kafka's sensors at the scrape interval
+            sampled = sampled_usage(spark, args.root, args.cluster, args.quota_type)
+            if sampled is not None:
+                records, res_ms = sampled
+                rows = collect_records(governed(records, args.cluster, args.quota_type, args.user, args.client_id,
+                                                blank=False))
+                basis = resolution("prometheus", res_ms)
+            elif usage is None:
+                load_usage(spark, args.root)  # raises the typed error of the missing usage
+    valid = valid_records(rows)
+    good = shared_sensors(valid, args.user, args.client_id)
+    progress.report("replaying the history", 0.45)
+    if args.scope == "cluster_wide":
+        s = budget_on_driver(good, args.quota_type, args.value, samples=args.samples, window_ms=args.window_ms,
+                             entity=entity)
+    else:
+        s = summarize_on_driver(good, args.quota_type, args.value, samples=args.samples, window_ms=args.window_ms,
+                                closed=not args.open_loop, entity=entity)
+    def between(client_id: str, lo: int, hi: int) -> float:
+        t = valid["t_ms"]
+        return float(valid["value"][(valid["client_id"] == client_id) & (t >= lo) & (t < hi)].sum())
+
+    return _Replayed(
+        s, list(dict.fromkeys(zip(valid["user"], valid["client_id"], strict=True))),
+        len(rows) - (s["requests"] if s else 0), basis,
+        lambda target: advise_on_driver(good, target, args.samples, args.window_ms, entity),
+        bytes_between=between)
+
+
+def _on_executors(spark: SparkSession, args: argparse.Namespace, progress: Progress) -> _Replayed:
+    """The replay, its clients, its count and its advice as Spark jobs over the landed history."""
     # one scan, cached: the clients behind the sensors, the replay, the advice and the skipped records all read it
     usage = load_usage_if_any(spark, args.root)
     selected = None
@@ -430,23 +618,46 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
             s = summarize_proposal(good, args.quota_type, args.value, samples=args.samples,
                                    window_ms=args.window_ms, closed=not args.open_loop, entity=entity)
     if s is None:
-        selected.unpersist()
-        raise NoHistory(
-            f"No recorded {args.quota_type} usage for {_entity_words(args)} on cluster {args.cluster!r} "
-            f"under {args.root}: nothing to replay yet (usage lands every few minutes while clients run; from "
-            "Prometheus, a sensor carries only the tags of the quota level that applies now, so an entity more "
-            "specific than that has no samples of its own)."
-        )
+        return _Replayed(None, [], 0, basis, lambda target: pd.DataFrame(), selected.unpersist)
     # the clients (user, client-id pairs) behind the sensors: a user's own quota puts all of its clients in one
     clients = [(r["user"], r["client_id"]) for r in valid_usage(selected).select("user", "client_id").distinct()
                .collect()]
-    n_clients = len(clients)
+
+    def advice(target: float) -> pd.DataFrame:
+        found = advise_usage(good, target, args.samples, args.window_ms, entity)
+        return found.orderBy("user", "client_id").toPandas()
+
+    def between(client_id: str, lo: int, hi: int) -> float:
+        found = valid_usage(selected).where((F.col("client_id") == client_id) & (F.col("t_ms") >= lo)
+                                            & (F.col("t_ms") < hi)).agg(F.sum("value")).first()
+        return float(found[0] or 0.0)
+
+    return _Replayed(s, clients, int(selected.count() - s["requests"]), basis, advice, selected.unpersist,
+                     bytes_between=between)
+
+
+def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None = None) -> dict:
+    progress = progress or Progress()
+    progress.report("reading the landed history", 0.02)
+    driver = not args.distributed and fits_driver(args.root)
+    replayed = (_on_driver if driver else _on_executors)(spark, args, progress)
+    s, basis, clients = replayed.figures, replayed.basis, replayed.clients
+    if s is None:
+        replayed.release()
+        # no landing path and no cadence here: the message reaches people (the portal adds its own cadence)
+        raise NoHistory(
+            f"No recorded {args.quota_type} usage for {_entity_words(args)} on cluster {args.cluster!r}: nothing to "
+            "replay yet. From Prometheus, a sensor carries only the tags of the quota level that applies now, so an "
+            "entity more specific than that has no samples of its own."
+        )
+    replay_end = 0.6 if args.advice_target is not None else 0.95
     result = {
         "cluster": args.cluster, "user": args.user, "client_id": args.client_id, "key": args.key,
-        "value": args.value, "quota_type": args.quota_type, "brokers": s["brokers"], "clients": n_clients,
+        "value": args.value, "quota_type": args.quota_type, "brokers": s["brokers"], "clients": len(clients),
         "history_from_ms": s["history_from_ms"], "history_to_ms": s["history_to_ms"],
-        "closed_loop": not args.open_loop, "skipped_records": int(selected.count() - s["requests"]),
-        "resolution": basis, "scope": args.scope, **{name: s[name] for name in FIGURES},
+        "closed_loop": not args.open_loop, "skipped_records": replayed.skipped, "per_broker": s["per_broker"],
+        "resolution": basis, "scope": args.scope, "replayed_on": "driver" if driver else "executors",
+        **{name: s[name] for name in FIGURES},
     }
     if args.scope == "cluster_wide":
         result["delivered_over_budget"] = s["delivered_over_budget"]
@@ -460,10 +671,10 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
                                s["history_from_ms"], span_to, sources=sources)
         if args.advice_target is not None:
             with progress.spark_action(spark, "right-sizing", replay_end, 0.98):
-                advice = advise_usage(good, args.advice_target, args.samples, args.window_ms, entity)
-                found = advice.orderBy("user", "client_id").toPandas()
+                found = replayed.advise(args.advice_target)
         with progress.spark_action(spark, "reading how the history was throttled", 0.98, 0.99):
             result.update(recorded.result())
+            result["demand"] = _demand(spark, args, s, result, replayed)
     if args.advice_target is not None:
         entities = found.to_dict(orient="records")
         result["advice"] = {"target": args.advice_target, "method": METHOD, "resolution": basis["text"],
@@ -471,9 +682,52 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
         if entities:  # the strictest client's advice, the one the pages show
             advised = max(float(e["quota"]) for e in entities)
             result["advice"].update(advice_caveat(result, advised, args.advice_target, args.key))
-    selected.unpersist()
+    replayed.release()
     progress.report("done", 1.0)
     return result
+
+
+def _demand(spark: SparkSession, args: argparse.Namespace, s: dict, result: dict, replayed: _Replayed) -> dict | None:
+    """What the clients asked for beside what Kafka let through (``pipeline.demand``), when the samples say Kafka
+    throttled the recorded traffic materially; a producer's queue time (KIP-714) where its clients pushed it."""
+    if not (result.get("recorded_throttling") or {}).get("material"):
+        return None
+    queue = None
+    if args.quota_type == "produce" and result["resolution"]["source"] != SAMPLED_SOURCE:
+        ids = sorted({c for _u, c in replayed.clients if c})
+        growths = queue_time_growths(spark, args.root, args.cluster, ids, s["history_from_ms"], s["history_to_ms"])
+        if growths:
+            span_s = max(s["history_to_ms"] - s["history_from_ms"], args.window_ms) / 1000.0
+            rates = {c: replayed.bytes_between(c, s["history_from_ms"], s["history_to_ms"] + 1) / span_s for c in ids}
+            queue = queue_demand(rates, growths, replayed.bytes_between)
+    return estimate(args.key, s["recorded_rate"], result, queue)
+
+
+def queue_time_growths(spark: SparkSession, root: str, cluster: str, client_ids: Sequence[str], from_ms: int,
+                       to_ms: int) -> dict[str, list[tuple[int, int, float]]]:
+    """Per client-id, how each of its instances' queue time (KIP-714 ``QUEUE_TIME`` pushed to the portal, landed
+    under ``telemetry/``) grew over the span (``pipeline.demand.queue_growth``); empty without such points (nothing
+    landed, or an unreadable file: the preview stands without this evidence)."""
+    url = urlparse(root)
+    if not client_ids or (url.scheme in ("", "file") and not (Path(url.path if url.scheme else root)
+                                                               / "telemetry").exists()):
+        return {}
+    try:
+        points = read_dataset(spark, root, "telemetry").where(
+            (F.col("c") == cluster) & (F.col("name") == QUEUE_TIME) & F.col("client_id").isin(list(client_ids))
+            & (F.col("point_t") >= from_ms) & (F.col("point_t") <= to_ms)
+        ).select("client_id", "instance", "point_t", "value").collect()
+    except Exception:  # missing or damaged: the estimate rests on the throttle time alone
+        return {}
+    by_instance: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for r in points:
+        by_instance.setdefault((r["client_id"], r["instance"]), []).append((r["point_t"], r["value"]))
+    out: dict[str, list[tuple[int, int, float]]] = {}
+    for (client_id, _instance), pts in by_instance.items():
+        growth = queue_growth(pts, from_ms, to_ms)
+        if growth is not None:
+            out.setdefault(client_id, []).append(growth)
+    return out
 
 
 def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:

@@ -7,11 +7,17 @@ Tolerance: 2 % of the known demand from the throttle time (whole requests and wh
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 
+from pipeline import whatif
 from pipeline.demand import (
     BACK_TO_BACK,
+    QUEUE_TIME,
     estimate,
     from_queue_time,
     from_throttle,
@@ -22,6 +28,8 @@ from pipeline.kernel import replay_rate
 from quotas.engine.entities import QuotaType
 from quotas.engine.managers import UsageRecord, manager_for
 from quotas.engine.model import ModelBackend
+
+from .conftest import write_landing
 
 L = 512 * 1024.0  # the quota, bytes/s per broker
 SIZE = 8192.0  # one request's bytes
@@ -135,3 +143,55 @@ def test_the_estimate_names_its_evidence_and_says_what_it_cannot_know() -> None:
                                               "recorded_throttling": {"source": "client", "material": False}}) is None
     assert estimate("producer_byte_rate", L, {"recorded_throttled_fraction": None}) is None
 
+
+T0 = 1_767_225_600_000  # 2026-01-01 00:00:00 UTC
+
+
+def land_trace(root: Path, sent: np.ndarray, throttles: np.ndarray, asked: np.ndarray | None = None) -> None:
+    """The trace as the portal lands a real cluster's: usage records at the times Kafka let the requests through,
+    the client's statistics each second (the throttle time it was answered, as a share of the second) and, for a
+    queueing client, its KIP-714 queue time every PUSH_MS."""
+    t = T0 + sent
+    write_landing(None, root, "usage", [{"cluster": "prod", "broker": 1, "quota_type": "produce", "user": "svc",
+                                         "client_id": "app", "t_ms": int(x), "value": SIZE} for x in t], "t_ms")
+    seconds = (t - T0) // 1000
+    per_second = np.bincount(seconds, weights=throttles)
+    write_landing(None, root, "samples", [
+        {"t": T0 + 1000 * (i + 1), "c": "prod", "b": 1, "q": "produce", "e": "svc:app", "rate": None, "bound": L,
+         "util": None, "thr_avg": None, "thr_max": None, "thr_frac": min(1.0, per_second[i] / 1000), "tokens": None,
+         "src": "client", "res_ms": None} for i in range(len(per_second))], "t")
+    if asked is not None:
+        queue = sent - asked
+        write_landing(None, root, "telemetry", [
+            {"t": T0 + t0 + PUSH_MS, "c": "prod", "instance": "i-1", "client_id": "app", "name": QUEUE_TIME,
+             "attrs": "{}", "point_t": T0 + t0 + PUSH_MS, "value": float(queue[(sent >= t0) & (sent < t0 + PUSH_MS)]
+                                                                         .mean())}
+            for t0 in range(int(sent[0]), int(sent[-1]) - PUSH_MS, PUSH_MS)], "t")
+
+
+def preview(spark: Any, capsys: Any, root: Path) -> dict:
+    assert whatif.main(["--root", str(root), "--cluster", "prod", "--user", "svc", "--client-id", "app", "--key",
+                        "producer_byte_rate", "--value", repr(4 * L)], spark=spark) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_what_if_estimates_a_known_demand_from_what_was_landed(spark: Any, tmp_path: Path, capsys: Any) -> None:
+    """Twice the quota, asked by a client at its own pace (its throttle times say) and by one that queues (its queue
+    time says): the preview's estimate recovers it beside the lower bound, each naming its evidence."""
+    sent, throttles = paced_client(2 * L, seconds=90)
+    keep = sent >= 10_000  # past the sensor's first windows, as a history that starts mid-run
+    land_trace(tmp_path / "paced", sent[keep] - 10_000, throttles[keep])
+    r = preview(spark, capsys, tmp_path / "paced")
+    demand = r["demand"]
+    assert demand["lower"] == r["recorded_rate"] == pytest.approx(L, rel=0.05)
+    assert demand["evidence"] == "throttle time" and demand["source"] == "client"
+    assert demand["estimate"] == pytest.approx(2 * L, rel=TOLERANCE)
+
+    asked, sent, throttles = queueing_client(2 * L)
+    keep = sent >= sent[0] + 10_000
+    land_trace(tmp_path / "queued", sent[keep], throttles[keep], asked[keep])
+    r = preview(spark, capsys, tmp_path / "queued")
+    demand = r["demand"]
+    assert demand["lower"] == r["recorded_rate"] and demand["back_to_back"] and demand["upper"] is None
+    assert (demand["evidence"], demand["clients_with_queue_time"]) == ("queue time", 1)
+    assert demand["estimate"] == pytest.approx(2 * L, rel=QUEUE_TOLERANCE)

@@ -102,6 +102,10 @@ def test_advice_over_traffic_the_engine_throttled_says_it_is_a_lower_bound(
     assert "of the time while it was recorded under 10 KiB/s" in note
     assert ("is a lower bound" in note) != advice_r["at_or_below_recorded_quota"]
     assert note.count(". ") == 0 and note.endswith(".")
+    # what it asked for, beside what got through: the engine's sampler cuts long throttles short, so no figure
+    demand = r["demand"]
+    assert demand["lower"] == r["recorded_rate"] and demand["estimate"] is None and demand["source"] == "engine"
+    assert "by how much the samples cannot say" in demand["text"] and "KIP-714" in demand["text"]
 
     tight_whatif = r
 
@@ -112,6 +116,7 @@ def test_advice_over_traffic_the_engine_throttled_says_it_is_a_lower_bound(
     assert r["recorded_throttling"]["text"].startswith("Kafka did not throttle this traffic")
     advice_r = r["advice"]
     assert (advice_r["lower_bound"], advice_r["at_or_below_recorded_quota"], advice_r["note"]) == (False, False, None)
+    assert r["demand"] is None
     roomy_whatif = r
 
     # the stand-alone advice over every entity says the same of each, from the same samples, in one query

@@ -120,18 +120,23 @@ def test_a_hash_collision_is_never_grouped_together(spark, monkeypatch) -> None:
         summarize_usage(usage, "produce", 2000.0)
 
 
+@pytest.mark.parametrize("way", ["driver", "executors"])
 @pytest.mark.parametrize(("user", "client_id"), [("alice", "app"), ("alice", None), ("alice", DEFAULT),
                                                  (None, "app")])
 def test_the_job_reports_summarize_of_the_records_the_entity_governs(spark, tmp_path: Path, capsys, user,
-                                                                    client_id) -> None:
+                                                                    client_id, way: str) -> None:
+    """On the driver (a small landing area, as a preview's) and on the executors (``--distributed``, as a large
+    one's), the same figures: those of the records the entity governs, replayed directly."""
     records = _records(3, fractional=False, landed_in_row_order=True)
     root = tmp_path / "landing"
     write_landing(spark, root, "usage", records.drop(columns="seq").to_dict("records"), "t_ms")
     args = ["--root", str(root), "--cluster", "prod", "--key", "producer_byte_rate", "--value", "2000"]
     args += ["--user", user] if user is not None else []
     args += ["--client-id", client_id] if client_id is not None else []
+    args += ["--distributed"] if way == "executors" else []
     assert whatif.main(args, spark=spark) == 0
     got = json.loads(capsys.readouterr().out)
+    assert got["replayed_on"] == way
 
     mine = records[records.cluster == "prod"]  # landed in this order: one file, seq = row number
     for column, name in (("user", user), ("client_id", client_id)):
@@ -146,12 +151,20 @@ def test_the_job_reports_summarize_of_the_records_the_entity_governs(spark, tmp_
     assert got["skipped_records"] == 0 and got["throttle_events"] > 0
     # each sensor its own timeline: a fraction of time, never above 1 however many clients share a broker
     assert 0 < got["throttled_fraction"] <= 1
-    assert list(got)[:14] == ["cluster", "user", "client_id", "key", "value", "quota_type", "brokers", "clients",
-                              "history_from_ms", "history_to_ms", "closed_loop", "skipped_records", "resolution",
-                              "scope"]
+    assert list(got)[:16] == ["cluster", "user", "client_id", "key", "value", "quota_type", "brokers", "clients",
+                              "history_from_ms", "history_to_ms", "closed_loop", "skipped_records", "per_broker",
+                              "resolution", "scope", "replayed_on"]
     assert got["scope"] == "per_broker"  # Kafka's meaning unless --scope cluster_wide
+    # each broker's own sensor: its requests, bytes and recorded rate, adding up to the whole
+    assert [b["broker"] for b in got["per_broker"]] == sorted(mine["broker"].unique()) and len(got["per_broker"]) == \
+        got["brokers"]
+    assert sum(b["requests"] for b in got["per_broker"]) == got["requests"]
+    assert sum(b["recorded_rate"] for b in got["per_broker"]) == pytest.approx(got["recorded_rate"])
+    assert sum(b["throttle_events"] for b in got["per_broker"]) == got["throttle_events"]
     # then how the samples say the history was throttled while it was recorded (none landed here: unknown)
-    assert list(got)[14:] == [*FIGURES, "recorded_throttled_fraction", "recorded_quota", "recorded_throttling"]
+    assert list(got)[16:] == [*FIGURES, "recorded_throttled_fraction", "recorded_quota", "recorded_throttling",
+                              "demand"]
+    assert got["demand"] is None  # nothing says Kafka throttled it while recorded: no estimate of more demand
     # replayed from the usage log: per request, nothing it cannot know for want of resolution
     assert got["resolution"]["source"] == "usage" and got["resolution"]["cannot_know"] == []
 
