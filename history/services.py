@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from history.jobs import ROLLUPS_NICE, JobFailed, run, run_warm
 from history.models import ImpactPreview, PreviewState, UsageRollup
+from history.preview_text import recorded_per_broker, where_from
 from quotas.choices import BudgetScope
 from quotas.engine.config import CLIENT_ID, USER, EntityRef
 from quotas.engine.entities import DEFAULT, entity_path, validate_quota_value
@@ -272,7 +273,7 @@ def _fail(pk: int, code: str, message: str) -> None:
     """Record a failure in words for the person who asked (the pipeline's own message, which names server files,
     goes to the worker's log for the operator)."""
     shown = for_people(code, message)
-    if shown != message:
+    if not shown.startswith(message):  # the pipeline's own words were replaced: the operator still gets them
         log.warning("preview %s failed: %s: %s", pk, code, message)
     ImpactPreview.objects.filter(pk=pk).update(
         state=PreviewState.FAILED, error_code=code[:32], error_message=shown, updated=timezone.now()
@@ -284,10 +285,10 @@ PERSON_MESSAGES = {
     "MISSING_INPUT": "No traffic of this cluster has been landed yet, so there is nothing to replay. Usage is "
     "landed every {landing_s:g} s (QUOTAS_LANDING_SECONDS); ask again after that.",
     "CORRUPT_INPUT": "Part of the landed Parquet history cannot be read, so the preview cannot be computed; an "
-    "operator finds the damaged files named in the pipeline worker's log.",
-    "SPARK_UNAVAILABLE": "Spark could not start for the preview (Java or PySpark missing on the pipeline worker); "
-    "an operator finds the reason in the pipeline worker's log.",
-    "PIPELINE_ERROR": "The impact job failed; the pipeline worker's log has the details. Ask again shortly.",
+    "operator finds the damaged files named in the preview worker's log.",
+    "SPARK_UNAVAILABLE": "Spark could not start for the preview (Java or PySpark missing on the preview worker); "
+    "an operator finds the reason in the preview worker's log.",
+    "PIPELINE_ERROR": "The impact job failed; the preview worker's log has the details. Ask again shortly.",
 }
 #: An absolute file path or a Java/Python stack frame: never shown to a person.
 _SERVER_DETAIL = re.compile(
@@ -297,11 +298,24 @@ _SERVER_DETAIL = re.compile(
 )
 
 
+#: What any other failure whose message names a server file says instead.
+SERVER_DETAIL_MESSAGE = "The preview failed ({code}); the preview worker's log has the details. Ask again shortly."
+#: After "no history yet": when the next usage lands, from the portal's own cadence.
+NEXT_LANDING = ("Usage is landed every {landing_s:g} s (QUOTAS_LANDING_SECONDS) while its clients run; ask again "
+                "after that.")
+
+
 def for_people(code: str, message: str) -> str:
-    """The failure as the API and the pages show it: no server path, no stack trace, a sentence to act on."""
+    """The failure as the API and the pages show it: no server path, no placeholder for one, no stack trace, a
+    sentence to act on (with the landing cadence of this portal where waiting for it is the remedy)."""
+    landing_s = float(settings.QUOTAS_LANDING_SECONDS)
     if code in PERSON_MESSAGES and (code != "PIPELINE_ERROR" or _SERVER_DETAIL.search(message)):
-        return PERSON_MESSAGES[code].format(landing_s=float(settings.QUOTAS_LANDING_SECONDS))
-    return _SERVER_DETAIL.sub("<server file>", message)
+        return PERSON_MESSAGES[code].format(landing_s=landing_s)
+    if _SERVER_DETAIL.search(message):
+        return SERVER_DETAIL_MESSAGE.format(code=code)
+    if code == "NO_HISTORY":
+        return f"{message} {NEXT_LANDING.format(landing_s=landing_s)}"
+    return message
 
 
 def _level(user: str | None, client_id: str | None) -> int:
@@ -365,6 +379,13 @@ def summary(preview: ImpactPreview | None) -> dict[str, Any] | None:
             r[name.removesuffix("_ms")] = datetime.fromtimestamp(r[name] / 1000, UTC)
     if "history_from_ms" in r and "history_to_ms" in r:
         r["covered"] = covered_text(r["history_to_ms"] - r["history_from_ms"])
+    # where the traffic came from and what each broker's rate is compared with (previews computed before the
+    # per-broker figures were reported have none: the page then shows the total alone)
+    if r.get("per_broker"):
+        r["where"] = where_from(r, preview.cluster.name, preview.cluster.brokers.count(), preview.scope, preview.key,
+                                preview.value)
+        r["recorded_text"] = recorded_per_broker(r, preview.key, preview.scope)
+    r["demand"] = r.get("demand")  # what the clients asked for, where Kafka throttled the recorded traffic
     return r
 
 

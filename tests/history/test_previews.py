@@ -6,6 +6,7 @@ worker) on the same records: the preview must replay exactly the records the ent
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -165,7 +166,8 @@ class TestOnOneWorker:
     ) -> Iterator[tuple[Worker, Path]]:
         root = tmp_path_factory.mktemp("one-worker") / "landing"
         with keys_cleared(redis_url, *CELERY_KEYS):  # no message of another test for it, none left behind
-            w = Worker(redis_url, database_url(), root.parent / "worker.log", name="previews", **worker_env(root))
+            w = Worker(redis_url, database_url(), root.parent / "worker.log", name="previews",
+                       QUOTAS_LANDING_SECONDS="20", **worker_env(root))
             w.start()
             try:
                 yield w, root
@@ -225,6 +227,10 @@ class TestOnOneWorker:
         preview = finished(alice.post("/api/previews/", nobody, format="json").json()["id"])
         assert (preview.state, preview.error_code) == (PreviewState.FAILED, "NO_HISTORY")
         assert "app-a-404" in preview.error_message and CLUSTER in preview.error_message
+        # the worker's own cadence, never a placeholder or a path of the server
+        assert preview.error_message.endswith("Usage is landed every 20 s (QUOTAS_LANDING_SECONDS) while its clients "
+                                              "run; ask again after that.")
+        assert "<" not in preview.error_message and str(root) not in preview.error_message
         body = alice.get(f"/api/previews/{preview.pk}/").json()
         assert body["error"] == {"code": "NO_HISTORY", "message": preview.error_message}
         again = alice.post("/api/previews/", nobody, format="json")
@@ -413,3 +419,56 @@ def test_previews_have_a_lane_of_their_own_and_rollups_yield_the_cpu() -> None:
     assert route({}, "history.tasks.rollups")["queue"].name == "pipeline"
     assert jobs.ROLLUPS_NICE > 0
     assert not tasks.consumes_previews()  # this process takes no queue: it warms no Spark
+
+
+def test_failures_read_as_sentences_with_no_server_path_nor_a_placeholder(settings: Any) -> None:
+    settings.QUOTAS_LANDING_SECONDS = 20
+    none_yet = "No recorded produce usage for user 'a' on cluster 'c': nothing to replay yet."
+    assert services.for_people("NO_HISTORY", none_yet) == (
+        f"{none_yet} Usage is landed every 20 s (QUOTAS_LANDING_SECONDS) while its clients run; ask again after that.")
+    with_path = "Could not read file:/srv/portal/.run/landing/usage/date=2026-01-01/part-1.parquet: Bad"
+    for code in ("NO_HISTORY", "SOMETHING_NEW"):
+        shown = services.for_people(code, with_path)
+        assert "/srv" not in shown and "<" not in shown and "worker's log" in shown
+    assert "every 20 s" in services.for_people("MISSING_INPUT", with_path)
+
+
+def test_the_page_says_where_the_traffic_came_from_and_compares_each_broker_with_its_bound(
+    world: dict[str, Any],
+) -> None:
+    """A principal seen on one of the cluster's brokers: the page says so and why, states the per-broker bound
+    beside the per-broker rate it is compared with, and puts what the clients asked for beside what got through."""
+    kib = 1024
+    demand = {"lower": 598.63 * kib, "estimate": None, "evidence": None, "upper": None, "back_to_back": True,
+              "source": "client", "throttled_fraction": 0.91, "text": "They asked for more than 598.63 KiB/s."}
+    result = {
+        "quota_type": "produce", "requests": 5000, "clients": 1, "brokers": 1, "closed_loop": True,
+        "history_from_ms": T0, "history_to_ms": T0 + 60_000, "resolution": {"source": "usage"},
+        "throttle_events": 0, "throttled_fraction": 0.0, "total_delay_ms": 0, "p99_delay_ms": 0, "max_delay_ms": 0,
+        "recorded_rate": 598.63 * kib, "achieved_rate": 598.63 * kib, "recorded_throttled_fraction": 0.91,
+        "recorded_quota": 512.0 * kib, "per_broker": [{"broker": 1, "requests": 5000, "bytes": 1.0,
+                                                       "recorded_rate": 598.63 * kib, "throttle_events": 0}],
+        "demand": demand,
+    }
+    preview = ImpactPreview.objects.create(cluster=world["cluster"], user="svc-a-1", key=PBR, value=1024 * kib,
+                                           proposal="p", data_version="v", state=PreviewState.DONE, result=result)
+    pages = Client()
+    pages.force_login(world["alice"])
+    html = pages.get(f"/previews/{preview.pk}/").content.decode()
+    assert ("Recorded on broker 1, 1 of hist&#x27;s 2 brokers: Kafka counts a client&#x27;s requests on the broker "
+            "that leads each partition it writes to, and bounds each broker&#x27;s sensor on its own, so "
+            "producer_byte_rate = 1 MiB/s applies per broker (a client on all 2 could get up to 2 × 1 MiB/s).") in html
+    assert ("598.63 KiB/s on broker 1; Kafka bounded each broker at 512 KiB/s then (a rate above it: Kafka "
+            "throttles after a request, not before") in html
+    assert 'title="524,288 B/s">512 KiB/s</span> per broker</dd>' in html
+    assert re.search(r'<dd data-figure="demand">more than <span[^>]*>598.63 KiB/s</span></dd>', html)
+    assert demand["text"] in html
+
+    wide = ImpactPreview.objects.create(cluster=world["cluster"], user="svc-a-1", key=PBR, value=1024 * kib,
+                                        scope="cluster_wide", proposal="w", data_version="v", state=PreviewState.DONE,
+                                        result={**result, "demand": {**demand, "estimate": 2048.0 * kib,
+                                                                     "evidence": "queue time"}})
+    html = pages.get(f"/previews/{wide.pk}/").content.decode()
+    assert "as a cluster-wide budget, producer_byte_rate = 1 MiB/s is one bound for the sum over hist&#x27;s" in html
+    assert 'title="524,288 B/s">512 KiB/s</span></dd>' in html  # a share of a budget, not a per-broker bound
+    assert re.search(r'<dd data-figure="demand">about <span[^>]*>2 MiB/s</span> \(queue time\)</dd>', html)
