@@ -17,7 +17,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from quotas.api.serializers import QuotaRequestCreateSerializer
 from quotas.choices import BudgetScope
 from quotas.engine.entities import QuotaType
-from quotas.engine.units import BYTE_RATE_FORMS
+from quotas.engine.units import BYTE_RATE_FORMS, UnitError, parse_quota_value
 from quotas.models import Cluster, RequestState, tenants_of
 
 #: The keys a user/client-id request can name (connection_creation_rate is for ip entities, set by admins).
@@ -130,14 +130,25 @@ class QuotaRequestForm(forms.Form):
         return body
 
     def clean(self) -> dict[str, Any]:
-        """Run the API's serializer on the body; its field errors become this form's, word for word."""
+        """Run the API's serializer on the body; its field errors become this form's, one message per field.
+
+        A value in a form the key does not take says only what is wrong with it: the field's help text lists the
+        accepted forms, which the API's message repeats for callers that have no help text.
+        """
         cleaned = super().clean()
-        serializer = QuotaRequestCreateSerializer(data=self.api_body())
+        body = self.api_body()
+        try:
+            parse_quota_value(body.get("key", ""), body.get("value"))
+        except UnitError as e:
+            self.add_error("value", f"{e.problem}; write it in one of the forms listed above.")
+        serializer = QuotaRequestCreateSerializer(data=body)
         if serializer.is_valid():
             self.validated = dict(serializer.validated_data)
         else:
             for name, errors in serializer.errors.items():
                 field = name if name in self.fields else None
+                if field is not None and field in self.errors:
+                    continue  # one message a field: the first says what to change
                 for error in errors if isinstance(errors, list) else [errors]:
                     self.add_error(field, str(error))
         return cleaned

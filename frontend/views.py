@@ -235,8 +235,8 @@ def request_new(request: HttpRequest) -> HttpResponse:
                     budget_scope=body["budget_scope"],
                 )
             except workflow.WorkflowError as e:
-                shown = e.field in form.fields and not (e.field == "tenant" and form.only_tenant)
-                form.add_error(e.field if shown else None, e.message)  # beside the field to change, if on the page
+                # beside the field to change (a member of one tenant sees the tenant's name where the field would be)
+                form.add_error(e.field if e.field in form.fields else None, e.message)
                 status = e.status
             else:
                 messages.success(request, f"Request #{created.pk} submitted; an admin decides on it.")

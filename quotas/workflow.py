@@ -27,9 +27,17 @@ from django.utils import timezone
 
 from quotas.choices import BudgetScope, QuotaScope
 from quotas.engine.config import CLIENT_ID, USER, EntityRef
-from quotas.engine.entities import DEFAULT, PRECEDENCE, ClientEntity, QuotaOverrides, entity_path, validate_quota_value
+from quotas.engine.entities import (
+    DEFAULT,
+    PRECEDENCE,
+    ClientEntity,
+    QuotaOverrides,
+    entity_path,
+    validate_quota_key,
+    validate_quota_value,
+)
 from quotas.engine.errors import QuotaEngineError
-from quotas.engine.units import UnitError, format_byte_rate, format_exact, parse_quota_value
+from quotas.engine.units import format_byte_rate, format_exact, parse_quota_value
 from quotas.models import (
     TRANSITIONS,
     Alteration,
@@ -58,6 +66,7 @@ from quotas.models import (
     audited_alter,
     check_budget_scope,
     entity_owned_by,
+    entity_refusal,
     is_admin,
     is_auditor,
     match_owned_by,
@@ -225,22 +234,29 @@ def submit(
     """
     _refuse_auditor(actor)
     tenant = choose_tenant(actor, tenant, lambda t: entity_owned_by(t, user, client_id) is None)
+    if user is None and client_id is None:
+        raise InvalidRequest("Name a principal (user), a client-id, or both.", "user")
+    # each refusal names the field to change, so a form marks that field and the API's details name it
+    field = "user" if user == "" else "client_id" if client_id == "" else None
     try:
         ref = EntityRef.parse({k: v for k, v in ((USER, user), (CLIENT_ID, client_id)) if v is not None})
+        field = "key"
+        validate_quota_key(key, ref.kind)
+        field = "value"
         checked = validate_quota_value(key, parse_quota_value(key, value), ref.kind)
+        field = "budget_scope"
         if budget_scope is not None:
             check_budget_scope(cluster, key, budget_scope)
-    except UnitError as e:
-        raise InvalidRequest(e.message, "value") from e
     except InvalidBudgetScope as e:
         raise BudgetScopeRefused(e.message, "budget_scope") from e
     except QuotaEngineError as e:
-        raise InvalidRequest(e.message) from e
-    why_not = entity_owned_by(tenant, ref.user, ref.client_id)
-    if why_not is not None:
-        raise PermissionDenied(why_not)
+        raise InvalidRequest(e.message, field) from e
+    refusal = entity_refusal(tenant, ref.user, ref.client_id)
+    if refusal is not None:
+        raise PermissionDenied(*refusal)
     if expires_at is not None and expires_at <= (now or timezone.now()):
-        raise InvalidRequest("expires_at is in the past; a boost must end in the future.")
+        raise InvalidRequest("The boost's end (expires_at) is in the past; a boost must end in the future.",
+                             "expires_at")
     with transaction.atomic():
         held = _current(cluster, ref.user, ref.client_id, key)  # what an approval must still find (staleness)
         request = QuotaRequest.objects.create(

@@ -27,7 +27,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from quotas import workflow
-from quotas.api.errors import ApiError, ErrorSerializer
+from quotas.api.errors import ApiError, ErrorSerializer, unknown_name
 from quotas.api.memory import memory_permits
 from quotas.api.pagination import DefaultCursorPagination
 from quotas.api.serializers import TEXT_MAX, DecisionSerializer, PushSerializer, check_kafka_string
@@ -234,9 +234,12 @@ class SubscriptionRequestCreateSerializer(SubscriptionBodySerializer):
         required=False,
         allow_null=True,
         default=None,
+        error_messages=unknown_name("tenant", "/api/tenants/"),
         help_text="Your tenant; leave it out when you are a member of one tenant only (a member of several names one).",
     )
-    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+    cluster = serializers.SlugRelatedField(
+        slug_field="name", queryset=Cluster.objects.all(), error_messages=unknown_name("cluster", "/api/clusters/")
+    )
     name = serializers.CharField(max_length=NAME_MAX)
     operation = serializers.ChoiceField(choices=["set", "delete"], default="set")
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=TEXT_MAX)

@@ -7,6 +7,7 @@ message says what to change.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import kombu.exceptions
@@ -161,6 +162,76 @@ def _body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     return {"code": code, "message": message, "details": details}
 
 
+def unknown_name(noun: str, listed_at: str) -> dict[str, str]:
+    """``error_messages`` of a ``SlugRelatedField`` naming an object: an unknown name is refused with a sentence
+    that says where the names are listed, instead of DRF's ``Object with name=nope does not exist.``."""
+    return {
+        "does_not_exist": f"No {noun} named '{{value}}'; GET {listed_at} lists them.",
+        "invalid": f"A {noun} is named by a string (GET {listed_at} lists them).",
+    }
+
+
+#: Django's own message of ``get_object_or_404`` (what DRF's ``get_object`` raises), which names a model class.
+_DJANGO_NOT_FOUND = re.compile(r"No \w+ matches the given query\.")
+
+
+def _not_found(exc: Http404, context: dict[str, Any]) -> exceptions.NotFound:
+    """A lookup by URL that found nothing, said in words: what was looked for and what lists them.
+
+    DRF's generic views raise Django's ``No QuotaRequest matches the given query.`` (or nothing at all for an id
+    that is not a number); the view knows the model and the lookup, and the path without the lookup lists them.
+    """
+    message = str(exc.args[0]) if exc.args else ""
+    view, request = context.get("view"), context.get("request")
+    kwarg = getattr(view, "lookup_url_kwarg", None) or getattr(view, "lookup_field", None)
+    value = (getattr(view, "kwargs", None) or {}).get(kwarg) if kwarg else None
+    if value is None or request is None or (message and not _DJANGO_NOT_FOUND.fullmatch(message)):
+        return exceptions.NotFound(message or "No such object here, or not one you may see.")
+    model = getattr(getattr(view, "queryset", None), "model", None)
+    if model is None:  # views that build their queryset per request name the model in their serializer
+        model = getattr(getattr(getattr(view, "serializer_class", None), "Meta", None), "model", None)
+    noun = str(model._meta.verbose_name) if model is not None else "object"
+    key = "id" if view.lookup_field in ("pk", "id") else view.lookup_field
+    shown = value if str(value).isdigit() else repr(value)
+    path = request.path
+    listed = path[: path.rfind(f"/{value}/") + 1] if f"/{value}/" in path else None
+    where = f"; GET {listed} lists them" if listed else ""
+    return exceptions.NotFound(f"No {noun} with {key} {shown} (or not one you may see){where}.")
+
+
+def _in_words(exc: exceptions.APIException, context: dict[str, Any]) -> exceptions.APIException:
+    """DRF's stock refusals (405, 406, 415, 429, a body that does not parse, a default 401/403/404) reworded: what
+    was refused and what to send instead. Exceptions raised with a message of their own keep it."""
+    request = context.get("request")
+    method = getattr(request, "method", "")
+    path = getattr(request, "path", "")
+    if isinstance(exc, exceptions.MethodNotAllowed):
+        view = context.get("view")
+        allowed = ", ".join(getattr(view, "allowed_methods", []) or [])
+        exc.detail = f"{method} is not allowed on {path!r}; allowed: {allowed}."
+    elif isinstance(exc, exceptions.Throttled):
+        wait = f"in {exc.wait:.0f} seconds" if exc.wait is not None else "later"
+        exc.detail = f"Too many requests; try again {wait}."
+    elif isinstance(exc, exceptions.UnsupportedMediaType):
+        media = getattr(request, "content_type", "") or "(none)"
+        exc.detail = f"A body of media type {media!r} is not read here; send JSON with Content-Type: application/json."
+    elif isinstance(exc, exceptions.NotAcceptable):
+        exc.detail = "This endpoint answers in JSON; send Accept: application/json, or no Accept header."
+    elif isinstance(exc, exceptions.ParseError):
+        why = str(exc.detail).split(" - ", 1)[-1]
+        exc.detail = f"The body could not be read as JSON ({why}); send a JSON object with Content-Type: " \
+            "application/json."
+    elif str(exc.detail) == str(exc.default_detail):
+        if isinstance(exc, exceptions.NotAuthenticated):
+            exc.detail = ("Not signed in: send a personal access token (Authorization: Bearer <token>; POST "
+                          "/api/tokens/ makes one) or call from a signed-in browser session.")
+        elif isinstance(exc, exceptions.PermissionDenied):
+            exc.detail = "Your account may not do this here; ask a portal admin if it should."
+        elif isinstance(exc, exceptions.NotFound):
+            exc.detail = "No such object here, or not one you may see."
+    return exc
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler (status, WWW-Authenticate, Retry-After, rollback), re-shaped into the API's error body.
 
@@ -170,7 +241,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     Anything else unhandled stays a 500 from Django.
     """
     if isinstance(exc, Http404):
-        exc = exceptions.NotFound(*exc.args)
+        exc = _not_found(exc, context)
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied(*exc.args)
     elif isinstance(exc, RequestDataTooBig):  # raised lazily, when a parser reads the body
@@ -183,6 +254,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     elif isinstance(exc, WorkflowError):
         details = exc.details if exc.details is not None else {exc.field: [exc.message]} if exc.field else None
         exc = ApiError(exc.code, exc.message, details, status_code=exc.status)
+    if isinstance(exc, exceptions.APIException) and not isinstance(exc, ApiError | exceptions.ValidationError):
+        exc = _in_words(exc, context)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

@@ -20,6 +20,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from quotas.api.errors import unknown_name
 from quotas.budgets import enforcement
 from quotas.choices import BudgetScope, ConnectorKind, EntityType, MatchType, QuotaScope
 from quotas.engine.config import CLIENT_ID, USER
@@ -604,7 +605,12 @@ class TenantSerializer(serializers.ModelSerializer):
     """A tenant, its members (usernames) and the principal and client-id patterns it owns (fnmatch-style)."""
 
     members = serializers.SlugRelatedField(
-        many=True, slug_field="username", queryset=get_user_model().objects.all(), required=False
+        many=True,
+        slug_field="username",
+        queryset=get_user_model().objects.all(),
+        required=False,
+        error_messages={"does_not_exist": "No account with the username '{value}'; a member must have an account "
+                        "(an admin creates it) before joining a tenant."},
     )
     principals = serializers.ListField(
         child=serializers.CharField(max_length=255),
@@ -885,9 +891,12 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
         required=False,
         allow_null=True,
         default=None,
+        error_messages=unknown_name("tenant", "/api/tenants/"),
         help_text="Your tenant; leave it out when you are a member of one tenant only (a member of several names one).",
     )
-    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+    cluster = serializers.SlugRelatedField(
+        slug_field="name", queryset=Cluster.objects.all(), error_messages=unknown_name("cluster", "/api/clusters/")
+    )
     user = serializers.CharField(
         required=False, allow_null=True, default=None, max_length=NAME_MAX, help_text="A principal your tenant owns."
     )

@@ -28,7 +28,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from quotas import notify
-from quotas.api.errors import ApiError, ErrorSerializer
+from quotas.api.errors import ApiError, ErrorSerializer, unknown_name
 from quotas.api.views import ERRORS, LIST_ERRORS, MemoryBoundedListMixin
 from quotas.models import (
     AuditAction,
@@ -68,7 +68,9 @@ class WebhookPermission(permissions.BasePermission):
 class WebhookSerializer(serializers.ModelSerializer):
     """A webhook, never its secret."""
 
-    tenant = serializers.SlugRelatedField(slug_field="name", queryset=Tenant.objects.all())
+    tenant = serializers.SlugRelatedField(
+        slug_field="name", queryset=Tenant.objects.all(), error_messages=unknown_name("tenant", "/api/tenants/")
+    )
     url = serializers.URLField(
         max_length=1000, validators=[URLValidator(schemes=["http", "https"])], help_text="The http(s) URL POSTed to."
     )

@@ -60,7 +60,15 @@ _MAX_TEXT = 64
 
 
 class UnitError(QuotaValidationError):
-    """A value written in a form the key does not take; the message names the accepted forms."""
+    """A value written in a form the key does not take; the message names the accepted forms.
+
+    ``problem`` is what is wrong with the text alone (``'2 MB/s' is not a byte rate (...)``), for a form that
+    lists the accepted forms beside the field already and so need not repeat them.
+    """
+
+    def __init__(self, key: str, problem: str, forms: str) -> None:
+        super().__init__(f"{key}: {problem}; write {forms}.")
+        self.problem = problem
 
 
 def quota_key(name: str) -> str:
@@ -94,12 +102,12 @@ def parse_byte_rate(text: str, key: str = "byte rate") -> int:
         hint = ""
         if len(text) <= _MAX_TEXT and _DECIMAL_UNIT.fullmatch(text.strip()):
             hint = " (decimal units such as MB/s are not taken: byte rates are counted in binary units, as Kafka does)"
-        raise UnitError(f"{key}: {text!r} is not a byte rate{hint}; write {BYTE_RATE_FORMS}.")
+        raise UnitError(key, f"{text!r} is not a byte rate{hint}", BYTE_RATE_FORMS)
     unit = match["unit"].lower() if match["unit"] else None
     exact = Decimal(match["number"]) * _UNIT_FACTOR[unit]
     if exact != exact.to_integral_value():
-        raise UnitError(f"{key}: {text.strip()} is {exact.normalize():f} bytes per second, not a whole number of "
-                        f"bytes; write {BYTE_RATE_FORMS}.")
+        raise UnitError(key, f"{text.strip()} is {exact.normalize():f} bytes per second, not a whole number of bytes",
+                        BYTE_RATE_FORMS)
     return int(exact)
 
 
@@ -116,7 +124,7 @@ def parse_quota_value(key: str, value: object) -> object:
         return parse_byte_rate(value, key)
     match = _OWN_UNIT[key].fullmatch(value.strip()) if len(value) <= _MAX_TEXT else None
     if match is None:
-        raise UnitError(f"{key}: {value!r} is not understood; write {accepted_forms(key)}.")
+        raise UnitError(key, f"{value!r} is not understood", accepted_forms(key))
     number = Decimal(match["number"])
     return int(number) if number == number.to_integral_value() else float(number)
 

@@ -32,7 +32,7 @@ from quotas.models.audit import AuditAction, record
 from quotas.models.clusters import Cluster
 from quotas.models.pushes import DesiredStateVersion
 from quotas.models.requests import RequestState
-from quotas.models.tenants import Tenant
+from quotas.models.tenants import Tenant, owned_patterns
 
 METRICS, INTERVAL, MATCH = "metrics", "interval.ms", "match"
 SUBSCRIPTION_KEYS = (METRICS, INTERVAL, MATCH)
@@ -273,7 +273,9 @@ def match_owned_by(tenant: Tenant, match: str) -> str | None:
         name = _literal(regex)
         if name is not None:
             if not tenant.owns(EntityType.CLIENT_ID, name):
-                return f"Tenant {tenant.name!r} does not own the client-id {name!r}; ask an admin to add it."
+                owns = owned_patterns(tenant, EntityType.CLIENT_ID)
+                return (f"Tenant {tenant.name!r} does not own the client-id {name!r}; it owns {owns}. Ask an admin "
+                        "to add the client-id to the tenant if it is yours.")
             continue
         prefix = _prefix_regex(regex)
         if prefix is not None and _owned_prefix(tenant, prefix):

@@ -160,20 +160,49 @@ def owning_tenant(user: str | None, client_id: str | None) -> Tenant | None:
     return owners[0] if len(owners) == 1 else None
 
 
-def entity_owned_by(tenant: Tenant, user: str | None, client_id: str | None) -> str | None:
-    """Why the tenant may not ask for this user/client-id entity, or None when it may.
+#: How many of a tenant's patterns a refusal lists before "and N more" (a refusal is read, not scrolled).
+OWNED_SHOWN = 5
+
+
+def owned_patterns(tenant: Tenant, entity_type: str) -> str:
+    """What the tenant owns of one entity type, for a refusal: ``the principals svc-a-*, svc-a2-*`` (at most
+    ``OWNED_SHOWN`` patterns, then how many more), or ``no principals`` when it owns none."""
+    noun = "principals" if entity_type == EntityType.USER else "client-ids"
+    patterns = sorted(p.pattern for p in tenant.owned_names.all() if p.entity_type == entity_type)
+    if not patterns:
+        return f"no {noun}"
+    shown = ", ".join(patterns[:OWNED_SHOWN])
+    more = len(patterns) - OWNED_SHOWN
+    return f"the {noun} {shown}" + (f" and {more} more" if more > 0 else "")
+
+
+def entity_refusal(tenant: Tenant, user: str | None, client_id: str | None) -> tuple[str, str | None] | None:
+    """Why the tenant may not ask for this user/client-id entity and the field to blame (``user``, ``client_id``
+    or None), or None when it may.
 
     Every named part must be owned. The default user (``<default>``) reaches every tenant's clients,
     so only admins set it; a default client-id under an owned user reaches only that user's clients.
+    A refusal of a name says what the tenant owns, so the asker can pick one of those instead.
     """
     from quotas.engine.entities import DEFAULT
 
     if user is None and client_id is None:
-        return "Name a user principal, a client-id, or both."
+        return "Name a principal (user), a client-id, or both.", "user"
     if user == DEFAULT or (user is None and client_id == DEFAULT):
-        return "Default entities apply to every tenant's clients; ask a portal admin to change them."
+        field = "user" if user == DEFAULT else "client_id"
+        return "Default entities apply to every tenant's clients; ask a portal admin to change them.", field
     if user is not None and not tenant.owns(EntityType.USER, user):
-        return f"Tenant {tenant.name!r} does not own the principal {user!r}; ask an admin to add it to the tenant."
+        owns = owned_patterns(tenant, EntityType.USER)
+        return (f"Tenant {tenant.name!r} does not own the principal {user!r}; it owns {owns}. Ask an admin to add "
+                "the principal to the tenant if it is yours.", "user")
     if client_id is not None and client_id != DEFAULT and not tenant.owns(EntityType.CLIENT_ID, client_id):
-        return f"Tenant {tenant.name!r} does not own the client-id {client_id!r}; ask an admin to add it to the tenant."
+        owns = owned_patterns(tenant, EntityType.CLIENT_ID)
+        return (f"Tenant {tenant.name!r} does not own the client-id {client_id!r}; it owns {owns}. Ask an admin to "
+                "add the client-id to the tenant if it is yours.", "client_id")
     return None
+
+
+def entity_owned_by(tenant: Tenant, user: str | None, client_id: str | None) -> str | None:
+    """Why the tenant may not ask for this user/client-id entity, or None when it may (``entity_refusal``)."""
+    refusal = entity_refusal(tenant, user, client_id)
+    return None if refusal is None else refusal[0]

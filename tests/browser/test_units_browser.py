@@ -41,6 +41,20 @@ def test_the_form_says_what_it_understood_as_the_server_would(world: dict[str, A
     log_in(page, "alice")
     page.goto(f"/requests/new/?cluster={CLUSTER}&user=svc-a-1&key={PBR}")
     assert page.inner_text("#only-tenant").startswith("Tenant: team-a")  # one tenant: not asked
+
+    # refused by the server: said once, at the field, which is marked; the live reading stays quiet until one types
+    page.fill("#id_value", "2 MB/s")
+    with page.expect_navigation():
+        page.click("form.stacked button[type=submit]")
+    error = page.locator("#id_value_error")
+    assert error.is_visible() and "'2 MB/s' is not a byte rate" in error.inner_text()
+    assert page.get_attribute("#id_value", "aria-invalid") == "true"
+    assert page.inner_text("#value-understood") == ""
+    assert page.locator("main").inner_text().count("is not a byte rate") == 1
+    screenshot(page, "units-request-form-refused")
+    page.fill("#id_value", "2 MiB/s")  # the person edits: the live reading replaces the server's refusal
+    assert page.inner_text("#value-understood") == "= 2,097,152 B/s (2 MiB/s)"
+    assert not error.is_visible() and page.get_attribute("#id_value", "aria-invalid") is None
     page.fill("#id_value", "1.5 MiB/s")
     assert page.inner_text("#value-understood") == "= 1,572,864 B/s (1.5 MiB/s)"
     page.fill("#id_value", "1.3 B/s")

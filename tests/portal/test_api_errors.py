@@ -9,6 +9,7 @@ import pytest
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.test import Client, RequestFactory
+from rest_framework import exceptions
 from rest_framework.test import APIClient
 
 from portal import errors
@@ -121,3 +122,45 @@ def test_a_nul_character_in_the_path_or_query_is_a_json_400(admin: APIClient) ->
         body = assert_api_error(admin.get(url), 400, "INVALID_REQUEST")
         assert "NUL" in body["message"]
     assert admin.get("/api/requests/?tenant=ab").status_code == 200  # without one: as before
+
+
+def test_drf_refusals_are_said_in_words_with_their_codes(admin: APIClient) -> None:
+    """What DRF itself refuses (405, a body that is not JSON, a media type, no credentials, a lookup, throttling) is
+    a sentence saying what to send instead, never the framework's stock text (issue 29)."""
+    body = assert_api_error(admin.delete("/api/clusters/"), 405, "METHOD_NOT_ALLOWED")
+    assert body["message"] == "DELETE is not allowed on '/api/clusters/'; allowed: GET, POST, HEAD, OPTIONS."
+    body = assert_api_error(admin.post(ALTER, b"{not json", content_type="application/json"), 400, "INVALID_REQUEST")
+    assert body["message"].startswith("The body could not be read as JSON (Expecting property name")
+    assert "send a JSON object with Content-Type: application/json" in body["message"]
+    body = assert_api_error(admin.post(ALTER, b"x", content_type="text/plain"), 415, "UNSUPPORTED_MEDIA_TYPE")
+    assert body["message"].startswith("A body of media type 'text/plain' is not read here; send JSON")
+    body = assert_api_error(APIClient().get("/api/requests/"), 401, "NOT_AUTHENTICATED")
+    assert "Authorization: Bearer <token>" in body["message"]
+    body = assert_api_error(admin.get("/api/requests/", HTTP_ACCEPT="text/csv"), 406, "NOT_ACCEPTABLE")
+    assert "Accept: application/json" in body["message"]
+    for path, message in [
+        ("/api/requests/999/", "No quota request with id 999 (or not one you may see); GET /api/requests/ lists them."),
+        ("/api/tenants/nope/", "No tenant with name 'nope' (or not one you may see); GET /api/tenants/ lists them."),
+        ("/api/clusters/nope/", "No cluster named 'nope'; GET /api/clusters/ lists them."),
+        ("/api/webhooks/999/", "No webhook with id 999 (or not one you may see); GET /api/webhooks/ lists them."),
+    ]:
+        assert assert_api_error(admin.get(path), 404, "NOT_FOUND")["message"] == message, path
+    throttled = exception_handler(exceptions.Throttled(wait=7), {})
+    assert throttled is not None and throttled.status_code == 429 and throttled["Retry-After"] == "7"
+    assert throttled.data == {"code": "THROTTLED", "message": "Too many requests; try again in 7 seconds.",
+                              "details": None}
+
+
+def test_an_unknown_name_in_a_body_names_the_list(admin: APIClient) -> None:
+    """An unknown cluster or tenant in a body is INVALID_REQUEST at its field, saying where the names are listed."""
+    body = {"tenant": "nope", "cluster": "nowhere", "user": "svc", "key": "producer_byte_rate", "value": 1}
+    answer = assert_api_error(admin.post("/api/requests/", body, format="json"), 400, "INVALID_REQUEST")
+    assert answer["details"] == {"tenant": ["No tenant named 'nope'; GET /api/tenants/ lists them."],
+                                 "cluster": ["No cluster named 'nowhere'; GET /api/clusters/ lists them."]}
+    assert "Object with" not in answer["message"]
+    webhook = {"tenant": "nope", "url": "https://example.com/hook", "events": ["request.submitted"]}
+    answer = assert_api_error(admin.post("/api/webhooks/", webhook, format="json"), 400, "INVALID_REQUEST")
+    assert answer["details"]["tenant"] == ["No tenant named 'nope'; GET /api/tenants/ lists them."]
+    answer = assert_api_error(admin.post("/api/tenants/", {"name": "t", "members": ["ghost"]}, format="json"), 400,
+                              "INVALID_REQUEST")
+    assert answer["details"]["members"][0].startswith("No account with the username 'ghost'")

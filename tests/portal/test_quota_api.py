@@ -406,7 +406,7 @@ def test_malformed_alter_request(staff: APIClient, cluster: Cluster, body: dict,
 def test_body_that_is_not_json_is_an_invalid_request(staff: APIClient, cluster: Cluster) -> None:
     response = staff.post("/api/clusters/prod/client-quotas/alter", "{not json", content_type="application/json")
     assert response.status_code == 400
-    assert response.json()["code"] == "INVALID_REQUEST" and "JSON parse error" in response.json()["message"]
+    assert response.json()["code"] == "INVALID_REQUEST" and "could not be read as JSON" in response.json()["message"]
 
 
 def test_database_refuses_what_the_api_would(cluster: Cluster) -> None:

@@ -314,44 +314,85 @@ def test_request_form_submits_like_the_api(w: dict[str, Any]) -> None:
     assert f"Request #{created.pk} submitted" in text(page) and "Submitted, waiting for an admin" in text(page)
 
 
-# (form fields, API body changes, field the API names in details or None for a workflow refusal)
+# (form fields, API body changes, the field both mark: the API's details and the form's field with the error)
 REFUSALS = [
     ({"value": "abc"}, {"value": "abc"}, "value"),  # text in no accepted form: the unit parser names the forms
     ({"value": "1.5"}, {"value": "1.5"}, "value"),  # 1.5 bytes/s is not a whole number of bytes
-    ({"value": "-5"}, {"value": -5}, None),
+    ({"value": "2 MB/s"}, {"value": "2 MB/s"}, "value"),  # decimal units: said once, not beside the forms again
+    ({"value": "-5"}, {"value": -5}, "value"),
     ({"value": "NaN"}, {"value": "NaN"}, "value"),
-    ({"key": "bogus"}, {"key": "bogus"}, None),
-    ({"key": "connection_creation_rate"}, {"key": "connection_creation_rate"}, None),
-    ({"user": "svc-b-1"}, {"user": "svc-b-1"}, None),
-    ({"user": "", "client_id": "app-b-1"}, {"user": None, "client_id": "app-b-1"}, None),
-    ({"tenant": "team-b"}, {"tenant": "team-b"}, None),
-    ({"user": "<default>"}, {"user": "<default>"}, None),
-    ({"user": ""}, {"user": None}, None),
-    ({"expires_at": "2000-01-01T00:00"}, {"expires_at": "2000-01-01T00:00:00Z"}, None),
+    ({"key": "bogus"}, {"key": "bogus"}, "key"),
+    ({"key": "connection_creation_rate"}, {"key": "connection_creation_rate"}, "key"),
+    ({"user": "svc-b-1"}, {"user": "svc-b-1"}, "user"),
+    ({"user": "", "client_id": "app-b-1"}, {"user": None, "client_id": "app-b-1"}, "client_id"),
+    ({"tenant": "team-b"}, {"tenant": "team-b"}, "tenant"),  # alice's only tenant: shown beside its name
+    ({"user": "<default>"}, {"user": "<default>"}, "user"),
+    ({"user": ""}, {"user": None}, "user"),
+    ({"expires_at": "2000-01-01T00:00"}, {"expires_at": "2000-01-01T00:00:00Z"}, "expires_at"),
     ({"expires_at": "next week"}, {"expires_at": "next week"}, "expires_at"),
     ({"tenant": "nope"}, {"tenant": "nope"}, "tenant"),
     ({"cluster": "nope"}, {"cluster": "nope"}, "cluster"),
     ({"value": ""}, {"value": None}, "value"),
 ]
+#: What the form says instead of the accepted forms, which its help text lists right above the field.
+FORMS_LISTED = "; write it in one of the forms listed above."
+
+
+def field_errors(response: Any) -> dict[str, list[str]]:
+    """The error messages the page shows at each field (Django's ``id_<field>_error`` lists), by field name."""
+    found: dict[str, list[str]] = {}
+    for name, items in re.findall(r'<ul class="errorlist" id="id_(\w+)_error">(.*?)</ul>', text(response), re.S):
+        found[name] = re.findall(r"<li>(.*?)</li>", items, re.S)
+    return found
 
 
 @pytest.mark.parametrize(("form", "body", "field"), REFUSALS)
 def test_request_form_refuses_as_the_api_does(
     w: dict[str, Any], form: dict[str, str], body: dict[str, Any], field: str | None
 ) -> None:
+    """The page refuses what the API refuses, with its words, once, at the field to change (marked aria-invalid)."""
     api = APIClient()
     api.force_authenticate(w["alice"])
     payload = {k: v for k, v in {**API, **body}.items() if v is not None or k not in ("value",)}
     answer = api.post("/api/requests/", payload, format="json")
     assert answer.status_code in (400, 403), answer.json()
-    expected = answer.json()["details"][field][0] if field else answer.json()["message"]
+    details = answer.json()["details"]
+    if field is not None:
+        assert list(details) == [field], details  # the API names the field too
+    expected = details[field][0] if field else answer.json()["message"]
 
     response = browser(w["alice"]).post("/requests/new/", {**FORM, **form})
     assert response.status_code == answer.status_code
-    assert expected in text(response), expected
     assert "The request was not submitted" in text(response)
     assert not QuotaRequest.objects.exists()
     assert_accessible(response)
+    shown = field_errors(response)
+    if field is None:
+        assert not shown and expected in text(response), expected
+        return
+    assert list(shown) == [field] and len(shown[field]) == 1, shown  # one message, at its field only
+    message = shown[field][0]
+    if message.endswith(FORMS_LISTED):  # the API's message less the forms the help text lists
+        assert message.removesuffix(FORMS_LISTED) in expected and "1536 KiB/s" not in message, message
+    else:
+        assert message == expected
+    assert text(response).count(message) == 1
+    marked = [f.get("name") for f in parse(response).fields if f.get("aria-invalid") == "true"]
+    assert marked == ([] if field == "tenant" else [field])  # alice's one tenant is named on the page, not asked
+
+
+def test_refusals_of_names_say_what_the_tenant_owns(w: dict[str, Any]) -> None:
+    """A principal or client-id the tenant does not own is refused with what it owns, a few of them at most."""
+    for i in range(7):
+        OwnedName.objects.create(tenant=w["a"], entity_type="user", pattern=f"ops-{i}")
+    response = browser(w["alice"]).post("/requests/new/", {**FORM, "user": "svc-b-1"})
+    assert response.status_code == 403
+    (message,) = field_errors(response)["user"]
+    assert "does not own the principal 'svc-b-1'; it owns the principals ops-0, ops-1, ops-2, ops-3, ops-4 and " \
+        "3 more." in message, message
+    response = browser(w["alice"]).post("/requests/new/", {**FORM, "user": "", "client_id": "app-b-1"})
+    (message,) = field_errors(response)["client_id"]
+    assert "it owns the client-ids app-a-*." in message, message
 
 
 def test_a_member_of_one_tenant_is_not_asked_which(w: dict[str, Any]) -> None:

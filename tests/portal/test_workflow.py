@@ -121,30 +121,43 @@ def test_a_default_client_under_an_owned_user_is_allowed(world: dict[str, Any]) 
 
 
 @pytest.mark.parametrize(
-    ("who", "body", "status", "code", "fragment"),
+    ("who", "body", "status", "code", "fragment", "field"),
     [
-        ("bob", {}, 403, "PERMISSION_DENIED", "not a member of tenant 'team-a'"),
-        ("auditor", {}, 403, "PERMISSION_DENIED", "Auditors read everything"),
-        ("alice", {"user": "svc-b-1"}, 403, "PERMISSION_DENIED", "does not own the principal 'svc-b-1'"),
-        ("alice", {"client_id": "app-b-1"}, 403, "PERMISSION_DENIED", "does not own the client-id 'app-b-1'"),
-        ("alice", {"user": "SVC-A-1"}, 403, "PERMISSION_DENIED", "does not own"),  # case-sensitive, as Kafka
-        ("alice", {"user": "<default>"}, 403, "PERMISSION_DENIED", "ask a portal admin"),
-        ("alice", {"user": None, "client_id": "<default>"}, 403, "PERMISSION_DENIED", "Default entities"),
-        ("alice", {"user": None}, 400, "INVALID_REQUEST", "at least one of user, client-id or ip"),
-        ("alice", {"value": 10.5}, 400, "INVALID_REQUEST", "cannot be a fractional value"),
-        ("alice", {"value": "lots"}, 400, "INVALID_REQUEST", "1536 KiB/s, 1.5 MiB/s, 2 GiB/s"),
-        ("alice", {"value": "1.3 B/s"}, 400, "INVALID_REQUEST", "not a whole number of bytes"),
-        ("alice", {"value": True}, 400, "INVALID_REQUEST", "must be a number"),
-        ("alice", {"value": -1}, 400, "INVALID_REQUEST", "greater than 0"),
-        ("alice", {"key": "connection_creation_rate"}, 400, "INVALID_REQUEST", "applies to ip entities"),
-        ("alice", {"key": "producer_rate"}, 400, "INVALID_REQUEST", "Invalid configuration key"),
-        ("alice", {"expires_at": "2000-01-01T00:00:00Z"}, 400, "INVALID_REQUEST", "expires_at is in the past"),
-        ("alice", {"tenant": "nope"}, 400, "INVALID_REQUEST", "tenant"),
-        ("alice", {"cluster": "nope"}, 400, "INVALID_REQUEST", "cluster"),
+        ("bob", {}, 403, "PERMISSION_DENIED", "not a member of tenant 'team-a'", "tenant"),
+        ("auditor", {}, 403, "PERMISSION_DENIED", "Auditors read everything", None),
+        ("alice", {"user": "svc-b-1"}, 403, "PERMISSION_DENIED",
+         "does not own the principal 'svc-b-1'; it owns the principals svc-a-*.", "user"),
+        ("alice", {"client_id": "app-b-1"}, 403, "PERMISSION_DENIED",
+         "does not own the client-id 'app-b-1'; it owns the client-ids app-a-*.", "client_id"),
+        ("alice", {"user": "SVC-A-1"}, 403, "PERMISSION_DENIED", "does not own", "user"),  # case-sensitive, as Kafka
+        ("alice", {"user": "<default>"}, 403, "PERMISSION_DENIED", "ask a portal admin", "user"),
+        ("alice", {"user": None, "client_id": "<default>"}, 403, "PERMISSION_DENIED", "Default entities", "client_id"),
+        ("alice", {"user": None}, 400, "INVALID_REQUEST", "Name a principal (user), a client-id, or both.", "user"),
+        ("alice", {"value": 10.5}, 400, "INVALID_REQUEST", "cannot be a fractional value", "value"),
+        ("alice", {"value": "lots"}, 400, "INVALID_REQUEST", "1536 KiB/s, 1.5 MiB/s, 2 GiB/s", "value"),
+        ("alice", {"value": "1.3 B/s"}, 400, "INVALID_REQUEST", "not a whole number of bytes", "value"),
+        ("alice", {"value": True}, 400, "INVALID_REQUEST", "must be a number", "value"),
+        ("alice", {"value": -1}, 400, "INVALID_REQUEST", "greater than 0", "value"),
+        ("alice", {"key": "connection_creation_rate"}, 400, "INVALID_REQUEST", "applies to ip entities", "key"),
+        ("alice", {"key": "producer_rate"}, 400, "INVALID_REQUEST", "Invalid configuration key", "key"),
+        ("alice", {"expires_at": "2000-01-01T00:00:00Z"}, 400, "INVALID_REQUEST", "(expires_at) is in the past",
+         "expires_at"),
+        ("alice", {"tenant": "nope"}, 400, "INVALID_REQUEST", "No tenant named 'nope'; GET /api/tenants/", "tenant"),
+        ("alice", {"cluster": "nope"}, 400, "INVALID_REQUEST", "No cluster named 'nope'; GET /api/clusters/",
+         "cluster"),
     ],
 )
-def test_submit_refusals(world: dict[str, Any], who: str, body: dict, status: int, code: str, fragment: str) -> None:
-    assert_error(ask(world[who], **body), status, code, fragment)
+def test_submit_refusals(
+    world: dict[str, Any], who: str, body: dict, status: int, code: str, fragment: str, field: str | None
+) -> None:
+    """Each refusal says what to change, and ``details`` names the field to change it in (a form marks that one)."""
+    response = ask(world[who], **body)
+    assert_error(response, status, code, fragment)
+    details = response.json()["details"]
+    if field is None:
+        assert details is None
+    else:
+        assert list(details) == [field] and fragment in details[field][0], details
     assert not QuotaRequest.objects.exists() and not AuditEntry.objects.exists()
 
 

@@ -122,16 +122,25 @@
     var keyField = document.getElementById(input.dataset.quotaValue);
     var out = document.getElementById(input.getAttribute("aria-describedby") || "");
     if (!out) return;
-    function update() {
+    // The server's refusal of the submitted value (Django's errorlist, id_<field>_error): while it stands, a refusal
+    // of our own would say the same thing twice; once the person edits, ours replaces it.
+    var served = input.getAttribute("aria-invalid") === "true" ? document.getElementById(input.id + "_error") : null;
+    function update(event) {
       var key = keyField ? keyField.value : "producer_byte_rate";
       var u = understand(key, input.value);
-      out.textContent = u.text;
-      out.classList.toggle("understood-error", !u.ok && !u.empty);
+      if (served && event) {
+        served.hidden = true;
+        input.removeAttribute("aria-invalid");
+        served = null;
+      }
+      var quiet = served && !u.ok;
+      out.textContent = quiet ? "" : u.text;
+      out.classList.toggle("understood-error", !u.ok && !u.empty && !quiet);
       out.dataset.value = u.ok ? String(u.value) : "";
     }
     input.addEventListener("input", update);
     if (keyField) keyField.addEventListener("change", update);
-    update();
+    update(null);
   }
 
   window.QuotaUnits = {
