@@ -25,6 +25,7 @@ from typing import TextIO
 
 from quotactl.client import Portal, PortalError, cluster_path
 from quotactl.javafmt import broker_value_order, entity_hash, hash_order, java_double, string_hash
+from quotactl.kafka_configs_help import print_help
 
 USERS, CLIENTS, IPS = "users", "clients", "ips"
 API_TYPE = {USERS: "user", CLIENTS: "client-id", IPS: "ip"}
@@ -81,6 +82,8 @@ class Args:
     add_config: str | None = None
     delete_config: list[str] = field(default_factory=list)
     budget_scope: str | None = None
+    command_config: str | None = None
+    help: bool = False
     flags_used: bool = False
     entity_opts_used: bool = False
 
@@ -126,6 +129,8 @@ def parse(argv: Sequence[str]) -> Args:
                 flag_types.append({"--user": USERS, "--client": CLIENTS, "--ip": IPS}[name])
                 flag_names.append(value)
                 a.flags_used = True
+            elif name == "--command-config":
+                a.command_config = value
             else:
                 raise CommandError(f"{name} is not supported by quotactl kafka-configs (client quotas only).")
         elif name in FLAGS:
@@ -141,6 +146,8 @@ def parse(argv: Sequence[str]) -> Args:
                     {"--user-defaults": USERS, "--client-defaults": CLIENTS, "--ip-defaults": IPS}[name]
                 )
                 a.flags_used = True
+            elif name == "--help":
+                a.help = True
             elif name == "--all":
                 raise CommandError(
                     "--all applies to broker and topic configs, which quotactl kafka-configs does not "
@@ -153,7 +160,7 @@ def parse(argv: Sequence[str]) -> Args:
                     "[--budget-scope per_broker|cluster_wide] [--delete-config k,...]"
                 )
         else:
-            raise CommandError(f"{arg} is not a recognized option")
+            raise CommandError(f"{arg.lstrip('-') if arg.startswith('-') else arg} is not a recognized option")
         i += 1
     # entityTypes(): --entity-type values, then the flags (entity flags in Kafka's order, then the default flags)
     order = [CLIENTS, USERS, IPS]
@@ -221,6 +228,13 @@ def check(a: Args) -> None:
             raise CommandError("An entity name must be specified for every entity type")
     if len(a.names) > len(a.types):
         raise CommandError("More entity names specified than entity types")
+    if a.command_config is not None:
+        # Kafka refuses a file it cannot read; its Admin Client settings have no use here (the portal takes --token)
+        try:
+            with open(a.command_config, "rb"):
+                pass
+        except OSError as e:
+            raise CommandError(f"The --command-config file {a.command_config} cannot be read: {e.strerror}.") from None
 
 
 def _ip_like(name: str) -> bool:
@@ -443,6 +457,8 @@ def run(
     """The whole mode; Kafka's exit codes (0 done, 1 refused) and its messages on stderr."""
     try:
         a = parse(argv)
+        if a.help or not argv:  # as Kafka: the usage on stderr, exit 1
+            return print_help(err)
         a.portal = a.portal or portal_default or os.environ.get("QUOTACTL_PORTAL")
         check(a)
         portal = Portal(a.portal or "", a.token or token_default or os.environ.get("QUOTACTL_TOKEN"))

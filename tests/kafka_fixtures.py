@@ -33,9 +33,10 @@ import secrets
 import shutil
 import socket
 import struct
+import subprocess
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -219,6 +220,12 @@ def kafka_cluster() -> Iterator[KafkaCluster | ExternalKafka]:
             shutil.rmtree(cluster.dir, ignore_errors=True)
         _report.append(f"kafka: cluster {name!r} stopped in {time.monotonic() - stopped:.1f}s")
         release_telemetry_port()
+
+
+@pytest.fixture(scope="session")
+def kafka_tool() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Kafka's own command-line classes (``run_kafka_tool``), for what they print without a cluster (``--help``)."""
+    return run_kafka_tool
 
 
 @pytest.hookimpl(trylast=True)

@@ -2,7 +2,8 @@
 
 A test is marked by what it needs, told from its fixtures and its folder, so nobody has to remember to mark it:
 
-- ``kafka``: the session's real Apache Kafka cluster (the ``kafka_cluster`` fixture, or a test under tests/kafka/);
+- ``kafka``: the session's real Apache Kafka cluster (the ``kafka_cluster`` fixture, or a test under tests/kafka/),
+  or Kafka's own tools run without one (``kafka_tool``: the jars from Maven Central);
 - ``spark``: a Spark session or a pipeline worker that starts one (tests/pipeline/, tests/history/);
 - ``browser``: Chromium driven by Playwright (tests/browser/);
 - ``slow``: several servers of the portal's own (tests/replicas/, tests/benchmarks/, the live schema fuzzing).
@@ -20,7 +21,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 BY_FOLDER = {"kafka": "kafka", "pipeline": "spark", "history": "spark", "browser": "browser", "replicas": "slow",
              "benchmarks": "slow"}
-BY_FIXTURE = {"kafka_cluster": "kafka", "spark": "spark", "prometheus": "kafka"}
+BY_FIXTURE = {"kafka_cluster": "kafka", "kafka_tool": "kafka", "spark": "spark", "prometheus": "kafka"}
 SLOW_FILES = {"test_api_schema_fuzz.py"}
 
 
