@@ -25,12 +25,14 @@ from rest_framework.views import APIView
 from history import services
 from history.models import ImpactPreview
 from quotas.api.errors import ApiError, ErrorSerializer
+from quotas.api.params import int_param
 from quotas.api.serializers import KEY_MAX, QuotaValueField, with_parsed_value
 from quotas.api.views import get_cluster
 from quotas.choices import BUDGET_KEYS, BudgetScope
 from telemetry_ui.monitoring import check_tags, load_viewer
 
 ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
+MAX_DAYS = 92  # the longest span a usage-history query covers, in days
 
 
 class PreviewCreateSerializer(serializers.Serializer):
@@ -114,7 +116,7 @@ class UsageHistoryView(APIView):
         parameters=[
             OpenApiParameter("entity", OpenApiTypes.STR, OpenApiParameter.QUERY, required=True,
                              description="Sensor tags '<URL-encoded user>:<client-id>'."),
-            OpenApiParameter("days", OpenApiTypes.INT, OpenApiParameter.QUERY, description="1..92, default 7."),
+            int_param("days", 1, MAX_DAYS, f"1..{MAX_DAYS}, default 7."),
         ],
         responses={200: OpenApiTypes.OBJECT, **ERRORS},
     )
@@ -141,6 +143,6 @@ def _days(raw: str | None) -> int:
         days = int(raw)
     except ValueError:
         days = 0
-    if not 1 <= days <= 92:
-        raise ApiError("INVALID_REQUEST", f"'days' must be a whole number from 1 to 92, got {raw!r}.")
+    if not 1 <= days <= MAX_DAYS:
+        raise ApiError("INVALID_REQUEST", f"'days' must be a whole number from 1 to {MAX_DAYS}, got {raw!r}.")
     return days

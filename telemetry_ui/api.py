@@ -29,6 +29,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from quotas.api.errors import ApiError, ErrorSerializer
+from quotas.api.params import INT64_MAX, int_param
 from quotas.api.views import get_cluster
 from quotas.engine.entities import display_tags
 from quotas.engine.errors import EngineUnavailable
@@ -98,12 +99,12 @@ class MonitorRecentView(APIView):
     @extend_schema(
         operation_id="monitor_recent",
         summary="An entity's recent samples (the last 5 minutes by default)",
-        parameters=[CLUSTER, ENTITY, OpenApiParameter("since_ms", OpenApiTypes.INT, OpenApiParameter.QUERY)],
+        parameters=[CLUSTER, ENTITY, int_param("since_ms", 0, INT64_MAX, "Epoch ms; default 5 minutes ago.")],
         responses={200: OpenApiTypes.OBJECT, **ERRORS},
     )
     def get(self, request: Request, cluster: str) -> Response:
         tags, viewer = _entity(request, cluster)
-        since = _int_param(request, "since_ms", now_ms() - BACKFILL_MS, 0)
+        since = _int_param(request, "since_ms", now_ms() - BACKFILL_MS, 0, INT64_MAX)  # a Redis stream id's ms
         client = _redis()
         points: list[dict[str, Any]] = []
         try:
@@ -125,7 +126,7 @@ class MonitorHistoryView(APIView):
     @extend_schema(
         operation_id="monitor_history",
         summary="An entity's minute rollups over the last `minutes` (default 60)",
-        parameters=[CLUSTER, ENTITY, OpenApiParameter("minutes", OpenApiTypes.INT, OpenApiParameter.QUERY)],
+        parameters=[CLUSTER, ENTITY, int_param("minutes", 1, MINUTES_KEPT, f"1..{MINUTES_KEPT}, default 60.")],
         responses={200: OpenApiTypes.OBJECT, **ERRORS},
     )
     def get(self, request: Request, cluster: str) -> Response:

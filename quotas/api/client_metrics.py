@@ -29,7 +29,8 @@ from rest_framework.views import APIView
 from quotas import workflow
 from quotas.api.errors import ApiError, ErrorSerializer, unknown_name
 from quotas.api.memory import memory_permits
-from quotas.api.pagination import DefaultCursorPagination
+from quotas.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
+from quotas.api.params import int_schema
 from quotas.api.serializers import TEXT_MAX, DecisionSerializer, PushSerializer, check_kafka_string
 from quotas.api.views import (
     CLUSTER_PARAM,
@@ -96,7 +97,8 @@ class ListOrTextField(serializers.Field):
         return value
 
 
-@extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string"}]})
+# Kafka's INT configs (interval.ms: 100..3600000 is Kafka's own check, with its message)
+@extend_schema_field({"oneOf": [int_schema(-(2**31), 2**31 - 1), {"type": "string"}]})
 class PassThroughField(serializers.Field):
     """A value exactly as sent: Kafka's rules judge it (so ``"abc"`` is refused with Kafka's message)."""
 
@@ -298,7 +300,7 @@ class ClientMetricsListView(APIView):
         parameters=[
             CLUSTER_PARAM,
             OpenApiParameter("cursor", OpenApiTypes.STR, OpenApiParameter.QUERY, description="From `next`."),
-            OpenApiParameter("page_size", OpenApiTypes.INT, OpenApiParameter.QUERY, description="At most 500."),
+            PAGE_SIZE_PARAM,
         ],
         responses={200: SubscriptionPageSerializer, **LIST_ERRORS},
     )

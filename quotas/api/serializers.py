@@ -21,6 +21,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from quotas.api.errors import unknown_name
+from quotas.api.params import BROKER_ID_ERRORS, BROKER_ID_MAX, INT64_MAX, INT64_MIN, id_field, int_schema
 from quotas.budgets import enforcement
 from quotas.choices import BudgetScope, ConnectorKind, EntityType, MatchType, QuotaScope
 from quotas.engine.config import CLIENT_ID, USER
@@ -418,7 +419,8 @@ class ConfigResourceSerializer(serializers.Serializer):
     """``{"broker": id}`` (null = every broker: Kafka's ``<default>`` broker) or ``{"topic": name}``, never both."""
 
     broker = serializers.IntegerField(
-        required=False, allow_null=True, help_text="A broker id of the cluster, or null for the default broker."
+        required=False, allow_null=True, min_value=0, max_value=BROKER_ID_MAX, error_messages=BROKER_ID_ERRORS,
+        help_text="A broker id of the cluster, or null for the default broker.",
     )
     topic = serializers.CharField(required=False, help_text="A topic name (its throttled-replica lists).")
 
@@ -435,7 +437,7 @@ class ConfigResourceSerializer(serializers.Serializer):
     {
         "oneOf": [
             {"type": "string"},
-            {"type": "integer", "format": "int64"},
+            int_schema(INT64_MIN, INT64_MAX),  # Kafka's INT and LONG configs; their own bounds are Kafka's check
             {"type": "array", "items": {"type": "string"}},
         ],
         "nullable": True,
@@ -1065,6 +1067,8 @@ class ReapplyRequestSerializer(serializers.Serializer):
         allow_null=True,
         default=None,
         min_value=0,
+        max_value=BROKER_ID_MAX,
+        error_messages=BROKER_ID_ERRORS,
         help_text="A broker id of a per_broker cluster; null (or absent) for a cluster_wide cluster's namespace.",
     )
 
@@ -1080,7 +1084,7 @@ class AdoptRequestSerializer(serializers.Serializer):
     """Which open quota drift of the cluster becomes desired state."""
 
     drift = serializers.ListField(
-        child=serializers.IntegerField(min_value=1), min_length=1, max_length=1000,
+        child=id_field(), min_length=1, max_length=1000,
         help_text="Ids of open quota drift rows (GET /api/drift/?cluster=...).",
     )
 

@@ -32,7 +32,8 @@ from rest_framework.views import APIView
 from quotas import push, workflow
 from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.memory import memory_permits, metrics_text, page_bytes
-from quotas.api.pagination import DefaultCursorPagination
+from quotas.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
+from quotas.api.params import INT64_MAX, id_param, int_param, read_id, read_int
 from quotas.api.serializers import (
     AdoptRequestSerializer,
     AdoptResponseSerializer,
@@ -398,7 +399,7 @@ class DescribeClientQuotasView(APIView):
         parameters=[
             CLUSTER_PARAM,
             OpenApiParameter("cursor", OpenApiTypes.STR, OpenApiParameter.QUERY, description="From `next`."),
-            OpenApiParameter("page_size", OpenApiTypes.INT, OpenApiParameter.QUERY, description="At most 500."),
+            PAGE_SIZE_PARAM,
         ],
         request=DescribeRequestSerializer,
         responses={200: DescribePageSerializer, **LIST_ERRORS},
@@ -570,7 +571,7 @@ class BrokerConfigsView(APIView):
             ),
             OpenApiParameter("topic", OpenApiTypes.STR, OpenApiParameter.QUERY, description="A topic name."),
             OpenApiParameter("cursor", OpenApiTypes.STR, OpenApiParameter.QUERY, description="From `next`."),
-            OpenApiParameter("page_size", OpenApiTypes.INT, OpenApiParameter.QUERY, description="At most 500."),
+            PAGE_SIZE_PARAM,
         ],
         responses={200: ConfigPageSerializer, **LIST_ERRORS},
     )
@@ -643,13 +644,7 @@ _NUMBER = re.compile(r"[0-9]{1,18}")
 
 
 def _number_param(params: Any, name: str) -> int | None:
-    raw = params.get(name, "")
-    if raw == "":
-        return None
-    if not _NUMBER.fullmatch(raw):
-        message = f"{name} must be a whole number >= 0, got {raw!r}."
-        raise ApiError("INVALID_REQUEST", message, {name: [message]})
-    return int(raw)
+    return read_int(params, name, 0, INT64_MAX)
 
 
 def _choice_param(params: Any, name: str, choices: list[str]) -> str | None:
@@ -706,9 +701,7 @@ CLUSTER_FILTER = OpenApiParameter("cluster", OpenApiTypes.STR, OpenApiParameter.
         ),
         parameters=[
             CLUSTER_FILTER,
-            OpenApiParameter(
-                "version", OpenApiTypes.INT, OpenApiParameter.QUERY, description="A desired-state version."
-            ),
+            int_param("version", 0, INT64_MAX, "A desired-state version."),
             BROKER_FILTER,
             OpenApiParameter("state", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=PushState.values),
         ],
@@ -955,7 +948,7 @@ class QuotaRequestViewSet(
     list=extend_schema(
         summary="The audit trail, newest first (admins and auditors: all; members: their tenants')",
         parameters=[
-            OpenApiParameter("request", OpenApiTypes.INT, OpenApiParameter.QUERY, description="A request's id."),
+            id_param("request", "A request's id."),
             OpenApiParameter("tenant", OpenApiTypes.STR, OpenApiParameter.QUERY, description="A tenant's name."),
         ],
         responses={200: AuditEntrySerializer(many=True), 503: ErrorSerializer},
@@ -975,8 +968,9 @@ class AuditEntryViewSet(MemoryBoundedListMixin, mixins.ListModelMixin, viewsets.
         if not sees_everything(user):
             entries = entries.filter(tenant__in=tenants_of(user))
         params = self.request.query_params
-        if params.get("request", "").isdigit():
-            entries = entries.filter(request_id=int(params["request"]))
+        request_id = read_id(params, "request")
+        if request_id is not None:
+            entries = entries.filter(request_id=request_id)
         if params.get("tenant"):
             entries = entries.filter(tenant__name=params["tenant"])
         return entries

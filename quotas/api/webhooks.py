@@ -29,6 +29,7 @@ from rest_framework.views import APIView
 
 from quotas import notify
 from quotas.api.errors import ApiError, ErrorSerializer, unknown_name
+from quotas.api.params import id_param, read_id
 from quotas.api.views import ERRORS, LIST_ERRORS, MemoryBoundedListMixin
 from quotas.models import (
     AuditAction,
@@ -302,14 +303,6 @@ def _choice(params: Any, name: str, choices: list[str]) -> str | None:
     return raw or None
 
 
-def _number(params: Any, name: str) -> int | None:
-    raw = params.get(name, "")
-    if raw and not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
-        message = f"{name} must be a whole number, got {raw!r}."
-        raise ApiError("INVALID_REQUEST", message, {name: [message]})
-    return int(raw) if raw else None
-
-
 @extend_schema_view(
     list=extend_schema(
         summary="The webhook delivery log, newest first (admins and auditors)",
@@ -319,16 +312,11 @@ def _number(params: Any, name: str) -> int | None:
             "error. The detail adds the JSON body; no secret is kept here."
         ),
         parameters=[
-            OpenApiParameter("webhook", OpenApiTypes.INT, OpenApiParameter.QUERY, description="A webhook's id."),
+            id_param("webhook", "A webhook's id."),
             OpenApiParameter("tenant", OpenApiTypes.STR, OpenApiParameter.QUERY, description="A tenant's name."),
-            OpenApiParameter("request", OpenApiTypes.INT, OpenApiParameter.QUERY, description="A quota request's id."),
-            OpenApiParameter(
-                "subscription_request", OpenApiTypes.INT, OpenApiParameter.QUERY,
-                description="A subscription request's id.",
-            ),
-            OpenApiParameter(
-                "plan_request", OpenApiTypes.INT, OpenApiParameter.QUERY, description="A plan request's id."
-            ),
+            id_param("request", "A quota request's id."),
+            id_param("subscription_request", "A subscription request's id."),
+            id_param("plan_request", "A plan request's id."),
             OpenApiParameter("kind", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=list(REQUEST_FIELDS),
                              description="The kind of request the deliveries tell about."),
             OpenApiParameter("state", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=DeliveryState.values),
@@ -356,7 +344,7 @@ class WebhookDeliveryViewSet(
         params = self.request.query_params
         columns = {"webhook": "webhook"} | {field: field for field in REQUEST_FIELDS.values()}
         for name, column in columns.items():
-            number = _number(params, name)
+            number = read_id(params, name)
             if number is not None:
                 rows = rows.filter(**{f"{column}_id": number})
         kind = _choice(params, "kind", list(REQUEST_FIELDS))
