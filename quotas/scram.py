@@ -42,6 +42,8 @@ from quotas.connectors.kafka_client import (
     AdminClient,
     KafkaBrokerError,
     KafkaClientError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
     ScramCredentialError,
 )
 from quotas.engine.entities import DEFAULT, entity_path
@@ -176,9 +178,31 @@ def _check_iterations(iterations: int | None) -> None:
 # ------------------------------------------------------------------ Kafka
 
 
-def _kafka_error(error: KafkaClientError) -> ScramError:
+def require_kafka(cluster: Cluster) -> None:
+    """INVALID_REQUEST unless the cluster is a Kafka cluster: SCRAM means nothing to the engine. Checked first, before
+    any lock or connection is tried (an engine cluster's brokers are no Kafka brokers to reach)."""
+    if cluster.connector != ConnectorKind.KAFKA:
+        raise ScramError(
+            "INVALID_REQUEST",
+            f"Cluster {cluster.name!r} is an engine cluster: SCRAM credentials need a Kafka cluster (connector kafka), "
+            "whose brokers authenticate clients.",
+        )
+
+
+def _kafka_error(error: KafkaClientError, cluster: Cluster) -> ScramError:
     """Kafka's answer as a typed error: its name and message, 404 for what is not there, 503 when trying again may
-    help, 502 when the portal cannot talk to the cluster, else 400 (Kafka refused the change itself)."""
+    help, 502 when the portal cannot talk to the cluster, else 400 (Kafka refused the change itself).
+
+    A connection that failed or timed out is said without the addresses tried: they are the cluster's internal
+    ones, and whoever manages a principal's credentials need not learn them (the portal's log has them)."""
+    if isinstance(error, KafkaConnectionError | KafkaTimeoutError):
+        log.warning("SCRAM change on %s: Kafka did not answer: %s", cluster.name, error)
+        return ScramError(
+            error.code,
+            f"Kafka cluster {cluster.name!r} did not answer ({error.code}); try again, or ask an admin to check its "
+            "brokers and bootstrap servers.",
+            503,
+        )
     if error.code == "RESOURCE_NOT_FOUND":
         status = 404
     elif error.retriable:
@@ -195,12 +219,7 @@ def _kafka_error(error: KafkaClientError) -> ScramError:
 @contextmanager
 def kafka_admin(cluster: Cluster) -> Iterator[AdminClient]:
     """An Admin client to the cluster with the portal's credentials; Kafka's failures become ``ScramError``."""
-    if cluster.connector != ConnectorKind.KAFKA:
-        raise ScramError(
-            "INVALID_REQUEST",
-            f"Cluster {cluster.name!r} is an engine cluster: SCRAM credentials need a Kafka cluster (connector kafka), "
-            "whose brokers authenticate clients.",
-        )
+    require_kafka(cluster)
     try:
         creds = push.kafka_credentials(cluster)
         sasl = {} if creds.security_protocol == "PLAINTEXT" else {
@@ -217,7 +236,7 @@ def kafka_admin(cluster: Cluster) -> Iterator[AdminClient]:
     try:
         yield client
     except KafkaClientError as e:
-        raise _kafka_error(e) from None
+        raise _kafka_error(e, cluster) from None
     finally:
         client.close()
 
@@ -307,6 +326,7 @@ def create(
     """New credentials (default: both mechanisms, 8192 iterations) with one new password for a principal that has
     none of them on Kafka yet (CONFLICT otherwise: rotate or delete them). All or nothing: a mechanism Kafka set
     before it refused the next is removed again."""
+    require_kafka(cluster)
     _check_user(user)
     chosen = _check_mechanisms(mechanisms) or MECHANISMS
     iterations = DEFAULT_ITERATIONS if iterations is None else iterations
@@ -364,6 +384,7 @@ def rotate(
     """A new password for the principal's credentials on Kafka (all it has, or the mechanisms named), each keeping
     its iterations unless given. A credential made outside the portal is taken over (a row is made for it).
     RESOURCE_NOT_FOUND when there is nothing to rotate."""
+    require_kafka(cluster)
     _check_user(user)
     chosen = _check_mechanisms(mechanisms)
     _check_iterations(iterations)
@@ -384,7 +405,7 @@ def rotate(
             try:
                 client.alter_user_scram_credentials([(user, mechanism, after, password)])
             except KafkaClientError as e:
-                failure = _kafka_error(e)
+                failure = _kafka_error(e, cluster)
                 break
             done.append((mechanism, existing[mechanism], after))
     now = timezone.now()
@@ -414,6 +435,7 @@ def rotate(
 def delete(actor: AbstractBaseUser, cluster: Cluster, user: str, mechanisms: Sequence[str] | None = None) -> list[str]:
     """Remove the principal's credentials (all, or the mechanisms named) from Kafka and their rows; returns the
     mechanisms removed. RESOURCE_NOT_FOUND when neither Kafka nor the portal knows any of them."""
+    require_kafka(cluster)
     _check_user(user)
     chosen = _check_mechanisms(mechanisms)
     tenant = manageable_tenant(actor, user)

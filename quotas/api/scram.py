@@ -26,7 +26,7 @@ from rest_framework.views import APIView
 from quotas import scram
 from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.memory import memory_permits
-from quotas.api.pagination import DefaultCursorPagination
+from quotas.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
 from quotas.api.views import CLUSTER_PARAM, ERRORS, LIST_ERRORS, LenientJSONParser, get_cluster, page_estimate
 from quotas.models import ScramCredential
 
@@ -108,6 +108,14 @@ class ScramCursorPagination(DefaultCursorPagination):
     ordering = ("user", "mechanism")
 
 
+class ScramCredentialPageSerializer(serializers.Serializer):
+    """One page of the list, as the cursor paginator answers it (the schema said a bare array: it is not one)."""
+
+    next = serializers.URLField(allow_null=True, help_text="The next page, or null on the last one.")
+    previous = serializers.URLField(allow_null=True, help_text="The page before, or null on the first one.")
+    results = ScramCredentialSerializer(many=True)
+
+
 # ------------------------------------------------------------------ views
 
 
@@ -124,9 +132,9 @@ class ScramCredentialListView(APIView):
             CLUSTER_PARAM,
             OpenApiParameter("user", OpenApiTypes.STR, OpenApiParameter.QUERY, description="One principal only."),
             OpenApiParameter("cursor", OpenApiTypes.STR, OpenApiParameter.QUERY, description="From `next`."),
-            OpenApiParameter("page_size", OpenApiTypes.INT, OpenApiParameter.QUERY, description="At most 500."),
+            PAGE_SIZE_PARAM,
         ],
-        responses={200: ScramCredentialSerializer(many=True), **LIST_ERRORS},
+        responses={200: ScramCredentialPageSerializer, **LIST_ERRORS},
     )
     def get(self, request: Request, cluster: str) -> Response:
         rows = scram.visible(request.user, get_cluster(cluster))
