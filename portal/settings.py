@@ -403,7 +403,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "quotas.api.schema.PortalAutoSchema",  # nullability from the models
     "DEFAULT_PAGINATION_CLASS": "quotas.api.pagination.DefaultCursorPagination",
     "PAGE_SIZE": 50,
     # Every error is {"code", "message", "details"} (quotas/api/errors.py).
