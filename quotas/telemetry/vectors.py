@@ -190,7 +190,9 @@ def client_metrics_case(config: dict[str, Any]) -> Callable[[dict[str, Any]], Ou
             cid = KafkaUuid.from_string(args["client_instance_id"])
             return {"subscription_id": compute_subscription_id(ordered, interval, cid)}
         if op == "is_match":
-            attrs = {k[len("attr."):]: unquote(str(v)) for k, v in args.items() if k.startswith("attr.")}
+            # a JSON null is an attribute the client did not send (Java null), which no pattern matches: not "None"
+            attrs = {k[len("attr."):]: None if v is None else unquote(str(v)) for k, v in args.items()
+                     if k.startswith("attr.")}
             # isMatch takes any key -> Pattern map (validation is not its job): a key that is no client attribute
             # matches nothing, it raises nothing
             pats = {k[len("pat."):]: unquote(str(v)) for k, v in args.items() if k.startswith("pat.")}

@@ -192,3 +192,23 @@ def test_the_conformance_is_match_op_takes_any_key_as_kafka_does() -> None:
     assert match(attr__unknown="a", pat__unknown=".*") is False
     assert match(attr__client_id="a", pat__client_software_name=".*") is False
     assert match() is True
+
+
+def test_the_replay_reads_a_json_null_attribute_as_one_the_client_did_not_send() -> None:
+    """Conformance cases write Java's null as JSON null (conformance/README.md): the is_match replay must pass it on as
+    an absent attribute, which no pattern matches, never as the text 'None', which '.*' would."""
+    from quotas.telemetry.vectors import client_metrics_case
+
+    step = client_metrics_case({})
+
+    def match(**args: str | None) -> bool:
+        out = step({"op": "is_match", "t_ms": 1_700_000_000_000, "args": args})
+        return bool(out["match"])
+
+    no_info = {"attr.client_id": "producer-1", "attr.client_software_name": None, "attr.client_software_version": None}
+    assert not match(**no_info, **{"pat.client_software_name": ".*"})
+    assert not match(**no_info, **{"pat.client_software_version": "None"})
+    assert match(**no_info, **{"pat.client_id": ".*"})  # what was sent still matches
+    assert match(**no_info)  # no pattern: every client
+    # an empty string was sent: '.*' matches it, as Kafka's Matcher.matches() does
+    assert match(**{"attr.client_software_name": "", "pat.client_software_name": ".*"})
