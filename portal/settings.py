@@ -56,6 +56,11 @@ def env_secret(name: str, path: str) -> str:
         refuse(f"{name}_FILE names {path}, which cannot be read ({e.strerror}).")
 
 
+def _existing(path: Path) -> str:
+    """``path`` as text when that file exists, else empty."""
+    return str(path) if path.is_file() else ""
+
+
 def refuse(message: str) -> NoReturn:
     """Stop at settings load with ImproperlyConfigured, printed as this sentence alone by whatever started the
     process (manage.py, uvicorn, celery): it is a setting to change, not a bug, so no traceback goes with it."""
@@ -90,13 +95,20 @@ if DEBUG and not set(ALLOWED_HOSTS) <= LOCAL_HOSTS:
 # either, anyone can forge sessions and, through the sealing key derived from it, open the secrets in the database.
 DEVELOPMENT_SECRET_KEY = "django-insecure-dev-only-key-do-not-use-in-production"
 PUBLIC_SECRET_KEYS = {DEVELOPMENT_SECRET_KEY, "compose-dev-only-secret-change-me"}
-SECRET_KEY = env_secret("DJANGO_SECRET_KEY", os.environ.get("DJANGO_SECRET_KEY_FILE", "")) or DEVELOPMENT_SECRET_KEY
+# Unset *_FILE: the keys `python -m portal.keys .run/keys` made, if it did (scripts/run_portal.sh does on its first
+# start), so manage.py in a checkout runs on the same keys as the demo.
+KEYS_DIR = RUN_DIR / "keys"
+SECRET_KEY = env_secret(
+    "DJANGO_SECRET_KEY", os.environ.get("DJANGO_SECRET_KEY_FILE", _existing(KEYS_DIR / "django-secret-key"))
+) or DEVELOPMENT_SECRET_KEY
 # Secrets the portal must read back (webhook signing keys) are stored encrypted with these Fernet keys
 # (quotas.models.sealed): comma-separated, the first seals, all open (rotation: new key first, then
 # `manage.py reseal`). Unset (DEBUG only): one key derived from SECRET_KEY.
 QUOTAS_SECRETS_KEYS = [
     key.strip()
-    for key in env_secret("QUOTAS_SECRETS_KEYS", os.environ.get("QUOTAS_SECRETS_KEYS_FILE", "")).split(",")
+    for key in env_secret(
+        "QUOTAS_SECRETS_KEYS", os.environ.get("QUOTAS_SECRETS_KEYS_FILE", _existing(KEYS_DIR / "quotas-secrets-keys"))
+    ).split(",")
     if key.strip()
 ]
 for _key in QUOTAS_SECRETS_KEYS:

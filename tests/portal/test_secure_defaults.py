@@ -31,7 +31,9 @@ def environment(env: dict[str, str]) -> dict[str, str]:
     kept = {k: v for k, v in os.environ.items()
             if not k.startswith(("DJANGO_", "QUOTAS_SECRETS_KEYS", "QUOTAS_SSL", "QUOTAS_SECURE", "QUOTAS_HSTS",
                                  "ALLOWED_HOSTS"))}
-    return {**kept, "DJANGO_SETTINGS_MODULE": "portal.settings", **env}
+    # no *_FILE either: not even the keys run_portal.sh made in .run/keys, which the settings read when unset
+    return {**kept, "DJANGO_SETTINGS_MODULE": "portal.settings", "DJANGO_SECRET_KEY_FILE": "",
+            "QUOTAS_SECRETS_KEYS_FILE": "", **env}
 
 
 READ_SETTINGS = f"""
