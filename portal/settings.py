@@ -349,12 +349,13 @@ if QUOTAS_DRIFT_MODE not in ("report", "heal"):
 # --- Notifications (quotas/notify.py): email and tenants' webhooks ----------------------------
 # Links in mails and webhook bodies point here.
 PORTAL_BASE_URL = os.environ.get("PORTAL_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
-# Mail is printed by the worker (console backend) unless EMAIL_HOST names an SMTP server or EMAIL_BACKEND says else.
+# Mail is logged at INFO by the worker (portal/mail.py) unless EMAIL_HOST names an SMTP server or EMAIL_BACKEND says
+# else.
 EMAIL_BACKEND = os.environ.get(
     "EMAIL_BACKEND",
     "django.core.mail.backends.smtp.EmailBackend"
     if os.environ.get("EMAIL_HOST")
-    else "django.core.mail.backends.console.EmailBackend",
+    else "portal.mail.LoggingEmailBackend",
 )
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
 EMAIL_PORT = int(os.environ.get("EMAIL_PORT", 25))
@@ -518,3 +519,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},
 }
+# LOGGING, then the answered /metrics scrapes and /healthz probes out of uvicorn's access log (portal/logs.py);
+# QUOTAS_LOG_PROBES=1 keeps them there.
+LOGGING_CONFIG = "portal.logs.configure"
+QUOTAS_LOG_PROBES = env_bool("QUOTAS_LOG_PROBES", default=False)

@@ -88,14 +88,18 @@ def start_relay(env: dict[str, str], log: Path) -> Service:
     return relay
 
 
-def start_server(env: dict[str, str], log: Path, port: int | None = None) -> tuple[Service, int]:
-    """uvicorn serving portal.asgi on ``port`` (default: a free one) with ``env``, once it answers /healthz."""
+def start_server(
+    env: dict[str, str], log: Path, port: int | None = None, access_log: bool = False
+) -> tuple[Service, int]:
+    """uvicorn serving portal.asgi on ``port`` (default: a free one) with ``env``, once it answers /healthz;
+    ``access_log``: with uvicorn's access log (at INFO), as ``scripts/run_portal.sh`` serves it."""
     import http.client
 
     port = port or free_port()
+    logging = ["--log-level", "info"] if access_log else ["--no-access-log", "--log-level", "warning"]
     server = Service(
         [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--lifespan", "off", "--no-access-log", "--log-level", "warning"],
+         "--lifespan", "off", *logging],
         env, log,
     ).start()
 
