@@ -22,8 +22,9 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -31,8 +32,9 @@ from pyspark.sql import functions as F
 from quotas.engine.entities import QuotaType
 
 from .errors import BadArguments, NoHistory
+from .kernel import Replayed
 from .recorded import ENTITY_COLUMNS, advice_caveat, recorded_per_entity
-from .replay import replay_frame, throttled_fraction
+from .replay import replay_sorted
 from .session import base_parser, run_job
 from .usage import load_usage, valid_usage
 
@@ -47,10 +49,39 @@ ADVICE_SCHEMA = (
 Entity = tuple[str | None, str | None] | None
 
 
-def _replay_all(pdf: pd.DataFrame, quota_type: str, quota: float, samples: int, window_ms: int,
-                entity: Entity) -> pd.DataFrame:
-    return pd.concat([replay_frame(g, quota_type, quota, samples=samples, window_ms=window_ms, entity=entity)
-                      for _, g in pdf.groupby("broker")])
+class Replays:
+    """One entity's records (all brokers, one user and client-id), each broker's put in replay order once, replayed
+    under any quota: the same numbers as ``throttled_fraction`` and the ``measured`` maximum of ``replay_frame``'s rows
+    (the same ``replay_sorted`` on the same arrays, tested), without building a DataFrame per replay of the search."""
+
+    def __init__(self, pdf: pd.DataFrame, quota_type: str, samples: int, window_ms: int, entity: Entity) -> None:
+        self.quota_type, self.samples, self.window_ms, self.entity = quota_type, samples, window_ms, entity
+        self.parts = []
+        for _, g in pdf.groupby("broker"):
+            order = np.lexsort((g["seq"].to_numpy(), g["t_ms"].to_numpy()))  # by t_ms, then seq, as replay_frame
+            t, v = g["t_ms"].to_numpy()[order].astype(np.int64), g["value"].to_numpy()[order].astype(np.float64)
+            self.parts.append((str(g["user"].to_numpy()[order][0]), str(g["client_id"].to_numpy()[order][0]), t, v))
+
+    def _each(self, quota: float) -> Iterator[tuple[np.ndarray, Replayed]]:
+        for user, client_id, t, v in self.parts:
+            yield t, replay_sorted(user, client_id, self.quota_type, quota, t, v, samples=self.samples,
+                                   window_ms=self.window_ms, entity=self.entity)
+
+    def throttled_fraction(self, quota: float) -> float:
+        """``pipeline.replay.throttled_fraction`` of the closed-loop replay under ``quota``."""
+        throttled = observed = 0
+        for t, r in self._each(quota):
+            thr = np.asarray(r.throttle_ms_long, dtype=np.int64)
+            start = int(t.min())
+            end = max(int((np.asarray(r.sent_ms, dtype=np.int64) + thr).max()), int(t.max()), start + self.window_ms)
+            throttled += int(thr.sum())
+            observed += end - start
+        return throttled / observed if observed else 0.0
+
+    def peak(self, quota: float) -> float:
+        """The highest rate the sensors measured in the replay under ``quota`` (NaN when none was measured)."""
+        measured = np.concatenate([np.asarray(r.measured, dtype=np.float64) for _t, r in self._each(quota)])
+        return float(np.nanmax(measured)) if not np.isnan(measured).all() else math.nan
 
 
 def advise(pdf: pd.DataFrame, target: float, samples: int = 11, window_ms: int = 1000,
@@ -59,11 +90,9 @@ def advise(pdf: pd.DataFrame, target: float, samples: int = 11, window_ms: int =
     qt = str(pdf["quota_type"].iloc[0])
     # no rate can exceed a broker's total bytes (the window is at least (samples-1) windows long)
     hi = float(math.ceil(pdf.groupby("broker")["value"].sum().max()) + 1)
-    free = _replay_all(pdf, qt, hi, samples, window_ms, entity)
-    peak = float(free["measured"].max())
-
-    def frac(q: float) -> float:
-        return throttled_fraction(_replay_all(pdf, qt, q, samples, window_ms, entity), window_ms)
+    replays = Replays(pdf, qt, samples, window_ms, entity)
+    peak = replays.peak(hi)
+    frac = replays.throttled_fraction
 
     lo_q, hi_q = 1.0, hi  # frac(hi) == 0 <= target
     if frac(lo_q) <= target:
