@@ -29,6 +29,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -105,6 +109,82 @@ def per_source(samples: DataFrame, cluster: str, quota_type: str, tags: Collecti
         rows = rows.join(F.broadcast(table), "e", "left_semi")
     rows = rows.withColumn("from_ms", F.lit(from_ms)).withColumn("to_ms", F.lit(to_ms))
     return [r.asDict() for r in _figures(rows, []).collect()]
+
+
+def per_source_on_driver(root: str, cluster: str, quota_type: str, tags: Collection[str], from_ms: int,
+                         to_ms: int) -> list[dict[str, Any]]:
+    """``per_source`` read on the driver from a local landing area (pyarrow, no Spark action): the same figures from
+    the same samples (tested), for a preview whose records fit the driver. Reads only the hour folders that can hold
+    the span; raises ``MissingInput`` without a samples folder and ``CorruptInput`` on an unreadable file."""
+    folder = Path(urlparse(root).path if urlparse(root).scheme else root) / "samples"
+    if not tags:
+        return []
+    files = [f for f in _span_files(folder, from_ms, to_ms) if f.suffix == ".parquet"]
+    if not folder.is_dir():
+        raise MissingInput(f"No landed data at {folder}.")
+    if not files:
+        return []
+    columns = ["t", "c", "b", "q", "e", "src", "res_ms", "thr_frac", "bound"]
+    keep = (pc.field("c") == cluster) & (pc.field("q") == quota_type) & (pc.field("t") > from_ms) \
+        & pc.field("e").isin(sorted(tags))
+    try:
+        tables = []
+        for f in files:  # a file landed before src / res_ms existed lacks them: nulls, as mergeSchema reads them
+            table = pq.read_table(f, filters=None)
+            for name, kind in (("src", pa.string()), ("res_ms", pa.int64())):
+                if name not in table.column_names:
+                    table = table.append_column(name, pa.nulls(table.num_rows, kind))
+            tables.append(table.select(columns).cast(pa.schema([
+                ("t", pa.int64()), ("c", pa.string()), ("b", pa.int64()), ("q", pa.string()), ("e", pa.string()),
+                ("src", pa.string()), ("res_ms", pa.int64()), ("thr_frac", pa.float64()), ("bound", pa.float64())])))
+        rows = pa.concat_tables(tables).filter(keep).to_pandas()
+    except (pa.ArrowException, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CorruptInput(f"Unreadable Parquet under {folder}: {first[:500]}") from e
+    return _figures_on_driver(rows, from_ms, to_ms)
+
+
+def _span_files(folder: Path, from_ms: int, to_ms: int) -> list[Path]:
+    """The files of the hour folders that can hold samples of the span (as ``_hours`` selects them), never one whose
+    name starts with ``_`` or ``.`` (being written)."""
+    out: list[Path] = []
+    hour = datetime.fromtimestamp(from_ms / 1000, UTC).replace(minute=0, second=0, microsecond=0)
+    last = datetime.fromtimestamp(to_ms / 1000 + MAX_RES_S, UTC)
+    while hour <= last:
+        part = folder / f"date={hour:%Y-%m-%d}" / f"hour={hour:%H}"
+        if part.is_dir():
+            out += sorted(f for f in part.iterdir() if not f.name.startswith(("_", ".")) and f.is_file())
+        hour += timedelta(hours=1)
+    return out
+
+
+def _figures_on_driver(rows: Any, from_ms: int, to_ms: int) -> list[dict[str, Any]]:
+    """``_figures`` (no ``by``) in pandas, over sample rows of the wanted sensors."""
+    if rows.empty:
+        return []
+    res = rows["res_ms"].fillna(DEFAULT_RES_MS).astype("int64")
+    res = res.where(res > 0, DEFAULT_RES_MS)
+    t = rows["t"].astype("int64")
+    rows = rows.assign(res=res, source=rows["src"].fillna("engine"), thr=rows["thr_frac"].fillna(0.0).clip(0.0, 1.0))
+    rows = rows[(t > from_ms) & (t - res < to_ms)]
+    if rows.empty:
+        return []
+    t, res = rows["t"].astype("int64"), rows["res"]
+    inside = np.minimum(t, to_ms) - np.maximum(t - res, from_ms)
+    rows = rows.assign(slot=np.floor_divide(t, res), inside=inside, thr_in=inside * rows["thr"],
+                       qt=rows["bound"].where(rows["thr"] > 0))
+    slots = rows.groupby(["source", "e", "b", "res", "slot"], dropna=False).agg(
+        n=("t", "size"), inside=("inside", "sum"), thr_in=("thr_in", "sum"), qt=("qt", "max"), q=("bound", "max"),
+    ).reset_index()
+    each = np.where(slots["res"] > DEFAULT_RES_MS, 1.0 / slots["n"], 1.0)  # a coarse slot: its mean
+    slots = slots.assign(sampled=slots["inside"] * each, throttled=slots["thr_in"] * each)
+    out = []
+    for source, g in slots.groupby("source"):
+        out.append({"source": source, "samples": int(g["n"].sum()), "sensors": int(g["e"].nunique()),
+                    "sampled_ms": float(g["sampled"].sum()), "throttled_ms": float(g["throttled"].sum()),
+                    "quota_throttled": None if g["qt"].isna().all() else float(g["qt"].max()),
+                    "quota": None if g["q"].isna().all() else float(g["q"].max())})
+    return out
 
 
 def _in_hours(samples: DataFrame, from_ms: int, to_ms: int) -> DataFrame:
@@ -184,7 +264,7 @@ def recorded_per_entity(spark: SparkSession, root: str,
 
 def recorded_throttling(spark: SparkSession, root: str, cluster: str, quota_type: str,
                         clients: Iterable[tuple[str | None, str | None]], from_ms: int, to_ms: int, *,
-                        sources: Sequence[str] | None = None) -> dict[str, Any]:
+                        sources: Sequence[str] | None = None, on_driver: bool = False) -> dict[str, Any]:
     """What the landed samples say of how the replayed traffic was throttled while it was recorded: the what-if's
     ``recorded_throttled_fraction`` (None when no sample covers it), ``recorded_quota`` (the quota that applied then,
     None when unknown) and ``recorded_throttling`` (the details and a sentence). ``clients``: the replayed records'
@@ -196,14 +276,15 @@ def recorded_throttling(spark: SparkSession, root: str, cluster: str, quota_type
 
     The answer does not depend on the proposed value, so a process answering many previews (the warm session) keeps
     it for as long as the landed samples of the span are the files they were (``landed_files``); a landing area that
-    is not a local folder is asked every time."""
+    is not a local folder is asked every time. ``on_driver``: read on the driver (``per_source_on_driver``, a local
+    landing area small enough), not in Spark."""
     tags = sensor_tags(clients)
     files = landed_files(root, from_ms, to_ms)
     key = (root, cluster, quota_type, frozenset(tags), from_ms, to_ms, tuple(sources or ()), files)
     if files is not None and key in _memo:
         _memo.move_to_end(key)
         return copy.deepcopy(_memo[key])
-    answer = _recorded_throttling(spark, root, cluster, quota_type, tags, from_ms, to_ms, sources)
+    answer = _recorded_throttling(spark, root, cluster, quota_type, tags, from_ms, to_ms, sources, on_driver)
     if files is not None:
         _memo[key] = copy.deepcopy(answer)
         while len(_memo) > MEMO_SIZE:
@@ -232,10 +313,13 @@ def landed_files(root: str, from_ms: int, to_ms: int) -> tuple[tuple[str, int, i
 
 
 def _recorded_throttling(spark: SparkSession, root: str, cluster: str, quota_type: str, tags: set[str],
-                         from_ms: int, to_ms: int, sources: Sequence[str] | None) -> dict[str, Any]:
+                         from_ms: int, to_ms: int, sources: Sequence[str] | None, on_driver: bool) -> dict[str, Any]:
     try:
-        samples = read_dataset(spark, root, "samples", merge_schema=True)
-        found = per_source(samples, cluster, quota_type, tags, from_ms, to_ms)
+        if on_driver:
+            found = per_source_on_driver(root, cluster, quota_type, tags, from_ms, to_ms)
+        else:
+            samples = read_dataset(spark, root, "samples", merge_schema=True)
+            found = per_source(samples, cluster, quota_type, tags, from_ms, to_ms)
     except MissingInput:
         found = []
     except Exception as e:  # a corrupt file surfaces when the query runs

@@ -92,13 +92,11 @@ def session(master: str, on_progress: ProgressFn | None = None) -> tuple[Warm, b
 def prewarm(master: str, root: str | None = None) -> Warm:
     """Start the process's session and run what a preview runs once, so the first real one finds it all loaded (run
     in a thread as a worker process starts): a tiny replay and its advice on the driver (the what-if kernel compiled
-    or loaded), and, with ``root``, a read of the landed usage collected to the driver (Spark's Parquet and Arrow
-    paths), as a preview of a small landing area runs."""
+    or loaded) and, with ``root``, the reads of a preview of nothing: the landed usage on the driver, the landed
+    samples' query in Spark (its Parquet and aggregation paths)."""
     warm, _ = session(master)
-    from pyspark.sql import functions as F
-
-    from .usage import load_usage_if_any
-    from .whatif import advise_on_driver, collect_records, summarize_on_driver
+    from .recorded import recorded_throttling
+    from .whatif import advise_on_driver, collect_records, read_local_usage, summarize_on_driver
 
     rows = [("warm-up", 1, "produce", "u", "c", i, 1000 * i, 100.0) for i in range(20)]
     usage = warm.spark.createDataFrame(rows, "cluster string, broker long, quota_type string, user string, "
@@ -107,10 +105,10 @@ def prewarm(master: str, root: str | None = None) -> Warm:
     summarize_on_driver(records, "produce", 50.0, entity=("u", "c"))
     advise_on_driver(records, 0.01, entity=("u", "c"))
     if root is not None:
+        nobody = "\x00warm-up"  # no such cluster: nothing comes back, and nothing is kept
         try:
-            landed = load_usage_if_any(warm.spark, root)
-            if landed is not None:
-                collect_records(landed.where(F.col("cluster") == "\x00warm-up"))  # no such cluster: nothing comes back
+            read_local_usage(root, nobody, "produce", "u", None)
+            recorded_throttling(warm.spark, root, nobody, "produce", [("u", None)], 0, 1000)
         except PipelineError:  # nothing landed yet, or a damaged file: the preview will say so itself
             pass
     return warm

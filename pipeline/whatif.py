@@ -13,8 +13,9 @@ records go through their own sensor, and ``per_broker`` gives each broker's requ
 whole span: they add up to ``recorded_rate``) and throttle events: the rates a per-broker bound applies to. The
 figures are computed in the Python workers (``summarize_usage``, the records sent there as numbers only) and one row
 comes back; ``replay_usage`` gives the per-record rows instead. A landing area small enough (``fits_driver``: a
-preview's usual case) has the entity's records collected in one Spark action and the same figures computed on the
-driver with the same functions (``replayed_on``: ``driver`` or ``executors``; ``--distributed`` forces the latter).
+preview's usual case) has the entity's records read on the driver (pyarrow, no Spark action) and the same figures
+computed there with the same functions (``replayed_on``: ``driver`` or ``executors``; ``--distributed`` forces the
+latter); ``stages_s`` says how long each part took.
 ``--advice-target`` adds ``pipeline.advice``'s right-sizing for the same records. ``--scope cluster_wide`` replays
 the value as a cluster-wide budget instead (``pipeline.budget_replay``: each sensor's records on all brokers together,
 with shares that follow demand as the broker plugin hands them out) and adds ``delivered_over_budget``. Progress goes
@@ -44,6 +45,7 @@ import itertools
 import math
 import operator
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -54,19 +56,21 @@ from urllib.parse import urlparse
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from quotas.engine.budgets import BUDGET_TYPES
-from quotas.engine.entities import TYPE_OF_KEY, validate_quota_value
+from quotas.engine.entities import DEFAULT, TYPE_OF_KEY, validate_quota_value
 from quotas.engine.errors import QuotaValidationError
 
 from .advice import METHOD, advise, advise_usage
 from .budget_replay import delivered_over_budget, replay_budget
 from .demand import QUEUE_TIME, estimate, queue_demand, queue_growth
-from .errors import BadArguments, NoHistory, PipelineError
+from .errors import BadArguments, CorruptInput, NoHistory, PipelineError
 from .progress import Progress
 from .recorded import advice_caveat, recorded_throttling
 from .replay import never_throttled, replay_frame, replay_sorted, summarize
@@ -406,10 +410,10 @@ def _replay_entity(part: _Figures, user: str, client_id: str, broker: np.ndarray
 
 # ------------------------------------------------------------------ one entity on the driver
 
-#: Up to this much landed usage and samples (a local landing area), a preview collects its entity's records to the
-#: driver in one Spark action and computes its figures there (``_on_driver``); above it, or with ``--distributed``,
-#: on the executors. A warm local session runs an action in a few hundred ms, and the executors' way is five of them
-#: (the names' pass, the replay's shuffle, the clients, the count, the advice) for a few thousand records.
+#: Up to this much landed usage and samples (a local landing area), a preview reads its entity's records and samples
+#: on the driver (pyarrow) and computes its figures there (``_on_driver``); above it, or with ``--distributed``, on
+#: the executors. A warm local session runs an action in a few hundred ms, and the executors' way is seven of them
+#: (the names' pass, the replay's shuffle, the clients, the count, the advice, the samples) for a few thousand records.
 DRIVER_MAX_BYTES = 256 * 1024**2
 _COLLECTED = [("cluster", "string"), ("broker", "long"), ("quota_type", "string"), ("user", "string"),
               ("client_id", "string"), ("seq", "long"), ("t_ms", "long"), ("value", "double")]
@@ -427,6 +431,42 @@ def fits_driver(root: str) -> bool:
             if total > DRIVER_MAX_BYTES:
                 return False
     return True
+
+
+def local_folder(root: str) -> Path | None:
+    """The folder of a local landing area (a path or a ``file:`` URI); None for any other URI."""
+    url = urlparse(root)
+    return Path(url.path if url.scheme else root) if url.scheme in ("", "file") else None
+
+
+def read_local_usage(root: str, cluster: str, quota_type: str, user: str | None,
+                     client_id: str | None) -> pd.DataFrame | None:
+    """The records ``governed(load_usage(...), blank=False)`` selects, read on the driver from a local landing area
+    (pyarrow: no Spark action, the filters pushed to the files' row groups), ``seq`` their order in the files taken by
+    name (the landed order); None when no usage file was landed. Files and folders starting with ``_`` or ``.`` are
+    never read, as ``pipeline.session.read_dataset`` reads them."""
+    folder = local_folder(root)
+    if folder is None or not (folder / "usage").is_dir():
+        return None
+    check_entity(user, client_id)
+    try:
+        found = ds.dataset(str(folder / "usage"), format="parquet", partitioning="hive")
+        files = sorted(found.files)
+        if not files:
+            return None
+        keep = (pc.field("cluster") == cluster) & (pc.field("quota_type") == quota_type)
+        for column, name in (("user", user), ("client_id", client_id)):
+            if name is not None and name != DEFAULT:
+                keep &= pc.field(column) == name
+        table = ds.dataset(files, format="parquet", schema=found.schema, partitioning="hive",
+                           partition_base_dir=str(folder / "usage")).to_table(
+            columns=[c for c, _t in _COLLECTED if c != "seq"], filter=keep)
+    except (pa.ArrowException, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CorruptInput(f"Unreadable Parquet under {folder / 'usage'}: {first[:500]}") from e
+    rows = table.to_pandas()
+    rows.insert(5, "seq", np.arange(len(rows), dtype=np.int64))
+    return rows
 
 
 def collect_records(records: DataFrame) -> pd.DataFrame:
@@ -547,15 +587,15 @@ class _Replayed:
     bytes_between: Callable[[str, int, int], float] = lambda client_id, lo, hi: 0.0
 
 
-def _on_driver(spark: SparkSession, args: argparse.Namespace, progress: Progress) -> _Replayed:
-    """The entity's records collected in one Spark action, then everything on the driver (``fits_driver``)."""
+def _on_driver(spark: SparkSession, args: argparse.Namespace, progress: Progress,
+               stages: dict[str, float]) -> _Replayed:
+    """The entity's records read on the driver, and everything computed there (``fits_driver``); Spark only for a
+    cluster known by its Prometheus samples alone (spread into records as ``sampled_usage`` does)."""
     entity = (args.user, args.client_id)
+    started = time.perf_counter()
     with progress.spark_action(spark, "reading the landed history", 0.02, 0.4):
-        usage = load_usage_if_any(spark, args.root)
-        rows, basis = None, resolution("usage")
-        if usage is not None:
-            rows = collect_records(governed(usage, args.cluster, args.quota_type, args.user, args.client_id,
-                                            blank=False))
+        rows, basis = read_local_usage(args.root, args.cluster, args.quota_type, args.user, args.client_id), \
+            resolution("usage")
         if rows is None or rows.empty:
             # no usage records (a real cluster watched through Prometheus): Kafka's sensors at the scrape interval
             sampled = sampled_usage(spark, args.root, args.cluster, args.quota_type)
@@ -564,10 +604,11 @@ def _on_driver(spark: SparkSession, args: argparse.Namespace, progress: Progress
                 rows = collect_records(governed(records, args.cluster, args.quota_type, args.user, args.client_id,
                                                 blank=False))
                 basis = resolution("prometheus", res_ms)
-            elif usage is None:
+            elif rows is None:
                 load_usage(spark, args.root)  # raises the typed error of the missing usage
     valid = valid_records(rows)
     good = shared_sensors(valid, args.user, args.client_id)
+    stages["read"] = time.perf_counter() - started
     progress.report("replaying the history", 0.45)
     if args.scope == "cluster_wide":
         s = budget_on_driver(good, args.quota_type, args.value, samples=args.samples, window_ms=args.window_ms,
@@ -586,7 +627,8 @@ def _on_driver(spark: SparkSession, args: argparse.Namespace, progress: Progress
         bytes_between=between)
 
 
-def _on_executors(spark: SparkSession, args: argparse.Namespace, progress: Progress) -> _Replayed:
+def _on_executors(spark: SparkSession, args: argparse.Namespace, progress: Progress,
+                  stages: dict[str, float]) -> _Replayed:
     """The replay, its clients, its count and its advice as Spark jobs over the landed history."""
     # one scan, cached: the clients behind the sensors, the replay, the advice and the skipped records all read it
     usage = load_usage_if_any(spark, args.root)
@@ -640,7 +682,10 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
     progress = progress or Progress()
     progress.report("reading the landed history", 0.02)
     driver = not args.distributed and fits_driver(args.root)
-    replayed = (_on_driver if driver else _on_executors)(spark, args, progress)
+    stages: dict[str, float] = {}  # seconds spent per stage, for the operator and the benchmark
+    started = time.perf_counter()
+    replayed = (_on_driver if driver else _on_executors)(spark, args, progress, stages)
+    stages["replay"] = time.perf_counter() - started - stages.get("read", 0.0)
     s, basis, clients = replayed.figures, replayed.basis, replayed.clients
     if s is None:
         replayed.release()
@@ -668,13 +713,19 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
     sources = (basis["source"],) if basis["source"] == SAMPLED_SOURCE else None
     with ThreadPoolExecutor(1, thread_name_prefix="recorded") as pool:
         recorded = pool.submit(recorded_throttling, spark, args.root, args.cluster, args.quota_type, clients,
-                               s["history_from_ms"], span_to, sources=sources)
+                               s["history_from_ms"], span_to, sources=sources, on_driver=driver)
         if args.advice_target is not None:
             with progress.spark_action(spark, "right-sizing", replay_end, 0.98):
+                mark = time.perf_counter()
                 found = replayed.advise(args.advice_target)
+                stages["advice"] = time.perf_counter() - mark
         with progress.spark_action(spark, "reading how the history was throttled", 0.98, 0.99):
+            mark = time.perf_counter()
             result.update(recorded.result())
+            stages["recorded_wait"] = time.perf_counter() - mark  # beyond the advice it ran beside
+            mark = time.perf_counter()
             result["demand"] = _demand(spark, args, s, result, replayed)
+            stages["demand"] = time.perf_counter() - mark
     if args.advice_target is not None:
         entities = found.to_dict(orient="records")
         result["advice"] = {"target": args.advice_target, "method": METHOD, "resolution": basis["text"],
@@ -683,6 +734,7 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
             advised = max(float(e["quota"]) for e in entities)
             result["advice"].update(advice_caveat(result, advised, args.advice_target, args.key))
     replayed.release()
+    result["stages_s"] = {name: round(seconds, 3) for name, seconds in stages.items()}
     progress.report("done", 1.0)
     return result
 
@@ -708,15 +760,22 @@ def queue_time_growths(spark: SparkSession, root: str, cluster: str, client_ids:
     """Per client-id, how each of its instances' queue time (KIP-714 ``QUEUE_TIME`` pushed to the portal, landed
     under ``telemetry/``) grew over the span (``pipeline.demand.queue_growth``); empty without such points (nothing
     landed, or an unreadable file: the preview stands without this evidence)."""
-    url = urlparse(root)
-    if not client_ids or (url.scheme in ("", "file") and not (Path(url.path if url.scheme else root)
-                                                               / "telemetry").exists()):
+    folder = local_folder(root)
+    if not client_ids or (folder is not None and not (folder / "telemetry").exists()):
         return {}
+    wanted = ["client_id", "instance", "point_t", "value"]
     try:
-        points = read_dataset(spark, root, "telemetry").where(
-            (F.col("c") == cluster) & (F.col("name") == QUEUE_TIME) & F.col("client_id").isin(list(client_ids))
-            & (F.col("point_t") >= from_ms) & (F.col("point_t") <= to_ms)
-        ).select("client_id", "instance", "point_t", "value").collect()
+        if folder is not None:  # read on the driver: a few points of a few clients
+            found = ds.dataset(str(folder / "telemetry"), format="parquet", partitioning="hive",
+                               exclude_invalid_files=True)
+            keep = ((pc.field("c") == cluster) & (pc.field("name") == QUEUE_TIME)
+                    & pc.field("client_id").isin(list(client_ids)) & (pc.field("point_t") >= from_ms)
+                    & (pc.field("point_t") <= to_ms))
+            points = found.to_table(columns=wanted, filter=keep).to_pylist()
+        else:
+            points = [r.asDict() for r in read_dataset(spark, root, "telemetry").where(
+                (F.col("c") == cluster) & (F.col("name") == QUEUE_TIME) & F.col("client_id").isin(list(client_ids))
+                & (F.col("point_t") >= from_ms) & (F.col("point_t") <= to_ms)).select(*wanted).collect()]
     except Exception:  # missing or damaged: the estimate rests on the throttle time alone
         return {}
     by_instance: dict[tuple[str, str], list[tuple[int, float]]] = {}

@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 
 from pipeline import advice, landing, whatif
+from pipeline.errors import MissingInput
 from pipeline.recorded import (
     MATERIAL_FRACTION,
     advice_caveat,
     per_source,
+    per_source_on_driver,
     recorded_per_entity,
     recorded_throttling,
     report,
@@ -227,6 +229,38 @@ def test_a_sensor_matches_its_clients_by_kafkas_tags_and_sources_stay_apart(spar
     prom = {f["source"]: f for f in per_source(samples, "prod", "produce", {":app"}, *spans[theirs])}["prometheus"]
     assert prom["sampled_ms"] == 2_500 + 5_000  # the first scrape from the span's start, the second whole
     assert each[nobody]["recorded_throttled_fraction"] is None  # no sample of :legacy
+
+
+def test_the_samples_read_on_the_driver_give_sparks_figures(spark: Any, tmp_path: Path) -> None:
+    """A preview of a small landing area reads its sensors' samples on the driver: the same figures as Spark's
+    query, files of the older layout, repeated coarse scrapes and span edges included."""
+    tags = sensor_tags([("svc", "app")])
+
+    def sample(t: int, e: str, thr: float, src: str | None = None, res: int | None = None, b: int = 1) -> dict:
+        return {"t": t, "c": "prod", "b": b, "q": "produce", "e": e, "rate": 1.0, "bound": 500.0 + 100 * thr,
+                "util": None, "thr_avg": 0.0, "thr_max": 0.0, "thr_frac": thr, "tokens": None, "src": src,
+                "res_ms": res}
+
+    rows = [sample(T0 + 1000 * s, "svc:", 0.5) for s in range(1, 11)]
+    rows += [sample(T0 + 5000, ":app", 0.2, "prometheus", 5000), sample(T0 + 5000, ":app", 0.4, "prometheus", 5000),
+             sample(T0 + 10_000, ":app", 0.0, "prometheus", 5000), sample(T0 + 3_000, "svc:app", 0.7, "client", 0)]
+    rows += [sample(T0 + 1000 * s, "other:app", 1.0) for s in range(1, 11)]  # not these clients' sensors
+    land_samples(tmp_path, rows, "mixed")
+    land_samples(tmp_path, [sample(T0 + 1000 * s + 500, "svc:app", 0.25, b=2) for s in range(1, 5)], "older",
+                 old_layout=True)
+    samples = read_dataset(spark, str(tmp_path), "samples", merge_schema=True)
+    for span in ((T0, T0 + 10_000), (T0 + 2_500, T0 + 7_500), (T0 + 60_000, T0 + 70_000)):
+        local = {f["source"]: f for f in per_source_on_driver(str(tmp_path), "prod", "produce", tags, *span)}
+        want = {f["source"]: f for f in per_source(samples, "prod", "produce", tags, *span)}
+        assert local.keys() == want.keys()
+        for source, f in want.items():
+            assert local[source].keys() == f.keys()
+            for name, value in f.items():
+                same = value if isinstance(value, str) or value is None else pytest.approx(value, rel=1e-12)
+                assert local[source][name] == same, (span, source, name)
+    assert set(want) == set() and set(local) == set()  # the last span: no sample
+    with pytest.raises(MissingInput):  # nothing landed: as Spark's read says it (the what-if reports "unknown")
+        per_source_on_driver(str(tmp_path / "nowhere"), "prod", "produce", tags, T0, T0 + 1)
 
 
 @pytest.mark.parametrize(("fraction", "advised", "lower", "below"), [

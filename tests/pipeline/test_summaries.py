@@ -163,7 +163,8 @@ def test_the_job_reports_summarize_of_the_records_the_entity_governs(spark, tmp_
     assert sum(b["throttle_events"] for b in got["per_broker"]) == got["throttle_events"]
     # then how the samples say the history was throttled while it was recorded (none landed here: unknown)
     assert list(got)[16:] == [*FIGURES, "recorded_throttled_fraction", "recorded_quota", "recorded_throttling",
-                              "demand"]
+                              "demand", "stages_s"]
+    assert {"replay", "recorded_wait", "demand"} <= set(got["stages_s"])  # seconds each part of the job took
     assert got["demand"] is None  # nothing says Kafka throttled it while recorded: no estimate of more demand
     # replayed from the usage log: per request, nothing it cannot know for want of resolution
     assert got["resolution"]["source"] == "usage" and got["resolution"]["cannot_know"] == []
