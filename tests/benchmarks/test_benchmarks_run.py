@@ -153,21 +153,22 @@ def test_pipeline_benchmark_quick_run_reports_its_figures() -> None:
     assert summary["rollup_out_rows"]["minute"] > 0 and summary["rollup_out_rows"]["hour"] > 0
 
 
-@pytest.mark.timeout(300)
-def test_preview_benchmark_quick_run_reports_cold_and_warm_figures() -> None:
+@pytest.mark.timeout(600)
+def test_preview_benchmark_quick_run_reports_the_first_and_warm_previews_in_the_demo() -> None:
     if java_binary() is None:
         reason = "the preview benchmark needs Java for Spark (no JAVA_HOME and no java on the PATH)"
         print(f"SKIP: {reason}", file=sys.stderr)
         pytest.skip(reason)
     proc = subprocess.run(
-        [sys.executable, "benchmarks/preview_bench.py", "--quick", "--previews", "1", "--seconds", "30"],
-        cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,
+        [sys.executable, "benchmarks/preview_bench.py", "--quick"],
+        cwd=ROOT, capture_output=True, text=True, timeout=580, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    figures = {"cold_median_s", "first_warm_worker_s", "warm_median_s", "warm_p90_s", "warm_max_s", "warm_cold_ratio"}
+    figures = {"first_preview_s", "first_asked_after_s", "warm_median_s", "warm_p90_s", "warm_max_s"}
     assert figures <= summary.keys() and all(summary[k] > 0 for k in figures)
-    assert summary["warm_previews"] == 1 and summary["requests_replayed"] == summary["records"] == 900
+    assert summary["warm_previews"] == len(summary["warm_s"]) == 2 and summary["requests_replayed"] > 0
+    assert summary["rollups_sent"] >= 1 and summary["lane_ratio"] is None  # --quick measures no baseline
 
 
 def test_prometheus_benchmark_quick_run_reports_its_lag() -> None:
