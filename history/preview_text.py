@@ -37,10 +37,10 @@ def where_from(result: Mapping[str, Any], cluster: str, cluster_brokers: int, sc
     ids = [int(b["broker"]) for b in result.get("per_broker") or ()]
     n = len(ids) or int(result.get("brokers") or 0)
     counted = COUNTED.get(str(result.get("quota_type")), "on the broker each request is sent to")
-    of = f"{n} of {cluster}'s {cluster_brokers} brokers" if cluster_brokers else f"{n} broker{'s' if n != 1 else ''}"
+    of = f", {n} of {cluster}'s {cluster_brokers} brokers" if cluster_brokers else ""
     if cluster_brokers and n == cluster_brokers:
-        of = f"all {n} of {cluster}'s brokers" if n > 1 else f"{cluster}'s one broker"
-    seen = f"Recorded on {_brokers(ids)}, {of}" if ids else f"Recorded on {of}"
+        of = f", all {n} of {cluster}'s brokers" if n > 1 else f", {cluster}'s one broker"
+    seen = f"Recorded on {_brokers(ids)}{of}" if ids else f"Recorded on {n} broker{'s' if n != 1 else ''}"
     bound = format_quota_value(key, value)
     if scope == "cluster_wide":
         return (f"{seen}: Kafka counts a client's requests {counted}; as a cluster-wide budget, {key} = {bound} is one "
@@ -58,7 +58,7 @@ def recorded_per_broker(result: Mapping[str, Any], key: str, scope: str) -> str:
     total = format_quota_value(key, float(result.get("recorded_rate") or 0.0))
     if not rows:
         return total
-    each = "; ".join(f"{format_quota_value(key, float(b['recorded_rate']))} on broker {b['broker']}" for b in rows)
+    each = ", ".join(f"{format_quota_value(key, float(b['recorded_rate']))} on broker {b['broker']}" for b in rows)
     text = each if len(rows) == 1 else f"{total} in all: {each}"
     quota = result.get("recorded_quota")
     if quota is None:

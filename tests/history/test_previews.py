@@ -472,3 +472,20 @@ def test_the_page_says_where_the_traffic_came_from_and_compares_each_broker_with
     assert "as a cluster-wide budget, producer_byte_rate = 1 MiB/s is one bound for the sum over hist&#x27;s" in html
     assert 'title="524,288 B/s">512 KiB/s</span></dd>' in html  # a share of a budget, not a per-broker bound
     assert re.search(r'<dd data-figure="demand">about <span[^>]*>2 MiB/s</span> \(queue time\)</dd>', html)
+
+
+def test_where_the_traffic_came_from_reads_well_for_any_number_of_brokers() -> None:
+    from history.preview_text import recorded_per_broker, where_from
+
+    rows = [{"broker": b, "recorded_rate": 1024.0 * b} for b in (1, 2, 3)]
+    r = {"quota_type": "fetch", "per_broker": rows, "recorded_rate": 6144.0, "recorded_quota": 2048.0}
+    assert where_from(r, "prod", 3, "per_broker", "consumer_byte_rate", 4096.0).startswith(
+        "Recorded on brokers 1, 2 and 3, all 3 of prod's brokers: Kafka counts a client's requests on the broker "
+        "that leads each partition it reads from")
+    assert where_from(r, "prod", 0, "per_broker", "consumer_byte_rate", 4096.0).startswith(
+        "Recorded on brokers 1, 2 and 3: ")  # a cluster whose brokers the portal does not list
+    assert recorded_per_broker(r, "consumer_byte_rate", "per_broker").startswith(
+        "6 KiB/s in all: 1 KiB/s on broker 1, 2 KiB/s on broker 2, 3 KiB/s on broker 3; Kafka bounded each broker at "
+        "2 KiB/s then (a rate above it:")
+    below = {**r, "recorded_quota": 8192.0}
+    assert recorded_per_broker(below, "consumer_byte_rate", "per_broker").endswith("at 8 KiB/s then")
