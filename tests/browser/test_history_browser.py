@@ -71,7 +71,10 @@ def test_a_tenant_previews_a_proposal_and_the_admin_sees_it_beside_the_capacity_
         assert caveat.startswith("Kafka throttled this traffic 25% of the time while it was recorded under 800 B/s")
         assert "is a lower bound" in caveat and advice.startswith("Right-sizing, a lower bound:")
         recorded = done.query_selector('[data-figure="recorded_throttled_fraction"]').inner_text()
-        assert recorded == "25.00% under 800 B/s"
+        assert recorded == "25.00% under 800 B/s per broker"  # Kafka's bound is each broker's
+        # where its traffic was seen and why, and what it asked for beside what got through
+        assert done.query_selector('[data-figure="where"]').inner_text().startswith("Recorded on broker ")
+        assert done.query_selector('[data-figure="demand"]').inner_text().startswith("more than ")
         screenshot(page, "history-request-form-preview")
 
         page.fill("#id_reason", "More throughput for the spring sale")
