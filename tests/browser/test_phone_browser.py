@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from history import services
+from history.models import ImpactPreview, PreviewState
 from quotas import workflow
 from quotas.models import OwnedName, QuotaEntity, QuotaValue
 
@@ -79,6 +81,7 @@ def test_every_page_fits_a_phone_and_axe_finds_nothing_serious(
     waiting = workflow.submit(world["alice"], None, cluster, user="svc-a-2", client_id="app-a-2",
                               key="consumer_byte_rate", value="768 KiB/s", reason="a new consumer group",
                               expires_at=timezone.now() + timedelta(days=2))
+    finished_preview(waiting)
     axe = Axe()
     problems: list[str] = []
     for who, admin in (("admin", True), ("member", False)):
@@ -100,6 +103,26 @@ def test_every_page_fits_a_phone_and_axe_finds_nothing_serious(
         ctx.close()
         assert not errors, errors
     assert not problems, "\n".join(problems)
+
+
+def finished_preview(request: Any) -> None:
+    """The request's impact preview as a worker leaves it, with every part the page can show (where the traffic was
+    recorded, each broker's rate and bound, what the clients asked for), so the request page shows it whole."""
+    kib, t0 = 1024.0, int(timezone.now().timestamp() * 1000) - 600_000
+    per_broker = [{"broker": b, "requests": 400, "bytes": 1.0, "recorded_rate": 300.0 * kib * b, "throttle_events": 12}
+                  for b in (1, 2)]
+    ImpactPreview.objects.create(
+        cluster=request.cluster, user=request.user, client_id=request.client_id, key=request.key, value=request.value,
+        proposal=services.proposal_of(request.cluster, request.user, request.client_id, request.key, request.value,
+                                      request.budget_scope),
+        data_version="phone", state=PreviewState.DONE, result={
+            "quota_type": "fetch", "requests": 800, "clients": 1, "brokers": 2, "closed_loop": True,
+            "history_from_ms": t0, "history_to_ms": t0 + 600_000, "resolution": {"source": "usage"},
+            "throttle_events": 24, "throttled_fraction": 0.02, "total_delay_ms": 4800, "p99_delay_ms": 350,
+            "max_delay_ms": 900, "recorded_rate": 900.0 * kib, "achieved_rate": 880.0 * kib, "per_broker": per_broker,
+            "recorded_throttled_fraction": 0.4, "recorded_quota": 512.0 * kib, "recorded_throttling": {},
+            "demand": {"lower": 900.0 * kib, "estimate": 1500.0 * kib, "evidence": "throttle time",
+                       "text": "They asked for about 1.46 MiB/s if they go on at their own pace after each throttle."}})
 
 
 def watch_files(page: Any, errors: list[str]) -> None:
