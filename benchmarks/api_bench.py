@@ -153,7 +153,7 @@ def build_database(entities: int) -> tuple[str, Population, int]:
     from django.db import connections, transaction
     from rest_framework.authtoken.models import Token
 
-    from quotas.engine.entities import validate_quota_value
+    from engine.entities import validate_quota_value
     from quotas.models import Broker, Cluster, QuotaEntity, QuotaValue
 
     call_command("migrate", interactive=False, verbosity=0)

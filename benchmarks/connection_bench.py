@@ -30,8 +30,8 @@ from typing import Any  # noqa: E402
 
 from benchmarks.engine_bench import endpoint, measure_ceiling, pin_cpus, script_usec, server_cpu_s  # noqa: E402
 from devtools.redis_server import RedisServer  # noqa: E402
-from quotas.engine.connections import ACCEPTED, ConnectionConfig, RedisConnectionQuotas  # noqa: E402
-from quotas.engine.redis_backend import connect  # noqa: E402
+from engine.connections import ACCEPTED, ConnectionConfig, RedisConnectionQuotas  # noqa: E402
+from engine.redis_backend import connect  # noqa: E402
 
 PROCESSES = 2
 TARGET = 0.20

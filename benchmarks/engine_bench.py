@@ -54,9 +54,9 @@ import redis  # noqa: E402
 
 from devtools.redis_cluster import RedisCluster  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer  # noqa: E402
-from quotas.engine.entities import DEFAULT, QuotaType  # noqa: E402
-from quotas.engine.managers import ClientQuotaManager, ControllerMutationQuotaManager, UsageRecord  # noqa: E402
-from quotas.engine.redis_backend import RedisBackend, connect  # noqa: E402
+from engine.entities import DEFAULT, QuotaType  # noqa: E402
+from engine.managers import ClientQuotaManager, ControllerMutationQuotaManager, UsageRecord  # noqa: E402
+from engine.redis_backend import RedisBackend, connect  # noqa: E402
 
 PROCESSES = 2
 SAMPLES = 11

@@ -100,7 +100,7 @@ from benchmarks.push_bench import (  # noqa: E402
 )
 from devtools.postgres import PostgresServer  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer, free_port  # noqa: E402
-from quotas.engine.errors import EngineUnavailable  # noqa: E402
+from engine.errors import EngineUnavailable  # noqa: E402
 
 NAME = "fault-bench"
 CLUSTER = "faultbench"
@@ -267,8 +267,8 @@ class Sampler(threading.Thread):
 
 def broker_state(server: RedisServer, broker_id: int) -> Any:
     """The engine state of broker ``broker_id``, in its own Redis (short timeouts: it may be down)."""
-    from quotas.engine.config import namespace_for_broker
-    from quotas.engine.desired import NamespaceState
+    from engine.config import namespace_for_broker
+    from engine.desired import NamespaceState
 
     client = redis.Redis.from_url(server.url, socket_connect_timeout=0.2, socket_timeout=0.5)
     return NamespaceState(client, namespace_for_broker(CLUSTER, broker_id), broker_id)

@@ -35,7 +35,7 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Awaitable, Callable  # noqa: E402
 
-from quotas.engine.memory_limiter import (  # noqa: E402
+from memory_limiter.limiter import (  # noqa: E402
     AsyncDualMemoryLimiter,
     AsyncSemaphore,
     LimitType,

@@ -81,7 +81,7 @@ from benchmarks.api_bench import remove_database  # noqa: E402
 from benchmarks.engine_bench import _collect, server_cpu_s  # noqa: E402
 from benchmarks.harness import SessionProcess, run_bench, tree_cpu_s  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer, free_port  # noqa: E402
-from quotas.engine.monitor import entity_key, firehose_key  # noqa: E402
+from engine.monitor import entity_key, firehose_key  # noqa: E402
 
 CLUSTER = "monbench"
 BROKERS = 3
@@ -162,7 +162,7 @@ class SampleMaker:
 
 def _publisher(url: str, cluster: str, entities: int, types: int, stop: Any, records: Any) -> None:
     """The brokers: each publishes its samples once a second through ``Sampler.publish``, 1/BROKERS s apart."""
-    from quotas.engine.monitor import Sampler
+    from engine.monitor import Sampler
 
     try:
         client = redis.Redis.from_url(url)

@@ -58,7 +58,7 @@ from benchmarks.api_bench import plan_entities, quota_values, remove_database  #
 from benchmarks.engine_bench import percentile  # noqa: E402
 from benchmarks.harness import run_bench  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer  # noqa: E402
-from quotas.engine.monitor import latest_key  # noqa: E402
+from engine.monitor import latest_key  # noqa: E402
 
 CLUSTER = "bench"
 BROKERS = 3
@@ -86,7 +86,7 @@ def sensor_tags(plan: list[tuple[str | None, str | None]], n: int, seed: int = 3
     """``n`` distinct sensor tags of active clients, as Kafka names the sensor of the quota that applies to them:
     ``user:client`` for user+client-id levels (a default part stands for the connection's own name), ``user:`` for
     user levels, ``:client`` for client-id levels. Derived from the configured entities, topped up at random."""
-    from quotas.engine.entities import DEFAULT, sanitize
+    from engine.entities import DEFAULT, sanitize
 
     rng = random.Random(seed)
     users = sorted({u for u, _ in plan if u not in (None, DEFAULT)})
@@ -171,8 +171,8 @@ def build_database(entities: int, redis_url: str) -> tuple[list[tuple[str | None
     from django.core.management import call_command
     from django.db import transaction
 
+    from engine.entities import validate_quota_value
     from quotas.choices import EntityType
-    from quotas.engine.entities import validate_quota_value
     from quotas.models import Broker, Cluster, OwnedName, QuotaEntity, QuotaValue, Tenant
 
     call_command("migrate", interactive=False, verbosity=0)
@@ -215,7 +215,7 @@ class LatestHash:
         self.samples = samples
 
     def publish(self) -> float:
-        from quotas.engine.monitor import Sampler
+        from engine.monitor import Sampler
 
         t0 = time.perf_counter()
         now = int(time.time() * 1000)

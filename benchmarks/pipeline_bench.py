@@ -132,9 +132,9 @@ def load_usage(spark: Any, root: Path) -> Any:
 def per_row_replay(quota_type: str, quota: float, samples: int, window_ms: int) -> Callable[..., int]:
     """The body of the plain UDF: called once per row, rows sorted by entity then time, the entity's manager kept
     in the worker between calls; closed loop, as the job (returns the row's throttle_ms_long)."""
-    from quotas.engine.entities import QuotaType
-    from quotas.engine.managers import UsageRecord, manager_for
-    from quotas.engine.model import ModelBackend
+    from engine.entities import QuotaType
+    from engine.managers import UsageRecord, manager_for
+    from engine.model import ModelBackend
 
     state: dict[str, Any] = {"key": None}
 
@@ -178,8 +178,8 @@ def time_whatif(spark: Any, root: Path, replay_all: bool = False) -> tuple[float
 def time_proposal(spark: Any, root: Path) -> tuple[float, dict]:
     """One proposal, ``<default>`` user and client-id (the same quota for every entity, each its own sensor), over
     every record, as ``pipeline.whatif``'s job computes it: (seconds, its figures)."""
+    from engine.entities import DEFAULT
     from pipeline.whatif import summarize_proposal
-    from quotas.engine.entities import DEFAULT
 
     started = time.perf_counter()
     found = summarize_proposal(load_usage(spark, root), QUOTA_TYPE, QUOTA, closed=True, entity=(DEFAULT, DEFAULT))

@@ -77,9 +77,9 @@ from benchmarks.api_bench import remove_database  # noqa: E402
 from benchmarks.engine_bench import _collect, percentile, server_cpu_s  # noqa: E402
 from benchmarks.harness import SessionProcess, run_bench  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer  # noqa: E402
-from quotas.engine.config import KEY_SEP, EntityRef, namespace_for_broker  # noqa: E402
-from quotas.engine.desired import NamespaceState, PushRecord  # noqa: E402
-from quotas.engine.redis_backend import connect  # noqa: E402
+from engine.config import KEY_SEP, EntityRef, namespace_for_broker  # noqa: E402
+from engine.desired import NamespaceState, PushRecord  # noqa: E402
+from engine.redis_backend import connect  # noqa: E402
 
 CLUSTER = "pushbench"
 BATCH_CLUSTER = "pushbench-b"

@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         sockets.join(timeout=10)
 
         # every broker at the newest version, then every approval on every broker
-        from quotas.engine.config import KEY_SEP, EntityRef
+        from engine.config import KEY_SEP, EntityRef
         from quotas.models import Cluster, DesiredStateVersion
 
         cluster = Cluster.objects.get(name=CLUSTER)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from quotas.engine.budgets import BudgetLedger, BudgetParams, Demand, targets
+from engine.budgets import BudgetLedger, BudgetParams, Demand, targets
 
 KIND = "cluster_budget"
 
@@ -33,7 +33,7 @@ def budget_case(client: Any, ns: str, config: dict[str, Any]) -> Callable[[dict[
     ledger = BudgetLedger()
     store = None
     if client is not None:
-        from quotas.engine.budget_store import BudgetReport, BudgetStore
+        from engine.budget_store import BudgetReport, BudgetStore
 
         store = BudgetStore(client, ns)
         store.set_scope([_SCOPE])

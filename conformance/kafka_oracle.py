@@ -140,8 +140,8 @@ from kafka.protocol.producer import ProduceRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from conformance.replay import CASE_KINDS, EngineFactory
-from quotas.engine.entities import DEFAULT
-from quotas.engine.stats import MetricConfig, WindowedSum
+from engine.entities import DEFAULT
+from engine.stats import MetricConfig, WindowedSum
 
 #: Kafka's defaults (``quota.window.num``, ``quota.window.size.seconds``), which the cluster runs with.
 SAMPLES = 11

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from quotas.engine.memory_limiter import (
+from memory_limiter.limiter import (
     AsyncDualMemoryLimiter,
     AsyncSemaphore,
     IllegalArgumentException,

@@ -20,13 +20,13 @@ from typing import Any
 from conformance import budget_replay
 from conformance.pulsar_replay import KINDS as PULSAR_KINDS
 from conformance.pulsar_replay import replay_pulsar_case
-from quotas.engine.decisions import NO_EXPIRY, RAW_STAT, Decision, Kind, Op, Outcome
-from quotas.engine.entities import QuotaType, normalize_ip
-from quotas.engine.errors import JavaIllegalArgument, QuotaEngineError, ThrottlingQuotaExceeded
-from quotas.engine.javamath import LONG_MAX, java_round
-from quotas.engine.managers import ControllerMutationQuotaManager, UsageRecord, manager_for
-from quotas.engine.model import ModelBackend
-from quotas.engine.quota_utils import bounded_throttle_time_ms, throttle_time_ms, token_bucket_throttle_ms
+from engine.decisions import NO_EXPIRY, RAW_STAT, Decision, Kind, Op, Outcome
+from engine.entities import QuotaType, normalize_ip
+from engine.errors import JavaIllegalArgument, QuotaEngineError, ThrottlingQuotaExceeded
+from engine.javamath import LONG_MAX, java_round
+from engine.managers import ControllerMutationQuotaManager, UsageRecord, manager_for
+from engine.model import ModelBackend
+from engine.quota_utils import bounded_throttle_time_ms, throttle_time_ms, token_bucket_throttle_ms
 
 Out = dict[str, Any]
 
@@ -46,7 +46,7 @@ class EngineFactory:
         self.counter = 0
         self.client = None
         if engine == "redis":
-            from quotas.engine.redis_backend import RedisBackend, connect
+            from engine.redis_backend import RedisBackend, connect
 
             self.client = connect(redis_url or "redis://127.0.0.1:6379/0", timeout_s=5.0)
             self.backend = RedisBackend(self.client)
@@ -302,7 +302,7 @@ def _controller_mutation_case(backend: Any, ns: str, config: dict[str, Any]) -> 
 
 
 def _connection_quotas_case(backend: Any, ns: str, config: dict[str, Any]) -> Callable[[dict[str, Any]], Out]:
-    from quotas.engine.connections import ConnectionConfig, ModelConnectionQuotas, RedisConnectionQuotas
+    from engine.connections import ConnectionConfig, ModelConnectionQuotas, RedisConnectionQuotas
 
     props: dict[str, object] = {
         "listeners": config.get("listeners", "PLAINTEXT"),
@@ -367,7 +367,7 @@ def _connection_quotas_case(backend: Any, ns: str, config: dict[str, Any]) -> Ca
 
 def _client_metrics_case(backend: Any, ns: str, config: dict[str, Any]) -> Callable[[dict[str, Any]], Out]:
     # KIP-714 lives in the broker's process (no Redis): both engines run the same implementation
-    from quotas.telemetry.vectors import UnsupportedOp, client_metrics_case
+    from kip714.vectors import UnsupportedOp, client_metrics_case
 
     step_fn = client_metrics_case(config)
 

@@ -86,7 +86,7 @@ JMX_AGENT_JAR = AGENT_DIR / "jmx_prometheus_javaagent.jar"
 #: classpath) and their classes. The quota callback's jar carries the engine's Lua script, so it is a source too.
 PLUGINS_POM = ROOT / "broker-plugins" / "pom.xml"
 PLUGIN_MODULES = ("telemetry-exporter", "quota-callback")
-BUDGET_LUA = ROOT / "quotas" / "engine" / "lua" / "budget_share.lua"
+BUDGET_LUA = ROOT / "engine" / "lua" / "budget_share.lua"
 PLUGIN_DIR = KAFKA_DIR / "plugin"
 PLUGIN_BUILD_DIR = KAFKA_DIR / "plugin-build"
 PLUGIN_JAR = PLUGIN_DIR / "portal-telemetry-exporter.jar"

@@ -1,6 +1,6 @@
 """Start and stop a project-local Redis Cluster (3 masters, no replicas) on 127.0.0.1.
 
-For the quota engine's cluster mode (``redis+cluster://`` URLs, ``quotas.engine.redis_backend.connect``): three
+For the quota engine's cluster mode (``redis+cluster://`` URLs, ``engine.redis_backend.connect``): three
 ``redis-server --cluster-enabled yes`` on free ports, joined by ``redis-cli --cluster create``, with their data,
 logs and ``nodes.conf`` under ``.run/redis-cluster-<name>/<port>/``; ``stop`` ends them and removes that folder
 (a cluster's ``nodes.conf`` would otherwise make the next start rejoin an old cluster).

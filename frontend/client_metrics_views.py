@@ -17,10 +17,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
+from engine.errors import QuotaEngineError
 from frontend.pages import Refused, not_found, page, portal_page
 from quotas import workflow
 from quotas.api.client_metrics import visible_subscriptions
-from quotas.engine.errors import QuotaEngineError
 from quotas.models import (
     ClientMetricsSubscription,
     Cluster,

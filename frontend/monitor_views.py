@@ -1,6 +1,6 @@
 """The live-monitoring pages: the overview of what is throttled now, and one entity's live charts.
 
-Both read the samples the engine's samplers publish (``quotas.engine.monitor``; ``telemetry_ui/README.md``):
+Both read the samples the engine's samplers publish (``engine.monitor``; ``telemetry_ui/README.md``):
 the overview from each cluster's ``latest`` hash, the entity page through the WebSocket ``/ws/monitor/``
 (live) and the history endpoint (the last hour of minute rollups), drawn by ``frontend/static/frontend/
 monitor.js`` with plotly.js served by the portal itself (``frontend/finders.py``).

@@ -1,4 +1,4 @@
-"""What the monitor pages read from the engine's live samples (``quotas.engine.monitor``), and who may see what.
+"""What the monitor pages read from the engine's live samples (``engine.monitor``), and who may see what.
 
 The samples name an entity by Kafka's sensor tags ``"<sanitized user>:<client-id>"`` (``telemetry_ui/README.md``).
 A tenant member sees the tags whose unsanitized user and client-id one of its tenants owns
@@ -26,8 +26,8 @@ from urllib.parse import unquote
 import redis
 from django.conf import settings
 
-from quotas.engine.entities import TYPE_OF_KEY, sanitize
-from quotas.engine.monitor import CONNECTION, latest_key, minutes, split_tags
+from engine.entities import TYPE_OF_KEY, sanitize
+from engine.monitor import CONNECTION, latest_key, minutes, split_tags
 from quotas.models import QuotaRequest, Tenant, member_tenants, owned_by_any, sees_everything
 
 #: A sample older than this is not "now" on the overview.

@@ -23,6 +23,8 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from engine.entities import DEFAULT
+from engine.errors import QuotaEngineError
 from frontend import plan_views
 from frontend.forms import (
     AuditFilterForm,
@@ -49,8 +51,6 @@ from quotas.api.errors import ApiError
 from quotas.api.serializers import push_summary, pushes_of_request
 from quotas.api.views import REAPPLY_ADMINS_ONLY, enqueue_heal, reapply_target
 from quotas.budgets import LEASE_MS, enforcement
-from quotas.engine.entities import DEFAULT
-from quotas.engine.errors import QuotaEngineError
 from quotas.models import (
     AuditAction,
     AuditEntry,

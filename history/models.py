@@ -10,8 +10,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from engine.entities import entity_path
 from quotas.choices import BudgetScope, QuotaKey
-from quotas.engine.entities import entity_path
 from quotas.models.clusters import Cluster
 
 

@@ -22,14 +22,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from engine.config import CLIENT_ID, USER, EntityRef
+from engine.entities import DEFAULT, entity_path, validate_quota_value
+from engine.monitor import CONNECTION
+from engine.units import unit_label
 from history.jobs import ROLLUPS_NICE, JobFailed, run, run_warm
 from history.models import ImpactPreview, PreviewState, UsageRollup
 from history.preview_text import recorded_per_broker, where_from
 from quotas.choices import BudgetScope
-from quotas.engine.config import CLIENT_ID, USER, EntityRef
-from quotas.engine.entities import DEFAULT, entity_path, validate_quota_value
-from quotas.engine.monitor import CONNECTION
-from quotas.engine.units import unit_label
 from quotas.models import Cluster, QuotaRequest, QuotaValue, RequestState
 from quotas.models.tenants import entity_owned_by, member_tenants, owned_by_any, sees_everything
 from quotas.workflow import PermissionDenied
@@ -353,7 +353,7 @@ def summary(preview: ImpactPreview | None) -> dict[str, Any] | None:
     if preview is None or preview.state != PreviewState.DONE or not preview.result:
         return None
     r = dict(preview.result)
-    r["unit"] = unit_label(r.get("quota_type", ""))  # pages show each figure in it (quotas.engine.units)
+    r["unit"] = unit_label(r.get("quota_type", ""))  # pages show each figure in it (engine.units)
     r["is_bucket"] = r.get("quota_type") == "controller_mutation"  # the advice's "peak" is a token level there
     r["earlier"] = earlier_quotas(preview)
     advice = (r.get("advice") or {}).get("entities") or []

@@ -4,7 +4,7 @@ The brokers publish their per-entity quota sensors as MBeans; the JMX exporter t
 rules, ``devtools/kafka/jmx-exporter.yml``, name them as Confluent's jmx-monitoring-stacks does) and Prometheus
 scrapes them. :class:`PrometheusSource` asks Prometheus for all of them at once with one instant query of a range
 selector (``{__name__=~"..."}[<window>]``), which answers each series' raw samples with the time they were
-scraped, and makes of each (broker, quota type, sensor) one sample in the format of ``quotas.engine.monitor``:
+scraped, and makes of each (broker, quota type, sensor) one sample in the format of ``engine.monitor``:
 
 ``{"t", "c", "b", "q", "e", "rate", "bound", "util", "thr_avg", "thr_max", "thr_frac", "tokens", "src"}``
 
@@ -14,7 +14,7 @@ scraped, and makes of each (broker, quota type, sensor) one sample in the format
   ``bound`` callback gets the :class:`Entity` with the user URL-decoded, and answers the quota of those tags.
 - ``rate``: bytes/s (produce, fetch), the request-time percentage (request), mutations/s (controller_mutation);
   ``util`` = rate / bound, and for controller mutations, which Kafka throttles on their token bucket, the share of
-  the bucket's burst spent (``quotas.engine.monitor.bucket_util``, with Kafka's default quota window of 11 x 1 s
+  the bucket's burst spent (``engine.monitor.bucket_util``, with Kafka's default quota window of 11 x 1 s
   unless ``mutation_window`` says otherwise); ``tokens`` the controller-mutation token bucket (negative =
   throttled).
 - ``thr_avg`` is Kafka's ``throttle-time`` (the mean of the throttle times it gave in its metrics window, 0 when
@@ -51,7 +51,7 @@ from typing import Any
 
 import redis
 
-from quotas.engine.monitor import CONNECTION, Sampler, bucket_throttle_ms, bucket_util
+from engine.monitor import CONNECTION, Sampler, bucket_throttle_ms, bucket_util
 
 from .prometheus import PrometheusClient, PrometheusError
 

@@ -1,5 +1,5 @@
 """PySpark jobs: rollups, what-if replays and right-sizing advice over the Parquet history.
 
 No Django here: these jobs run under spark-submit (local mode by default, any
-cluster with ``--master``) and may use ``quotas.engine`` but never the portal.
+cluster with ``--master``) and may use ``engine`` but never the portal.
 """

@@ -29,7 +29,7 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from quotas.engine.entities import QuotaType
+from engine.entities import QuotaType
 
 from .errors import BadArguments, NoHistory
 from .kernel import Replayed

@@ -2,7 +2,7 @@
 
 A per-broker quota replays each broker's records on their own (``pipeline.replay``). A cluster-wide budget B ties
 the brokers together: every ``round_ms`` each broker reports what it sent in the round and whether it was held
-back, and the engine's allocation (``quotas.engine.budgets.BudgetLedger``, the arithmetic the broker plugin and the
+back, and the engine's allocation (``engine.budgets.BudgetLedger``, the arithmetic the broker plugin and the
 Redis script run) gives it its share for the next round, set as that broker's bound without resetting its usage
 (as the plugin changes a sensor's limit). The replay is closed loop like ``pipeline.replay``: a throttled client
 waits out its throttle time before its next request on that broker. At the start every broker holds B / brokers,
@@ -16,8 +16,8 @@ import heapq
 import numpy as np
 import pandas as pd
 
-from quotas.engine.budgets import BudgetLedger, BudgetParams
-from quotas.engine.managers import UsageRecord
+from engine.budgets import BudgetLedger, BudgetParams
+from engine.managers import UsageRecord
 
 from .replay import _KEPT, _manager
 

@@ -1,6 +1,6 @@
 """The what-if replay of a sampled-Rate quota, without the reference model's objects: same numbers, ~70x less work.
 
-``pipeline.replay`` replays usage through ``quotas.engine``'s ``ModelBackend`` (a ``Decision``, a sensor lookup,
+``pipeline.replay`` replays usage through ``engine``'s ``ModelBackend`` (a ``Decision``, a sensor lookup,
 several purges and measurements per record, ~13 us). The Spark jobs replay millions of records, so for the quota
 types whose manager records into a ``Rate(WindowedSum)`` with ``Op.RECORD`` (produce, fetch and request) this
 module runs the same state machine on three plain lists for one (broker, user, client-id) group:
@@ -38,11 +38,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from quotas.engine.decisions import SENSOR_EXPIRY_MS, Kind, check_sampling
-from quotas.engine.entities import QuotaType
-from quotas.engine.javamath import java_div, java_round, long_div, to_int
-from quotas.engine.managers import ClientQuotaManager, manager_for
-from quotas.engine.model import ModelBackend
+from engine.decisions import SENSOR_EXPIRY_MS, Kind, check_sampling
+from engine.entities import QuotaType
+from engine.javamath import java_div, java_round, long_div, to_int
+from engine.managers import ClientQuotaManager, manager_for
+from engine.model import ModelBackend
 
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _EXACT_ROUND = 2.0**52  # below this magnitude floor(x) and x - floor(x) are exact in doubles

@@ -4,7 +4,7 @@ Layout under ``settings.QUOTAS_LANDING_ROOT``, partitioned by the UTC hour of ea
 (``date=YYYY-MM-DD/hour=HH``):
 
 - ``usage/``: cluster (string), broker (int32), quota_type (string), user (string), client_id (string),
-  t_ms (int64), value (float64): every request's usage as recorded (``quotas/engine/usage_log.py``);
+  t_ms (int64), value (float64): every request's usage as recorded (``engine/usage_log.py``);
 - ``samples/``: t (int64), c (string), b (int32), q (string), e (string), rate, bound, util, thr_avg, thr_max,
   thr_frac, tokens (float64, nullable), src (string: ``prometheus``, ``client``; null for the engine's), res_ms
   (int64: how long the sample stands for, the Prometheus scrape interval; null = one second): the monitor firehose
@@ -54,8 +54,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import redis
 
-from quotas.engine import usage_log
-from quotas.engine.monitor import firehose_key
+from engine import usage_log
+from engine.monitor import firehose_key
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,8 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from quotas.engine.entities import sanitize
-from quotas.engine.units import format_quota_value, quota_key
+from engine.entities import sanitize
+from engine.units import format_quota_value, quota_key
 
 from .errors import CorruptInput, MissingInput, PipelineError
 from .rollups import DEFAULT_RES_MS, with_resolution

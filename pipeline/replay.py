@@ -30,9 +30,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from quotas.engine.entities import QuotaType
-from quotas.engine.managers import ClientQuotaManager, RecordResult, UsageRecord, manager_for
-from quotas.engine.model import ModelBackend
+from engine.entities import QuotaType
+from engine.managers import ClientQuotaManager, RecordResult, UsageRecord, manager_for
+from engine.model import ModelBackend
 
 from .kernel import UNRECORDS_THROTTLED, Replayed, fetch_limit, kernel_manager, replay_rate
 

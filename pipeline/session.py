@@ -63,7 +63,7 @@ def build_session(master: str = DEFAULT_MASTER, app_name: str = "quotas-pipeline
         )
         if master.startswith("spark://"):
             # a standalone cluster's executors start their Python workers in a folder of their own: they import the
-            # jobs' modules (pipeline, quotas.engine) from where this process does (the same path on every worker)
+            # jobs' modules (pipeline, engine) from where this process does (the same path on every worker)
             root = str(Path(__file__).resolve().parent.parent)
             builder = builder.config("spark.executorEnv.PYTHONPATH", os.pathsep.join(
                 p for p in (root, os.environ.get("PYTHONPATH", "")) if p

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from quotas.engine.entities import DEFAULT
+from engine.entities import DEFAULT
 
 from .errors import BadArguments, MissingInput
 from .session import read_dataset

@@ -63,9 +63,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from quotas.engine.budgets import BUDGET_TYPES
-from quotas.engine.entities import DEFAULT, TYPE_OF_KEY, validate_quota_value
-from quotas.engine.errors import QuotaValidationError
+from engine.budgets import BUDGET_TYPES
+from engine.entities import DEFAULT, TYPE_OF_KEY, validate_quota_value
+from engine.errors import QuotaValidationError
 
 from .advice import METHOD, advise, advise_usage
 from .budget_replay import delivered_over_budget, replay_budget

@@ -31,8 +31,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+import quotafile
 from plans import services
-from quotas import quotafile, workflow
+from quotas import workflow
 from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.serializers import DecisionSerializer, MovedSerializer, RejectSerializer
 from quotas.api.views import get_cluster

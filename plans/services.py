@@ -1,6 +1,6 @@
 """Quotas as code in the portal: export a cluster's state as a quota file, plan a file, apply a plan.
 
-The file format and the diff are ``quotas.quotafile`` (no Django); the stored plan, its one-version apply and the
+The file format and the diff are ``quotafile`` (no Django); the stored plan, its one-version apply and the
 grouped request are ``quotas.models.plans`` and ``quotas.workflow``. This module puts them together for a person:
 who sees and changes what (admins everything; auditors read and plan, never apply; a tenant member only what its
 tenant owns), and what a plan shows beside each change: the warning where a more specific level still wins
@@ -18,11 +18,11 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+import quotafile
+from engine.config import EntityRef
+from engine.units import BYTE_RATE_KEYS
 from history import services as history
 from history.models import ImpactPreview
-from quotas import quotafile
-from quotas.engine.config import EntityRef
-from quotas.engine.units import BYTE_RATE_KEYS
 from quotas.models import Cluster, DesiredStateVersion, Plan, PlanState, Tenant
 from quotas.models.client_metrics import match_owned_by
 from quotas.models.plans import check_configs, check_scopes, current_state

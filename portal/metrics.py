@@ -25,8 +25,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from engine.monitor import latest_key
 from quotas.budgets import STATES, enforcements
-from quotas.engine.monitor import latest_key
 from quotas.models import Cluster, Drift, Push, PushState, QuotaRequest, RequestState
 
 #: Push latency buckets, seconds (a push waits at least a Celery round trip; Kafka's verify adds broker answers).

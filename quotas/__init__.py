@@ -1,5 +1,5 @@
 """The quota domain: models, API, approval workflow, push tasks and connectors.
 
-``quotas.engine`` (the token-bucket/rate engine in Redis) lives inside this
+``engine`` (the token-bucket/rate engine in Redis) lives inside this
 package but must not import Django, so brokers and Spark jobs can use it.
 """

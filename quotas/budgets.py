@@ -1,7 +1,7 @@
 """Whether each cluster's cluster-wide budgets are enforced as budgets: ``coordinated``, ``fallback`` or ``off``.
 
 The brokers' budget plugin (an engine broker: ``traffic.engine_budgets``) records each broker's last round in the
-cluster's key space (``qb:{<cluster>}:brokers``, ``quotas.engine.budget_store``); the state is
+cluster's key space (``qb:{<cluster>}:brokers``, ``engine.budget_store``); the state is
 ``BudgetStore.enforcement`` over those rounds and the cluster's registered brokers, on Redis's clock:
 
 - ``coordinated``: every broker's last round is within the lease: shares follow demand;
@@ -24,11 +24,11 @@ import redis
 from django.conf import settings
 from django.db.models import Count
 
+from engine.budget_store import COORDINATED, FALLBACK, OFF, BudgetStore
+from engine.budgets import BudgetParams
+from engine.redis_backend import connect
 from quotas.choices import BudgetScope, ConnectorKind, QuotaScope
 from quotas.connectors import budget_redis_url
-from quotas.engine.budget_store import COORDINATED, FALLBACK, OFF, BudgetStore
-from quotas.engine.budgets import BudgetParams
-from quotas.engine.redis_backend import connect
 from quotas.models import Broker, Cluster, QuotaValue
 
 UNKNOWN = "unknown"

@@ -6,9 +6,9 @@ can never disagree about which names exist.
 
 from django.db import models
 
-from quotas.engine.budgets import BUDGET_TYPES
-from quotas.engine.config import CLIENT_ID, IP, USER
-from quotas.engine.entities import QUOTA_KEYS, QuotaType
+from engine.budgets import BUDGET_TYPES
+from engine.config import CLIENT_ID, IP, USER
+from engine.entities import QUOTA_KEYS, QuotaType
 
 
 class ConnectorKind(models.TextChoices):

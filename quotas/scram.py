@@ -32,6 +32,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
+from engine.entities import DEFAULT, entity_path
 from quotas import push, workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import PushError
@@ -46,7 +47,6 @@ from quotas.connectors.kafka_client import (
     KafkaTimeoutError,
     ScramCredentialError,
 )
-from quotas.engine.entities import DEFAULT, entity_path
 from quotas.models import (
     AuditAction,
     Cluster,

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from django.conf import settings
 
+from engine.config import cluster_namespace, namespace_for_broker
 from quotas.choices import ConnectorKind, QuotaScope
-from quotas.engine.config import cluster_namespace, namespace_for_broker
 from quotas.models import Cluster
 from traffic.loadgen import BrokerTarget
 

@@ -1,6 +1,6 @@
 """What the relay, the WebSocket consumer and the monitor API share: group names, the watched set, who sees what.
 
-See ``telemetry_ui/README.md`` (the contract) and ``quotas/engine/monitor.py`` (the samples and their keys).
+See ``telemetry_ui/README.md`` (the contract) and ``engine/monitor.py`` (the samples and their keys).
 
 - ``cluster_group(c)`` = ``mon.cluster.<c>``: every broker tick of the cluster, as ``mon.batch`` messages;
 - ``entity_group(c, tags)`` = ``mon.entity.<digest>``: one entity's points, as ``mon.points`` messages, sent by the
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from quotas.engine.entities import QuotaType
-from quotas.engine.monitor import CONNECTION, entity_key, split_tags
+from engine.entities import QuotaType
+from engine.monitor import CONNECTION, entity_key, split_tags
 
 #: Every quota type a sample may carry (``q``): the client quota types and the connection samples.
 QUOTA_TYPES: tuple[str, ...] = (*(str(q) for q in QuotaType), CONNECTION)
@@ -170,7 +170,7 @@ CLOCK_SLACK_MS = 60_000
 
 async def recent_async(client: Any, cluster: str, tags: str, since_ms: int, quota_types: tuple[str, ...] = QUOTA_TYPES
                        ) -> list[dict[str, Any]]:
-    """``quotas.engine.monitor.recent`` over every quota type of the entity, on a redis.asyncio client, in one round
+    """``engine.monitor.recent`` over every quota type of the entity, on a redis.asyncio client, in one round
     trip: the samples with ``t >= since_ms``, oldest first (read from a little earlier by stream id, then filtered
     on ``t``, so a long stream is not read whole)."""
     start = max(0, since_ms - CLOCK_SLACK_MS)

@@ -50,10 +50,9 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from quotas.engine.memory_limiter import LimitType, Permit, PermitAcquireException, PermitAcquireQueueFullException
-from quotas.telemetry import compression
-from quotas.telemetry.errors import InvalidRecord, TelemetryTooLarge
-from quotas.telemetry.otlp import (
+from kip714 import compression
+from kip714.errors import InvalidRecord, TelemetryTooLarge
+from kip714.otlp import (
     INVALID_ARGUMENT,
     JSON,
     NOT_FOUND,
@@ -67,6 +66,7 @@ from quotas.telemetry.otlp import (
     export_response,
     status_body,
 )
+from memory_limiter.limiter import LimitType, Permit, PermitAcquireException, PermitAcquireQueueFullException
 
 from . import telemetry_store as store
 from .monitoring import check_cluster_name

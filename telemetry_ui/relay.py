@@ -35,7 +35,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from quotas.engine.monitor import firehose_key
+from engine.monitor import firehose_key
 
 from .fanout import Delivery, Fanout
 from .monitoring import (

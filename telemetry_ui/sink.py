@@ -1,6 +1,6 @@
 """The KIP-714 telemetry sink: a broker's GetTelemetrySubscriptions and PushTelemetry over HTTP (ASGI, async views).
 
-Each process keeps one :class:`quotas.telemetry.manager.ClientMetricsManager` per cluster, its subscriptions
+Each process keeps one :class:`kip714.manager.ClientMetricsManager` per cluster, its subscriptions
 loaded from the cluster's ``ClientMetricsSubscription`` rows and reloaded when the cluster's
 ``DesiredStateVersion`` moves (checked at most every ``QUOTAS_TELEMETRY_RELOAD_S``; only subscriptions whose
 configs changed are re-applied, so the other clients keep their ids and timestamps). The manager is not
@@ -52,22 +52,22 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from quotas.engine.memory_limiter import (
-    AsyncDualMemoryLimiter,
-    LimitType,
-    Permit,
-    PermitAcquireException,
-    SemaphoreConfig,
-)
-from quotas.telemetry import compression
-from quotas.telemetry.manager import (
+from kip714 import compression
+from kip714.manager import (
     INVALID_REQUEST,
     NONE,
     THROTTLING_QUOTA_EXCEEDED,
     ClientMetricsManager,
     RequestContext,
 )
-from quotas.telemetry.otlp import MetricPoint, decode_metrics
+from kip714.otlp import MetricPoint, decode_metrics
+from memory_limiter.limiter import (
+    AsyncDualMemoryLimiter,
+    LimitType,
+    Permit,
+    PermitAcquireException,
+    SemaphoreConfig,
+)
 
 from . import telemetry_store as store
 from .monitoring import check_cluster_name

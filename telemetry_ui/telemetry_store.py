@@ -66,7 +66,7 @@ def new_record(instance: str) -> dict[str, Any]:
 
 
 def make_entry(cluster: str, instance: str, client_id: str | None, points: list[Any], t: int) -> dict[str, Any]:
-    """The stream entry of one push; ``points`` are ``quotas.telemetry.otlp.MetricPoint``s."""
+    """The stream entry of one push; ``points`` are ``kip714.otlp.MetricPoint``s."""
     return {
         "t": t,
         "c": cluster,

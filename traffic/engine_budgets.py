@@ -2,7 +2,7 @@
 
 Each engine broker (``traffic.loadgen``) notes what every sensor recorded and whether it was throttled; once a
 second it runs the same round as the portal's ``ClientQuotaCallback`` on a Kafka broker: it reports the demand of
-each sensor whose quota is cluster-wide (``quotas.engine.budget_store``, the scope the portal pushed) and bounds
+each sensor whose quota is cluster-wide (``engine.budget_store``, the scope the portal pushed) and bounds
 those sensors by the shares it gets back (``ClientQuotaManager.set_shares``). A round that fails keeps the last
 shares for the lease, then falls back to budget / brokers, as the plugin does. No Django here.
 """
@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 
 import redis
 
-from quotas.engine.budget_store import BudgetReport, BudgetStore, budget_id, scope_field_of
-from quotas.engine.budgets import BUDGET_TYPES, BudgetParams
-from quotas.engine.entities import QuotaType, Resolution
-from quotas.engine.errors import EngineUnavailable
-from quotas.engine.managers import ClientQuotaManager
+from engine.budget_store import BudgetReport, BudgetStore, budget_id, scope_field_of
+from engine.budgets import BUDGET_TYPES, BudgetParams
+from engine.entities import QuotaType, Resolution
+from engine.errors import EngineUnavailable
+from engine.managers import ClientQuotaManager
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ of that pair applies, and some ask for more than their quota, so Kafka throttles
 - an admin client creates a burst of topics every so often against ``controller_mutation_rate`` (new request
   versions get a strict quota: topics past the burst fail with THROTTLING_QUOTA_EXCEEDED) and deletes them.
 
-What the clients see is turned into the live monitor's samples (``quotas.engine.monitor``), once a second per
+What the clients see is turned into the live monitor's samples (``engine.monitor``), once a second per
 broker, from librdkafka's statistics: the bytes sent or received per broker (``txbytes``/``rxbytes``, request
 framing included) and the throttle times Kafka answered (``throttle`` window: avg, max, sum). They are marked
 ``"src": "client"``: what a client observed, not the broker's own sensor. ``sensor`` says which quota (and sensor

@@ -4,7 +4,7 @@ Per cluster and broker (each broker is a namespace of the engine, as ``quotas/co
 
 - a ``QuotaEngine`` whose config is reloaded when a push lands (its pub/sub channel, and a version check every
   few seconds in case a message was missed), so an approved request changes the throttling at once;
-- a ``Sampler`` ticked once a second: the live stream the relay and the charts read (``quotas/engine/monitor.py``),
+- a ``Sampler`` ticked once a second: the live stream the relay and the charts read (``engine/monitor.py``),
   plus connection samples (``q`` ``"connection"``, ``e`` ``"ip:<addr>"`` / ``"listener:<name>"``);
 - a ``RedisConnectionQuotas`` with the broker's pushed connection limits and the per-IP creation rates.
 
@@ -40,10 +40,10 @@ from typing import Any, NamedTuple
 
 import redis
 
-from quotas.engine import usage_log
-from quotas.engine.budget_store import BudgetStore
-from quotas.engine.config import QuotaEngine, namespace_for_broker
-from quotas.engine.connections import (
+from engine import usage_log
+from engine.budget_store import BudgetStore
+from engine.config import QuotaEngine, namespace_for_broker
+from engine.connections import (
     ACCEPTED,
     BLOCKED,
     IP_THROTTLED,
@@ -53,14 +53,14 @@ from quotas.engine.connections import (
     IpRates,
     RedisConnectionQuotas,
 )
-from quotas.engine.desired import BrokerConfigStore
-from quotas.engine.entities import QuotaType
-from quotas.engine.errors import EngineUnavailable, QuotaEngineError, ThrottlingQuotaExceeded
-from quotas.engine.javamath import INT_MAX
-from quotas.engine.managers import UsageRecord, nanos_to_percentage
-from quotas.engine.monitor import ACTIVE_FOR_MS, CONNECTION, Sampler
-from quotas.engine.redis_backend import connect
-from quotas.engine.replication import BROKER_RATE_KEYS
+from engine.desired import BrokerConfigStore
+from engine.entities import QuotaType
+from engine.errors import EngineUnavailable, QuotaEngineError, ThrottlingQuotaExceeded
+from engine.javamath import INT_MAX
+from engine.managers import UsageRecord, nanos_to_percentage
+from engine.monitor import ACTIVE_FOR_MS, CONNECTION, Sampler
+from engine.redis_backend import connect
+from engine.replication import BROKER_RATE_KEYS
 
 from .engine_budgets import BrokerBudgets
 

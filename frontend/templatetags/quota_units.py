@@ -1,4 +1,4 @@
-"""Template filters showing quota values in their units (``quotas.engine.units``): byte rates in binary units
+"""Template filters showing quota values in their units (``engine.units``): byte rates in binary units
 with the exact figure on hover, the other keys with their own unit.
 
     {% load quota_units %}
@@ -17,8 +17,8 @@ from django import template
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from quotas.engine.entities import QUOTA_KEYS
-from quotas.engine.units import format_byte_rate, format_exact, format_quota_value, is_byte_rate, quota_key
+from engine.entities import QUOTA_KEYS
+from engine.units import format_byte_rate, format_exact, format_quota_value, is_byte_rate, quota_key
 
 register = template.Library()
 

@@ -20,7 +20,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from quotas.engine.errors import EngineUnavailable, QuotaEngineError
+from engine.errors import EngineUnavailable, QuotaEngineError
 from quotas.workflow import WorkflowError
 
 #: DRF exceptions -> the code a client sees. Unknown APIExceptions use their default_code, upper-cased.

@@ -7,7 +7,7 @@ the pool is spent, listings wait their turn in a bounded FIFO queue, and when th
 wait times out the client gets 503 RESOURCE_EXHAUSTED with ``Retry-After`` instead of the process an
 out-of-memory.
 
-The limiter (``quotas.engine.memory_limiter.AsyncDualMemoryLimiter``) is an asyncio object and not
+The limiter (``memory_limiter.limiter.AsyncDualMemoryLimiter``) is an asyncio object and not
 thread-safe, while the views are sync (one thread under ASGI, several under a threaded WSGI server). So
 it lives on its own event loop in a daemon thread, started on first use (and again in a forked child),
 and every call reaches it through ``asyncio.run_coroutine_threadsafe``: only that loop ever touches it.
@@ -31,8 +31,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from quotas.api.errors import ResourceExhausted
-from quotas.engine.memory_limiter import (
+from memory_limiter.limiter import (
     AsyncDualMemoryLimiter,
     IllegalArgumentException,
     LimitType,
@@ -42,6 +41,7 @@ from quotas.engine.memory_limiter import (
     SemaphoreConfig,
     render_prometheus,
 )
+from quotas.api.errors import ResourceExhausted
 
 DEFAULT_HEAP_BYTES = 64 << 20
 DEFAULT_QUEUE_SIZE = 1000

@@ -29,6 +29,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from engine.connections import normalize_ip
 from quotas import push, workflow
 from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.memory import memory_permits, metrics_text, page_bytes
@@ -68,7 +69,6 @@ from quotas.api.serializers import (
     push_summary,
 )
 from quotas.choices import ConnectorKind, QuotaScope
-from quotas.engine.connections import normalize_ip
 from quotas.models import (
     Alteration,
     AlterationRejected,

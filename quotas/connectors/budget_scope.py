@@ -2,7 +2,7 @@
 
 Kafka holds every quota value itself (AlterClientQuotas, so ``kafka-configs.sh --describe`` shows a budget's value);
 the brokers' budget plugin (a KIP-257 ``ClientQuotaCallback``) reads from the cluster's scope hash
-(``qb:{<cluster>}:scope``, written with ``quotas.engine.budget_store.BudgetStore.set_scope``) which of them are
+(``qb:{<cluster>}:scope``, written with ``engine.budget_store.BudgetStore.set_scope``) which of them are
 cluster-wide, and shares each of those out between the brokers. An engine cluster's brokers do the same
 (``traffic.engine_budgets``), with the hash in their own Redis. A ``budget-scope`` item of the desired state
 (``resource`` the entity's ``EntityRef.field()``, ``key`` the quota key) is one field of that hash: ``<quota type>
@@ -24,11 +24,11 @@ from typing import TypeVar
 
 import redis
 
-from quotas.engine.budget_store import BudgetStore, scope_field
-from quotas.engine.budgets import BUDGET_TYPES
-from quotas.engine.entities import QuotaType
-from quotas.engine.errors import QuotaValidationError
-from quotas.engine.redis_backend import connect
+from engine.budget_store import BudgetStore, scope_field
+from engine.budgets import BUDGET_TYPES
+from engine.entities import QuotaType
+from engine.errors import QuotaValidationError
+from engine.redis_backend import connect
 
 from .base import BUDGET_SCOPE, CLUSTER_WIDE, Item, PushError, State
 

@@ -16,12 +16,12 @@ from collections.abc import Mapping
 
 import redis
 
+from engine.config import cluster_namespace, namespace_for_broker
+from engine.desired import DELTA, FORCE, FULL, NamespaceState, NeedsFullState
+from engine.errors import EngineUnavailable, QuotaEngineError
+from engine.redis_backend import connect
 from quotas.connectors.base import BUDGET_SCOPE, Applied, Delta, Item, PushError, State, Target
 from quotas.connectors.budget_scope import BudgetScopes
-from quotas.engine.config import cluster_namespace, namespace_for_broker
-from quotas.engine.desired import DELTA, FORCE, FULL, NamespaceState, NeedsFullState
-from quotas.engine.errors import EngineUnavailable, QuotaEngineError
-from quotas.engine.redis_backend import connect
 
 
 class EngineConnector:

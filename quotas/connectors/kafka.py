@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from quotas.engine.config import EntityRef
-from quotas.engine.entities import DEFAULT
-from quotas.engine.errors import QuotaValidationError
+from engine.config import EntityRef
+from engine.entities import DEFAULT
+from engine.errors import QuotaValidationError
 
 from .base import (
     BROKER,

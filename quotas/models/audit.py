@@ -16,10 +16,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import models, transaction
 from django.utils import timezone
 
+from engine.config import EntityRef
+from engine.entities import entity_path
+from engine.errors import QuotaEngineError
 from quotas.choices import BudgetScope
-from quotas.engine.config import EntityRef
-from quotas.engine.entities import entity_path
-from quotas.engine.errors import QuotaEngineError
 from quotas.models.clusters import Cluster
 from quotas.models.pushes import DesiredStateVersion
 from quotas.models.quotas import Alteration, AlterOutcome, QuotaValue, alter_client_quotas

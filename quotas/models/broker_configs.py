@@ -20,11 +20,9 @@ from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from quotas.choices import QuotaScope
-from quotas.connectors.base import BROKER, TOPIC, Item
-from quotas.engine.connections import ConnectionConfig
-from quotas.engine.errors import QuotaEngineError, QuotaValidationError
-from quotas.engine.replication import (
+from engine.connections import ConnectionConfig
+from engine.errors import QuotaEngineError, QuotaValidationError
+from engine.replication import (
     BROKER_RATE_KEYS,
     TOPIC_REPLICA_KEYS,
     ReplicationThrottleStore,
@@ -32,6 +30,8 @@ from quotas.engine.replication import (
     validate_broker_id,
     validate_topic_name,
 )
+from quotas.choices import QuotaScope
+from quotas.connectors.base import BROKER, TOPIC, Item
 from quotas.models.audit import AuditAction, record
 from quotas.models.clusters import Broker, Cluster
 from quotas.models.pushes import DesiredStateVersion

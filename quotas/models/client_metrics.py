@@ -4,7 +4,7 @@ Kafka keeps a subscription as the dynamic configs of a ``client-metrics`` resour
 resource type 16): ``metrics`` (comma-separated metric-name prefixes, ``*`` = all), ``interval.ms`` (the push
 interval, 100..3600000, default 300000) and ``match`` (comma-separated ``key=regex`` client selectors, each an
 anchored regex; empty = every client). The rules are Kafka's ``ClientMetricsConfigs``, implemented once in
-``quotas.telemetry.subscriptions.validate_subscription``; this module stores what passed them.
+``kip714.subscriptions.validate_subscription``; this module stores what passed them.
 
 A subscription changes only through ``alter_subscription``: validated, written, versioned (one desired-state
 version, with an item per key: ``Item("client-metrics", name, key)``, None = removed), pushed to every broker
@@ -25,9 +25,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import models, transaction
 from django.db.models import Q
 
+from engine.errors import QuotaValidationError
 from quotas.choices import EntityType
 from quotas.connectors.base import CLIENT_METRICS, Item
-from quotas.engine.errors import QuotaValidationError
 from quotas.models.audit import AuditAction, record
 from quotas.models.clusters import Cluster
 from quotas.models.pushes import DesiredStateVersion
@@ -111,8 +111,8 @@ def match_entries(match: str) -> list[tuple[str, str]]:
 
 
 def validate(name: str, configs: Mapping[str, Any]) -> tuple[str, int, str]:
-    """Kafka's ClientMetricsConfigs rules (``quotas.telemetry``); returns (metrics, interval_ms, match) as stored."""
-    from quotas.telemetry.subscriptions import validate_subscription
+    """Kafka's ClientMetricsConfigs rules (``kip714``); returns (metrics, interval_ms, match) as stored."""
+    from kip714.subscriptions import validate_subscription
 
     if not isinstance(name, str) or not name:
         raise QuotaValidationError("Subscription name can't be empty")

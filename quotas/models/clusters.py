@@ -18,7 +18,7 @@ cluster_name_validator = RegexValidator(
 
 
 #: A broker's engine: one Redis (``redis://``, ``rediss://``, ``unix://``) or a Redis Cluster (``redis+cluster://``,
-#: ``rediss+cluster://``; any nodes, the client finds the slots), as ``quotas.engine.redis_backend.connect`` takes them.
+#: ``rediss+cluster://``; any nodes, the client finds the slots), as ``engine.redis_backend.connect`` takes them.
 ENGINE_URL_VALIDATOR = RegexValidator(
     r"^(rediss?(\+cluster)?|unix)://",
     "Use a redis://, rediss://, unix:// URL, or redis+cluster://host:port[,host:port...] (rediss+cluster:// for TLS) "

@@ -1,6 +1,6 @@
 """Plans of quota files (quotas as code) and tenants' grouped requests to apply them.
 
-A ``Plan`` is the difference between a quota file (``quotas.quotafile``) and a cluster's desired state at one
+A ``Plan`` is the difference between a quota file (``quotafile``) and a cluster's desired state at one
 desired-state version (``base_version``), stored with what it would do (impact, capacity, warnings; computed by
 the ``plans`` app). It goes stale when desired state moves on. An admin applies it whole: every change in one
 transaction, one new desired-state version, each changed key audited, pushed like any change (``apply_plan``).
@@ -18,12 +18,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import models, transaction
 from django.db.models import Q
 
-from quotas import quotafile
+import quotafile
+from engine.config import EntityRef
+from engine.entities import DEFAULT, entity_path
+from engine.errors import QuotaEngineError
 from quotas.choices import BudgetScope, QuotaScope
 from quotas.connectors.base import BROKER, CLIENT_METRICS, QUOTA, TOPIC, Item
-from quotas.engine.config import EntityRef
-from quotas.engine.entities import DEFAULT, entity_path
-from quotas.engine.errors import QuotaEngineError
 from quotas.models.audit import AuditAction, AuditEntry, scope_audit
 from quotas.models.broker_configs import (
     BrokerConfig,

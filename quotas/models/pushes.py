@@ -18,11 +18,11 @@ from django.db.models.signals import post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
+from engine.config import EntityRef
+from engine.entities import DEFAULT, entity_path
+from engine.errors import QuotaEngineError
 from quotas.choices import ConnectorKind, QuotaScope
 from quotas.connectors.base import BROKER, BUDGET_SCOPE, CLIENT_METRICS, KINDS, QUOTA, TOPIC, Item
-from quotas.engine.config import EntityRef
-from quotas.engine.entities import DEFAULT, entity_path
-from quotas.engine.errors import QuotaEngineError
 from quotas.models import rows
 from quotas.models.clusters import Broker, Cluster, push_wanted
 

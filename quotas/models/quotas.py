@@ -1,7 +1,7 @@
 """Desired client quotas: entities, their values, and the per-cluster desired-state version.
 
 The rules (which keys exist, which values Kafka accepts, how entity names are
-formed, the 8-level precedence) are the engine's (``quotas.engine``); this module
+formed, the 8-level precedence) are the engine's (``engine``); this module
 only stores what passed them and answers Kafka's three questions over the rows:
 DescribeClientQuotas, AlterClientQuotas and "which quota applies to this client".
 
@@ -20,11 +20,9 @@ from typing import Any
 from django.db import connection, models, transaction
 from django.db.models import Q
 
-from quotas.choices import BUDGET_KEYS, BudgetScope, ConnectorKind, MatchType, QuotaKey, QuotaScope
-from quotas.connectors.base import BUDGET_SCOPE, CLUSTER_WIDE, QUOTA, Item
-from quotas.engine.config import CLIENT_ID, IP, USER, EntityRef
-from quotas.engine.connections import IpRates, normalize_ip
-from quotas.engine.entities import (
+from engine.config import CLIENT_ID, IP, USER, EntityRef
+from engine.connections import IpRates, normalize_ip
+from engine.entities import (
     DEFAULT,
     QUOTA_KEYS,
     TYPE_OF_KEY,
@@ -37,7 +35,9 @@ from quotas.engine.entities import (
     validate_quota_key,
     validate_quota_value,
 )
-from quotas.engine.errors import QuotaEngineError, QuotaValidationError
+from engine.errors import QuotaEngineError, QuotaValidationError
+from quotas.choices import BUDGET_KEYS, BudgetScope, ConnectorKind, MatchType, QuotaKey, QuotaScope
+from quotas.connectors.base import BUDGET_SCOPE, CLUSTER_WIDE, QUOTA, Item
 from quotas.models import rows
 from quotas.models.clusters import Cluster
 from quotas.models.pushes import DesiredStateVersion

@@ -28,8 +28,8 @@ from django.db.models import Q
 from django.dispatch import Signal
 from django.utils import timezone
 
+from engine.entities import entity_path
 from quotas.choices import BudgetScope, QuotaKey
-from quotas.engine.entities import entity_path
 from quotas.models.clusters import Cluster
 from quotas.models.tenants import Tenant
 

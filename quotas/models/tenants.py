@@ -141,7 +141,7 @@ def quota_visible(tenants: Iterable[Tenant], user: str | None, client_id: str | 
     part beside a named one (``/config/users/<default>/clients/app-1``) counts as owned. Every named part must be
     owned by one tenant; named ips are nobody's, so members never read them.
     """
-    from quotas.engine.entities import DEFAULT
+    from engine.entities import DEFAULT
 
     if ip is not None:
         return ip == DEFAULT
@@ -184,7 +184,7 @@ def entity_refusal(tenant: Tenant, user: str | None, client_id: str | None) -> t
     so only admins set it; a default client-id under an owned user reaches only that user's clients.
     A refusal of a name says what the tenant owns, so the asker can pick one of those instead.
     """
-    from quotas.engine.entities import DEFAULT
+    from engine.entities import DEFAULT
 
     if user is None and client_id is None:
         return "Name a principal (user), a client-id, or both.", "user"

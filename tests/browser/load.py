@@ -1,7 +1,7 @@
 """Brokers for the browser tests: the engine's quota managers of each broker namespace, and each broker's Sampler.
 
 What a broker does with a client's produce requests (record them against the quota that applies) and what its
-sampler publishes once a second (``quotas.engine.monitor``), driven from the test: quotas pushed by the portal
+sampler publishes once a second (``engine.monitor``), driven from the test: quotas pushed by the portal
 (a Celery worker writing each broker's namespace) take effect at the next ``tick`` (``QuotaEngine.refresh``).
 """
 
@@ -12,8 +12,8 @@ import time
 
 import redis
 
-from quotas.engine.config import QuotaEngine, namespace_for_broker
-from quotas.engine.monitor import Sampler
+from engine.config import QuotaEngine, namespace_for_broker
+from engine.monitor import Sampler
 
 
 def now_ms() -> int:

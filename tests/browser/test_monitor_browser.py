@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import redis
 
+from engine.monitor import Sampler
 from quotas import workflow
-from quotas.engine.monitor import Sampler
 from quotas.models import QuotaRequest
 from tests.portal.brokers import push_everywhere, set_quota
 from tests.waiting import wait_for

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import redis
 
+from kip714.client import TelemetryClient
 from quotas.models import Cluster
 from quotas.models.client_metrics import alter_subscription
-from quotas.telemetry.client import TelemetryClient
 from tests.waiting import wait_for
 
 from .conftest import Portal, log_in, person, screenshot

@@ -1,5 +1,5 @@
 """Units in a real browser: the request form says what it understood of the value as one types (units.js, the
-same rules as quotas/engine/units.py), and the pages and charts show byte rates in binary units.
+same rules as engine/units.py), and the pages and charts show byte rates in binary units.
 
 Every page visited is saved under test-artifacts/screenshots/.
 """
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from engine.units import UnitError, format_byte_rate, format_exact, parse_quota_value
 from history.models import UsageRollup
-from quotas.engine.units import UnitError, format_byte_rate, format_exact, parse_quota_value
 from quotas.models import OwnedName, QuotaEntity, QuotaRequest
 
 from .conftest import CLUSTER, Portal, log_in, screenshot

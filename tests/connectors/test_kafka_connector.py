@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from engine.config import EntityRef
 from quotas.connectors.base import Delta, Item, PushError, Target
 from quotas.connectors.kafka import KafkaConnector
 from quotas.connectors.kafka_client import (
@@ -24,7 +25,6 @@ from quotas.connectors.kafka_client import (
     INCREMENTAL_ALTER_CONFIGS,
     AdminClient,
 )
-from quotas.engine.config import EntityRef
 from tests.connectors.kafka_responder import KafkaResponder
 
 BROKER_ID = 1

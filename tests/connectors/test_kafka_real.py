@@ -16,10 +16,10 @@ import pytest
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from confluent_kafka.admin import NewTopic
 
+from engine.config import EntityRef
 from quotas.connectors.base import Applied, Delta, Item, PushError, Target
 from quotas.connectors.kafka import KafkaConnector
 from quotas.connectors.kafka_client import BROKER_RESOURCE, MATCH_EXACT, OP_SET, AdminClient
-from quotas.engine.config import EntityRef
 from tests.waiting import wait_for
 
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from quotas.engine.model import ModelBackend
-from quotas.engine.redis_backend import RedisBackend, connect
+from engine.model import ModelBackend
+from engine.redis_backend import RedisBackend, connect
 
 _ns = itertools.count()
 

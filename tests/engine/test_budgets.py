@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from quotas.engine.budget_store import (
+from engine.budget_store import (
     COORDINATED,
     FALLBACK,
     OFF,
@@ -19,8 +19,8 @@ from quotas.engine.budget_store import (
     budget_id,
     scope_field,
 )
-from quotas.engine.budgets import BudgetLedger, BudgetParams, Demand, floor_share, targets
-from quotas.engine.errors import QuotaValidationError
+from engine.budgets import BudgetLedger, BudgetParams, Demand, floor_share, targets
+from engine.errors import QuotaValidationError
 
 MIB = 1_048_576.0
 T0 = 1_700_000_000_000
@@ -174,7 +174,7 @@ def test_enforcement_is_off_until_a_broker_reports_then_coordinated_then_fallbac
 
 
 def test_a_round_runs_on_a_redis_cluster_in_one_slot(redis_cluster_url: str) -> None:
-    from quotas.engine.redis_backend import connect
+    from engine.redis_backend import connect
 
     client = connect(redis_cluster_url, timeout_s=5.0)
     store = BudgetStore(client, f"cbc-{id(object())}")

@@ -7,8 +7,8 @@ import math
 import pytest
 import redis
 
-from quotas.engine.config import AlterOp, EntityRef, QuotaConfigStore, QuotaEngine
-from quotas.engine.errors import QuotaValidationError
+from engine.config import AlterOp, EntityRef, QuotaConfigStore, QuotaEngine
+from engine.errors import QuotaValidationError
 
 ALICE = EntityRef(user="alice")
 
@@ -135,7 +135,7 @@ def test_a_held_manager_sees_every_reload_and_keeps_kafkas_enabled_levels(
 
 
 def test_the_sweep_leaves_other_structures_of_the_namespace_alone(redis_client: redis.Redis, namespace: str) -> None:
-    from quotas.engine.connections import ConnectionConfig, RedisConnectionQuotas
+    from engine.connections import ConnectionConfig, RedisConnectionQuotas
 
     engine = QuotaEngine(redis_client, namespace)
     conns = RedisConnectionQuotas(redis_client, namespace, ConnectionConfig())
@@ -149,9 +149,9 @@ def test_the_sweep_leaves_other_structures_of_the_namespace_alone(redis_client: 
 
 @pytest.mark.parametrize("ns", ["", "a|b", "x}y", "with space", "*"])
 def test_namespaces_that_would_break_key_names_are_refused(ns: str, redis_client: redis.Redis) -> None:
-    from quotas.engine.entities import QuotaType
-    from quotas.engine.managers import ClientQuotaManager
-    from quotas.engine.model import ModelBackend
+    from engine.entities import QuotaType
+    from engine.managers import ClientQuotaManager
+    from engine.model import ModelBackend
 
     with pytest.raises(QuotaValidationError):
         ClientQuotaManager(QuotaType.PRODUCE, ModelBackend(), namespace=ns)

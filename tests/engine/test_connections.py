@@ -9,7 +9,7 @@ import time
 import pytest
 import redis
 
-from quotas.engine.connections import (
+from engine.connections import (
     ACCEPTED,
     BLOCKED,
     IP_THROTTLED,
@@ -18,7 +18,7 @@ from quotas.engine.connections import (
     ModelConnectionQuotas,
     RedisConnectionQuotas,
 )
-from quotas.engine.errors import JavaIllegalArgument, QuotaValidationError
+from engine.errors import JavaIllegalArgument, QuotaValidationError
 
 from .conftest import T0
 
@@ -208,8 +208,8 @@ def test_redis_equals_model_on_random_acceptor_traffic(seed: int, redis_client, 
 
 
 def test_ip_rates_come_from_the_namespace_quota_config(redis_client, namespace) -> None:
-    from quotas.engine.config import AlterOp, EntityRef, QuotaConfigStore
-    from quotas.engine.connections import IpRates
+    from engine.config import AlterOp, EntityRef, QuotaConfigStore
+    from engine.connections import IpRates
 
     store = QuotaConfigStore(redis_client, namespace)
     store.alter([AlterOp(EntityRef(ip="10.0.0.1"), "connection_creation_rate", 5),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-from quotas.engine.config import EntityRef, QuotaConfigStore, QuotaEngine
-from quotas.engine.desired import (
+from engine.config import EntityRef, QuotaConfigStore, QuotaEngine
+from engine.desired import (
     BROKER,
     CLIENT_METRICS,
     QUOTA,
@@ -15,8 +15,8 @@ from quotas.engine.desired import (
     NamespaceState,
     NeedsFullState,
 )
-from quotas.engine.errors import QuotaValidationError
-from quotas.engine.replication import ReplicationThrottles, ReplicationThrottleStore
+from engine.errors import QuotaValidationError
+from engine.replication import ReplicationThrottles, ReplicationThrottleStore
 
 ALICE = EntityRef(user="alice").field()
 BOB = EntityRef(user="bob", client_id="app").field()

@@ -14,9 +14,9 @@ import random
 import pytest
 import redis
 
-from quotas.engine.decisions import Decision, Kind, Op
-from quotas.engine.model import ModelBackend
-from quotas.engine.redis_backend import RedisBackend
+from engine.decisions import Decision, Kind, Op
+from engine.model import ModelBackend
+from engine.redis_backend import RedisBackend
 
 OPS = [Op.RECORD, Op.RECORD, Op.RECORD, Op.RECORD_NOCHECK, Op.STRICT, Op.CHECK, Op.MEASURE]
 

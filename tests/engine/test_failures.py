@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from quotas.engine.config import AlterOp, EntityRef, QuotaConfigStore
-from quotas.engine.decisions import Decision, Kind, Op
-from quotas.engine.entities import DEFAULT, QuotaType
-from quotas.engine.errors import EngineUnavailable, ThrottlingQuotaExceeded
-from quotas.engine.managers import FAIL_CLOSED, ClientQuotaManager, ControllerMutationQuotaManager
-from quotas.engine.redis_backend import RedisBackend, connect
+from engine.config import AlterOp, EntityRef, QuotaConfigStore
+from engine.decisions import Decision, Kind, Op
+from engine.entities import DEFAULT, QuotaType
+from engine.errors import EngineUnavailable, ThrottlingQuotaExceeded
+from engine.managers import FAIL_CLOSED, ClientQuotaManager, ControllerMutationQuotaManager
+from engine.redis_backend import RedisBackend, connect
 
 from .conftest import T0
 
@@ -94,8 +94,8 @@ def test_config_change_on_unreachable_redis_changes_nothing(closed_port: int) ->
 
 
 def test_an_unknown_fail_mode_is_refused() -> None:
-    from quotas.engine.errors import QuotaValidationError
-    from quotas.engine.model import ModelBackend
+    from engine.errors import QuotaValidationError
+    from engine.model import ModelBackend
 
     with pytest.raises(QuotaValidationError):
         ClientQuotaManager(QuotaType.PRODUCE, ModelBackend(), fail_mode="maybe")
@@ -118,8 +118,8 @@ def test_redis_refusing_writes_is_unavailability_too(mode: str) -> None:
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, "10", None])
 def test_usage_must_be_a_finite_amount(value: object, redis_client) -> None:
-    from quotas.engine.errors import QuotaValidationError
-    from quotas.engine.managers import UsageRecord
+    from engine.errors import QuotaValidationError
+    from engine.managers import UsageRecord
 
     m = ClientQuotaManager(QuotaType.PRODUCE, RedisBackend(redis_client), namespace="usage-check")
     m.update_quota(None, DEFAULT, 100.0)

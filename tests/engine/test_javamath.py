@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from quotas.engine.javamath import LONG_MAX, LONG_MIN, java_div, java_min, java_round, long_div, to_int
+from engine.javamath import LONG_MAX, LONG_MIN, java_div, java_min, java_round, long_div, to_int
 
 
 def test_round_is_closest_long_with_ties_up() -> None:

@@ -8,18 +8,18 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from quotas.engine.decisions import Kind
-from quotas.engine.entities import DEFAULT, QuotaType
-from quotas.engine.errors import ThrottlingQuotaExceeded
-from quotas.engine.javamath import DOUBLE_MAX, LONG_MAX_AS_DOUBLE
-from quotas.engine.managers import (
+from engine.decisions import Kind
+from engine.entities import DEFAULT, QuotaType
+from engine.errors import ThrottlingQuotaExceeded
+from engine.javamath import DOUBLE_MAX, LONG_MAX_AS_DOUBLE
+from engine.managers import (
     ClientQuotaManager,
     ClientRequestQuotaManager,
     ControllerMutationQuotaManager,
     UsageRecord,
     nanos_to_percentage,
 )
-from quotas.engine.redis_backend import RedisBackend
+from engine.redis_backend import RedisBackend
 
 from .conftest import T0
 
@@ -139,7 +139,7 @@ def test_exempt_sensor_never_expires_while_client_sensors_do(redis_client, names
 
 @pytest.mark.parametrize("engine", ["model", "redis"])
 def test_a_sensor_idle_for_a_whole_expiry_starts_fresh(engine: str, redis_client, namespace) -> None:
-    from quotas.engine.model import ModelBackend
+    from engine.model import ModelBackend
 
     backend = ModelBackend(expiry_ms=300) if engine == "model" else RedisBackend(redis_client, expiry_ms=300)
     m = produce(backend, namespace)
@@ -208,7 +208,7 @@ def test_live_chart_view_is_read_only(redis_client, namespace) -> None:
     m.update_quota(None, DEFAULT, 100.0)
     m.record("u", "c", 3000.0, T0)
     before = redis_client.get(m.sensor_key(":c"))
-    from quotas.engine.decisions import Kind
+    from engine.decisions import Kind
 
     view = backend.peek(m.sensor_key(":c"), Kind.RATE, 11, 1000, T0 + 500)
     assert redis_client.get(m.sensor_key(":c")) == before
@@ -219,7 +219,7 @@ def test_live_chart_view_is_read_only(redis_client, namespace) -> None:
 
 
 def test_engine_facade_reads_config_from_redis(redis_client: redis.Redis, namespace) -> None:
-    from quotas.engine.config import AlterOp, EntityRef, QuotaEngine
+    from engine.config import AlterOp, EntityRef, QuotaEngine
 
     engine = QuotaEngine(redis_client, namespace)
     v = engine.store.alter([AlterOp(EntityRef(user="alice"), "producer_byte_rate", 1024)])
@@ -232,7 +232,7 @@ def test_engine_facade_reads_config_from_redis(redis_client: redis.Redis, namesp
 
 def test_a_cluster_namespace_can_run_on_the_engine_clock(redis_client, namespace) -> None:
     """Brokers with skewed clocks share one time line: Redis's own TIME, the same for a whole batch."""
-    from quotas.engine.decisions import SERVER_TIME, Decision, Kind, Op
+    from engine.decisions import SERVER_TIME, Decision, Kind, Op
 
     backend = RedisBackend(redis_client)
     key = f"qe:{{{namespace}|clock}}"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import redis
 
-from quotas.engine.config import AlterOp, EntityRef, QuotaEngine
-from quotas.engine.entities import QuotaType
-from quotas.engine.monitor import Sampler, firehose_key, latest, minutes, recent
+from engine.config import AlterOp, EntityRef, QuotaEngine
+from engine.entities import QuotaType
+from engine.monitor import Sampler, firehose_key, latest, minutes, recent
 
 T0 = 1_700_000_000_000
 
@@ -83,7 +83,7 @@ def test_an_entitys_stream_keeps_a_span_of_redis_time_whatever_the_number_of_bro
     several times the span, and memory grew for as long (the soak saw Redis grow for 13 minutes)."""
     import time
 
-    from quotas.engine.monitor import entity_key
+    from engine.monitor import entity_key
 
     engine = engine_with_quotas(redis_client, namespace)
     produce = engine.manager("produce")

@@ -15,11 +15,11 @@ import pytest
 import redis
 
 from devtools.redis_cluster import RedisCluster
-from quotas.engine.config import AlterOp, EntityRef, QuotaEngine, namespace_for_broker
-from quotas.engine.decisions import Decision, Kind, Op
-from quotas.engine.desired import NamespaceState
-from quotas.engine.model import ModelBackend
-from quotas.engine.redis_backend import RedisBackend, connect, is_cluster
+from engine.config import AlterOp, EntityRef, QuotaEngine, namespace_for_broker
+from engine.decisions import Decision, Kind, Op
+from engine.desired import NamespaceState
+from engine.model import ModelBackend
+from engine.redis_backend import RedisBackend, connect, is_cluster
 from tests.engine.test_config import test_the_sweep_leaves_other_structures_of_the_namespace_alone  # noqa: F401
 from tests.engine.test_conformance import ROOT
 from tests.engine.test_conformance import test_replay_reproduces_file_exactly as _replay_test

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from quotas.engine.decisions import Decision, Kind, Op
-from quotas.engine.javamath import java_round
-from quotas.engine.quota_utils import bounded_throttle_time_ms, throttle_time_ms, token_bucket_throttle_ms
+from engine.decisions import Decision, Kind, Op
+from engine.javamath import java_round
+from engine.quota_utils import bounded_throttle_time_ms, throttle_time_ms, token_bucket_throttle_ms
 
 from .conftest import T0
 

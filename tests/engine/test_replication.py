@@ -8,11 +8,11 @@ import socket
 import pytest
 import redis
 
-from quotas.engine.errors import EngineUnavailable, QuotaValidationError
-from quotas.engine.javamath import LONG_MAX
-from quotas.engine.managers import FAIL_CLOSED
-from quotas.engine.redis_backend import RedisBackend, connect
-from quotas.engine.replication import (
+from engine.errors import EngineUnavailable, QuotaValidationError
+from engine.javamath import LONG_MAX
+from engine.managers import FAIL_CLOSED
+from engine.redis_backend import RedisBackend, connect
+from engine.replication import (
     ALL_REPLICAS,
     ALTER_LOG_DIRS_RATE,
     FOLLOWER_RATE,

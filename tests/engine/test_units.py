@@ -1,4 +1,4 @@
-"""Quota values in units (``quotas.engine.units``): what people may write, and how values are shown.
+"""Quota values in units (``engine.units``): what people may write, and how values are shown.
 
 Byte rates are whole bytes per second (Kafka's LONG) written and shown in binary units, as Kafka's
 documentation counts (1 KiB = 1024 B); the other keys keep their own units.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from quotas.engine.entities import validate_quota_value
-from quotas.engine.errors import QuotaValidationError
-from quotas.engine.units import (
+from engine.entities import validate_quota_value
+from engine.errors import QuotaValidationError
+from engine.units import (
     BYTE_RATE_KEYS,
     UnitError,
     accepted_forms,

@@ -1,7 +1,7 @@
 """Tenants, a cluster and a landing area of their own for the history tests; a real Celery worker on demand.
 
 Usage lands the way it does in the portal: records appended to the cluster's usage log in the test Redis
-(``quotas.engine.usage_log``, what the load generator writes), then ``pipeline.landing.land_all`` writes them
+(``engine.usage_log``, what the load generator writes), then ``pipeline.landing.land_all`` writes them
 as Parquet under the test's landing root, which the worker's jobs read (``QUOTAS_LANDING_ROOT``).
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import redis
 
+from engine import usage_log
 from pipeline import landing
-from quotas.engine import usage_log
 from quotas.models import Cluster, OwnedName, Tenant
 from tests.celery_worker import celery_queue_clean, worker_factory  # noqa: F401 (fixtures)
 from tests.portal.people import roles

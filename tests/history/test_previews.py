@@ -20,14 +20,14 @@ from django.test import Client
 from django.utils import timezone
 from django.utils.html import escape
 
+from engine.entities import DEFAULT
+from engine.monitor import Sampler
+from engine.units import format_quota_value
 from history import jobs, services
 from history.models import ImpactPreview, PreviewState
 from pipeline.advice import advise
 from pipeline.replay import replay_frame, summarize
 from quotas import workflow
-from quotas.engine.entities import DEFAULT
-from quotas.engine.monitor import Sampler
-from quotas.engine.units import format_quota_value
 from quotas.models import QuotaEntity, QuotaValue
 from tests.celery_worker import CELERY_KEYS, Worker
 from tests.database import database_url

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
+from engine import monitor
 from observe.kafka_quotas import Entity, PrometheusSource
 from observe.prometheus import PrometheusClient
-from quotas.engine import monitor
 from quotas.models import Cluster, QuotaEntity, QuotaValue
 from tests.kafka.test_exporter import throttle_producer
 from tests.redis_keys import keys_cleared

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from engine import monitor
 from observe.kafka_quotas import Entity, Naming, Poll, PrometheusSource, SamplePublisher, SourceLoop, jmx_unquote
 from observe.prometheus import PrometheusClient, PrometheusError, QueryResult
-from quotas.engine import monitor
 from tests.redis_keys import keys_cleared
 
 NOW_MS = 1_800_000_000_000

@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from engine.budgets import BudgetLedger, BudgetParams
 from pipeline import whatif
 from pipeline.budget_replay import delivered_over_budget, replay_budget
 from pipeline.replay import replay_frame, summarize
-from quotas.engine.budgets import BudgetLedger, BudgetParams
 
 from .conftest import write_landing
 

@@ -12,13 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from engine.decisions import SENSOR_EXPIRY_MS
+from engine.entities import QuotaType
+from engine.managers import UsageRecord, manager_for
+from engine.model import ModelBackend
 from pipeline import kernel
 from pipeline.kernel import KERNEL_TYPES, Replayed, replay_rate
 from pipeline.replay import replay, replay_frame
-from quotas.engine.decisions import SENSOR_EXPIRY_MS
-from quotas.engine.entities import QuotaType
-from quotas.engine.managers import UsageRecord, manager_for
-from quotas.engine.model import ModelBackend
 
 TRACES = json.loads((Path(__file__).parents[2] / "conformance" / "rate_traces.json").read_text())["traces"]
 T0 = 1_700_000_000_000

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from engine.config import AlterOp, EntityRef, QuotaConfigStore, namespace_for_broker
 from pipeline import advice, landing, whatif
 from pipeline.errors import MissingInput
 from pipeline.recorded import (
@@ -31,7 +32,6 @@ from pipeline.recorded import (
     sensor_tags,
 )
 from pipeline.session import read_dataset
-from quotas.engine.config import AlterOp, EntityRef, QuotaConfigStore, namespace_for_broker
 from tests.redis_keys import keys_cleared
 from traffic.loadgen import BrokerTarget, FakeClock, LoadGenerator, Traffic
 

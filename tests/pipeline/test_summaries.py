@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
+from engine.entities import DEFAULT
 from pipeline import whatif
 from pipeline.errors import PipelineError
 from pipeline.replay import never_throttled, replay_frame, replay_sorted, summarize
 from pipeline.whatif import FIGURES, arrow_batches_by_rows, summarize_usage
-from quotas.engine.entities import DEFAULT
 
 from .conftest import write_landing
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from engine.entities import QuotaType
+from engine.managers import ClientQuotaManager
+from engine.model import ModelBackend
 from pipeline.replay import replay, summarize, throttled_fraction
 from pipeline.whatif import replay_usage
-from quotas.engine.entities import QuotaType
-from quotas.engine.managers import ClientQuotaManager
-from quotas.engine.model import ModelBackend
 
 TRACES = json.loads((Path(__file__).parents[2] / "conformance" / "rate_traces.json").read_text())["traces"]
 

@@ -154,7 +154,7 @@ def _target(action: str, obj: str) -> dict[str, Any]:
 
 def _publish_samples(redis_url: str, t: int) -> None:
     """One broker tick of the engine's sampler with an entity of A, of B and of no tenant."""
-    from quotas.engine.monitor import Sampler
+    from engine.monitor import Sampler
 
     client = redis.Redis.from_url(redis_url)
     Sampler(client, CLUSTER, 0, managers={}).publish([sample(CLUSTER, 0, f"svc-{m}-1:", t) for m in MARK.values()], t)

@@ -14,8 +14,8 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.redis_server import free_port
+from engine.budget_store import BudgetStore
 from quotas.choices import ConnectorKind
-from quotas.engine.budget_store import BudgetStore
 from quotas.models import Alteration, Cluster, QuotaOp, alter_client_quotas
 from tests.portal.people import api, make_user
 from tests.redis_keys import keys_cleared

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import redis
 
+from engine.config import namespace_for_broker
+from engine.desired import NamespaceState
 from quotas import push, workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import CLIENT_METRICS, Item
 from quotas.connectors.kafka_client import CLIENT_METRICS_RESOURCE, SOURCE_CLIENT_METRICS, AdminClient
-from quotas.engine.config import namespace_for_broker
-from quotas.engine.desired import NamespaceState
 from quotas.models import (
     AuditEntry,
     ClientMetricsSubscription,

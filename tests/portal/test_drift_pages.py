@@ -17,11 +17,11 @@ import pytest
 import redis
 from django.test import Client
 
+from engine.config import KEY_SEP, EntityRef, namespace_for_broker
+from engine.desired import NamespaceState
 from quotas import push, workflow
 from quotas.choices import QuotaScope
 from quotas.connectors.base import PushError
-from quotas.engine.config import KEY_SEP, EntityRef, namespace_for_broker
-from quotas.engine.desired import NamespaceState
 from quotas.models import (
     AuditEntry,
     Broker,

@@ -17,11 +17,11 @@ import pytest
 import redis
 from django.core.management import call_command
 
+from engine import usage_log
+from engine.managers import UsageRecord
+from engine.monitor import firehose_key
 from pipeline import landing
 from quotas import tasks
-from quotas.engine import usage_log
-from quotas.engine.managers import UsageRecord
-from quotas.engine.monitor import firehose_key
 from quotas.models import Cluster
 from quotas.targets import targets_from_db
 from telemetry_ui import telemetry_store

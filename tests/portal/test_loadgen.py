@@ -22,11 +22,11 @@ import redis
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
+from engine.config import namespace_for_broker
+from engine.connections import ConnectionConfig, RedisConnectionQuotas
+from engine.errors import ThrottlingQuotaExceeded
+from engine.monitor import latest, recent
 from quotas import workflow
-from quotas.engine.config import namespace_for_broker
-from quotas.engine.connections import ConnectionConfig, RedisConnectionQuotas
-from quotas.engine.errors import ThrottlingQuotaExceeded
-from quotas.engine.monitor import latest, recent
 from quotas.management.commands.demo_data import PENDING
 from quotas.models import Cluster, QuotaRequest
 from quotas.targets import targets_from_db

@@ -1,7 +1,7 @@
 """The live-monitor pages without a browser: who sees which entity, the overview's content and speed, the request
 page's before/after block, and plotly.js served by the portal itself.
 
-Samples are written where the engine's ``Sampler`` writes them (``quotas.engine.monitor``), through its own
+Samples are written where the engine's ``Sampler`` writes them (``engine.monitor``), through its own
 ``publish``, into the test Redis, under a cluster name no other test uses.
 """
 
@@ -21,10 +21,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from engine.monitor import Sampler, minutes_key
 from frontend.finders import PLOTLY_STATIC_PATH, PlotlyFinder
 from frontend.monitoring import Visibility, tags_for
 from quotas import workflow
-from quotas.engine.monitor import Sampler, minutes_key
 from quotas.models import Alteration, Drift, OwnedName, Push, QuotaEntity, QuotaOp, Tenant, audited_alter
 from tests.redis_keys import keys_cleared
 

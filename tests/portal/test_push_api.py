@@ -17,11 +17,11 @@ import pytest
 import redis
 from rest_framework.test import APIClient
 
+from engine.config import KEY_SEP, EntityRef, namespace_for_broker
+from engine.desired import NamespaceState
 from quotas import push, workflow
 from quotas.choices import QuotaScope
 from quotas.connectors.base import PushError
-from quotas.engine.config import KEY_SEP, EntityRef, namespace_for_broker
-from quotas.engine.desired import NamespaceState
 from quotas.models import (
     AuditEntry,
     Broker,
@@ -83,7 +83,7 @@ def broker_state(w: dict[str, Any], cluster: Cluster, broker_id: int) -> Namespa
 
 
 def quota_field(user: str, key: str) -> str:
-    """The field of a user's quota key in a namespace's config hash (``quotas/engine/desired.py``)."""
+    """The field of a user's quota key in a namespace's config hash (``engine/desired.py``)."""
     return EntityRef(user=user).field() + KEY_SEP + key
 
 

@@ -1,6 +1,6 @@
 """The quota API: clusters, DescribeClientQuotas, AlterClientQuotas and the effective quota.
 
-Only the database is needed: the rules come from the engine (``quotas.engine``), which
+Only the database is needed: the rules come from the engine (``engine``), which
 these tests exercise through the API rather than restate.
 """
 
@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from quotas.engine.entities import DEFAULT
+from engine.entities import DEFAULT
 from quotas.models import (
     Alteration,
     Cluster,

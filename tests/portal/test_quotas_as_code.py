@@ -14,8 +14,8 @@ import pytest
 import redis
 import yaml
 
-from quotas.engine.config import EntityRef, namespace_for_broker
-from quotas.engine.desired import NamespaceState
+from engine.config import EntityRef, namespace_for_broker
+from engine.desired import NamespaceState
 from quotas.models import (
     Alteration,
     AuditEntry,

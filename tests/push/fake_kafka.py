@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import redis
 
+from engine.budget_store import BudgetStore
 from quotas.choices import ConnectorKind
 from quotas.connectors import _connectors, reset_connectors
 from quotas.connectors.base import QUOTA, Item, State, Target
 from quotas.connectors.budget_scope import BudgetScopes
 from quotas.connectors.kafka import KafkaConnector
-from quotas.engine.budget_store import BudgetStore
 from tests.redis_keys import keys_cleared
 
 

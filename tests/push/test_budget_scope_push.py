@@ -12,12 +12,12 @@ import pytest
 import redis
 
 from devtools.redis_server import free_port
+from engine.budget_store import BudgetStore
 from quotas import push, workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import BUDGET_SCOPE, QUOTA, Delta, Item, PushError, Target
 from quotas.connectors.budget_scope import BudgetScopes, item_of
 from quotas.connectors.kafka import KafkaConnector
-from quotas.engine.budget_store import BudgetStore
 from quotas.models import (
     Alteration,
     AuditEntry,

@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import pytest
 
+from engine.config import EntityRef
+from engine.redis_backend import connect
 from quotas.connectors.base import QUOTA
-from quotas.engine.config import EntityRef
-from quotas.engine.redis_backend import connect
 from quotas.models import Cluster
 from tests.celery_worker import Worker
 from tests.portal.brokers import set_quota

@@ -13,11 +13,11 @@ import pytest
 import redis
 
 from devtools.redis_server import RedisServer
+from engine.config import EntityRef, namespace_for_broker
+from engine.desired import NamespaceState
+from engine.redis_backend import connect
 from quotas.connectors.base import QUOTA, Delta, Item
 from quotas.connectors.engine import EngineConnector
-from quotas.engine.config import EntityRef, namespace_for_broker
-from quotas.engine.desired import NamespaceState
-from quotas.engine.redis_backend import connect
 from quotas.models import (
     AuditEntry,
     Broker,

@@ -1,1 +1,1 @@
-"""The quota file core (quotas.quotafile), without Django."""
+"""The quota file core (quotafile), without Django."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from quotas import quotafile as qf
-from quotas.engine.config import EntityRef
+import quotafile as qf
+from engine.config import EntityRef
 
 HEAD = "apiVersion: quotas/v1\nkind: ClusterQuotas\ncluster: prod\n"
 PBR, RP = "producer_byte_rate", "request_percentage"

@@ -1,4 +1,4 @@
-"""The quota file core (``quotas.quotafile``, no Django): what it writes reads back to the same state, whatever the
+"""The quota file core (``quotafile``, no Django): what it writes reads back to the same state, whatever the
 values and names, and the diff's order and scope.
 """
 
@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from quotas import quotafile as qf
-from quotas.engine.config import EntityRef
-from quotas.engine.units import parse_quota_value
+import quotafile as qf
+from engine.config import EntityRef
+from engine.units import parse_quota_value
 
 ODD_NAMES = ["svc a", "svc:a", "#x", "- dash", "ünï", "yes", "null", "1.5", "'q'", '"dq"', "a/b", "[x]", "{y}", "*",
              "<default>x", "~", "%20", "a\tb"]

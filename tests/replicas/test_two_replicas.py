@@ -23,10 +23,10 @@ import redis
 from django.conf import settings
 from rest_framework.authtoken.models import Token
 
+from engine.config import namespace_for_broker
+from engine.desired import NamespaceState
+from engine.monitor import Sampler
 from quotas import workflow
-from quotas.engine.config import namespace_for_broker
-from quotas.engine.desired import NamespaceState
-from quotas.engine.monitor import Sampler
 from quotas.models import Cluster, DesiredStateVersion, OwnedName, Push, QuotaRequest, Tenant
 from tests.celery_worker import Worker
 from tests.portal.people import roles

@@ -26,7 +26,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from devtools.processes import stop_session
 from devtools.redis_server import free_port
-from quotas.engine.monitor import Sampler
+from engine.monitor import Sampler
 from tests.database import database_url
 from tests.waiting import wait_for
 

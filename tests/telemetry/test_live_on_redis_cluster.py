@@ -18,9 +18,9 @@ import pytest
 import redis
 from channels_redis.core import RedisChannelLayer
 
-from quotas.engine.config import AlterOp, EntityRef, QuotaEngine, namespace_for_broker
-from quotas.engine.monitor import firehose_key
-from quotas.engine.redis_backend import connect
+from engine.config import AlterOp, EntityRef, QuotaEngine, namespace_for_broker
+from engine.monitor import firehose_key
+from engine.redis_backend import connect
 from quotas.models import Broker, Cluster
 from telemetry_ui.monitoring import cluster_group
 from tests.redis_keys import delete_matching

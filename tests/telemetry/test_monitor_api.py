@@ -11,8 +11,8 @@ import pytest
 import redis
 from rest_framework.test import APIClient
 
+from engine.monitor import Sampler
 from quotas.choices import EntityType
-from quotas.engine.monitor import Sampler
 from quotas.models import Cluster, OwnedName, Tenant
 from tests.portal.people import api, make_user
 from tests.telemetry.conftest import sample

@@ -21,8 +21,8 @@ import redis
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as m
 
+from kip714.client import build_metrics_data
 from quotas.models import Cluster
-from quotas.telemetry.client import build_metrics_data
 from telemetry_ui import telemetry_store as store
 from telemetry_ui.otlp_receiver import derived_instance_id
 from tests.telemetry.conftest import service_env, start_server

@@ -19,7 +19,7 @@ import redis
 from channels_redis.core import RedisChannelLayer
 
 from devtools.redis_server import RedisServer
-from quotas.engine.monitor import Sampler
+from engine.monitor import Sampler
 from quotas.models import Cluster
 from telemetry_ui.monitoring import WATCHED_KEY, cluster_group, entity_group, watched_member
 from tests.telemetry.conftest import sample, service_env, start_relay

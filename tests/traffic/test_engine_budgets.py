@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from quotas.engine.budget_store import BudgetStore, scope_field
-from quotas.engine.budgets import BudgetParams
-from quotas.engine.config import AlterOp, EntityRef, QuotaEngine, namespace_for_broker
-from quotas.engine.entities import QuotaType
-from quotas.engine.managers import UsageRecord
-from quotas.engine.redis_backend import connect
+from engine.budget_store import BudgetStore, scope_field
+from engine.budgets import BudgetParams
+from engine.config import AlterOp, EntityRef, QuotaEngine, namespace_for_broker
+from engine.entities import QuotaType
+from engine.managers import UsageRecord
+from engine.redis_backend import connect
 from traffic.engine_budgets import BrokerBudgets
 
 BUDGET = 100_000.0

@@ -1,4 +1,4 @@
-// Quota values in their units, as quotas/engine/units.py writes and reads them (the same rules, mirrored):
+// Quota values in their units, as engine/units.py writes and reads them (the same rules, mirrored):
 // byte rates in binary units (B/s, KiB/s, MiB/s, GiB/s; 1 KiB = 1024 B, as Kafka's documentation counts), the other
 // keys in their own (%, mutations/s, connections/s). Used by the request form ("= 1,572,864 B/s (1.5 MiB/s)" under
 // the value as one types) and by the charts (axis ticks and hover of byte-rate series). window.QuotaUnits.

@@ -25,9 +25,9 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
+from engine.entities import DEFAULT
 from quotas import workflow
 from quotas.choices import BudgetScope, ConnectorKind, QuotaScope
-from quotas.engine.entities import DEFAULT
 from quotas.models import (
     ADMINS_GROUP,
     AUDITORS_GROUP,

@@ -22,9 +22,9 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from engine import usage_log
+from engine.monitor import Sampler
 from quotas.choices import ConnectorKind
-from quotas.engine import usage_log
-from quotas.engine.monitor import Sampler
 from quotas.management.live_sources import CLIENT, applied_stamp, live_source
 from quotas.models import Cluster, effective_client_quotas
 from quotas.push import kafka_credentials

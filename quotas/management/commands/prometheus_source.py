@@ -26,10 +26,10 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from engine.monitor import CONNECTION
 from observe.kafka_quotas import Entity, Naming, PrometheusSource, SamplePublisher, SourceLoop
 from observe.prometheus import PrometheusClient, PrometheusError
 from quotas.choices import ConnectorKind
-from quotas.engine.monitor import CONNECTION
 from quotas.management.live_sources import PROMETHEUS, applied_stamp, live_source
 from quotas.models import Cluster, effective_client_quotas, effective_ip_quota
 

@@ -23,7 +23,7 @@ import redis.clients.jedis.util.JedisURIHelper;
  * but a script error drops the connection; the next round connects again.
  */
 final class JedisBudgetRedis implements BudgetRedis {
-    /** Where the build puts the engine's script (quotas/engine/lua/budget_share.lua) in the jar. */
+    /** Where the build puts the engine's script (engine/lua/budget_share.lua) in the jar. */
     static final String SCRIPT_RESOURCE = "/quotaportal/kafka/quota/budget_share.lua";
 
     private final URI uri;

@@ -24,7 +24,7 @@ import quotaportal.kafka.quota.BudgetCoordinator.SensorBudget;
 import quotaportal.kafka.quota.QuotaTable.EntityKey;
 
 /**
- * The engine's real script (the resource the jar carries: quotas/engine/lua/budget_share.lua) on a real Redis
+ * The engine's real script (the resource the jar carries: engine/lua/budget_share.lua) on a real Redis
  * ({@code QUOTAS_REDIS_URL}, as the test command sets it; without it this test fails, it never skips): three
  * simulated brokers, each a {@link BudgetCoordinator} over its own {@link JedisBudgetRedis}, share a budget
  * {@code produce {"user":"alice"}} of B. Each simulated second every broker runs its round; a broker's measured rate
@@ -109,7 +109,7 @@ class RealRedisScriptTest {
     @Test
     void theScriptInTheJarIsTheEnginesFile() throws Exception {
         String engine = java.nio.file.Files.readString(java.nio.file.Path.of(System.getProperty("user.dir"))
-                .resolve("../../quotas/engine/lua/budget_share.lua").normalize());
+                .resolve("../../engine/lua/budget_share.lua").normalize());
         assertEquals(engine, JedisBudgetRedis.loadScript());
     }
 

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from quotas.telemetry import ClientMetricsInstance, ClientMetricsManager, KafkaUuid, RequestContext
-from quotas.telemetry.crc32c import crc32c
-from quotas.telemetry.javautil import ZERO_UUID, java_hash_set_order, java_string_hash
+from kip714 import ClientMetricsInstance, ClientMetricsManager, KafkaUuid, RequestContext
+from kip714.crc32c import crc32c
+from kip714.javautil import ZERO_UUID, java_hash_set_order, java_string_hash
 
 T0 = 1_700_000_000_000
 ID = "iVeANM4FSUyRHAg_tg19Ug"

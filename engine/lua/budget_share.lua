@@ -1,5 +1,5 @@
 -- One broker's round of cluster-wide budgets: record its demand, hand out its shares.
--- The same arithmetic as quotas/engine/budgets.py (the reference model); the protocol is
+-- The same arithmetic as engine/budgets.py (the reference model); the protocol is
 -- docs/internals/cluster-budgets-protocol.md.
 --
 -- KEYS[1] qb:{C}:scope  (scope field -> 'cluster', and '#version')

@@ -15,10 +15,10 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 )
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from quotas.telemetry import ClientMetricsManager, InvalidRecord, RequestContext, TelemetryTooLarge
-from quotas.telemetry.compression import IDS, SUPPORTED_COMPRESSION_TYPES, compress, decompress
-from quotas.telemetry.errors import UnsupportedCompressionType
-from quotas.telemetry.otlp import OtlpExporter, decode_metrics, decode_push
+from kip714 import ClientMetricsManager, InvalidRecord, RequestContext, TelemetryTooLarge
+from kip714.compression import IDS, SUPPORTED_COMPRESSION_TYPES, compress, decompress
+from kip714.errors import UnsupportedCompressionType
+from kip714.otlp import OtlpExporter, decode_metrics, decode_push
 
 T0 = 1_700_000_000_000
 

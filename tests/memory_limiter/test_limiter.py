@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from conformance.pulsar_replay import check_expect, replay_pulsar_case
-from quotas.engine.javamath import LONG_MAX
-from quotas.engine.memory_limiter import (
+from engine.javamath import LONG_MAX
+from memory_limiter.limiter import (
     AsyncDualMemoryLimiter,
     AsyncSemaphore,
     IllegalArgumentException,

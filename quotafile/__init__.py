@@ -20,7 +20,7 @@ One YAML document per cluster::
 
 A section left out of the file is not managed by it (a plan leaves that part of the cluster alone, even with
 prune); an empty section (``quotas: []``) with prune removes everything of that part the planner may change.
-Values take the units of ``quotas.engine.units`` (``1.5 MiB/s``); ``write`` picks the form that reads back to the
+Values take the units of ``engine.units`` (``1.5 MiB/s``); ``write`` picks the form that reads back to the
 same number, so exporting and planning an unchanged file changes nothing. Every error names the line and the key
 (``FileError``). ``diff`` answers the changes from one state to another in Kafka's precedence order.
 
@@ -40,9 +40,9 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 
-from quotas.engine.budgets import BUDGET_TYPES
-from quotas.engine.config import CLIENT_ID, IP, USER, EntityRef
-from quotas.engine.entities import (
+from engine.budgets import BUDGET_TYPES
+from engine.config import CLIENT_ID, IP, USER, EntityRef
+from engine.entities import (
     DEFAULT,
     PRECEDENCE,
     QUOTA_KEYS,
@@ -51,10 +51,10 @@ from quotas.engine.entities import (
     QuotaType,
     entity_path,
 )
-from quotas.engine.entities import validate_quota_value as _validate_value
-from quotas.engine.errors import QuotaEngineError
-from quotas.engine.units import BINARY_UNITS, BYTE_RATE_KEYS, format_quota_value, parse_quota_value
-from quotas.telemetry.subscriptions import INTERVAL_MS_DEFAULT, validate_subscription
+from engine.entities import validate_quota_value as _validate_value
+from engine.errors import QuotaEngineError
+from engine.units import BINARY_UNITS, BYTE_RATE_KEYS, format_quota_value, parse_quota_value
+from kip714.subscriptions import INTERVAL_MS_DEFAULT, validate_subscription
 
 API_VERSION = "quotas/v1"
 KIND = "ClusterQuotas"

@@ -24,7 +24,7 @@ Usage from an async Django view (ASGI: one event loop; the limiter is per proces
 and like ``asyncio.Semaphore`` it is not thread-safe)::
 
     from django.http import HttpResponse, JsonResponse
-    from quotas.engine.memory_limiter import (
+    from memory_limiter.limiter import (
         AsyncDualMemoryLimiter, LimitType, PermitAcquireException, SemaphoreConfig, render_prometheus)
 
     LIMITER = AsyncDualMemoryLimiter(
@@ -61,8 +61,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
-from .errors import JavaIllegalArgument, QuotaEngineError
-from .javamath import LONG_MAX
+from engine.errors import JavaIllegalArgument, QuotaEngineError
+from engine.javamath import LONG_MAX
 
 __all__ = [
     "AsyncDualMemoryLimiter",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from quotas.engine.errors import QuotaValidationError
-from quotas.telemetry import (
+from engine.errors import QuotaValidationError
+from kip714 import (
     InvalidSubscriptionConfig,
     InvalidSubscriptionRequest,
     SubscriptionConfigTypeError,
@@ -117,7 +117,7 @@ def test_is_match_as_kafkas_client_metrics_instance_metadata_test() -> None:
     """ClientMetricsInstanceMetadataTest: valid, multiple, mismatch."""
     import re
 
-    from quotas.telemetry.subscriptions import is_match
+    from kip714.subscriptions import is_match
 
     client = _client()
     assert is_match(client, {})
@@ -138,7 +138,7 @@ def test_is_match_as_kafkas_client_metrics_instance_metadata_test() -> None:
 def test_a_pattern_on_a_key_that_is_no_client_attribute_matches_no_client_and_raises_nothing() -> None:
     """testIsMatchWithInvalidKeyFail: 'unknown' and '*' keys match nothing, even with '.*'; even when the caller's
     mapping happens to hold such a key (Kafka's metadata holds the six attributes only)."""
-    from quotas.telemetry.subscriptions import MatchPattern, Subscription, is_match
+    from kip714.subscriptions import MatchPattern, Subscription, is_match
 
     assert not is_match(_client(), {"unknown": ".*"})
     assert not is_match(_client(), {"*": ".*"})
@@ -152,7 +152,7 @@ def test_a_pattern_on_a_key_that_is_no_client_attribute_matches_no_client_and_ra
 
 def test_an_attribute_the_client_did_not_send_matches_no_pattern_not_even_dot_star() -> None:
     """testIsMatchWithNullValueFail: no client information, so software name and version are null."""
-    from quotas.telemetry.subscriptions import is_match
+    from kip714.subscriptions import is_match
 
     client = _client(client_software_name=None, client_software_version=None)
     assert not is_match(client, {"client_software_name": ".*"})
@@ -165,7 +165,7 @@ def test_an_attribute_the_client_did_not_send_matches_no_pattern_not_even_dot_st
 
 
 def test_the_manager_gives_a_client_only_the_subscriptions_whose_patterns_all_match() -> None:
-    from quotas.telemetry import ClientMetricsManager, RequestContext
+    from kip714 import ClientMetricsManager, RequestContext
 
     m = ClientMetricsManager()
     m.update_subscription("by-name", {"metrics": "org.a.", "interval.ms": "1000", "match": "client_software_name=.*"})
@@ -180,7 +180,7 @@ def test_the_manager_gives_a_client_only_the_subscriptions_whose_patterns_all_ma
 
 
 def test_the_conformance_is_match_op_takes_any_key_as_kafka_does() -> None:
-    from quotas.telemetry.vectors import client_metrics_case
+    from kip714.vectors import client_metrics_case
 
     step = client_metrics_case({})
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quotas.engine.errors import QuotaEngineError, QuotaValidationError
+from engine.errors import QuotaEngineError, QuotaValidationError
 
 
 class SubscriptionValidationError(QuotaValidationError):
