@@ -28,7 +28,7 @@ from engine.budget_store import COORDINATED, FALLBACK, OFF, BudgetStore
 from engine.budgets import BudgetParams
 from engine.redis_backend import connect
 from quotas.choices import BudgetScope, ConnectorKind, QuotaScope
-from quotas.connectors import budget_redis_url
+from quotas.connector_registry import budget_redis_url
 from quotas.models import Broker, Cluster, QuotaValue
 
 UNKNOWN = "unknown"

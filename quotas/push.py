@@ -43,7 +43,7 @@ from django.utils import timezone
 
 from quotas import push_format, workflow
 from quotas.choices import ConnectorKind
-from quotas.connectors import connector_for
+from quotas.connector_registry import connector_for
 from quotas.connectors.base import (
     BUDGET_SCOPE,
     QUOTA,
@@ -56,9 +56,9 @@ from quotas.connectors.base import (
     Target,
     portal_managed,
 )
-from quotas.engine.config import EntityRef
-from quotas.engine.entities import DEFAULT
-from quotas.engine.redis_backend import connect
+from engine.config import EntityRef
+from engine.entities import DEFAULT
+from engine.redis_backend import connect
 from quotas.models import (
     DRAIN_LEASE_S,
     DRAIN_WINDOW_S,

@@ -15,7 +15,7 @@ import redis
 
 from engine.budget_store import BudgetStore
 from quotas.choices import ConnectorKind
-from quotas.connectors import _connectors, reset_connectors
+from quotas.connector_registry import _connectors, reset_connectors
 from quotas.connectors.base import QUOTA, Item, State, Target
 from quotas.connectors.budget_scope import BudgetScopes
 from quotas.connectors.kafka import KafkaConnector

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from quotas import push
 from quotas.choices import ConnectorKind
-from quotas.connectors import connector_for
+from quotas.connector_registry import connector_for
 from quotas.connectors.base import Delta, Target
 from quotas.connectors.kafka_client import MATCH_EXACT, AdminClient
 from quotas.models import Alteration, Cluster, DesiredStateVersion, Push, PushState, QuotaOp, alter_client_quotas

@@ -348,7 +348,7 @@ class Command(BaseCommand):
 
     def _catch_up(self, clusters: list[Cluster]) -> list[str]:
         """After the commit: make sure a push is on its way to every broker not at its cluster's newest version."""
-        from quotas.connectors import connector_for
+        from quotas.connector_registry import connector_for
         from quotas.connectors.base import PushError
         from quotas.push import enqueue_pushes, portal_applied_version, target_of
 
