@@ -1,4 +1,4 @@
-"""The quota engine against a live Apache Kafka 4.4 cluster: ``python -m conformance.kafka_oracle --quick``.
+"""The quota engine against a live Apache Kafka 4.4 cluster: ``python -m conformance.oracle --quick``.
 
 Real producers (kafka-python's protocol classes and confluent-kafka over SCRAM) run over byte-rate quotas at two
 rates and two message sizes, with two precedence levels configured for two of the clients, and a CreateTopics
@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from conformance.kafka_oracle import Admin
+from conformance.oracle.admin import Admin
 
 ROOT = Path(__file__).resolve().parents[2]
 THROTTLING_QUOTA_EXCEEDED = 89
@@ -48,7 +48,7 @@ def oracle(kafka_cluster: Any, redis_url: str, tmp_path_factory: pytest.TempPath
     """One ``--quick`` run of the oracle (about 20 s): its verdict, its raw exchanges and its exit status."""
     dump = tmp_path_factory.mktemp("oracle") / "exchanges.json"
     cmd = [
-        sys.executable, "-m", "conformance.kafka_oracle", "--quick",
+        sys.executable, "-m", "conformance.oracle", "--quick",
         "--bootstrap", kafka_cluster.bootstrap(), "--redis-url", redis_url, "--dump", str(dump),
     ]
     sasl = _sasl_bootstrap(kafka_cluster)
