@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from devtools.prometheus import PrometheusError, PrometheusServer, Target
-from tests.telemetry.conftest import service_env, start_server
+from tests.services import service_env, start_server
 from tests.waiting import wait_for
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "quotas-dashboard.json"

@@ -19,7 +19,7 @@ import redis
 
 from tests.celery_worker import CELERY_KEYS
 from tests.redis_keys import delete_matching
-from tests.telemetry.conftest import Service, service_env, start_relay, start_server
+from tests.services import Service, service_env, start_relay, start_server
 
 #: The mark of a test that only talks to a live portal: pytest-django creates the test database for marked tests only
 #: (a session-scoped fixture's request is not enough), and a test transaction would hold SQLite's write lock against

@@ -40,7 +40,7 @@ from quotas.models import Cluster, OwnedName, Plan, Tenant
 from tests.portal.live import TALKS_TO_LIVE_PORTAL, committed_world, live_portal
 from tests.portal.people import make_user
 from tests.redis_keys import delete_matching
-from tests.telemetry.conftest import Socket, sample, session_cookie
+from tests.services import Socket, sample, session_cookie
 from tests.waiting import wait_for
 
 pytestmark = TALKS_TO_LIVE_PORTAL

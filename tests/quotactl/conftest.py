@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.telemetry.conftest import service_env, start_server
+from tests.services import service_env, start_server
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 

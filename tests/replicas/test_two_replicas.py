@@ -30,7 +30,7 @@ from quotas import workflow
 from quotas.models import Cluster, DesiredStateVersion, OwnedName, Push, QuotaRequest, Tenant
 from tests.celery_worker import Worker
 from tests.portal.people import roles
-from tests.telemetry.conftest import Service, Socket, sample, service_env, session_cookie, start_relay, start_server
+from tests.services import Service, Socket, sample, service_env, session_cookie, start_relay, start_server
 from tests.waiting import wait_for
 
 pytestmark = [

@@ -15,7 +15,7 @@ from quotas.choices import EntityType
 from quotas.models import OwnedName, Tenant
 from telemetry_ui.monitoring import WATCHED_KEY, watched_member
 from tests.portal.people import make_user
-from tests.telemetry.conftest import RENEW_S, Socket, sample
+from tests.services import RENEW_S, Socket, sample
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

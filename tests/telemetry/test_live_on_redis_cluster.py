@@ -24,7 +24,7 @@ from engine.redis_backend import connect
 from quotas.models import Broker, Cluster
 from telemetry_ui.monitoring import cluster_group
 from tests.redis_keys import delete_matching
-from tests.telemetry.conftest import Service, service_env, start_relay
+from tests.services import Service, service_env, start_relay
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -15,7 +15,7 @@ from engine.monitor import Sampler
 from quotas.choices import EntityType
 from quotas.models import Cluster, OwnedName, Tenant
 from tests.portal.people import api, make_user
-from tests.telemetry.conftest import sample
+from tests.services import sample
 
 pytestmark = pytest.mark.django_db
 

@@ -25,7 +25,7 @@ from kip714.client import build_metrics_data
 from quotas.models import Cluster
 from telemetry_ui import telemetry_store as store
 from telemetry_ui.otlp_receiver import derived_instance_id
-from tests.telemetry.conftest import service_env, start_server
+from tests.services import service_env, start_server
 from tests.telemetry.test_sink import landed
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -22,7 +22,7 @@ from devtools.redis_server import RedisServer
 from engine.monitor import Sampler
 from quotas.models import Cluster
 from telemetry_ui.monitoring import WATCHED_KEY, cluster_group, entity_group, watched_member
-from tests.telemetry.conftest import sample, service_env, start_relay
+from tests.services import sample, service_env, start_relay
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

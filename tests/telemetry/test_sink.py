@@ -22,7 +22,7 @@ from kip714.client import TelemetryClient, build_metrics_data
 from quotas.models import Cluster
 from quotas.models.client_metrics import alter_subscription
 from telemetry_ui import telemetry_store as store
-from tests.telemetry.conftest import service_env, start_server
+from tests.services import service_env, start_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -21,7 +21,7 @@ from telemetry_ui.monitoring import (
     tel_watched_member,
 )
 from tests.portal.people import make_user
-from tests.telemetry.conftest import Socket
+from tests.services import Socket
 from tests.telemetry.test_live import tenant_member
 from tests.waiting import wait_for
 
