@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness import Cleanups, run_bench  # noqa: E402
-from devtools.kafka_cluster import KafkaCluster  # noqa: E402
+from devtools.kafka import KafkaCluster  # noqa: E402
 from devtools.redis_server import RedisServer  # noqa: E402
 from engine.budget_store import BudgetStore, budget_id, scope_field  # noqa: E402
 from engine.config import EntityRef  # noqa: E402

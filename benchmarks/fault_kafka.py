@@ -1,7 +1,7 @@
 """fault_bench's real Apache Kafka target: a 3-node KRaft cluster behind TCP relays, its two faults, and what its
 brokers show (issue 20: "one Kafka broker killed and restarted, a broker's listener refusing connections").
 
-* The cluster is ``devtools.kafka_cluster``'s (fresh, no JMX exporter, no KIP-714 plugin: neither is under test). The
+* The cluster is ``devtools.kafka``'s (fresh, no JMX exporter, no KIP-714 plugin: neither is under test). The
   portal reaches it over SASL_PLAINTEXT with SCRAM as its super user, the way the demo's ``prod`` is pushed to, and
   each broker advertises that listener at a relay of its own (``devtools.tcp_proxy``), so the portal's every
   connection to a broker goes through it. Replication and the controller quorum do not (PLAINTEXT, CONTROLLER).
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devtools.kafka_cluster import SUPER_USER, KafkaCluster, KafkaError, KafkaNode, run_kafka_tool
+from devtools.kafka import SUPER_USER, KafkaCluster, KafkaError, KafkaNode, run_kafka_tool
 from devtools.tcp_proxy import TcpProxy
 from quotas.connectors.kafka_client import MATCH_SPECIFIED, AdminClient, KafkaClientError
 

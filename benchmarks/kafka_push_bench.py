@@ -6,7 +6,7 @@
                                                     [--profile] [--whatif] [--check]
 
 Everything is started by the benchmark and stopped on any exit: a fresh 3-node Kafka cluster ``bench-push``
-(``devtools/kafka_cluster.py``; ``--bootstrap`` uses a running cluster instead and leaves it running), a private
+(``devtools/kafka/``; ``--bootstrap`` uses a running cluster instead and leaves it running), a private
 redis-server, a throw-away SQLite portal under ``.run/kafka-push-bench/`` (``manage.py migrate``) and a real Celery
 worker (``celery -A portal worker --pool prefork -c 1``, the machinery of ``push_bench.py``). The portal gets one
 Kafka cluster row whose bootstrap servers are that cluster: one push target (``push_targets`` -> [None]).
@@ -86,7 +86,7 @@ from benchmarks.api_bench import remove_database  # noqa: E402
 from benchmarks.engine_bench import percentile  # noqa: E402
 from benchmarks.harness import run_bench  # noqa: E402
 from benchmarks.push_bench import Probe, Sections, Worker, _top, migrate, setup_django  # noqa: E402
-from devtools.kafka_cluster import KafkaCluster  # noqa: E402
+from devtools.kafka import KafkaCluster  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer  # noqa: E402
 from quotas.connectors.kafka_client import (  # noqa: E402
     MATCH_EXACT,

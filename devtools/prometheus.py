@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devtools.kafka_cluster import JMX_EXPORTER, KAFKA_DIR, KafkaCluster, KafkaError, _pid_alive, _port_is_free
+from devtools.kafka import JMX_EXPORTER, KAFKA_DIR, KafkaCluster, KafkaError
+from devtools.kafka.probes import _pid_alive, _port_is_free
 from devtools.redis_server import RUN_DIR, free_port
 
 PROMETHEUS_DIR = RUN_DIR / "prometheus"

@@ -87,7 +87,7 @@ ensure_java() {
     apt_install openjdk-17-jre-headless || apt_install default-jre-headless
 }
 
-# The Kafka runner (devtools/kafka_cluster.py) fetches Apache Kafka's jars from Maven Central with Maven
+# The Kafka runner (devtools/kafka/) fetches Apache Kafka's jars from Maven Central with Maven
 # (devtools/kafka/pom.xml, into .run/kafka/lib, once per pom); Maven needs a JDK, not only ensure_java's JRE.
 ensure_maven() {
     local missing=()

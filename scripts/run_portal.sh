@@ -87,7 +87,7 @@ cleanup() {
         python -m devtools.prometheus stop --name dev || true
     fi
     if [ -n "$KAFKA_STARTED" ]; then
-        python -m devtools.kafka_cluster stop --name dev || true
+        python -m devtools.kafka stop --name dev || true
     fi
 }
 trap cleanup EXIT
@@ -99,13 +99,13 @@ QUOTAS_REDIS_URL="$(python -m devtools.redis_server start --name portal --port "
 export QUOTAS_REDIS_URL
 echo "run_portal: Redis at $QUOTAS_REDIS_URL (data in .run/redis-portal)"
 
-# A real Apache Kafka 4.4 cluster (3 KRaft nodes, jars from Maven Central; devtools/kafka_cluster.py): the demo's
+# A real Apache Kafka 4.4 cluster (3 KRaft nodes, jars from Maven Central; devtools/kafka/): the demo's
 # prod. The portal pushes to it as the super user over SASL/SCRAM; its password only lives in the environment.
 if [ "$KAFKA" != "0" ]; then
     KAFKA_STARTED=1
     # every broker runs the portal's quota callback, coordinating prod's cluster-wide budgets through the portal's
     # Redis (where pushes write the budgets' scope: QUOTAS_BUDGET_REDIS_URL, by default the engine's Redis)
-    KAFKA_FACTS="$(python -m devtools.kafka_cluster start --name dev \
+    KAFKA_FACTS="$(python -m devtools.kafka start --name dev \
         --budget-redis-url "${QUOTAS_BUDGET_REDIS_URL:-${QUOTAS_ENGINE_REDIS_URL:-$QUOTAS_REDIS_URL}}" --budget-cluster prod)"
     QUOTAS_DEMO_KAFKA="$(python -c 'import json,sys; print(json.load(sys.stdin)["bootstrap"]["SASL_PLAINTEXT"])' <<<"$KAFKA_FACTS")"
     QUOTAS_KAFKA_PASSWORD_PROD="$(python -c 'import json,sys; print(json.load(open(json.load(sys.stdin)["credentials_file"]))["password"])' <<<"$KAFKA_FACTS")"

@@ -1,9 +1,9 @@
 """pytest plugin: the session's real Apache Kafka cluster (``kafka_cluster`` fixture).
 
 One project-local 3-node KRaft cluster named ``test`` (fresh data; ``test-<pid>`` while another live session
-runs ``test``) is started by ``devtools.kafka_cluster`` the first time a test asks for it, and stopped at the
+runs ``test``) is started by ``devtools.kafka`` the first time a test asks for it, and stopped at the
 end of the session; the time it took is shown in the terminal summary. With ``QUOTAS_KAFKA_BOOTSTRAP`` set,
-that running cluster is used instead and left alone: a project-local one (``python -m devtools.kafka_cluster
+that running cluster is used instead and left alone: a project-local one (``python -m devtools.kafka
 start``) is recognised by its address, so its super user is known; for any other,
 ``QUOTAS_KAFKA_SASL_BOOTSTRAP``, ``QUOTAS_KAFKA_USERNAME`` and ``QUOTAS_KAFKA_PASSWORD`` give SASL access (tests
 that need it are skipped without). Kafka that cannot be started fails the tests, with the logs' tails.
@@ -41,7 +41,7 @@ from typing import Any
 
 import pytest
 
-from devtools.kafka_cluster import (
+from devtools.kafka import (
     SCRAM_MECHANISMS,
     KafkaCluster,
     KafkaError,
@@ -79,7 +79,7 @@ def release_telemetry_port() -> None:
 
 class ExternalKafka:
     """A cluster this session did not start, known only from the environment (the subset of
-    :class:`~devtools.kafka_cluster.KafkaCluster` that the tests use)."""
+    :class:`~devtools.kafka.KafkaCluster` that the tests use)."""
 
     def __init__(self, bootstrap: str) -> None:
         self.name = "external"

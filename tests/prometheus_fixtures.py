@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from devtools.kafka_cluster import JMX_EXPORTER
+from devtools.kafka import JMX_EXPORTER
 from devtools.prometheus import PrometheusError, PrometheusServer
 
 _report: list[str] = []

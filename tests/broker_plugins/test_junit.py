@@ -1,7 +1,7 @@
 """The broker plugins' JUnit tests (broker-plugins/, Maven Surefire), run by the project's test command.
 
 ``mvn -o -B -q -f broker-plugins/pom.xml test`` (online once when the offline run fails: a new machine's first run
-fetches Maven's own plugins and the dependencies, as devtools/kafka_cluster.py's build does), with this session's
+fetches Maven's own plugins and the dependencies, as devtools/kafka/'s build does), with this session's
 ``QUOTAS_REDIS_URL`` in its environment: the quota callback's tests run the engine's real ``budget_share.lua`` on that
 Redis. Then Surefire's reports say what ran: every test class of the quota callback, none failed, none skipped.
 """

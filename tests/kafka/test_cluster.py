@@ -1,4 +1,4 @@
-"""Smoke test of the project-local Apache Kafka 4.4 cluster (devtools/kafka_cluster.py) with real clients.
+"""Smoke test of the project-local Apache Kafka 4.4 cluster (devtools/kafka/) with real clients.
 
 Every broker is in the metadata, the portal's super user authenticates with both SCRAM mechanisms and a wrong
 password is refused, a message goes round trip, and a client-id byte-rate quota set with Kafka's own
@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from devtools.kafka_cluster import SCRAM_MECHANISMS, metadata_brokers
+from devtools.kafka import SCRAM_MECHANISMS, metadata_brokers
 
 CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"  # what bin/kafka-configs.sh runs
 

@@ -1,4 +1,4 @@
-"""The Prometheus JMX exporter on the brokers of the project's Kafka (devtools/kafka_cluster.py, rules in
+"""The Prometheus JMX exporter on the brokers of the project's Kafka (devtools/kafka/, rules in
 devtools/kafka/jmx-exporter.yml): a producer throttled by a real client-id quota shows on the exporter's /metrics with
 its label and a throttle time, in jmx-monitoring-stacks naming; connection quotas and the throttle histograms are
 there too; the runner gives each node a port of its own, and none when the exporter is turned off.
@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient as KafkaAdmin
 from confluent_kafka.admin import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from devtools.kafka_cluster import JMX_AGENT_JAR, JMX_EXPORTER, JMX_EXPORTER_RULES, KafkaCluster
+from devtools.kafka import JMX_AGENT_JAR, JMX_EXPORTER, JMX_EXPORTER_RULES, KafkaCluster
 from quotas.connectors.kafka_client import AdminClient
 
 Series = dict[str, list[tuple[dict[str, str], float]]]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from benchmarks.fault_kafka import KEY, held_users, log_figures, metadata_quota_batches
-from devtools.kafka_cluster import KafkaCluster
+from devtools.kafka import KafkaCluster
 from quotas.connector_registry import reset_connectors
 from quotas.connectors.kafka_client import AdminClient, raise_for_errors
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from devtools.kafka_cluster import (
+from devtools.kafka import (
     LIB_DIR,
     PLUGIN_JAR,
     KafkaError,
@@ -76,7 +76,7 @@ def test_the_runner_keeps_kafkas_jmx_reporter_next_to_the_plugin(tmp_path: Path)
     """Kafka 4 drops its JmxReporter from a metric.reporters list that does not name it (then the quota sensors
     vanish from JMX and from the JMX exporter): the runner lists both; no endpoint, no exporter (the jars stay on the
     classpath for the quota callback, unless that is off too)."""
-    from devtools.kafka_cluster import JMX_REPORTER_CLASS, PLUGIN_CLASS, KafkaCluster
+    from devtools.kafka import JMX_REPORTER_CLASS, PLUGIN_CLASS, KafkaCluster
 
     on = KafkaCluster("plugin-props", root=tmp_path, telemetry_endpoint="http://127.0.0.1:1/v1/metrics",
                       telemetry_cluster="prod")
@@ -96,7 +96,7 @@ def test_the_drop_counter_is_a_metric_of_the_jmx_exporter() -> None:
     """The same harness with the Prometheus JMX exporter agent and the project's rules: what the plugin dropped is
     ``kafka_server_portal_telemetry_exporter_dropped`` on the agent's /metrics (what Prometheus scrapes), equal to
     the MBean's count, next to the queue's capacity."""
-    from devtools.kafka_cluster import JMX_AGENT_JAR, JMX_EXPORTER_RULES
+    from devtools.kafka import JMX_AGENT_JAR, JMX_EXPORTER_RULES
     from devtools.redis_server import free_port
     from tests.kafka.test_exporter import scrape
 
