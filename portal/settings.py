@@ -84,7 +84,7 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost")
 
 # DEBUG shows tracebacks with local variables and settings to whoever triggers an error: a development switch, so
 # it is refused where the portal answers to other hosts than this machine.
-LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]", ".localhost"}
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]", ".localhost", "testserver"}
 if DEBUG and not set(ALLOWED_HOSTS) <= LOCAL_HOSTS:
     refuse(
         f"DJANGO_DEBUG is for local development only; ALLOWED_HOSTS names {sorted(set(ALLOWED_HOSTS) - LOCAL_HOSTS)}."
