@@ -32,7 +32,9 @@ per broker; ``--no-kafka`` leaves it out). Approvals alternate between the engin
   whole-pushed) and ``broker_refusing`` (nothing listens on one broker's port for 1-3 s: connections refused);
   on Kafka, ``kafka_broker_kill`` (SIGKILL of one KRaft node, started again from its data after 1-3 s, back once
   every node has it in its metadata) and ``kafka_listener_refusing`` (one broker's SASL listener, as the portal
-  reaches it, cut and refusing for 1-3 s while the broker runs on).
+  reaches it, cut and refusing for 1-3 s while the broker runs on), ``kafka_controller_kill`` (the node leading the
+  KRaft quorum killed, back after 1-3 s), ``kafka_node_disk_lost`` (a node killed, its data directory removed and
+  formatted again, started after 1-3 s: it rebuilds from the quorum before it answers).
   A fault due while an earlier one still has a part down brings that part back first. ``approval_ratio`` = faulted
   approvals/s / clean approvals/s; ``client_retries`` counts the client's retries by cause.
 * then it waits until every broker holds the newest desired-state version: ``converge_s`` from the end of the last
@@ -368,6 +370,16 @@ class Faults:
             relay = self.kafka.proxies[self.rng.choice(self.kafka.node_ids())]
             relay.refuse()
             self._later(relay.accept, self.rng.uniform(1.0, 3.0))
+            return
+        elif kind in ("kafka_controller_kill", "kafka_node_disk_lost"):
+            assert self.kafka is not None
+            if kind == "kafka_controller_kill":  # the quorum's leader crashes: the other two elect one
+                node_id = self.kafka.controller()
+                self.kafka.kill(node_id)
+            else:  # its disk is replaced: an empty, formatted data directory
+                node_id = self.rng.choice(self.kafka.node_ids())
+                self.kafka.wipe(node_id)
+            self._later(lambda: self.kafka.restart(node_id), self.rng.uniform(1.0, 3.0))  # type: ignore[union-attr]
             return
         elif kind in ("broker_kill", "broker_restart_wiped", "broker_refusing"):
             broker = self.rng.choice(self.brokers)

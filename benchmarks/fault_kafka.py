@@ -9,6 +9,11 @@ brokers show (issue 20: "one Kafka broker killed and restarted, a broker's liste
   1-3 s, back once every node has it in its metadata (it answers only once it has caught up with the metadata log).
 * ``kafka_listener_refusing``: one broker's relay stops listening for 1-3 s and cuts its open connections: the
   portal's kept connections drop and new ones are refused, while the broker runs on.
+* ``kafka_controller_kill``: SIGKILL of the node that leads the KRaft quorum now (``kafka-metadata-quorum describe
+  --status``): the other two elect a leader, and the node comes back after 1-3 s as for ``kafka_broker_kill``.
+* ``kafka_node_disk_lost``: one node killed, its data directory removed and formatted again with the cluster's id,
+  started after 1-3 s with an empty log: it rebuilds the metadata log and its replicas from the quorum before it
+  answers (it is back once every node has it in its metadata).
 * What the brokers hold is read past the relays (PLAINTEXT, each broker itself): DescribeClientQuotas of every
   ``user`` entity. Kafka keeps no version of ours, so order is read from the quotas themselves: the approvals are
   sequential, a push carries every change up to the cluster's newest version in one AlterClientQuotas, and the
@@ -38,7 +43,9 @@ from quotas.connectors.kafka_client import MATCH_SPECIFIED, AdminClient, KafkaCl
 KAFKA_CLUSTER = "faultbench-kafka"
 KEY = "producer_byte_rate"
 MECHANISM = "SCRAM-SHA-512"
-KAFKA_KINDS = ("kafka_broker_kill", "kafka_listener_refusing")
+KAFKA_KINDS = (
+    "kafka_broker_kill", "kafka_listener_refusing", "kafka_controller_kill", "kafka_node_disk_lost",
+)
 DUMP_TOOL = "org.apache.kafka.tools.DumpLogSegments"
 BATCH_LINE = re.compile(r"^baseOffset: (\d+) ")
 RECORD_LINE = re.compile(r"^\| offset: (\d+) .* payload: (\{.*\})\s*$")
@@ -126,6 +133,14 @@ class KafkaTarget:
             if self._stopped:  # the run ended (or failed) while this node was down: leave it down
                 return
             self.kafka.start_node(node_id)
+
+    def controller(self) -> int:
+        """The node leading the KRaft quorum now."""
+        return self.kafka.active_controller()
+
+    def wipe(self, node_id: int) -> None:
+        """The node's disk lost: killed, its data removed, formatted again; :meth:`restart` brings it back."""
+        self.kafka.wipe_node(node_id)
 
     # -- what the brokers hold -------------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -484,6 +485,29 @@ class KafkaCluster(NodeFiles):
                 return
             time.sleep(0.1)
         node.proc = None
+
+    def wipe_node(self, node_id: int) -> None:
+        """A node's disk lost: SIGKILL, its data directory removed, formatted again with the cluster's id (as an
+        operator replaces a disk). :meth:`start_node` then brings it back with an empty log: it fetches the metadata
+        log and its replicas from the others before it answers."""
+        node = self.node(node_id)
+        if node.is_running():
+            self.kill_node(node_id)
+        shutil.rmtree(node.data_dir, ignore_errors=True)
+        node.data_dir.mkdir(parents=True)
+        self._format([node], self._ensure_credentials())
+
+    def active_controller(self) -> int:
+        """The id of the node that leads the KRaft quorum now (Kafka's ``kafka-metadata-quorum describe --status``)."""
+        result = self.run_tool(
+            "org.apache.kafka.tools.MetadataQuorumCommand",
+            "--bootstrap-server", self.bootstrap(), "describe", "--status",
+        )
+        found = re.search(r"^LeaderId:\s+(\d+)", result.stdout, re.MULTILINE)
+        if result.returncode != 0 or found is None:
+            raise KafkaError(f"kafka-metadata-quorum answered no leader (exit {result.returncode}): "
+                             f"{(result.stdout + result.stderr)[-500:]}")
+        return int(found.group(1))
 
     def start_node(self, node_id: int) -> None:
         """Start one stopped node again from its data (its configuration, ports and log as they were) and wait

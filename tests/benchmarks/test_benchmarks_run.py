@@ -169,3 +169,15 @@ def test_kafka_push_benchmark_quick_run_reports_its_ratio(kafka_cluster: Any) ->
     assert summary["batch_changes"] == 20
     ordered(summary, "batch_p99_ms", "batch_p50_ms")
     assert "target_met" in summary
+
+
+@pytest.mark.timeout(900)
+def test_fault_benchmark_quick_run_injects_every_kind_and_loses_nothing() -> None:
+    """One fault of every kind, on the engine's brokers and on a Kafka cluster of the benchmark's own."""
+    summary, _ = run_quick(["benchmarks/fault_bench.py", "--quick"], timeout_s=880)
+    kinds = {"redis_restart", "redis_restart_wiped", "redis_outage", "worker_sigkill", "replica_kill",
+             "postgres_restart", "broker_kill", "broker_restart_wiped", "broker_refusing", "kafka_broker_kill",
+             "kafka_listener_refusing", "kafka_controller_kill", "kafka_node_disk_lost"}
+    assert set(summary["fault_counts"]) == kinds, summary["fault_counts"]
+    assert (summary["lost"], summary["double_applied"], summary["out_of_order"]) == (0, 0, 0), summary["problems"]
+    assert summary["by_target"]["kafka"]["unverified"] == [] and summary["converge_s"] <= 60
