@@ -3,7 +3,7 @@
 The request form only shapes what a browser sends (every value arrives as text) into the body the API
 receives; the API's own serializer and then ``quotas.workflow.submit`` judge it, so a page and an API call
 are refused for the same reasons with the same messages. No rule is restated here: the value goes as the
-text typed (``1.5 MiB/s``), which the API parses (``quotas.engine.units``), and a member of one tenant is
+text typed (``1.5 MiB/s``), which the API parses (``engine.units``), and a member of one tenant is
 not asked which (the workflow infers it).
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 from django import forms
 from django.contrib.auth.models import AbstractBaseUser
 
+from engine.entities import QuotaType
+from engine.units import BYTE_RATE_FORMS, UnitError, parse_quota_value
 from quotas.api.serializers import QuotaRequestCreateSerializer
 from quotas.choices import BudgetScope
-from quotas.engine.entities import QuotaType
-from quotas.engine.units import BYTE_RATE_FORMS, UnitError, parse_quota_value
 from quotas.models import Cluster, RequestState, tenants_of
 
 #: The keys a user/client-id request can name (connection_creation_rate is for ip entities, set by admins).

@@ -19,6 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from engine.entities import display_tags
 from frontend.monitoring import (
     FRESH_MS,
     HEATMAP_ENTITIES,
@@ -34,7 +35,6 @@ from frontend.monitoring import (
     valid_tags,
 )
 from frontend.pages import Refused, entity_url, not_found, page, portal_page, visible_requests
-from quotas.engine.entities import display_tags
 from quotas.models import Cluster, Drift, QuotaEntity, RequestState, is_auditor, sees_everything
 
 #: The WebSocket of the live charts and the JSON endpoints of the hour view (telemetry_ui/README.md).

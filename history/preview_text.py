@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from quotas.engine.units import format_quota_value
+from engine.units import format_quota_value
 
 #: Where Kafka counts a client's requests of each quota type, in words.
 COUNTED = {

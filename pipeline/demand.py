@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from quotas.engine.units import format_quota_value, quota_key
+from engine.units import format_quota_value, quota_key
 
 from .recorded import SOURCE_WORDS, percent
 

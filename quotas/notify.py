@@ -47,8 +47,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from quotas.engine.entities import display_name, display_path
-from quotas.engine.units import format_exact, format_quota_value
+from engine.entities import display_name, display_path
+from engine.units import format_exact, format_quota_value
 from quotas.models import (
     DeliveryState,
     PlanRequest,

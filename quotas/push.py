@@ -41,6 +41,9 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from engine.config import EntityRef
+from engine.entities import DEFAULT
+from engine.redis_backend import connect
 from quotas import push_format, workflow
 from quotas.choices import ConnectorKind
 from quotas.connector_registry import connector_for
@@ -56,9 +59,6 @@ from quotas.connectors.base import (
     Target,
     portal_managed,
 )
-from engine.config import EntityRef
-from engine.entities import DEFAULT
-from engine.redis_backend import connect
 from quotas.models import (
     DRAIN_LEASE_S,
     DRAIN_WINDOW_S,

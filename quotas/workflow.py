@@ -24,11 +24,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from engine.config import CLIENT_ID, USER, EntityRef
+from engine.entities import validate_quota_key, validate_quota_value
+from engine.errors import QuotaEngineError
+from engine.units import format_exact, parse_quota_value
 from quotas.choices import BudgetScope
-from quotas.engine.config import CLIENT_ID, USER, EntityRef
-from quotas.engine.entities import validate_quota_key, validate_quota_value
-from quotas.engine.errors import QuotaEngineError
-from quotas.engine.units import format_exact, parse_quota_value
 from quotas.models import (
     TRANSITIONS,
     Alteration,
@@ -225,7 +225,7 @@ def submit(
     """A tenant member asks for ``key = value`` on a user/client-id entity its tenant owns.
 
     The engine's rules judge the entity and the value now, so an admin only ever decides on a change
-    that can be applied; a value may be text in a form the key takes (``1.5 MiB/s``, ``quotas.engine.units``).
+    that can be applied; a value may be text in a form the key takes (``1.5 MiB/s``, ``engine.units``).
     ``tenant`` None: the actor's only tenant (``choose_tenant``). ``expires_at`` (in the future) makes the
     request a time-boxed boost. ``budget_scope``: per_broker or cluster_wide (``check_budget_scope`` judges it
     now, as an admin's AlterClientQuotas would); None asks for the scope the value has (per_broker for a new one),

@@ -28,12 +28,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from engine.entities import display_tags
+from engine.errors import EngineUnavailable
+from engine.monitor import MINUTES_KEPT, minutes, recent
 from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.params import INT64_MAX, int_param
 from quotas.api.views import get_cluster
-from quotas.engine.entities import display_tags
-from quotas.engine.errors import EngineUnavailable
-from quotas.engine.monitor import MINUTES_KEPT, minutes, recent
 
 from .monitoring import BACKFILL_MS, CLOCK_SLACK_MS, QUOTA_TYPES, Viewer, check_tags, load_viewer, now_ms, sort_points
 

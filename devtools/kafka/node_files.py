@@ -82,7 +82,7 @@ class NodeFiles:
     def _log4j2_xml(self, node: KafkaNode) -> str:
         logs = node.log_file.parent
         return f"""<?xml version="1.0" encoding="UTF-8"?>
-<!-- written by devtools/kafka_cluster.py for node {node.node_id} of cluster {self.name} -->
+<!-- written by devtools/kafka/ for node {node.node_id} of cluster {self.name} -->
 <Configuration status="WARN" shutdownHook="disable">
   <Appenders>
     <RollingFile name="server" fileName="{logs}/server.log" filePattern="{logs}/server.log.%i">
@@ -160,7 +160,7 @@ class NodeFiles:
             **node.server_properties,
         }
         node.config_file.write_text(
-            f"# written by devtools/kafka_cluster.py at each start of cluster {self.name!r}; edits are overwritten\n"
+            f"# written by devtools/kafka/ at each start of cluster {self.name!r}; edits are overwritten\n"
             + "".join(f"{k}={v}\n" for k, v in props.items())
         )
         (node.dir / "log4j2.xml").write_text(self._log4j2_xml(node))

@@ -1,4 +1,4 @@
-"""Entities as people read them (``quotas.engine.entities.display_name``), Kafka's own name on hover.
+"""Entities as people read them (``engine.entities.display_name``), Kafka's own name on hover.
 
     {% load entity_names %}
     {{ entity|entity_name }}  -> <span class="entity-name" title="/config/users/svc-a">svc-a (all client-ids)</span>
@@ -14,8 +14,8 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from engine.entities import display_name, display_path, display_tags, entity_path
 from frontend.templatetags.quota_units import breakable
-from quotas.engine.entities import display_name, display_path, display_tags, entity_path
 
 register = template.Library()
 

@@ -6,7 +6,7 @@ judged by the engine in ``quotas.models.quotas``, so in AlterClientQuotas (Kafka
 values are doubles) a value such as ``"100"`` reaches the engine untouched and is refused there with
 Kafka's message, never silently coerced. Quota requests and previews are written by people: their
 value may also be text in a form the key takes (``1.5 MiB/s``, ``1536 KiB/s``, ``1572864``; parsed by
-``quotas.engine.units``), and other text is refused naming the accepted forms.
+``engine.units``), and other text is refused naming the accepted forms.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from engine.config import CLIENT_ID, USER
+from engine.entities import DEFAULT, display_name, display_path
+from engine.units import UnitError, is_byte_rate, parse_quota_value
 from quotas.api.errors import unknown_name
 from quotas.api.params import BROKER_ID_ERRORS, BROKER_ID_MAX, INT64_MAX, INT64_MIN, id_field, int_schema
 from quotas.budgets import enforcement
 from quotas.choices import BudgetScope, ConnectorKind, EntityType, MatchType, QuotaScope
-from quotas.engine.config import CLIENT_ID, USER
-from quotas.engine.entities import DEFAULT, display_name, display_path
-from quotas.engine.units import UnitError, is_byte_rate, parse_quota_value
 from quotas.models import (
     AlterOutcome,
     Approval,

@@ -11,9 +11,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from engine.entities import DEFAULT, PRECEDENCE, ClientEntity, QuotaOverrides, entity_path
+from engine.units import format_byte_rate, format_exact
 from quotas.choices import BudgetScope, QuotaScope
-from quotas.engine.entities import DEFAULT, PRECEDENCE, ClientEntity, QuotaOverrides, entity_path
-from quotas.engine.units import format_byte_rate, format_exact
 from quotas.models.clusters import Cluster
 from quotas.models.quotas import QuotaEntity, QuotaValue
 from quotas.models.requests import QuotaRequest, RequestState

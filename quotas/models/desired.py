@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from django.db.models import Max
 
+from engine.config import EntityRef
 from quotas.choices import BudgetScope, ConnectorKind, QuotaScope
 from quotas.connectors.base import BROKER, BUDGET_SCOPE, CLIENT_METRICS, CLUSTER_WIDE, QUOTA, TOPIC, Item, State
-from quotas.engine.config import EntityRef
 from quotas.models.broker_configs import BrokerConfig, TopicConfig
 from quotas.models.client_metrics import ClientMetricsSubscription
 from quotas.models.clusters import Broker, Cluster

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from engine.units import format_quota_value
 from quotas.choices import BudgetScope
-from quotas.engine.units import format_quota_value
 from quotas.models.audit import AuditAction, AuditEntry
 from quotas.models.quotas import QuotaValue
 from quotas.models.requests import QuotaRequest

@@ -1,11 +1,11 @@
-"""Entities in words (``quotas.engine.entities.display_name``): one form for Kafka's eight (user, client-id) levels,
+"""Entities in words (``engine.entities.display_name``): one form for Kafka's eight (user, client-id) levels,
 the ip levels, a sensor's tags and a config path, so the pages, the heat map, the mails and the API agree."""
 
 from __future__ import annotations
 
 import pytest
 
-from quotas.engine.entities import (
+from engine.entities import (
     DEFAULT,
     PRECEDENCE,
     display_name,

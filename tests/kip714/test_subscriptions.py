@@ -197,7 +197,7 @@ def test_the_conformance_is_match_op_takes_any_key_as_kafka_does() -> None:
 def test_the_replay_reads_a_json_null_attribute_as_one_the_client_did_not_send() -> None:
     """Conformance cases write Java's null as JSON null (conformance/README.md): the is_match replay must pass it on as
     an absent attribute, which no pattern matches, never as the text 'None', which '.*' would."""
-    from quotas.telemetry.vectors import client_metrics_case
+    from kip714.vectors import client_metrics_case
 
     step = client_metrics_case({})
 

@@ -14,6 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from engine.entities import QuotaType
+from engine.managers import UsageRecord, manager_for
+from engine.model import ModelBackend
 from pipeline import whatif
 from pipeline.demand import (
     BACK_TO_BACK,
@@ -25,9 +28,6 @@ from pipeline.demand import (
     queue_growth,
 )
 from pipeline.kernel import replay_rate
-from quotas.engine.entities import QuotaType
-from quotas.engine.managers import UsageRecord, manager_for
-from quotas.engine.model import ModelBackend
 
 from .conftest import write_landing
 

@@ -25,12 +25,12 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
+from engine.config import KEY_SEP, EntityRef, namespace_for_broker
+from engine.desired import NamespaceState
 from portal import backups
 from portal.backups import PG_MAGIC, SQLITE_MAGIC, BackupError
 from quotas import push, workflow
 from quotas.connectors.base import QUOTA
-from quotas.engine.config import KEY_SEP, EntityRef, namespace_for_broker
-from quotas.engine.desired import NamespaceState
 from quotas.models import AuditEntry, Cluster, DesiredStateVersion, Drift, OwnedName, QuotaValue, Tenant
 from quotas.models.pushes import RESTORE_FENCE
 from tests.database import database_url, drop_database, on_postgres

@@ -1,5 +1,5 @@
 """One name for an entity everywhere: the pages, the API's ``display`` and Kafka's own name beside it (on hover, in
-``entity``), all from ``quotas.engine.entities.display_name``."""
+``entity``), all from ``engine.entities.display_name``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def api(user: Any) -> APIClient:
 
 
 def test_a_numeric_client_id_and_the_default_principal_read_as_such_on_pages_and_in_the_api(
-    w: dict[str, Any],
+    w: dict[str, Any],  # noqa: F811 (the fixture imported above)
 ) -> None:
     audited_alter(w["cluster"], [Alteration([("client-id", "1")], [QuotaOp("request_percentage", 20)])], w["admin"])
     req = submitted(w, user=None, client_id="app-a-7")

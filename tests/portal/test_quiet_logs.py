@@ -22,7 +22,7 @@ from portal.logs import ACCESS_LOGGER, QuietProbes, log_probes
 from quotas import notify, workflow
 from quotas.models import Cluster, OwnedName, RequestState, Tenant
 from tests.portal.people import roles
-from tests.telemetry.conftest import service_env, start_server
+from tests.services import service_env, start_server
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ from django.apps import apps
 from django.test import Client
 from django.utils import timezone
 
+from engine.config import EntityRef
 from quotas import workflow
-from quotas.engine.config import EntityRef
 from quotas.models import (
     Alteration,
     Approval,

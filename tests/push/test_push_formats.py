@@ -11,9 +11,9 @@ import pytest
 import redis
 from celery import current_app
 
+from engine.config import namespace_for_broker
+from engine.desired import NamespaceState
 from quotas import push, push_format
-from quotas.engine.config import namespace_for_broker
-from quotas.engine.desired import NamespaceState
 from quotas.models import Broker, Cluster
 from quotas.tasks import survey_workers
 from tests.celery_worker import Worker

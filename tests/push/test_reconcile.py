@@ -12,11 +12,11 @@ import redis
 from django.db import OperationalError
 from django.utils import timezone
 
+from engine.config import EntityRef, cluster_namespace, namespace_for_broker
+from engine.desired import NamespaceState
 from quotas import push, push_format
 from quotas.choices import QuotaScope
 from quotas.connectors.base import QUOTA, PushError
-from quotas.engine.config import EntityRef, cluster_namespace, namespace_for_broker
-from quotas.engine.desired import NamespaceState
 from quotas.models import (
     AuditEntry,
     Broker,

@@ -16,11 +16,11 @@ import pytest
 import redis
 from django.core.management import call_command
 
+from engine.config import EntityRef, namespace_for_broker
+from engine.desired import NamespaceState
 from quotas import push, workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import QUOTA, PushError
-from quotas.engine.config import EntityRef, namespace_for_broker
-from quotas.engine.desired import NamespaceState
 from quotas.models import AuditEntry, Broker, Cluster, DesiredStateVersion, Drift, OwnedName, Push, QuotaValue, Tenant
 from quotas.models.pushes import RESTORE_FENCE
 from tests.database import drop_database

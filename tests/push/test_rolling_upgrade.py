@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from engine.config import namespace_for_broker
+from engine.desired import NamespaceState
 from quotas import push_format
-from quotas.engine.config import namespace_for_broker
-from quotas.engine.desired import NamespaceState
 from quotas.models import Broker, Cluster, Push
 from quotas.tasks import survey_workers
 from tests.celery_worker import ROOT, Worker
