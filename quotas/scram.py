@@ -179,8 +179,9 @@ def _check_iterations(iterations: int | None) -> None:
 
 
 def require_kafka(cluster: Cluster) -> None:
-    """INVALID_REQUEST unless the cluster is a Kafka cluster: SCRAM means nothing to the engine. Checked first, before
-    any lock or connection is tried (an engine cluster's brokers are no Kafka brokers to reach)."""
+    """INVALID_REQUEST unless the cluster is a Kafka cluster: SCRAM means nothing to the engine. Checked after who
+    may act (403 first) and before any lock or connection is tried (an engine cluster's brokers are no Kafka
+    brokers to reach)."""
     if cluster.connector != ConnectorKind.KAFKA:
         raise ScramError(
             "INVALID_REQUEST",
@@ -326,12 +327,12 @@ def create(
     """New credentials (default: both mechanisms, 8192 iterations) with one new password for a principal that has
     none of them on Kafka yet (CONFLICT otherwise: rotate or delete them). All or nothing: a mechanism Kafka set
     before it refused the next is removed again."""
-    require_kafka(cluster)
     _check_user(user)
     chosen = _check_mechanisms(mechanisms) or MECHANISMS
     iterations = DEFAULT_ITERATIONS if iterations is None else iterations
     _check_iterations(iterations)
     tenant = manageable_tenant(actor, user)
+    require_kafka(cluster)  # after who may: one who may not is told so, whatever the cluster
     password = new_password()
     with changing(cluster, user), kafka_admin(cluster) as client:
         existing = described(client, user)
@@ -384,11 +385,11 @@ def rotate(
     """A new password for the principal's credentials on Kafka (all it has, or the mechanisms named), each keeping
     its iterations unless given. A credential made outside the portal is taken over (a row is made for it).
     RESOURCE_NOT_FOUND when there is nothing to rotate."""
-    require_kafka(cluster)
     _check_user(user)
     chosen = _check_mechanisms(mechanisms)
     _check_iterations(iterations)
     tenant = manageable_tenant(actor, user)
+    require_kafka(cluster)  # after who may: one who may not is told so, whatever the cluster
     password = new_password()
     failure: ScramError | None = None
     done: list[tuple[str, int, int]] = []  # (mechanism, iterations before, after)
@@ -435,10 +436,10 @@ def rotate(
 def delete(actor: AbstractBaseUser, cluster: Cluster, user: str, mechanisms: Sequence[str] | None = None) -> list[str]:
     """Remove the principal's credentials (all, or the mechanisms named) from Kafka and their rows; returns the
     mechanisms removed. RESOURCE_NOT_FOUND when neither Kafka nor the portal knows any of them."""
-    require_kafka(cluster)
     _check_user(user)
     chosen = _check_mechanisms(mechanisms)
     tenant = manageable_tenant(actor, user)
+    require_kafka(cluster)  # after who may: one who may not is told so, whatever the cluster
     with changing(cluster, user), kafka_admin(cluster) as client:
         rows = {r.mechanism: r for r in ScramCredential.objects.filter(cluster=cluster, user=user)}
         existing = described(client, user)

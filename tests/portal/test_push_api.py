@@ -491,7 +491,8 @@ def test_reapply_a_cluster_wide_namespace(w: dict[str, Any], queue: CeleryQueue)
         ({}, 400, "INVALID_REQUEST", "(its brokers are 0, 1, 2)"),
         ({"broker": 9}, 400, "INVALID_REQUEST", "Cluster 'prod' has no broker 9; its brokers are 0, 1, 2."),
         ({"broker": "one"}, 400, "INVALID_REQUEST", "broker: A valid integer is required."),
-        ({"broker": -1}, 400, "INVALID_REQUEST", "broker: Ensure this value is greater than or equal to 0."),
+        ({"broker": -1}, 400, "INVALID_REQUEST",
+         "broker: A broker id is a whole number from 0 to 2147483647 (Kafka's INT32)."),
     ],
 )
 def test_reapply_validation(

@@ -89,7 +89,8 @@ def test_a_member_cannot_describe_another_tenants_entity_by_name(people: dict[st
     assert described(people["search"], exact) == []
     values = people["pay"].post(DESCRIBE, {"components": exact, "strict": True}, format="json").json()["results"]
     scopes = {PBR: "per_broker"}
-    assert values == [{"entity": {"user": "svc-pay-api"}, "values": {PBR: 1000.0}, "budget_scopes": scopes}]
+    assert values == [{"entity": {"user": "svc-pay-api"}, "display": "svc-pay-api (all client-ids)",
+                       "values": {PBR: 1000.0}, "budget_scopes": scopes}]
 
 
 def test_a_member_reads_the_effective_quota_of_its_own_connections_only(people: dict[str, APIClient]) -> None:
