@@ -99,7 +99,9 @@ def test_rollups_and_a_whatif_on_the_standalone_cluster_equal_local(
     assert remote["master"] == spark_master
     assert len(remote["executors"]) >= 2  # the driver and the worker's executor
     assert remote["rollups"]["rows"] == local["rollups"]["rows"] == {"minute": 2, "hour": 1}
-    assert remote["whatif"] == local["whatif"]
+    # the figures, not how long each stage took on each cluster
+    assert {**remote["whatif"], "stages_s": None} == {**local["whatif"], "stages_s": None}
+    assert remote["whatif"]["stages_s"].keys() == local["whatif"]["stages_s"].keys()
     assert local["whatif"]["throttle_events"] > 0
     for granularity in ("minute", "hour"):
         pd.testing.assert_frame_equal(

@@ -376,7 +376,9 @@ def effect_rows(response: Any) -> dict[str, list[str]]:
 
 def test_request_page_shows_observed_rate_and_throttling_before_and_after_the_change(w: dict[str, Any]) -> None:
     now = timezone.now()
-    applied_at = now - timedelta(minutes=6)
+    # 10 s into a minute: the brokers apply it 200 ms apart, all within the minute it landed in (at 59.7 s two of
+    # them would land in the next one, and this minute would be "before" for them)
+    applied_at = (now - timedelta(minutes=6)).replace(second=10, microsecond=0)
     req = applied_request(w, applied_at)
     at_ms = int(applied_at.timestamp() * 1000)
     minute = at_ms - at_ms % 60_000
