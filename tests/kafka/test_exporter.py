@@ -61,16 +61,33 @@ def throttle_producer(cluster: Any, client_id: str, *, user: str | None = None, 
             break
         assert time.monotonic() < deadline, f"no leader for {topic} after 30 s"
         time.sleep(0.2)
-    delivered: list[int] = []
-    producer = Producer({**cluster.client_config(), "client.id": client_id, "linger.ms": 200, "log_level": 0,
-                         "on_delivery": lambda err, msg: delivered.append(err is None)})
+    errors: list[str] = []
+    for _attempt in range(3):  # a leader that has just moved (a node killed by an earlier test) answers late once
+        producer = Producer({**cluster.client_config(), "client.id": client_id, "linger.ms": 200, "log_level": 0})
+        if _acknowledged(producer, topic, [b"w"], 15, errors):  # a small first record: metadata and connection ready
+            break
+    else:
+        raise AssertionError(f"no record produced to {topic} was acknowledged: {errors[-6:]}")
     payload = b"q" * 10_240
-    for _ in range(kib // 10):
-        producer.produce(topic, payload)
-    if producer.flush(20):
+    assert _acknowledged(producer, topic, [payload] * (kib // 10), 20, errors), \
+        f"nothing of {kib} KiB produced to {topic} was acknowledged: {errors[-6:]}"
+
+
+def _acknowledged(producer: Any, topic: str, values: list[bytes], timeout: float, errors: list[str]) -> bool:
+    """Produce ``values`` and wait ``timeout`` s; True when Kafka acknowledged at least one (what is left is purged)."""
+    delivered: list[bool] = []
+
+    def report(err: Any, _msg: Any) -> None:
+        delivered.append(err is None)
+        if err is not None:
+            errors.append(str(err))
+
+    for value in values:
+        producer.produce(topic, value, on_delivery=report)
+    if producer.flush(timeout):
         producer.purge()
         producer.flush(0)
-    assert any(delivered), f"nothing produced to {topic} was acknowledged"
+    return any(delivered)
 
 
 def test_a_throttled_producer_shows_on_the_exporter_with_its_labels(kafka_cluster: Any) -> None:
