@@ -48,6 +48,7 @@ class AuditAction(models.TextChoices):
     SCRAM_ROTATED = "scram_rotated", "SCRAM credential rotated"
     SCRAM_DELETED = "scram_deleted", "SCRAM credential deleted"
     WEBHOOK_CHANGED = "webhook_changed", "Tenant webhook created, changed, re-keyed or deleted"
+    DATABASE_RESTORED = "database_restored", "Portal database restored from a backup; versions fenced"
 
 
 class AuditEntry(models.Model):

@@ -161,6 +161,11 @@ def test_a_restored_database_leaves_what_the_brokers_hold_until_an_admin_adopts_
     assert f"from {backup}." in done.stdout
     assert f"prod: desired-state version {before} -> {RESTORE_FENCE} (restore fence)" in done.stdout
     assert desired(w) == {("svc-a-1", PBR): 1000} and version() == RESTORE_FENCE
+    restored = AuditEntry.objects.filter(action="database_restored")
+    assert list(restored.values_list("cluster__name", "actor_name", "before", "after")) == [
+        ("prod", "system", before, RESTORE_FENCE)
+    ]
+    assert f"from the backup {backup.name} by " in restored.get().comment
     # a push after the restart, and the worker's reconcile in heal mode: the brokers keep what they hold
     assert {o.mode for o in push_everywhere(w["prod"])} == {"delta"}  # of nothing: the fence's version
     assert {o.status for o in push.reconcile_all(mode="heal")} == {"drift"}

@@ -8,6 +8,7 @@ re-apply (docs/operations/backup-restore.md). ``--fence-only`` fences a database
 
 from __future__ import annotations
 
+import getpass
 import io
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from portal import backups
+from quotas.models.audit import AuditAction, record
 from quotas.models.pushes import fence_restored
 from quotas.push import forget_in_sync
 
@@ -42,6 +44,7 @@ class Command(BaseCommand):
         if (path is None) != fence_only:
             raise CommandError("Name the backup FILE to restore, or pass --fence-only without one.")
         self.fences: list[tuple[Any, int, int]] = []
+        self.source = f"the backup {path.name}" if path is not None else "a database restored by other means"
         try:
             if fence_only:
                 self.stdout.write(f"Fencing {backups.describe()} (restored by other means).")
@@ -72,3 +75,17 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=0, stdout=io.StringIO())
             self.stdout.write(f"Applied {missing} migrations the backup lacked.")
         self.fences = fence_restored()
+        for cluster, before, fence in self.fences:  # in the restored database, so that its history says what happened
+            record(
+                AuditAction.DATABASE_RESTORED, None, cluster=cluster, before=before, after=fence,
+                comment=f"Restored from {self.source} by {_operator()} with manage.py restore_db: desired-state "
+                f"versions fenced; what the brokers hold beyond the backup shows as drift.",
+            )
+
+
+def _operator() -> str:
+    """Who ran the command, as the operating system knows them (the portal has no signed-in user here)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a container's uid with no passwd entry
+        return "an operator"
