@@ -2,8 +2,8 @@
 steady stream of approvals; no approval lost or applied twice, no error in any log, no 5xx, memory bounded.
 
 Two minutes: past the first warm-up (40 s), and long enough to cycle once through the soak's 200 principals (two
-approvals a second), so the later approvals update entities the engine already holds. The full run is 30 minutes (README); timings are the
-script's, not the test's.
+approvals a second), so the later approvals update entities the engine already holds. The full run is 30 minutes
+(README); timings are the script's, not the test's.
 """
 
 from __future__ import annotations
