@@ -1,17 +1,18 @@
 """The project's one Kafka wire client: framing, the requests it sends and the answers it reads; no Django.
 
-Kafka's own Java client splits the same work this way: ``org.apache.kafka.common.protocol`` (``ApiKeys``,
-``Errors``, the message schemas) is here ``protocol`` (API keys and the enums this project uses) and
-``errors`` (each error with Kafka's name and whether it is retriable), with kafka-python's generated schema
-classes (``kafka.protocol``) as the ``*Request``/``*Response`` data of ``org.apache.kafka.common.requests``;
-``org.apache.kafka.common.network`` (``NetworkClient``, ``KafkaChannel``: size-prefixed frames, request headers,
-correlation ids, ApiVersions negotiation) is ``connection.Connection``, one blocking connection with one request
-in flight that also times each exchange and gives the request's size as the broker counts it; the SCRAM
-authenticator (``ScramSaslClient``, ``ScramFormatter``) is ``scram``; and ``Admin``/``KafkaAdminClient`` is
-``admin.AdminClient``, with the admin calls the portal, its tests and tools need (client quotas, configs, the
-cluster's brokers and metadata, SCRAM credentials, topics), bootstrap failover and reconnects. PLAINTEXT and
-SASL_PLAINTEXT with SCRAM-SHA-256/512 only (TLS is out of scope); no password goes into an exception, a repr or
-a log line. Users: the Kafka connector (``quotas.connectors.kafka``), ``quotas.scram``, the conformance oracle
+It maps onto Kafka's own Java client as follows. ``protocol`` holds what this project needs of
+``org.apache.kafka.common.protocol`` (``ApiKeys``, and the enums of the admin messages); ``errors`` is
+``Errors`` (each error with Kafka's name and whether it is retriable); the ``*Request``/``*Response`` classes of
+``org.apache.kafka.common.requests`` and their generated message schemas are kafka-python's (``kafka.protocol``),
+so the bytes are Kafka's own. ``connection.Connection`` is the part of ``org.apache.kafka.clients.NetworkClient``
+and ``org.apache.kafka.common.network`` (``KafkaChannel``, size-delimited sends and receives) that a blocking
+client needs: one connection to one broker, one request in flight, ``RequestHeader`` and correlation ids,
+ApiVersions negotiation (``NodeApiVersions``), and each exchange timed and sized as the broker counts it.
+``scram`` is the SCRAM authenticator (``ScramSaslClient``, ``ScramFormatter``) and ``admin.AdminClient`` the
+calls of ``org.apache.kafka.clients.admin.Admin`` that the project uses (client quotas, configs, the cluster's
+brokers and metadata, SCRAM credentials, topics), with bootstrap failover and reconnects. PLAINTEXT and
+SASL_PLAINTEXT with SCRAM-SHA-256/512 only (TLS is out of scope); no password goes into an exception, a repr or a
+log line. Its users: the Kafka connector (``quotas.connectors.kafka``), ``quotas.scram``, the conformance oracle
 (``conformance.oracle``), the dev cluster's readiness probe (``devtools.kafka``), tests and benchmarks.
 """
 
