@@ -36,7 +36,7 @@ from devtools.redis_server import RedisServer  # noqa: E402
 from engine.budget_store import BudgetStore, budget_id, scope_field  # noqa: E402
 from engine.config import EntityRef  # noqa: E402
 from engine.redis_backend import connect  # noqa: E402
-from quotas.connectors.kafka_client import AdminClient  # noqa: E402
+from kafka_wire import AdminClient  # noqa: E402
 from traffic.budget_load import MovingProducer, create_spread_topic  # noqa: E402
 
 NAME = "cluster-budget-bench"

@@ -38,7 +38,7 @@ from typing import Any
 
 from devtools.kafka import SUPER_USER, KafkaCluster, KafkaError, KafkaNode, run_kafka_tool
 from devtools.tcp_proxy import TcpProxy
-from quotas.connectors.kafka_client import MATCH_SPECIFIED, AdminClient, KafkaClientError
+from kafka_wire import MATCH_SPECIFIED, AdminClient, KafkaClientError
 
 KAFKA_CLUSTER = "faultbench-kafka"
 KEY = "producer_byte_rate"

@@ -88,7 +88,7 @@ from benchmarks.harness import run_bench  # noqa: E402
 from benchmarks.push_bench import Probe, Sections, Worker, _top, migrate, setup_django  # noqa: E402
 from devtools.kafka import KafkaCluster  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer  # noqa: E402
-from quotas.connectors.kafka_client import (  # noqa: E402
+from kafka_wire import (  # noqa: E402
     MATCH_EXACT,
     MATCH_SPECIFIED,
     AdminClient,
@@ -410,9 +410,9 @@ def narrowed_behind(original: Callable[..., Any]) -> Callable[..., Any]:
     entities alone (DescribeClientQuotas filtered exactly on the one entity, or every quota for several) and skip the
     two DescribeConfigs of the default broker's and the broker's own configs, which a quota-only delta cannot change.
     Deltas with configs go to ``original`` unchanged."""
+    from kafka_wire import MATCH_DEFAULT, KafkaBrokerError
     from quotas.connectors.base import QUOTA, Item
     from quotas.connectors.kafka import _entity_components, _entity_field, _item_text
-    from quotas.connectors.kafka_client import MATCH_DEFAULT, KafkaBrokerError
 
     def _behind(self: Any, client: AdminClient, node_id: int, changes: dict[Any, str | None]) -> str | None:
         if any(i.kind != QUOTA for i in changes):

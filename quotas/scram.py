@@ -33,10 +33,7 @@ from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
 from engine.entities import DEFAULT, entity_path
-from quotas import push, workflow
-from quotas.choices import ConnectorKind
-from quotas.connectors.base import PushError
-from quotas.connectors.kafka_client import (
+from kafka_wire import (
     SCRAM_MAX_ITERATIONS,
     SCRAM_MECHANISMS,
     SCRAM_MIN_ITERATIONS,
@@ -47,6 +44,9 @@ from quotas.connectors.kafka_client import (
     KafkaTimeoutError,
     ScramCredentialError,
 )
+from quotas import push, workflow
+from quotas.choices import ConnectorKind
+from quotas.connectors.base import PushError
 from quotas.models import (
     AuditAction,
     Cluster,

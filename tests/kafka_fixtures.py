@@ -32,7 +32,6 @@ import os
 import secrets
 import shutil
 import socket
-import struct
 import subprocess
 import time
 import urllib.parse
@@ -50,6 +49,7 @@ from devtools.kafka import (
     metadata_brokers,
     run_kafka_tool,
 )
+from kafka_wire import KafkaClientError
 
 #: Seconds the first test using the cluster may take, its setup included: a first run fetches the jars with
 #: Maven, formats three nodes and boots them (about half a minute on 2 cores with the jars in ~/.m2).
@@ -126,7 +126,7 @@ def _check_reachable(bootstrap: str, timeout: float = 10.0) -> None:
             try:
                 if metadata_brokers(host.strip("[]"), int(port)):
                     return
-            except (OSError, ValueError, struct.error) as e:
+            except (ValueError, KafkaClientError) as e:
                 last_error = e
         time.sleep(0.5)
     pytest.fail(f"QUOTAS_KAFKA_BOOTSTRAP={bootstrap} does not answer: {last_error}", pytrace=False)

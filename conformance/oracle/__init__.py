@@ -109,6 +109,13 @@ The replay's quota config is the cluster's (what DescribeClientQuotas answered a
 scenario's entities), so the ``quotaTypesEnabled`` mask and precedence are as on the broker. The run's quotas,
 topics and SCRAM user are removed at the end. No Django and no ``devtools`` here (import contracts).
 
-Modules: ``base`` (settings, error, clock), ``wire``, ``admin``, ``scenarios``, ``drivers``, ``compare`` (replay
-and comparison), ``run`` (a run and the command line; ``python -m conformance.oracle``).
+Clients. The blocking connections (timed exchanges, exact request sizes) and the admin requests are
+``kafka_wire``'s, the project's one Kafka wire client, whose bytes are kafka-python's schema classes: the oracle
+tests the engine, not that client, and nothing it compares comes from the portal's code but the engine. The
+independent client stays independent: librdkafka (confluent-kafka) drives the ``cf-user`` scenario, creates
+and deletes the SCRAM user, and its own count of the bytes it sent checks kafka-python's encoding of the same
+request (``size_check``).
+
+Modules: ``base`` (settings, error, clock), ``admin``, ``scenarios``, ``drivers``, ``compare`` (replay and
+comparison), ``run`` (a run and the command line; ``python -m conformance.oracle``).
 """

@@ -1,4 +1,9 @@
-"""The run's administrative requests: topics, quotas, metadata, a first produce."""
+"""The run's administrative requests (topics, quotas, metadata, a first produce) through ``kafka_wire``'s client.
+
+The requests the run measures (``produce_request``, the drivers' CreateTopics) are kafka-python's schema classes
+encoded by kafka-python, as every request of ``kafka_wire`` is: what the oracle checks is the engine, not a
+client, and the request sizes it records are checked against librdkafka's own count (``size_check``).
+"""
 
 from __future__ import annotations
 
@@ -6,19 +11,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kafka.protocol.admin import (
-    AlterClientQuotasRequest,
-    CreateTopicsRequest,
-    DeleteTopicsRequest,
-    DescribeClientQuotasRequest,
-)
-from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from conformance.oracle.base import OracleError, now_ms
-from conformance.oracle.wire import Wire
+from conformance.oracle.base import MAX_PRODUCE_VERSION, OracleError, now_ms
 from engine.entities import DEFAULT
+from kafka_wire import AdminClient, NewTopic
 
 
 @dataclass(frozen=True)
@@ -45,23 +43,21 @@ class Admin:
 
     def __init__(self, bootstrap: str, client_id: str) -> None:
         self.client_id = client_id
-        self.wires: dict[str, Wire] = {}
+        self.clients: dict[str, AdminClient] = {}
         self.bootstrap = bootstrap.split(",")[0].strip()
         self.brokers = self.metadata([])[0]
 
-    def wire(self, address: str | None = None) -> Wire:
+    def client(self, address: str | None = None) -> AdminClient:
         address = address or self.bootstrap
-        if address not in self.wires:
-            self.wires[address] = Wire(address, self.client_id)
-        return self.wires[address]
+        if address not in self.clients:
+            self.clients[address] = AdminClient(
+                address, client_id=self.client_id, connect_timeout=30.0, request_timeout=30.0
+            )
+        return self.clients[address]
 
     def metadata(self, topics: Sequence[str]) -> tuple[dict[int, str], dict[str, int]]:
         """Brokers (id -> address on this listener) and the leader of partition 0 of each known topic."""
-        wire = self.wire()
-        request = MetadataRequest(
-            topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics], allow_auto_topic_creation=False
-        )
-        response = wire.call(request, wire.version(MetadataRequest, cap=12))[0]
+        response = self.client().metadata(topics)
         brokers = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
         leaders = {}
         for t in response.topics:
@@ -72,15 +68,8 @@ class Admin:
 
     def create_topics(self, names: Sequence[str]) -> dict[str, int]:
         """1-partition RF=1 topics; returns the leader of each, once every broker knows the topic."""
-        wire = self.wire()
-        T = CreateTopicsRequest.CreatableTopic
-        request = CreateTopicsRequest(
-            topics=[T(name=n, num_partitions=1, replication_factor=1, assignments=[], configs=[]) for n in names],
-            timeout_ms=15000,
-            validate_only=False,
-        )
-        response = wire.call(request, wire.version(CreateTopicsRequest))[0]
-        for t in response.topics:
+        results = self.client().create_topics([NewTopic(n, 1, 1) for n in names], timeout_ms=15000)
+        for t in results.topics.values():
             if t.error_code:
                 raise OracleError(f"creating topic {t.name} failed: error {t.error_code} {t.error_message}")
         deadline = time.monotonic() + 20
@@ -94,40 +83,21 @@ class Admin:
 
     def delete_topics(self, names: Sequence[str]) -> None:
         """The run's topics go (from this quota-free client-id, so no mutation quota gets in the way)."""
-        if not names:
-            return
-        wire = self.wire()
-        version = wire.version(DeleteTopicsRequest)
-        S = DeleteTopicsRequest.DeleteTopicState
         for start in range(0, len(names), 100):
-            chunk = list(names[start:start + 100])
-            request = DeleteTopicsRequest(topics=[S(name=n) for n in chunk], topic_names=chunk, timeout_ms=15000)
-            wire.call(request, version)
+            self.client().delete_topics(names[start:start + 100], timeout_ms=15000)
 
     def alter_quotas(self, entries: Iterable[QuotaEntry], remove: bool = False) -> None:
         """Set (or remove) quotas in one AlterClientQuotas; any entry's error fails the run."""
-        wire = self.wire()
-        r = AlterClientQuotasRequest
-        request = r(
-            entries=[
-                r.EntryData(
-                    entity=[r.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in e.entity()],
-                    ops=[r.EntryData.OpData(key=e.key, value=0.0 if remove else float(e.value), remove=remove)],
-                )
-                for e in entries
-            ],
-            validate_only=False,
+        response = self.client().alter_client_quotas(
+            (dict(e.entity()), {e.key: None if remove else float(e.value)}) for e in entries
         )
-        response = wire.call(request, wire.version(AlterClientQuotasRequest))[0]
         for entry in response.entries:
             if entry.error_code:
                 raise OracleError(f"AlterClientQuotas failed: error {entry.error_code} {entry.error_message}")
 
     def describe_quotas(self, address: str | None = None) -> list[QuotaEntry]:
         """Every user/client-id quota that the broker at ``address`` holds (its own metadata image)."""
-        wire = self.wire(address)
-        request = DescribeClientQuotasRequest(components=[], strict=False)
-        response = wire.call(request, wire.version(DescribeClientQuotasRequest))[0]
+        response = self.client(address).describe_client_quotas()
         if response.error_code:
             raise OracleError(f"DescribeClientQuotas failed: error {response.error_code} {response.error_message}")
         out = []
@@ -154,10 +124,10 @@ class Admin:
 
     def produce_one(self, leader: str, topic: str) -> None:
         """One message from this (quota-free) client: the leader's first append to a new log is slow."""
-        wire = self.wire(leader)
+        client = self.client(leader)
         deadline = time.monotonic() + 20
         while True:
-            response = wire.call(produce_request(topic, b"warm-up", now_ms()), wire.version(ProduceRequest, cap=12))[0]
+            response = client.send(produce_request(topic, b"warm-up", now_ms()), cap=MAX_PRODUCE_VERSION)
             if response.responses[0].partition_responses[0].error_code == 0:
                 return
             if time.monotonic() > deadline:
@@ -165,8 +135,8 @@ class Admin:
             time.sleep(0.1)
 
     def close(self) -> None:
-        for wire in self.wires.values():
-            wire.close()
+        for client in self.clients.values():
+            client.close()
 
 
 def produce_request(topic: str, value: bytes, timestamp_ms: float) -> ProduceRequest:

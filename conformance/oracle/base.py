@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-import time
+
+from kafka_wire import wall_ms
 
 #: Kafka's defaults (``quota.window.num``, ``quota.window.size.seconds``), which the cluster runs with.
 SAMPLES = 11
@@ -33,6 +34,6 @@ def log(message: str) -> None:
     print(f"kafka_oracle: {message}", file=sys.stderr, flush=True)
 
 
-def now_ms() -> float:
-    """Wall-clock milliseconds: the broker's ``time.milliseconds()`` is the same clock on this host."""
-    return time.time_ns() / 1e6
+#: Wall-clock milliseconds: the broker's ``time.milliseconds()`` is the same clock on this host, and so are
+#: the send and receive times of each exchange (``kafka_wire.Exchange``).
+now_ms = wall_ms

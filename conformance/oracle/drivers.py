@@ -23,8 +23,8 @@ from conformance.oracle.base import (
     now_ms,
 )
 from conformance.oracle.scenarios import Exchange, Scenario
-from conformance.oracle.wire import Wire
 from engine.stats import MetricConfig, WindowedSum
+from kafka_wire import Connection
 
 
 class Driver:
@@ -44,6 +44,14 @@ class Driver:
         pass
 
 
+def oracle_connection(address: str, client_id: str) -> Connection:
+    """One blocking connection to one broker (``kafka_wire``): one request in flight, as the scenarios' clients
+    have, each exchange timed and sized (``Connection.exchange``)."""
+    return Connection(
+        address, client_id=client_id, connect_timeout=30.0, request_timeout=30.0, software=("quota-oracle", "1")
+    )
+
+
 class KafkaPythonProducer(Driver):
     """kafka-python's protocol classes on one socket to the partition leader, one ProduceRequest at a time."""
 
@@ -52,17 +60,18 @@ class KafkaPythonProducer(Driver):
         self.address = leader_address
 
     def open(self) -> None:
-        self.wire = Wire(self.address, self.s.client_id)
+        self.wire = oracle_connection(self.address, self.s.client_id)
         self.version = self.wire.version(ProduceRequest, cap=MAX_PRODUCE_VERSION)
         self.value = bytes(self.s.message_bytes)
         self.s.notes["produce_version"] = self.version
 
     def send(self) -> int:
         request = produce_request(self.s.topic, self.value, now_ms())
-        response, sent, received, size = self.wire.call(request, self.version)
-        error = response.responses[0].partition_responses[0].error_code
-        self.s.exchanges.append(Exchange(sent, received, size, response.throttle_time_ms, error))
-        return int(response.throttle_time_ms)
+        ex = self.wire.exchange(request, self.version)
+        throttle = ex.response.throttle_time_ms
+        error = ex.response.responses[0].partition_responses[0].error_code
+        self.s.exchanges.append(Exchange(ex.sent_ms, ex.received_ms, ex.request_bytes, throttle, error))
+        return int(throttle)
 
     def close(self) -> None:
         self.wire.close()
@@ -166,7 +175,7 @@ class TopicCreator(Driver):
         self.n = 0
 
     def open(self) -> None:
-        self.wire = Wire(self.address, self.s.client_id)
+        self.wire = oracle_connection(self.address, self.s.client_id)
         self.version = self.wire.version(
             CreateTopicsRequest, cap=MAX_CREATE_TOPICS_VERSION, floor=MIN_CREATE_TOPICS_VERSION
         )
@@ -182,11 +191,14 @@ class TopicCreator(Driver):
             timeout_ms=15000,
             validate_only=False,
         )
-        response, sent, received, size = self.wire.call(request, self.version)
+        ex = self.wire.exchange(request, self.version)
+        response = ex.response
         errors = {t.name: t.error_code for t in response.topics}
         topics = [(name, p, errors.get(name, -1)) for name, p in zip(names, self.s.partitions, strict=True)]
         self.s.created.extend(name for name, _, e in topics if e == 0)
-        self.s.exchanges.append(Exchange(sent, received, size, response.throttle_time_ms, topics=topics))
+        self.s.exchanges.append(
+            Exchange(ex.sent_ms, ex.received_ms, ex.request_bytes, response.throttle_time_ms, topics=topics)
+        )
         return int(response.throttle_time_ms)
 
     def close(self) -> None:

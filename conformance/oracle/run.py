@@ -19,6 +19,7 @@ from conformance.oracle.compare import Comparison, Replay, bound_ms, broker_view
 from conformance.oracle.drivers import ConfluentProducer, Driver, KafkaPythonProducer, Start, TopicCreator, drive
 from conformance.oracle.scenarios import Scenario, plan
 from conformance.replay import EngineFactory
+from kafka_wire import KafkaClientError
 
 
 @dataclass
@@ -281,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         result = oracle.run()
-    except OracleError as e:
+    except (OracleError, KafkaClientError) as e:  # no verdict: the cluster could not be reached or refused
         log(f"error: {e}")
         print(json.dumps({"error": str(e)}))
         return 2

@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -51,6 +50,7 @@ from devtools.kafka.probes import (
     new_cluster_id,
 )
 from devtools.redis_server import free_port
+from kafka_wire import KafkaClientError
 
 JvmOpts = Sequence[str] | Callable[["KafkaNode"], Sequence[str]]
 ServerProps = Mapping[str, object] | Callable[["KafkaNode"], Mapping[str, object]]
@@ -262,7 +262,7 @@ class KafkaCluster(NodeFiles):
         for node in self.nodes:
             try:
                 ids = set(metadata_brokers("127.0.0.1", node.ports["PLAINTEXT"]))
-            except (OSError, struct.error):
+            except KafkaClientError:  # not listening, or not answering yet
                 return set()
             seen = ids if seen is None else seen & ids
         return seen or set()

@@ -9,11 +9,11 @@ import secrets
 import shutil
 import socket
 import string
-import struct
 import uuid
 from pathlib import Path
 
 from devtools.kafka.base import KAFKA_DIR, LIB_DIR, KafkaError
+from kafka_wire import AdminClient, format_address
 
 
 def java_executable() -> str:
@@ -45,43 +45,16 @@ def classpath(lib_dir: Path = LIB_DIR) -> str:
     return str(lib_dir / "*")
 
 
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise OSError("connection closed by the broker")
-        data += chunk
-    return bytes(data)
-
-
 def metadata_brokers(host: str, port: int, timeout: float = 2.0) -> dict[int, tuple[str, int]]:
     """The brokers (id -> host, port) in the metadata that the broker at ``host:port`` answers.
 
-    A raw Metadata v1 request for no topics, so that readiness needs no client library; a broker appears
-    there once it is registered and unfenced.
+    A Metadata request for no topics (``kafka_wire``); a broker appears there once it is registered and
+    unfenced. Raises ``kafka_wire.KafkaClientError`` when the broker does not answer (yet).
     """
-    client_id = b"kafka_cluster"
-    body = struct.pack(">hhih", 3, 1, 1, len(client_id)) + client_id + struct.pack(">i", 0)
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-        data = _recv_exact(sock, size)
-    pos = 4  # correlation id
-    (count,) = struct.unpack_from(">i", data, pos)
-    pos += 4
-    brokers: dict[int, tuple[str, int]] = {}
-    for _ in range(count):
-        node_id, host_len = struct.unpack_from(">ih", data, pos)
-        pos += 6
-        broker_host = data[pos:pos + host_len].decode()
-        pos += host_len
-        (broker_port, rack_len) = struct.unpack_from(">ih", data, pos)
-        pos += 6 + max(rack_len, 0)
-        brokers[node_id] = (broker_host, broker_port)
-    return brokers
+    address = format_address(host, port)
+    with AdminClient(address, connect_timeout=timeout, request_timeout=timeout, client_id="kafka_cluster") as client:
+        response = client.metadata([])
+    return {b.node_id: (b.host, b.port) for b in response.brokers}
 
 
 def _port_is_free(port: int) -> bool:

@@ -26,6 +26,24 @@ from typing import Any
 from engine.config import EntityRef
 from engine.entities import DEFAULT
 from engine.errors import QuotaValidationError
+from kafka_wire import (
+    BROKER_RESOURCE,
+    CLIENT_METRICS_RESOURCE,
+    DEFAULT_CLIENT_ID,
+    MATCH_DEFAULT,
+    MATCH_EXACT,
+    OP_DELETE,
+    OP_SET,
+    SOURCE_CLIENT_METRICS,
+    SOURCE_DYNAMIC_BROKER,
+    SOURCE_DYNAMIC_DEFAULT_BROKER,
+    SOURCE_DYNAMIC_TOPIC,
+    TOPIC_RESOURCE,
+    AdminClient,
+    KafkaBrokerError,
+    KafkaClientError,
+    raise_for_errors,
+)
 
 from .base import (
     BROKER,
@@ -44,24 +62,6 @@ from .base import (
     portal_managed,
 )
 from .budget_scope import BudgetScopes
-from .kafka_client import (
-    BROKER_RESOURCE,
-    CLIENT_METRICS_RESOURCE,
-    DEFAULT_CLIENT_ID,
-    MATCH_DEFAULT,
-    MATCH_EXACT,
-    OP_DELETE,
-    OP_SET,
-    SOURCE_CLIENT_METRICS,
-    SOURCE_DYNAMIC_BROKER,
-    SOURCE_DYNAMIC_DEFAULT_BROKER,
-    SOURCE_DYNAMIC_TOPIC,
-    TOPIC_RESOURCE,
-    AdminClient,
-    KafkaBrokerError,
-    KafkaClientError,
-    raise_for_errors,
-)
 
 RESOURCE_TYPE_OF_KIND = {BROKER: BROKER_RESOURCE, TOPIC: TOPIC_RESOURCE, CLIENT_METRICS: CLIENT_METRICS_RESOURCE}
 KIND_OF_RESOURCE_TYPE = {v: k for k, v in RESOURCE_TYPE_OF_KIND.items()}

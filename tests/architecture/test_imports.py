@@ -46,6 +46,7 @@ def test_contracts_hold_on_the_tree() -> None:
         ("traffic/loadgen.py", "import pipeline.kernel", "The cores stand apart"),
         ("quotactl/client.py", "import django.conf", "quotactl talks to the portal over HTTP only"),
         ("memory_limiter/limiter.py", "import quotas.models", "The plain-Python cores import no Django"),
+        ("kafka_wire/connection.py", "import quotas.connectors", "The plain-Python cores import no Django"),
         ("quotas/connectors/kafka.py", "import django.conf", "The connectors to Kafka and to the engine's brokers"),
     ],
 )

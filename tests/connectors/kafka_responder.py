@@ -33,7 +33,7 @@ from kafka.protocol.admin import (
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from quotas.connectors.kafka_client import (
+from kafka_wire import (
     ALTER_CLIENT_QUOTAS,
     API_VERSIONS,
     BROKER_RESOURCE,

@@ -1,4 +1,4 @@
-"""The portal's own Kafka Admin client (quotas/connectors/kafka_client.py) against the real Kafka 4.4 cluster.
+"""The portal's own Kafka Admin client (kafka_wire.AdminClient) against the real Kafka 4.4 cluster.
 
 SCRAM logins on the SASL_PLAINTEXT listener (and a refused password that shows up nowhere), failover along a
 bootstrap list, DescribeCluster, the SCRAM credential lifecycle of a user (create, describe, log in, rotate,
@@ -23,7 +23,7 @@ from kafka.protocol.metadata import ApiVersionsResponse
 from kafka.protocol.sasl import SaslHandshakeResponse
 
 from devtools.redis_server import free_port
-from quotas.connectors.kafka_client import (
+from kafka_wire import (
     API_VERSIONS,
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,

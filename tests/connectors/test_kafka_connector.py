@@ -15,9 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from engine.config import EntityRef
-from quotas.connectors.base import Delta, Item, PushError, Target
-from quotas.connectors.kafka import KafkaConnector
-from quotas.connectors.kafka_client import (
+from kafka_wire import (
     ALTER_CLIENT_QUOTAS,
     API_VERSIONS,
     DESCRIBE_CLIENT_QUOTAS,
@@ -25,6 +23,8 @@ from quotas.connectors.kafka_client import (
     INCREMENTAL_ALTER_CONFIGS,
     AdminClient,
 )
+from quotas.connectors.base import Delta, Item, PushError, Target
+from quotas.connectors.kafka import KafkaConnector
 from tests.connectors.kafka_responder import KafkaResponder
 
 BROKER_ID = 1

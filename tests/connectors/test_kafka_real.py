@@ -17,9 +17,9 @@ from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from confluent_kafka.admin import NewTopic
 
 from engine.config import EntityRef
+from kafka_wire import BROKER_RESOURCE, MATCH_EXACT, OP_SET, AdminClient
 from quotas.connectors.base import Applied, Delta, Item, PushError, Target
 from quotas.connectors.kafka import KafkaConnector
-from quotas.connectors.kafka_client import BROKER_RESOURCE, MATCH_EXACT, OP_SET, AdminClient
 from tests.waiting import wait_for
 
 

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine.budget_store import BudgetStore, budget_id, scope_field
 from engine.config import EntityRef
-from quotas.connectors.kafka_client import AdminClient
+from kafka_wire import AdminClient
 from tests.kafka_fixtures import BUDGET_USER
 from traffic.budget_load import MovingProducer, create_spread_topic
 

@@ -19,7 +19,7 @@ from confluent_kafka.admin import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.kafka import JMX_AGENT_JAR, JMX_EXPORTER, JMX_EXPORTER_RULES, KafkaCluster
-from quotas.connectors.kafka_client import AdminClient
+from kafka_wire import AdminClient
 
 Series = dict[str, list[tuple[dict[str, str], float]]]
 

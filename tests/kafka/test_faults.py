@@ -19,8 +19,8 @@ import pytest
 
 from benchmarks.fault_kafka import KEY, held_users, log_figures, metadata_quota_batches
 from devtools.kafka import KafkaCluster
+from kafka_wire import AdminClient, raise_for_errors
 from quotas.connector_registry import reset_connectors
-from quotas.connectors.kafka_client import AdminClient, raise_for_errors
 
 LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
 

@@ -14,10 +14,10 @@ import redis
 
 from engine.config import namespace_for_broker
 from engine.desired import NamespaceState
+from kafka_wire import CLIENT_METRICS_RESOURCE, SOURCE_CLIENT_METRICS, AdminClient
 from quotas import push, workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import CLIENT_METRICS, Item
-from quotas.connectors.kafka_client import CLIENT_METRICS_RESOURCE, SOURCE_CLIENT_METRICS, AdminClient
 from quotas.models import (
     AuditEntry,
     ClientMetricsSubscription,

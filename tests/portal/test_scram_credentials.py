@@ -19,14 +19,14 @@ from confluent_kafka import Producer
 from django.db import connection
 from django.test import Client
 
-from quotas import push, scram
-from quotas.choices import ConnectorKind
-from quotas.connectors.kafka_client import (
+from kafka_wire import (
     AdminClient,
     NewTopic,
     SaslAuthenticationError,
     ScramCredentialError,
 )
+from quotas import push, scram
+from quotas.choices import ConnectorKind
 from quotas.models import (
     Alteration,
     AuditEntry,

@@ -12,11 +12,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from kafka_wire import MATCH_EXACT, AdminClient
 from quotas import push
 from quotas.choices import ConnectorKind
 from quotas.connector_registry import connector_for
 from quotas.connectors.base import Delta, Target
-from quotas.connectors.kafka_client import MATCH_EXACT, AdminClient
 from quotas.models import Alteration, Cluster, DesiredStateVersion, Push, PushState, QuotaOp, alter_client_quotas
 from tests.celery_worker import Worker
 from tests.waiting import wait_for

@@ -16,11 +16,11 @@ from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from confluent_kafka.admin import NewTopic
 
 from engine.budget_store import BudgetStore
+from kafka_wire import BROKER_RESOURCE, MATCH_EXACT, AdminClient
 from quotas import push, workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import Delta, PushError, Target
 from quotas.connectors.kafka import KafkaConnector
-from quotas.connectors.kafka_client import BROKER_RESOURCE, MATCH_EXACT, AdminClient
 from quotas.models import (
     Alteration,
     AuditEntry,

@@ -395,7 +395,7 @@ def kafka_settings() -> dict[str, str] | None:
 
 def _admin(cluster: Cluster) -> Any:
     """The portal's admin client to a Kafka cluster, as its pushes connect."""
-    from quotas.connectors.kafka_client import AdminClient
+    from kafka_wire import AdminClient
     from quotas.push import kafka_credentials
 
     creds = kafka_credentials(cluster)
