@@ -37,6 +37,7 @@ from websockets.exceptions import ConnectionClosed
 
 from quotas.choices import EntityType
 from quotas.models import Cluster, OwnedName, Plan, Tenant
+from tests.portal.access_matrix import ROLES, Row, differences, parse
 from tests.portal.live import TALKS_TO_LIVE_PORTAL, committed_world, live_portal
 from tests.portal.people import make_user
 from tests.redis_keys import delete_matching
@@ -45,7 +46,6 @@ from tests.waiting import wait_for
 
 pytestmark = TALKS_TO_LIVE_PORTAL
 
-ROLES = ("admin", "auditor", "A", "B", "anon")
 CLUSTER = "wsmx-prod"
 #: The object's marker in names: A's names hold "wsa", B's "wsb", and the shared ones (owned by no tenant) "wso".
 MARK = {"A": "wsa", "B": "wsb", "shared": "wso"}
@@ -75,27 +75,7 @@ WS_MATRIX = """
 #: Frames that carry data (``subscribed`` and ``error`` frames only echo what the client asked for).
 DATA_FRAMES = ("backfill", "points", "batch", "request", "telemetry")
 
-
-@dataclass(frozen=True)
-class Row:
-    path: str
-    action: str
-    obj: str
-    expected: dict[str, str]
-
-
-def parse(table: str) -> list[Row]:
-    rows = []
-    for line in table.strip().splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        path, action, obj, *cells = line.split()
-        assert len(cells) == len(ROLES), f"row {line!r}: {len(cells)} cells for {len(ROLES)} roles"
-        rows.append(Row(path, action, obj, dict(zip(ROLES, cells, strict=True))))
-    return rows
-
-
-ROWS = parse(WS_MATRIX)
+ROWS = parse(WS_MATRIX, ("path", "action"))
 
 
 # ------------------------------------------------------------------ the routes and actions the portal has
@@ -315,8 +295,7 @@ def observed(
 def test_every_role_gets_what_the_websocket_table_says(row: Row, observed: dict[str, Seen]) -> None:
     got = {role: observed[role].cells.get((row.action, row.obj), "no answer") for role in ROLES}
     if got != row.expected:
-        cells = "  ".join(f"{role}={got[role]}" + (f" (table: {row.expected[role]})" if got[role] != row.expected[role]
-                                                     else "") for role in ROLES)
+        cells = differences(got, row)
         pytest.fail(f"{row.path} {row.action} {row.obj}: {cells}\nThe WebSocket access matrix is WS_MATRIX in "
                     f"{__file__}; fix the code, or the row when the table was wrong.", pytrace=False)
 
