@@ -369,7 +369,7 @@ def world(django_db_setup: None, django_db_blocker: Any, redis_url: str) -> Iter
             webhook=hook, event="request.submitted", request=req_a, body='{"event": "request.submitted"}',
             body_sha256="0" * 64).pk}
         now = int(time.time() * 1000)
-        from telemetry_ui.monitoring import tel_instances_key
+        from telemetry_ui.live.monitoring import tel_instances_key
 
         for iid, client_id in (("inst-mxa", "app-mxa-1"), ("inst-mxb", "app-mxb-1"), ("inst-shared", "")):
             r.hset(tel_instances_key(CLUSTER), iid, json.dumps({

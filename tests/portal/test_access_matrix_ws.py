@@ -2,9 +2,9 @@
 objects of tenant A, of tenant B and shared ones, against one table (issue 20; the HTTP routes are in
 ``test_access_matrix.py``).
 
-The rows are checked against the WebSocket URL routing (``telemetry_ui.routing``) and each consumer's ``ACTIONS``: a
-route or an action without a row fails ``test_every_websocket_route_and_action_has_a_row``, so a new consumer or
-action cannot be left out; add its rows to ``WS_MATRIX``.
+The rows are checked against the WebSocket URL routing (``telemetry_ui.live.routing``) and each consumer's
+``ACTIONS``: a route or an action without a row fails ``test_every_websocket_route_and_action_has_a_row``, so a new
+consumer or action cannot be left out; add its rows to ``WS_MATRIX``.
 
 Asked over a real server: uvicorn serving ``portal.asgi`` and the relay (``manage.py relay``) on the test database
 and Redis, real WebSocket clients with the roles' session cookies. The data are real too: samples published by the
@@ -83,7 +83,7 @@ ROWS = parse(WS_MATRIX, ("path", "action"))
 
 def websocket_routes() -> dict[str, tuple[str, ...]]:
     """Every WebSocket route of the routing -> its consumer's actions (``("connect",)`` for one without ACTIONS)."""
-    from telemetry_ui.routing import websocket_urlpatterns
+    from telemetry_ui.live.routing import websocket_urlpatterns
 
     found: dict[str, tuple[str, ...]] = {}
 
@@ -103,7 +103,7 @@ def test_every_websocket_route_and_action_has_a_row() -> None:
     have = {(r.path, r.action) for r in ROWS}
     missing = [f"{path} {action}" for path, actions in websocket_routes().items() for action in actions
                if (path, action) not in have]
-    assert websocket_routes(), "no WebSocket route found: the walk over telemetry_ui.routing is broken"
+    assert websocket_routes(), "no WebSocket route found: the walk over telemetry_ui.live.routing is broken"
     assert not missing, (
         "These WebSocket routes/actions have no row in the access matrix; add one row per object (A, B, shared, gone, "
         "or - for none) to WS_MATRIX in tests/portal/test_access_matrix_ws.py:\n  " + "\n  ".join(missing)
@@ -145,7 +145,7 @@ def _store_telemetry(redis_url: str, t: int) -> None:
     """A push of a client instance of A, of B and of no tenant, through the sink's own writers."""
     import redis.asyncio as aioredis
 
-    from telemetry_ui import telemetry_store as store
+    from telemetry_ui.ingest import telemetry_store as store
 
     async def write() -> None:
         client = aioredis.Redis.from_url(redis_url)
