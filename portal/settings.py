@@ -153,6 +153,7 @@ INSTALLED_APPS = [
     "history",
     "frontend",
     "access_tokens",
+    "demo",  # the demo's world and traffic (demo_data, loadgen, kafka_traffic)
     "portal",  # the project's own management commands (backup_db, restore_db)
 ]
 
