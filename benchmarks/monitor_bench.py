@@ -555,7 +555,7 @@ def _tap_proc(pidx: int, redis_url: str, cluster: str, ready: Any, ctl: Any, res
 async def _tap(pidx: int, redis_url: str, cluster: str, ready: Any, ctl: Any) -> dict[str, Any]:
     from channels_redis.core import RedisChannelLayer
 
-    from telemetry_ui.monitoring import cluster_group
+    from telemetry_ui.live.monitoring import cluster_group
 
     layer = RedisChannelLayer(hosts=[redis_url])
     channel = await layer.new_channel()

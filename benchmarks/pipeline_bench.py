@@ -12,7 +12,7 @@ read, under ``.run/bench/pipeline/`` (removed at the end unless ``--keep``):
   times larger one fifth of the time (bursts), so the proposed quota (8000 B/s) throttles a good share of them;
 * samples: one live-monitor sample per entity and second for ``--seconds`` seconds (36 million rows by default).
 
-What-if: ``pipeline.whatif.summarize_usage`` (closed loop, as the job runs it): every entity replayed under its
+What-if: ``pipeline.summaries.summarize_usage`` (closed loop, as the job runs it): every entity replayed under its
 own proposal and summarized in the Python workers (one row per entity: throttle events, total / p99 delay, rates,
 ...), the records grouped by a numeric key of the names and sent to Python as numbers only; a broker's records
 that provably never reach the quota are summarized without replaying them (the same figures). Against it, the
@@ -165,7 +165,7 @@ def _totals(df: Any, column: str) -> tuple[float, dict[tuple[str, str], int]]:
 def time_whatif(spark: Any, root: Path, replay_all: bool = False) -> tuple[float, dict, int]:
     """The what-if summaries of every entity (its own proposal each), run to the end and collected; returns
     (seconds, total throttle time per entity, records summarized). ``replay_all``: no record skips the replay."""
-    from pipeline.whatif import arrow_batches_by_rows, summarize_usage
+    from pipeline.summaries import arrow_batches_by_rows, summarize_usage
 
     started = time.perf_counter()
     with arrow_batches_by_rows(spark):
@@ -179,7 +179,7 @@ def time_proposal(spark: Any, root: Path) -> tuple[float, dict]:
     """One proposal, ``<default>`` user and client-id (the same quota for every entity, each its own sensor), over
     every record, as ``pipeline.whatif``'s job computes it: (seconds, its figures)."""
     from engine.entities import DEFAULT
-    from pipeline.whatif import summarize_proposal
+    from pipeline.summaries import summarize_proposal
 
     started = time.perf_counter()
     found = summarize_proposal(load_usage(spark, root), QUOTA_TYPE, QUOTA, closed=True, entity=(DEFAULT, DEFAULT))
@@ -190,7 +190,7 @@ def time_udf(spark: Any, root: Path, only_entities: int | None) -> tuple[float, 
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType
 
-    from pipeline.whatif import TASKS_PER_CORE
+    from pipeline.summaries import TASKS_PER_CORE
 
     usage = load_usage(spark, root)
     if only_entities is not None:

@@ -27,8 +27,8 @@ from django.views.decorators.http import require_GET
 from frontend.monitoring import Visibility, monitor_redis
 from frontend.pages import Refused, not_found, page, portal_page
 from quotas.models import Cluster
-from telemetry_ui import telemetry_store
-from telemetry_ui.monitoring import (
+from telemetry_ui.ingest import telemetry_store
+from telemetry_ui.live.monitoring import (
     TEL_BACKFILL_MS,
     check_instance,
     client_tags,
@@ -39,7 +39,7 @@ from telemetry_ui.monitoring import (
 
 WS_PATH = "/ws/monitor/"
 MAX_ROWS = 2000
-MAX_LIVE = 200  # subscriptions per WebSocket (telemetry_ui.consumers.MAX_SUBSCRIPTIONS)
+MAX_LIVE = 200  # subscriptions per WebSocket (telemetry_ui.live.consumers.MAX_SUBSCRIPTIONS)
 
 
 def _when(ms: Any) -> str:

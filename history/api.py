@@ -29,7 +29,7 @@ from quotas.api.params import int_param
 from quotas.api.serializers import KEY_MAX, QuotaValueField, with_parsed_value
 from quotas.api.views import get_cluster
 from quotas.choices import BUDGET_KEYS, BudgetScope
-from telemetry_ui.monitoring import check_tags, load_viewer
+from telemetry_ui.live.monitoring import check_tags, load_viewer
 
 ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
 MAX_DAYS = 92  # the longest span a usage-history query covers, in days

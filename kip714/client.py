@@ -1,4 +1,4 @@
-"""A small synchronous KIP-714 client of the portal's telemetry sink (``telemetry_ui/sink.py``), over HTTP/1.1.
+"""A small synchronous KIP-714 client of the portal's telemetry sink (``telemetry_ui/ingest/sink.py``), over HTTP/1.1.
 
 One keep-alive ``http.client`` connection (re-opened once when the server closed it). The wire format is the
 sink's: ``POST /telemetry/v1/<cluster>/get-subscriptions`` (JSON) and ``POST /telemetry/v1/<cluster>/push`` (the

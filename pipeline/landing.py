@@ -406,7 +406,7 @@ def land_telemetry(root: Path, stale_s: float = DEFAULT_STALE_S, result: Landed 
     ``crash_before_archive`` (tests) stops after the first batch's Parquet file is renamed, before it is archived.
     """
     result = result if result is not None else Landed()
-    src = root / "_incoming" / TELEMETRY  # the sink's JSON lines (telemetry_ui.telemetry_store.landing_dir)
+    src = root / "_incoming" / TELEMETRY  # the sink's JSON lines (telemetry_ui.ingest.telemetry_store.landing_dir)
     staging_root = root / "_staging" / TELEMETRY
     parts = {f"{p.parent.name}/{p.name}" for p in src.glob("date=*/hour=*") if p.is_dir()}
     parts |= {f"{p.parent.name}/{p.name}" for p in staging_root.glob("date=*/hour=*") if p.is_dir()}

@@ -95,8 +95,8 @@ def prewarm(master: str, root: str | None = None) -> Warm:
     or loaded) and, with ``root``, the reads of a preview of nothing: the landed usage on the driver, the landed
     samples' query in Spark (its Parquet and aggregation paths)."""
     warm, _ = session(master)
+    from .on_driver import advise_on_driver, collect_records, read_local_usage, summarize_on_driver
     from .recorded import recorded_throttling
-    from .whatif import advise_on_driver, collect_records, read_local_usage, summarize_on_driver
 
     rows = [("warm-up", 1, "produce", "u", "c", i, 1000 * i, 100.0) for i in range(20)]
     usage = warm.spark.createDataFrame(rows, "cluster string, broker long, quota_type string, user string, "

@@ -11,11 +11,11 @@ bytes, the recorded rate and the rate the tenant would have got (bytes over the 
 fraction of time throttled, and the span of history used. Kafka's quotas are per broker, so each broker's
 records go through their own sensor, and ``per_broker`` gives each broker's requests, bytes, recorded rate (over the
 whole span: they add up to ``recorded_rate``) and throttle events: the rates a per-broker bound applies to. The
-figures are computed in the Python workers (``summarize_usage``, the records sent there as numbers only) and one row
-comes back; ``replay_usage`` gives the per-record rows instead. A landing area small enough (``fits_driver``: a
-preview's usual case) has the entity's records read on the driver (pyarrow, no Spark action) and the same figures
-computed there with the same functions (``replayed_on``: ``driver`` or ``executors``; ``--distributed`` forces the
-latter); ``stages_s`` says how long each part took.
+figures are computed in the Python workers (``pipeline.summaries``, the records sent there as numbers only) and one
+row comes back; ``pipeline.summaries.replay_usage`` gives the per-record rows instead. A landing area small enough
+(``pipeline.on_driver.fits_driver``: a preview's usual case) has the entity's records read on the driver (pyarrow, no
+Spark action) and the same figures computed there with the same functions (``pipeline.figures``; ``replayed_on``:
+``driver`` or ``executors``; ``--distributed`` forces the latter); ``stages_s`` says how long each part took.
 ``--advice-target`` adds ``pipeline.advice``'s right-sizing for the same records. ``--scope cluster_wide`` replays
 the value as a cluster-wide budget instead (``pipeline.budget_replay``: each sensor's records on all brokers together,
 with shares that follow demand as the broker plugin hands them out) and adds ``delivered_over_budget``. Progress goes
@@ -40,41 +40,41 @@ KIP-714 queue time landed under ``telemetry/``, naming its evidence; None otherw
 from __future__ import annotations
 
 import argparse
-import functools
-import itertools
 import math
-import operator
-import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from urllib.parse import urlparse
 
-import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
 
 from engine.budgets import BUDGET_TYPES
-from engine.entities import DEFAULT, TYPE_OF_KEY, validate_quota_value
+from engine.entities import TYPE_OF_KEY, validate_quota_value
 from engine.errors import QuotaValidationError
 
-from .advice import METHOD, advise, advise_usage
-from .budget_replay import delivered_over_budget, replay_budget
+from .advice import METHOD, advise_usage
 from .demand import QUEUE_TIME, estimate, queue_demand, queue_growth
-from .errors import BadArguments, CorruptInput, NoHistory, PipelineError
+from .errors import BadArguments, NoHistory
+from .figures import FIGURES
+from .on_driver import (
+    advise_on_driver,
+    budget_on_driver,
+    collect_records,
+    fits_driver,
+    local_folder,
+    read_local_usage,
+    shared_sensors,
+    summarize_on_driver,
+    valid_records,
+)
 from .progress import Progress
 from .recorded import advice_caveat, recorded_throttling
-from .replay import never_throttled, replay_frame, replay_sorted, summarize
 from .session import base_parser, read_dataset, require_local_dataset, run_job
+from .summaries import summarize_budget, summarize_proposal
 from .usage import (
     SAMPLED_SOURCE,
     check_entity,
@@ -86,443 +86,6 @@ from .usage import (
     share_sensors,
     valid_usage,
 )
-
-REPLAY_SCHEMA = (
-    "cluster string, broker long, user string, client_id string, seq long, t_ms long, value double, "
-    "sent_ms long, throttle_ms long, throttle_ms_long long, measured double"
-)
-
-
-def replay_usage(usage: DataFrame, quota_type: str, quota: float | None, *, samples: int = 11,
-                 window_ms: int = 1000, closed: bool = True, per_group: bool = False,
-                 entity: tuple[str | None, str | None] | None = None) -> DataFrame:
-    """Per (cluster, broker, user, client_id), the records replayed in time order through the model.
-
-    ``entity``: the config entity the quota is set on (``pipeline.usage.governed``), else each group's names.
-    ``per_group=True`` takes each group's proposal from its own ``quota``, ``samples`` and ``window_ms``
-    columns (many proposals in one job) instead of the arguments.
-    """
-    fn = functools.partial(_group, quota_type=quota_type, quota=quota, samples=samples, window_ms=window_ms,
-                           closed=closed, per_group=per_group, entity=entity)
-    cols = [
-        F.col("cluster").cast("string"), F.col("broker").cast("long"), F.col("user").cast("string"),
-        F.col("client_id").cast("string"), F.col("seq").cast("long"), F.col("t_ms").cast("long"),
-        F.col("value").cast("double"),
-    ]
-    if per_group:
-        cols += [F.col("quota").cast("double"), F.col("samples").cast("long"), F.col("window_ms").cast("long")]
-    return usage.select(*cols).groupBy("cluster", "broker", "user", "client_id").applyInPandas(fn, REPLAY_SCHEMA)
-
-
-def _group(pdf, *, quota_type, quota, samples, window_ms, closed, per_group, entity):  # runs on the executors
-    if per_group:
-        first = pdf.iloc[0]
-        quota, samples, window_ms = float(first["quota"]), int(first["samples"]), int(first["window_ms"])
-    return replay_frame(pdf, quota_type, quota, samples=samples, window_ms=window_ms, closed=closed, entity=entity)
-
-
-SUMMARY_SCHEMA = (
-    "cluster string, user string, client_id string, requests long, throttle_events long, total_delay_ms long, "
-    "p99_delay_ms long, max_delay_ms long, bytes double, recorded_rate double, achieved_rate double, "
-    "throttled_fraction double, history_from_ms long, history_to_ms long, brokers long"
-)
-#: The figures of ``pipeline.replay.summarize``, in its order.
-FIGURES = ("requests", "throttle_events", "total_delay_ms", "p99_delay_ms", "max_delay_ms", "bytes", "recorded_rate",
-           "achieved_rate", "throttled_fraction")
-_NAMES = ("cluster", "user", "client_id")
-_KEY_SALTS = 4  # a 64-bit collision among the entities is ~1e-12 likely; a second one in a row means a bug
-_ARROW_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
-#: shuffle partitions per core for the summaries: the Python workers stay busy, without 200 tasks' overhead
-TASKS_PER_CORE = 4
-
-Names = tuple[str | None, str | None, str | None]
-
-
-def summarize_usage(usage: DataFrame, quota_type: str, quota: float | None, *, samples: int = 11,
-                    window_ms: int = 1000, closed: bool = True, entity: tuple[str | None, str | None] | None = None,
-                    one_group: bool = False, replay_all: bool = False) -> DataFrame:
-    """``summarize``'s figures of the replay without per-record rows: one row per (cluster, user, client_id) entity
-    of ``usage`` (one quota type), each broker its own sensor; or, ``one_group=True``, one ``PART_SCHEMA`` row per
-    partition that ``figures`` merges into the figures over every record (``summarize_proposal``).
-
-    Python gets only numbers: the records are grouped by a 64-bit hash of the names computed in the JVM, after a
-    distinct pass has checked (exactly) that no two entities share a hash; the names each sensor needs to resolve its
-    bound go to the workers with the function. A broker's records that provably never reach the bound
-    (``pipeline.replay.never_throttled``) are not replayed (the figures are the same) unless ``replay_all``.
-    ``entity`` as in ``replay_usage``. Run the action inside ``arrow_batches_by_rows`` (a third less JVM work).
-    """
-    salt, names = _entity_keys(usage)
-    ddl = PART_SCHEMA if one_group else SUMMARY_SCHEMA
-    schema = to_arrow_schema(StructType.fromDDL(ddl))
-    fn = functools.partial(_summaries, schema=schema, names=names, quota_type=quota_type, quota=quota, samples=samples,
-                           window_ms=window_ms, closed=closed, entity=entity, one_group=one_group,
-                           replay_all=replay_all)
-    keyed = usage.select(
-        _entity_key(salt).alias("key"), F.col("broker").cast("long"), F.col("seq").cast("long"),
-        F.col("t_ms").cast("long"), F.col("value").cast("double"),
-    )
-    # a few partitions per core: the Python workers stay busy, without the per-task cost of 200 (measured ~10 %)
-    spread = keyed.repartition(TASKS_PER_CORE * usage.sparkSession.sparkContext.defaultParallelism, "key")
-    # sorted by the key only: Spark's radix sort; each worker then orders one sensor's few records itself
-    return spread.sortWithinPartitions("key").mapInArrow(fn, ddl)
-
-
-def summarize_proposal(usage: DataFrame, quota_type: str, quota: float | None, *, samples: int = 11,
-                       window_ms: int = 1000, closed: bool = True,
-                       entity: tuple[str | None, str | None] | None = None) -> dict | None:
-    """The figures of one proposal over every record of ``usage`` (all its sensors and brokers: the p99 is over all
-    the requests), replayed in parallel and merged on the driver; None without records."""
-    spark = usage.sparkSession
-    with arrow_batches_by_rows(spark):
-        table = summarize_usage(usage, quota_type, quota, samples=samples, window_ms=window_ms, closed=closed,
-                                entity=entity, one_group=True).toArrow()
-    if not table.num_rows:
-        return None
-    lists = ["brokers", "broker_requests", "broker_bytes", "broker_throttled", "delays"]
-    scalars = table.drop_columns(lists).to_pylist()
-    parts = [{**row, **{c: table.column(c)[i].values.to_numpy() for c in lists}} for i, row in enumerate(scalars)]
-    return figures(parts, window_ms)
-
-
-BUDGET_SCHEMA = REPLAY_SCHEMA + ", share double"
-
-
-def summarize_budget(usage: DataFrame, quota_type: str, budget: float, *, samples: int = 11, window_ms: int = 1000,
-                     entity: tuple[str | None, str | None] | None = None) -> dict | None:
-    """The figures of a cluster-wide budget over every record of ``usage``: each sensor's records on all brokers
-    replayed together with shares that follow demand (``pipeline.budget_replay``); None without records."""
-    fn = functools.partial(_budget_group, quota_type=quota_type, budget=budget, samples=samples,
-                           window_ms=window_ms, entity=entity)
-    cols = [F.col(c).cast(t) for c, t in (("cluster", "string"), ("broker", "long"), ("user", "string"),
-                                          ("client_id", "string"), ("seq", "long"), ("t_ms", "long"),
-                                          ("value", "double"))]
-    rows = usage.select(*cols).groupBy("cluster", "user", "client_id").applyInPandas(fn, BUDGET_SCHEMA).toPandas()
-    return budget_figures(rows, budget, window_ms)
-
-
-def budget_figures(rows: pd.DataFrame, budget: float, window_ms: int) -> dict | None:
-    """The figures of a cluster-wide budget's replay rows (``BUDGET_SCHEMA``, every sensor); None without rows."""
-    if rows.empty:
-        return None
-    recorded_s = max(int(rows["t_ms"].max()) - int(rows["t_ms"].min()), window_ms) / 1000.0
-    each = {int(b): [len(g), float(g["value"].sum()), int((g["throttle_ms_long"] > 0).sum())]
-            for b, g in rows.groupby("broker")}
-    return {**summarize(rows, window_ms), "brokers": len(each), "per_broker": per_broker_rows(each, recorded_s),
-            "history_from_ms": int(rows["t_ms"].min()), "history_to_ms": int(rows["t_ms"].max()),
-            # each sensor is its own budget (a <default> part gives every client one): the busiest of them
-            "delivered_over_budget": max(delivered_over_budget(g, budget)
-                                         for _, g in rows.groupby(["cluster", "user", "client_id"]))}
-
-
-def _budget_group(pdf, *, quota_type, budget, samples, window_ms, entity):  # runs on the executors
-    return replay_budget(pdf, quota_type, budget, samples=samples, window_ms=window_ms, entity=entity)
-
-
-@contextmanager
-def arrow_batches_by_rows(spark: SparkSession) -> Iterator[None]:
-    """Within the block, Arrow batches to Python are cut by row count only (``maxRecordsPerBatch`` still bounds
-    them): otherwise Spark measures the batch it fills after every row, a third of its work on narrow numeric rows."""
-    before = spark.conf.get(_ARROW_BYTES)
-    spark.conf.set(_ARROW_BYTES, str(2**31 - 1))
-    try:
-        yield
-    finally:
-        spark.conf.set(_ARROW_BYTES, before)
-
-
-def _entity_key(salt: int) -> Column:
-    """The 64-bit key of a record's (cluster, user, client_id): a plain hash of the names, then salted ones."""
-    names = [F.col(c).cast("string") for c in _NAMES]
-    if not salt:
-        return F.xxhash64(*names)
-    # a null hashes to nothing: flagged here, or (null, "x") and ("x", null) would collide whatever the salt
-    return F.xxhash64(F.lit(salt), *itertools.chain.from_iterable((n.isNull(), n) for n in names))
-
-
-def _entity_keys(usage: DataFrame) -> tuple[int, dict[int, Names]]:
-    """The salt of a key that tells every entity of ``usage`` apart, and the names of each key."""
-    entities = usage.select(*(F.col(c).cast("string") for c in _NAMES)).distinct()
-    rows = entities.select(_entity_key(0).alias("key"), *_NAMES).collect()  # the one pass over the records
-    for salt in range(_KEY_SALTS):
-        if salt:  # the previous key collided (~1e-12 likely): the next salt, on the distinct names only
-            found = usage.sparkSession.createDataFrame([r[1:] for r in rows], entities.schema)
-            rows = found.select(_entity_key(salt).alias("key"), *_NAMES).collect()
-        names = {r["key"]: (r["cluster"], r["user"], r["client_id"]) for r in rows}
-        if len(names) == len(rows):
-            return salt, names
-    raise PipelineError(f"{_KEY_SALTS} hashes of the entity names in a row collided; refusing to mix entities.")
-
-
-class _Figures:
-    """``summarize``'s figures accumulated sensor by sensor, from the replay's plain lists."""
-
-    def __init__(self, window_ms: int) -> None:
-        self.window_ms = window_ms
-        self.delays: list[np.ndarray] = []
-        self.values: list[np.ndarray] = []
-        self.brokers: dict[int, list] = {}  # broker -> [requests, bytes, throttle events]
-        self.start = self.recorded_end = self.achieved_end = None
-        self.throttled = self.observed = 0
-
-    def add(self, broker: int, t_ms: np.ndarray, values: np.ndarray, sent: Sequence[int], delays: Sequence[int],
-            closed: bool) -> None:
-        """One sensor's records on one broker, in replay order (t_ms ascending)."""
-        # closed loop: each request waits out the previous one's throttle, so the last one ends last
-        end = int(sent[-1] + delays[-1]) if closed else int(max(map(operator.add, sent, delays)))
-        d = np.asarray(delays, dtype=np.int64)
-        first, last = int(t_ms[0]), int(t_ms[-1])
-        self.start = first if self.start is None else min(self.start, first)
-        self.recorded_end = last if self.recorded_end is None else max(self.recorded_end, last)
-        self.achieved_end = end if self.achieved_end is None else max(self.achieved_end, end)
-        self.throttled += int(d.sum())  # time throttled and time observed per sensor: each its own timeline
-        self.observed += max(end, last, first + self.window_ms) - first
-        mine = self.brokers.setdefault(broker, [0, 0.0, 0])
-        mine[0] += len(d)
-        mine[1] += float(values.sum())
-        mine[2] += int(np.count_nonzero(d))
-        self.delays.append(d)
-        self.values.append(values)
-
-    def part(self) -> dict:
-        """What ``figures`` needs, mergeable with other parts (several entities or partitions): PART_SCHEMA."""
-        d = self.delays[0] if len(self.delays) == 1 else np.concatenate(self.delays)
-        v = self.values[0] if len(self.values) == 1 else np.concatenate(self.values)
-        ids = sorted(self.brokers)
-        return {"requests": len(d), "total_delay_ms": int(d.sum()), "max_delay_ms": int(d.max()),
-                "bytes": float(v.sum()), "history_from_ms": self.start, "history_to_ms": self.recorded_end,
-                "achieved_end_ms": self.achieved_end, "throttled_ms": self.throttled, "observed_ms": self.observed,
-                "brokers": ids, "broker_requests": [self.brokers[b][0] for b in ids],
-                "broker_bytes": [self.brokers[b][1] for b in ids],
-                "broker_throttled": [self.brokers[b][2] for b in ids],
-                "delays": d[d != 0]}
-
-    def row(self) -> dict:
-        return figures([self.part()], self.window_ms)
-
-
-#: One part of a proposal's figures (``_Figures.part``): a partition's sensors, merged on the driver by ``figures``.
-PART_SCHEMA = (
-    "requests long, total_delay_ms long, max_delay_ms long, bytes double, history_from_ms long, history_to_ms long, "
-    "achieved_end_ms long, throttled_ms long, observed_ms long, brokers array<long>, broker_requests array<long>, "
-    "broker_bytes array<double>, broker_throttled array<long>, delays array<long>"
-)
-
-
-def figures(parts: Sequence[dict], window_ms: int) -> dict:
-    """``summarize``'s figures (and the span and brokers) of the parts together: sums, extremes, and the p99 over
-    every request (nearest rank; only the non-zero delays travel, the zeros are counted)."""
-    n = sum(int(p["requests"]) for p in parts)
-    nonzero = np.concatenate([np.asarray(p["delays"], dtype=np.int64) for p in parts])
-    zeros, rank = n - len(nonzero), max(0, math.ceil(0.99 * n) - 1)
-    p99 = 0 if rank < zeros else int(np.partition(nonzero, rank - zeros)[rank - zeros])
-    start = min(int(p["history_from_ms"]) for p in parts)
-    recorded_end = max(int(p["history_to_ms"]) for p in parts)
-    achieved_end = max(int(p["achieved_end_ms"]) for p in parts)
-    total = math.fsum(float(p["bytes"]) for p in parts)
-    recorded_s = max(recorded_end - start, window_ms) / 1000.0
-    achieved_s = max(achieved_end - start, recorded_end - start, window_ms) / 1000.0
-    observed = sum(int(p["observed_ms"]) for p in parts)
-    each: dict[int, list] = {}
-    for p in parts:
-        for b, n_b, bytes_b, thr_b in zip(p["brokers"], p["broker_requests"], p["broker_bytes"], p["broker_throttled"],
-                                          strict=True):
-            mine = each.setdefault(int(b), [0, 0.0, 0])
-            mine[0], mine[1], mine[2] = mine[0] + int(n_b), mine[1] + float(bytes_b), mine[2] + int(thr_b)
-    return {
-        "requests": n, "throttle_events": len(nonzero), "total_delay_ms": sum(int(p["total_delay_ms"]) for p in parts),
-        "p99_delay_ms": p99, "max_delay_ms": max(int(p["max_delay_ms"]) for p in parts), "bytes": total,
-        "recorded_rate": total / recorded_s, "achieved_rate": total / achieved_s,
-        "throttled_fraction": sum(int(p["throttled_ms"]) for p in parts) / observed if observed else 0.0,
-        "history_from_ms": start, "history_to_ms": recorded_end,
-        "brokers": len(each), "per_broker": per_broker_rows(each, recorded_s),
-    }
-
-
-def per_broker_rows(each: dict[int, list], recorded_s: float) -> list[dict]:
-    """Per broker (ascending id): its requests, bytes, throttle events of the replay, and its recorded rate over the
-    whole recorded span (so the brokers' rates add up to ``recorded_rate``): what its own sensor saw."""
-    return [{"broker": b, "requests": int(n), "bytes": float(v), "recorded_rate": float(v) / recorded_s,
-             "throttle_events": int(t)} for b, (n, v, t) in sorted(each.items())]
-
-
-def _key_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, np.ndarray]]:
-    """The records of each key in turn, from batches sorted by key (a key's records may span batches)."""
-    pending: list[dict[str, np.ndarray]] = []
-    for batch in batches:
-        cols = {c: batch.column(c).to_numpy() for c in ("key", "broker", "seq", "t_ms", "value")}
-        keys = cols["key"]
-        for lo, hi in _runs(keys):
-            if pending and pending[0]["key"][0] != keys[lo]:
-                yield _joined(pending)
-                pending = []
-            pending.append({c: a[lo:hi] for c, a in cols.items()})
-    if pending:
-        yield _joined(pending)
-
-
-def _runs(a: np.ndarray) -> Iterator[tuple[int, int]]:
-    """(start, end) of each run of equal values in ``a``."""
-    return itertools.pairwise([0, *(np.flatnonzero(a[1:] != a[:-1]) + 1).tolist(), len(a)]) if len(a) else iter(())
-
-
-def _joined(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    return parts[0] if len(parts) == 1 else {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
-
-
-def _summaries(batches, *, schema, names, quota_type, quota, samples, window_ms, closed, entity, one_group,
-               replay_all):  # runs on the executors
-    out: dict[str, list] = {c: [] for c in schema.names}
-    part = _Figures(window_ms)
-    for run in _key_runs(batches):
-        cluster, user, client_id = names[int(run["key"][0])]
-        order = np.lexsort((run["seq"], run["t_ms"], run["broker"]))  # per broker, by t_ms then landed order
-        broker, t_ms, values = run["broker"][order], run["t_ms"][order], run["value"][order]
-        mine = part if one_group else _Figures(window_ms)
-        _replay_entity(mine, str(user), str(client_id), broker, t_ms, values, quota_type=quota_type, quota=quota,
-                       samples=samples, window_ms=window_ms, closed=closed, entity=entity, replay_all=replay_all)
-        if not one_group:
-            for c, x in zip(_NAMES, (cluster, user, client_id), strict=True):
-                out[c].append(x)
-            for c, x in mine.row().items():
-                if c in out:  # the per-broker rows are the proposal's (one_group), not a summary row's
-                    out[c].append(x)
-    if one_group and part.delays:
-        for c, x in part.part().items():
-            out[c].append(x)
-    if out["requests"]:  # list columns: numpy arrays and lists both convert
-        yield pa.RecordBatch.from_pydict(out, schema=schema)
-
-
-def _replay_entity(part: _Figures, user: str, client_id: str, broker: np.ndarray, t_ms: np.ndarray,
-                   values: np.ndarray, *, quota_type: str, quota: float | None, samples: int, window_ms: int,
-                   closed: bool, entity: tuple[str | None, str | None] | None, replay_all: bool) -> None:
-    """One entity's records (ordered by broker, time, landed order) replayed broker by broker into ``part``; a
-    broker's records that provably never reach the bound are added without a replay (unless ``replay_all``)."""
-    for lo, hi in _runs(broker):
-        t, v = t_ms[lo:hi], values[lo:hi]
-        args = (user, client_id, quota_type, quota, t, v)
-        if not replay_all and never_throttled(*args, samples=samples, window_ms=window_ms, entity=entity):
-            part.add(int(broker[lo]), t, v, t, np.zeros(len(t), dtype=np.int64), closed)
-            continue
-        r = replay_sorted(*args, samples=samples, window_ms=window_ms, closed=closed, entity=entity)
-        part.add(int(broker[lo]), t, v, r.sent_ms, r.throttle_ms_long, closed)
-
-
-# ------------------------------------------------------------------ one entity on the driver
-
-#: Up to this much landed usage and samples (a local landing area), a preview reads its entity's records and samples
-#: on the driver (pyarrow) and computes its figures there (``_on_driver``); above it, or with ``--distributed``, on
-#: the executors. A warm local session runs an action in a few hundred ms, and the executors' way is seven of them
-#: (the names' pass, the replay's shuffle, the clients, the count, the advice, the samples) for a few thousand records.
-DRIVER_MAX_BYTES = 256 * 1024**2
-_COLLECTED = [("cluster", "string"), ("broker", "long"), ("quota_type", "string"), ("user", "string"),
-              ("client_id", "string"), ("seq", "long"), ("t_ms", "long"), ("value", "double")]
-
-
-def fits_driver(root: str) -> bool:
-    """Whether ``root`` is a local folder whose landed usage and samples add up to at most ``DRIVER_MAX_BYTES``."""
-    url = urlparse(root)
-    if url.scheme not in ("", "file"):
-        return False
-    total = 0
-    for dataset in ("usage", "samples"):
-        for directory, _dirs, files in os.walk(Path(url.path if url.scheme else root) / dataset):
-            total += sum(os.stat(os.path.join(directory, f)).st_size for f in files)
-            if total > DRIVER_MAX_BYTES:
-                return False
-    return True
-
-
-def local_folder(root: str) -> Path | None:
-    """The folder of a local landing area (a path or a ``file:`` URI); None for any other URI."""
-    url = urlparse(root)
-    return Path(url.path if url.scheme else root) if url.scheme in ("", "file") else None
-
-
-def read_local_usage(root: str, cluster: str, quota_type: str, user: str | None,
-                     client_id: str | None) -> pd.DataFrame | None:
-    """The records ``governed(load_usage(...), blank=False)`` selects, read on the driver from a local landing area
-    (pyarrow: no Spark action, the filters pushed to the files' row groups), ``seq`` their order in the files taken by
-    name (the landed order); None when no usage file was landed. Files and folders starting with ``_`` or ``.`` are
-    never read, as ``pipeline.session.read_dataset`` reads them."""
-    folder = local_folder(root)
-    if folder is None or not (folder / "usage").is_dir():
-        return None
-    check_entity(user, client_id)
-    try:
-        found = ds.dataset(str(folder / "usage"), format="parquet", partitioning="hive")
-        files = sorted(found.files)
-        if not files:
-            return None
-        keep = (pc.field("cluster") == cluster) & (pc.field("quota_type") == quota_type)
-        for column, name in (("user", user), ("client_id", client_id)):
-            if name is not None and name != DEFAULT:
-                keep &= pc.field(column) == name
-        table = ds.dataset(files, format="parquet", schema=found.schema, partitioning="hive",
-                           partition_base_dir=str(folder / "usage")).to_table(
-            columns=[c for c, _t in _COLLECTED if c != "seq"], filter=keep)
-    except (pa.ArrowException, OSError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CorruptInput(f"Unreadable Parquet under {folder / 'usage'}: {first[:500]}") from e
-    rows = table.to_pandas()
-    rows.insert(5, "seq", np.arange(len(rows), dtype=np.int64))
-    return rows
-
-
-def collect_records(records: DataFrame) -> pd.DataFrame:
-    """The records (usage rows, or samples spread into records) as pandas, in one Spark action (Arrow)."""
-    return records.select(*(F.col(c).cast(t).alias(c) for c, t in _COLLECTED)).toArrow().to_pandas()
-
-
-def valid_records(rows: pd.DataFrame) -> pd.DataFrame:
-    """``pipeline.usage.valid_usage`` on the driver: a finite value >= 0 at a known time on a known broker."""
-    v = rows["value"]
-    keep = v.notna() & (v >= 0) & np.isfinite(v) & rows["t_ms"].notna() & rows["broker"].notna()
-    good = rows[keep]
-    return good.astype({"broker": "int64", "seq": "int64", "t_ms": "int64", "value": "float64"})
-
-
-def shared_sensors(rows: pd.DataFrame, user: str | None, client_id: str | None) -> pd.DataFrame:
-    """``pipeline.usage.share_sensors`` on the driver: the entity's absent parts blanked."""
-    blank = {c: "" for c, name in (("user", user), ("client_id", client_id)) if name is None}
-    return rows.assign(**blank) if blank else rows
-
-
-def summarize_on_driver(good: pd.DataFrame, quota_type: str, quota: float | None, *, samples: int = 11,
-                        window_ms: int = 1000, closed: bool = True,
-                        entity: tuple[str | None, str | None] | None = None) -> dict | None:
-    """``summarize_proposal``'s figures computed on the driver from collected records (one cluster); None without."""
-    if good.empty:
-        return None
-    part = _Figures(window_ms)
-    for (user, client_id), g in good.groupby(["user", "client_id"], sort=False, dropna=False):
-        order = np.lexsort((g["seq"].to_numpy(), g["t_ms"].to_numpy(), g["broker"].to_numpy()))
-        broker, t_ms, values = (g[c].to_numpy()[order] for c in ("broker", "t_ms", "value"))
-        _replay_entity(part, str(user), str(client_id), broker, t_ms, values, quota_type=quota_type, quota=quota,
-                       samples=samples, window_ms=window_ms, closed=closed, entity=entity, replay_all=False)
-    return figures([part.part()], window_ms)
-
-
-def budget_on_driver(good: pd.DataFrame, quota_type: str, budget: float, *, samples: int = 11, window_ms: int = 1000,
-                     entity: tuple[str | None, str | None] | None = None) -> dict | None:
-    """``summarize_budget``'s figures computed on the driver from collected records; None without."""
-    if good.empty:
-        return None
-    rows = pd.concat([replay_budget(g, quota_type, budget, samples=samples, window_ms=window_ms, entity=entity)
-                      for _, g in good.groupby(["cluster", "user", "client_id"], sort=False, dropna=False)],
-                     ignore_index=True)
-    return budget_figures(rows, budget, window_ms)
-
-
-def advise_on_driver(good: pd.DataFrame, target: float, samples: int = 11, window_ms: int = 1000,
-                     entity: tuple[str | None, str | None] | None = None) -> pd.DataFrame:
-    """``pipeline.advice.advise_usage`` on the driver: one advice row per (cluster, quota type, user, client-id),
-    ordered by user and client-id."""
-    rows = [advise(g.reset_index(drop=True), target, samples, window_ms, entity)
-            for _, g in good.groupby(["cluster", "quota_type", "user", "client_id"], sort=True, dropna=False)]
-    if not rows:
-        return pd.DataFrame()
-    return pd.concat(rows, ignore_index=True).sort_values(["user", "client_id"], kind="stable")
 
 
 def check_proposal(key: str, value: float) -> tuple[str, float]:

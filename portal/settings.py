@@ -153,6 +153,7 @@ INSTALLED_APPS = [
     "history",
     "frontend",
     "access_tokens",
+    "demo",  # the demo's world and traffic (demo_data, loadgen, kafka_traffic)
     "portal",  # the project's own management commands (backup_db, restore_db)
 ]
 
@@ -259,7 +260,7 @@ QUOTAS_LIST_HEAP_BYTES = int(os.environ.get("QUOTAS_LIST_HEAP_BYTES", 64 * 1024 
 QUOTAS_LIST_QUEUE_SIZE = int(os.environ.get("QUOTAS_LIST_QUEUE_SIZE", 1000))
 QUOTAS_LIST_TIMEOUT_MS = int(os.environ.get("QUOTAS_LIST_TIMEOUT_MS", 10_000))
 
-# KIP-714 telemetry sink (telemetry_ui/sink.py): Kafka's telemetry.max.bytes, the subscription reload period,
+# KIP-714 telemetry sink (telemetry_ui/ingest/sink.py): Kafka's telemetry.max.bytes, the subscription reload period,
 # and the PIP-442 limiter in-flight pushes hold (direct = raw bytes, heap = decoded estimate).
 QUOTAS_TELEMETRY_MAX_BYTES = int(os.environ.get("QUOTAS_TELEMETRY_MAX_BYTES", 1024 * 1024))
 QUOTAS_TELEMETRY_RELOAD_S = float(os.environ.get("QUOTAS_TELEMETRY_RELOAD_S", 2.0))
@@ -267,9 +268,9 @@ QUOTAS_TELEMETRY_HEAP_BYTES = int(os.environ.get("QUOTAS_TELEMETRY_HEAP_BYTES", 
 QUOTAS_TELEMETRY_DIRECT_BYTES = int(os.environ.get("QUOTAS_TELEMETRY_DIRECT_BYTES", 64 * 1024 * 1024))
 QUOTAS_TELEMETRY_QUEUE_SIZE = int(os.environ.get("QUOTAS_TELEMETRY_QUEUE_SIZE", 1000))
 QUOTAS_TELEMETRY_TIMEOUT_MS = int(os.environ.get("QUOTAS_TELEMETRY_TIMEOUT_MS", 5_000))
-# OTLP/HTTP metrics receiver (telemetry_ui/otlp_receiver.py, POST /v1/metrics): what the KIP-714 broker plugin and
-# OpenTelemetry Collectors send to. A bearer token is required when QUOTAS_OTLP_TOKEN is set; the cluster comes from
-# the X-Quotas-Cluster header, else QUOTAS_OTLP_DEFAULT_CLUSTER.
+# OTLP/HTTP metrics receiver (telemetry_ui/ingest/otlp_receiver.py, POST /v1/metrics): what the KIP-714 broker plugin
+# and OpenTelemetry Collectors send to. A bearer token is required when QUOTAS_OTLP_TOKEN is set; the cluster comes
+# from the X-Quotas-Cluster header, else QUOTAS_OTLP_DEFAULT_CLUSTER.
 QUOTAS_OTLP_TOKEN = os.environ.get("QUOTAS_OTLP_TOKEN", "")
 QUOTAS_OTLP_DEFAULT_CLUSTER = os.environ.get("QUOTAS_OTLP_DEFAULT_CLUSTER", "")
 QUOTAS_OTLP_MAX_BYTES = int(os.environ.get("QUOTAS_OTLP_MAX_BYTES", 4 * 1024 * 1024))

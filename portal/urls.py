@@ -8,7 +8,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from portal import metrics, views
 from portal.api import CurrentUserView
 from portal.login import ThrottledAdminAuthenticationForm, ThrottledLoginView
-from telemetry_ui import otlp_receiver, sink
+from telemetry_ui.ingest import otlp_receiver, sink
 
 urlpatterns = [
     path(
@@ -22,11 +22,12 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("metrics", metrics.metrics, name="metrics"),
     path("api/me/", CurrentUserView.as_view(), name="api-me"),
-    path("api/monitor/", include("telemetry_ui.urls")),
-    # KIP-714 telemetry sink (telemetry_ui/sink.py): what a Kafka client's telemetry reporter talks to.
+    path("api/monitor/", include("telemetry_ui.live.urls")),
+    # KIP-714 telemetry sink (telemetry_ui/ingest/sink.py): what a Kafka client's telemetry reporter talks to.
     path("telemetry/v1/<str:cluster>/get-subscriptions", sink.get_subscriptions, name="telemetry-get-subscriptions"),
     path("telemetry/v1/<str:cluster>/push", sink.push, name="telemetry-push"),
-    # OTLP/HTTP metrics receiver (telemetry_ui/otlp_receiver.py): the KIP-714 broker plugin, OpenTelemetry Collectors.
+    # OTLP/HTTP metrics receiver (telemetry_ui/ingest/otlp_receiver.py): the KIP-714 broker plugin, OpenTelemetry
+    # Collectors.
     path("v1/metrics", otlp_receiver.export_metrics, name="otlp-metrics"),
     path("api/", include("quotas.api.urls")),
     path("api/", include("history.urls")),

@@ -1,1 +1,2 @@
-"""KIP-714 client-metrics subscriptions and ingestion, live charts and their WebSocket consumers."""
+"""KIP-714 client-metrics subscriptions and ingestion (``ingest``), live charts and their WebSocket consumers
+(``live``)."""

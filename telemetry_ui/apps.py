@@ -12,4 +12,4 @@ class TelemetryUiConfig(AppConfig):
 
     def ready(self) -> None:
         # committed moves of requests of every kind go to the WebSockets of every replica (subscribe_requests)
-        from telemetry_ui import request_events  # noqa: F401
+        from telemetry_ui.live import request_events  # noqa: F401

@@ -135,7 +135,7 @@ class ConnectionStorm:
 
 STORM_IP = "10.20.0.99"
 
-#: The demo data's principals (``quotas/management/commands/demo_data.py`` sets their quotas).
+#: The demo data's principals (``demo/management/commands/demo_data.py`` sets their quotas).
 DEMO_TRAFFIC: tuple[Traffic, ...] = (
     # svc-payments-api (user quota 512 KiB/s per broker): over it in its minute bursts and at the wave's top;
     # the demo's pending request (1.5 MiB/s) would relieve it

@@ -121,7 +121,7 @@ class Portal:
         """Fail (saying what is missing) when the monitor's WebSocket route or relay command has gone: both are built,
         so their absence is a regression, not a reason to skip."""
         if not self.websocket:
-            pytest.fail("the WebSocket /ws/monitor/ is not routed (telemetry_ui/routing.py)")
+            pytest.fail("the WebSocket /ws/monitor/ is not routed (telemetry_ui/live/routing.py)")
         if not self.relay:
             pytest.fail("python manage.py relay does not exist (telemetry_ui)")
         for name, proc in self.procs.items():
@@ -164,7 +164,7 @@ def portal(django_db_setup: None, redis_url: str, tmp_path_factory: pytest.TempP
     assert collected.returncode == 0, collected.stderr.decode()[-3000:]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    from telemetry_ui import routing
+    from telemetry_ui.live import routing
 
     running = Portal(
         url, env, logs,

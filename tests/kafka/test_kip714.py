@@ -29,7 +29,7 @@ from quotas import push
 from quotas.choices import ConnectorKind
 from quotas.models import Cluster, Push
 from quotas.models.client_metrics import alter_subscription
-from telemetry_ui import telemetry_store as store
+from telemetry_ui.ingest import telemetry_store as store
 from tests.kafka_fixtures import plugin_problem, release_telemetry_port
 from tests.portal.people import make_user
 from tests.services import service_env, start_server

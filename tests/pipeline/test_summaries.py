@@ -11,10 +11,11 @@ import pytest
 from pyspark.sql import functions as F
 
 from engine.entities import DEFAULT
-from pipeline import whatif
+from pipeline import summaries, whatif
 from pipeline.errors import PipelineError
+from pipeline.figures import FIGURES
 from pipeline.replay import never_throttled, replay_frame, replay_sorted, summarize
-from pipeline.whatif import FIGURES, arrow_batches_by_rows, summarize_usage
+from pipeline.summaries import arrow_batches_by_rows, summarize_usage
 
 from .conftest import write_landing
 
@@ -110,12 +111,12 @@ def test_a_hash_collision_is_never_grouped_together(spark, monkeypatch) -> None:
     usage = spark.createDataFrame(records)
     with arrow_batches_by_rows(spark):
         want = summarize_usage(usage, "produce", 2000.0).toPandas().sort_values(["cluster", "user", "client_id"])
-        real = whatif._entity_key
+        real = summaries._entity_key
         # the first hash maps every entity to one key: the check sees it and takes the next salt
-        monkeypatch.setattr(whatif, "_entity_key", lambda salt: F.lit(7).cast("long") if salt == 0 else real(salt))
+        monkeypatch.setattr(summaries, "_entity_key", lambda salt: F.lit(7).cast("long") if salt == 0 else real(salt))
         got = summarize_usage(usage, "produce", 2000.0).toPandas().sort_values(["cluster", "user", "client_id"])
     pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True))
-    monkeypatch.setattr(whatif, "_entity_key", lambda salt: F.lit(salt).cast("long"))
+    monkeypatch.setattr(summaries, "_entity_key", lambda salt: F.lit(salt).cast("long"))
     with pytest.raises(PipelineError, match="collided"):
         summarize_usage(usage, "produce", 2000.0)
 

@@ -12,7 +12,7 @@ from engine.entities import QuotaType
 from engine.managers import ClientQuotaManager
 from engine.model import ModelBackend
 from pipeline.replay import replay, summarize, throttled_fraction
-from pipeline.whatif import replay_usage
+from pipeline.summaries import replay_usage
 
 TRACES = json.loads((Path(__file__).parents[2] / "conformance" / "rate_traces.json").read_text())["traces"]
 

@@ -21,7 +21,6 @@ import json
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -43,10 +42,10 @@ from quotas.models import (
 )
 from quotas.models.webhooks import Webhook, WebhookDelivery
 from tests.celery_worker import CELERY_KEYS
+from tests.portal.access_matrix import ROLES, Row, differences, parse
 from tests.portal.people import make_user
 from tests.redis_keys import delete_matching
 
-ROLES = ("admin", "auditor", "A", "B", "anon")
 CLUSTER = "mx-prod"
 
 # What the rows mean for the objects: A's names all hold "mxa", B's "mxb"; shared objects are the `<default>` quota
@@ -237,27 +236,7 @@ COVERED_BY_PREFIX = ("/admin/",)
 
 GOOD_QUOTA = {"key": "producer_byte_rate", "value": 2048}
 
-
-@dataclass(frozen=True)
-class Row:
-    method: str
-    path: str
-    obj: str
-    expected: dict[str, str]
-
-
-def parse(table: str) -> list[Row]:
-    rows = []
-    for line in table.strip().splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        method, path, obj, *cells = line.split()
-        assert len(cells) == len(ROLES), f"row {line!r}: {len(cells)} cells for {len(ROLES)} roles"
-        rows.append(Row(method, path, obj, dict(zip(ROLES, cells, strict=True))))
-    return rows
-
-
-ROWS = parse(MATRIX)
+ROWS = parse(MATRIX, ("method", "path"))
 
 
 # ------------------------------------------------------------------ the routes the portal has
@@ -390,7 +369,7 @@ def world(django_db_setup: None, django_db_blocker: Any, redis_url: str) -> Iter
             webhook=hook, event="request.submitted", request=req_a, body='{"event": "request.submitted"}',
             body_sha256="0" * 64).pk}
         now = int(time.time() * 1000)
-        from telemetry_ui.monitoring import tel_instances_key
+        from telemetry_ui.live.monitoring import tel_instances_key
 
         for iid, client_id in (("inst-mxa", "app-mxa-1"), ("inst-mxb", "app-mxb-1"), ("inst-shared", "")):
             r.hset(tel_instances_key(CLUSTER), iid, json.dumps({
@@ -590,8 +569,7 @@ def _form(body: dict[str, Any]) -> str:
 def test_every_role_gets_what_the_table_says(row: Row, world: dict[str, Any]) -> None:
     got = {role: outcome(row, role, world) for role in ROLES}
     if got != row.expected:
-        cells = "  ".join(f"{role}={got[role]}" + (f" (table: {row.expected[role]})" if got[role] != row.expected[role]
-                                                     else "") for role in ROLES)
+        cells = differences(got, row)
         pytest.fail(f"{row.method} {row.path} {row.obj}: {cells}\nThe access matrix is MATRIX in {__file__}; "
                     "fix the code, or the row when the table was wrong.", pytrace=False)
 

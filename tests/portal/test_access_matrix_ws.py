@@ -2,9 +2,9 @@
 objects of tenant A, of tenant B and shared ones, against one table (issue 20; the HTTP routes are in
 ``test_access_matrix.py``).
 
-The rows are checked against the WebSocket URL routing (``telemetry_ui.routing``) and each consumer's ``ACTIONS``: a
-route or an action without a row fails ``test_every_websocket_route_and_action_has_a_row``, so a new consumer or
-action cannot be left out; add its rows to ``WS_MATRIX``.
+The rows are checked against the WebSocket URL routing (``telemetry_ui.live.routing``) and each consumer's
+``ACTIONS``: a route or an action without a row fails ``test_every_websocket_route_and_action_has_a_row``, so a new
+consumer or action cannot be left out; add its rows to ``WS_MATRIX``.
 
 Asked over a real server: uvicorn serving ``portal.asgi`` and the relay (``manage.py relay``) on the test database
 and Redis, real WebSocket clients with the roles' session cookies. The data are real too: samples published by the
@@ -37,6 +37,7 @@ from websockets.exceptions import ConnectionClosed
 
 from quotas.choices import EntityType
 from quotas.models import Cluster, OwnedName, Plan, Tenant
+from tests.portal.access_matrix import ROLES, Row, differences, parse
 from tests.portal.live import TALKS_TO_LIVE_PORTAL, committed_world, live_portal
 from tests.portal.people import make_user
 from tests.redis_keys import delete_matching
@@ -45,7 +46,6 @@ from tests.waiting import wait_for
 
 pytestmark = TALKS_TO_LIVE_PORTAL
 
-ROLES = ("admin", "auditor", "A", "B", "anon")
 CLUSTER = "wsmx-prod"
 #: The object's marker in names: A's names hold "wsa", B's "wsb", and the shared ones (owned by no tenant) "wso".
 MARK = {"A": "wsa", "B": "wsb", "shared": "wso"}
@@ -75,27 +75,7 @@ WS_MATRIX = """
 #: Frames that carry data (``subscribed`` and ``error`` frames only echo what the client asked for).
 DATA_FRAMES = ("backfill", "points", "batch", "request", "telemetry")
 
-
-@dataclass(frozen=True)
-class Row:
-    path: str
-    action: str
-    obj: str
-    expected: dict[str, str]
-
-
-def parse(table: str) -> list[Row]:
-    rows = []
-    for line in table.strip().splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        path, action, obj, *cells = line.split()
-        assert len(cells) == len(ROLES), f"row {line!r}: {len(cells)} cells for {len(ROLES)} roles"
-        rows.append(Row(path, action, obj, dict(zip(ROLES, cells, strict=True))))
-    return rows
-
-
-ROWS = parse(WS_MATRIX)
+ROWS = parse(WS_MATRIX, ("path", "action"))
 
 
 # ------------------------------------------------------------------ the routes and actions the portal has
@@ -103,7 +83,7 @@ ROWS = parse(WS_MATRIX)
 
 def websocket_routes() -> dict[str, tuple[str, ...]]:
     """Every WebSocket route of the routing -> its consumer's actions (``("connect",)`` for one without ACTIONS)."""
-    from telemetry_ui.routing import websocket_urlpatterns
+    from telemetry_ui.live.routing import websocket_urlpatterns
 
     found: dict[str, tuple[str, ...]] = {}
 
@@ -123,7 +103,7 @@ def test_every_websocket_route_and_action_has_a_row() -> None:
     have = {(r.path, r.action) for r in ROWS}
     missing = [f"{path} {action}" for path, actions in websocket_routes().items() for action in actions
                if (path, action) not in have]
-    assert websocket_routes(), "no WebSocket route found: the walk over telemetry_ui.routing is broken"
+    assert websocket_routes(), "no WebSocket route found: the walk over telemetry_ui.live.routing is broken"
     assert not missing, (
         "These WebSocket routes/actions have no row in the access matrix; add one row per object (A, B, shared, gone, "
         "or - for none) to WS_MATRIX in tests/portal/test_access_matrix_ws.py:\n  " + "\n  ".join(missing)
@@ -165,7 +145,7 @@ def _store_telemetry(redis_url: str, t: int) -> None:
     """A push of a client instance of A, of B and of no tenant, through the sink's own writers."""
     import redis.asyncio as aioredis
 
-    from telemetry_ui import telemetry_store as store
+    from telemetry_ui.ingest import telemetry_store as store
 
     async def write() -> None:
         client = aioredis.Redis.from_url(redis_url)
@@ -315,8 +295,7 @@ def observed(
 def test_every_role_gets_what_the_websocket_table_says(row: Row, observed: dict[str, Seen]) -> None:
     got = {role: observed[role].cells.get((row.action, row.obj), "no answer") for role in ROLES}
     if got != row.expected:
-        cells = "  ".join(f"{role}={got[role]}" + (f" (table: {row.expected[role]})" if got[role] != row.expected[role]
-                                                     else "") for role in ROLES)
+        cells = differences(got, row)
         pytest.fail(f"{row.path} {row.action} {row.obj}: {cells}\nThe WebSocket access matrix is WS_MATRIX in "
                     f"{__file__}; fix the code, or the row when the table was wrong.", pytrace=False)
 

@@ -13,11 +13,11 @@ from django.contrib.auth import authenticate, get_user_model
 from django.core.management import call_command
 from django.utils import timezone
 
+from demo.management.commands.demo_data import BOOST, DEMO_PASSWORD, PENDING, USERS
 from engine.config import QuotaEngine, namespace_for_broker
 from engine.desired import BrokerConfigStore, NamespaceState
 from quotas import push, workflow
 from quotas.choices import BudgetScope
-from quotas.management.commands.demo_data import BOOST, DEMO_PASSWORD, PENDING, USERS
 from quotas.models import (
     AuditEntry,
     Broker,

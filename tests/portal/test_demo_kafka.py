@@ -12,13 +12,13 @@ import pytest
 import redis
 from django.core.management import call_command
 
+from demo.management.commands.demo_data import KAFKA_ENV
 from engine import usage_log
 from engine.monitor import entity_key
 from history import jobs
 from kafka_wire import MATCH_EXACT, AdminClient
 from pipeline.recorded import MATERIAL_FRACTION
 from quotas import push, tasks
-from quotas.management.commands.demo_data import KAFKA_ENV
 from quotas.models import Cluster
 from traffic.kafka_clients import DEMO_KAFKA_TRAFFIC
 

@@ -24,7 +24,7 @@ from pipeline import landing
 from quotas import tasks
 from quotas.models import Cluster
 from quotas.targets import targets_from_db
-from telemetry_ui import telemetry_store
+from telemetry_ui.ingest import telemetry_store
 from tests.redis_keys import delete_matching
 from traffic.loadgen import WAVE_PERIOD_S, BrokerTarget, FakeClock, LoadGenerator
 

@@ -22,12 +22,12 @@ import redis
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
+from demo.management.commands.demo_data import PENDING
 from engine.config import namespace_for_broker
 from engine.connections import ConnectionConfig, RedisConnectionQuotas
 from engine.errors import ThrottlingQuotaExceeded
 from engine.monitor import latest, recent
 from quotas import workflow
-from quotas.management.commands.demo_data import PENDING
 from quotas.models import Cluster, QuotaRequest
 from quotas.targets import targets_from_db
 from traffic.loadgen import STORM_IP, WAVE_PERIOD_S, Event, FakeClock, LoadGenerator

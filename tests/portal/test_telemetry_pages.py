@@ -15,7 +15,7 @@ from django.test import Client
 
 from quotas.choices import EntityType
 from quotas.models import Cluster, OwnedName, Tenant
-from telemetry_ui.monitoring import tel_instance_key, tel_instances_key
+from telemetry_ui.live.monitoring import tel_instance_key, tel_instances_key
 from tests.redis_keys import keys_cleared
 
 from .people import roles

@@ -22,7 +22,7 @@ from engine.config import AlterOp, EntityRef, QuotaEngine, namespace_for_broker
 from engine.monitor import firehose_key
 from engine.redis_backend import connect
 from quotas.models import Broker, Cluster
-from telemetry_ui.monitoring import cluster_group
+from telemetry_ui.live.monitoring import cluster_group
 from tests.redis_keys import delete_matching
 from tests.services import Service, service_env, start_relay
 from tests.waiting import wait_for

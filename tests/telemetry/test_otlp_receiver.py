@@ -1,4 +1,4 @@
-"""The OTLP/HTTP metrics receiver (telemetry_ui/otlp_receiver.py, ``POST /v1/metrics``) under a real uvicorn.
+"""The OTLP/HTTP metrics receiver (telemetry_ui/ingest/otlp_receiver.py, ``POST /v1/metrics``) under a real uvicorn.
 
 Driven as the KIP-714 broker plugin drives it (protobuf with the X-Kafka-* headers) and as an OpenTelemetry
 Collector's otlphttp exporter would (OTLP/JSON or protobuf, gzip, only X-Quotas-Cluster); answers are checked
@@ -23,8 +23,8 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2 as m
 
 from kip714.client import build_metrics_data
 from quotas.models import Cluster
-from telemetry_ui import telemetry_store as store
-from telemetry_ui.otlp_receiver import derived_instance_id
+from telemetry_ui.ingest import telemetry_store as store
+from telemetry_ui.ingest.otlp_receiver import derived_instance_id
 from tests.services import service_env, start_server
 from tests.telemetry.test_sink import landed
 

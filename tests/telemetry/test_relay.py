@@ -1,7 +1,7 @@
 """The relay on a Redis of its own: it outlives a Redis restart and stops cleanly on SIGTERM.
 
 Its messages are read with channels_redis' own ``receive`` on a channel in the cluster's group, so what the
-relay writes in bulk (telemetry_ui/fanout.py) is what a consumer gets from ``group_send``.
+relay writes in bulk (telemetry_ui/live/fanout.py) is what a consumer gets from ``group_send``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from channels_redis.core import RedisChannelLayer
 from devtools.redis_server import RedisServer
 from engine.monitor import Sampler
 from quotas.models import Cluster
-from telemetry_ui.monitoring import WATCHED_KEY, cluster_group, entity_group, watched_member
+from telemetry_ui.live.monitoring import WATCHED_KEY, cluster_group, entity_group, watched_member
 from tests.services import sample, service_env, start_relay
 from tests.waiting import wait_for
 

@@ -1,4 +1,4 @@
-"""The KIP-714 sink (telemetry_ui/sink.py) under a real uvicorn, driven by kip714.client over HTTP.
+"""The KIP-714 sink (telemetry_ui/ingest/sink.py) under a real uvicorn, driven by kip714.client over HTTP.
 
 The server runs on the test database file and the test Redis (as tests/telemetry/conftest.py does); the tests
 commit their clusters and subscriptions (``transaction=True``) so it sees them. Every test names its own cluster.
@@ -21,7 +21,7 @@ import redis
 from kip714.client import TelemetryClient, build_metrics_data
 from quotas.models import Cluster
 from quotas.models.client_metrics import alter_subscription
-from telemetry_ui import telemetry_store as store
+from telemetry_ui.ingest import telemetry_store as store
 from tests.services import service_env, start_server
 
 pytestmark = pytest.mark.django_db(transaction=True)

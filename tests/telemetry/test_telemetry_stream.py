@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from telemetry_ui.monitoring import (
+from telemetry_ui.live.monitoring import (
     WATCHED_KEY,
     tel_all_key,
     tel_instance_key,

@@ -1,4 +1,4 @@
-"""``python manage.py relay``: the live-monitoring relay (``telemetry_ui/relay.py``); runs until SIGTERM or Ctrl-C."""
+"""``python manage.py relay``: the live-monitoring relay (``telemetry_ui/live/relay.py``), until SIGTERM or Ctrl-C."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from telemetry_ui.relay import serve
+from telemetry_ui.live.relay import serve
 
 
 class Command(BaseCommand):

@@ -11,7 +11,7 @@ One asyncio loop, one Redis connection for the streams (``QUOTAS_REDIS_URL``) an
    groups it would send to (one script);
 3. sends, per broker tick, ``{"type": "mon.batch", "cluster", "samples"}`` to ``mon.cluster.<cluster>`` and,
    per watched entity with points in the ticks read, ``{"type": "mon.points", "cluster", "entity", "points"}``
-   to ``mon.entity.<digest>`` (one script per Redis host; ``telemetry_ui/fanout.py``).
+   to ``mon.entity.<digest>`` (one script per Redis host; ``telemetry_ui/live/fanout.py``).
 
 Nothing is decoded or sent for a cluster nobody listens to; the read position moves on only once a read was
 sent. When Redis goes away the relay logs it, retries with backoff and resumes where it was (at most

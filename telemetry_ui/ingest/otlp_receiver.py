@@ -3,8 +3,8 @@
 What sends to it: the portal's KIP-714 broker plugin (``broker-plugins/telemetry-exporter/``,
 ``PortalTelemetryExporter`` on every broker's ``metric.reporters``), which forwards each client push the broker
 accepted, and any OTLP/HTTP sender such as an OpenTelemetry Collector's ``otlphttp`` exporter. Accepted points land
-where the KIP-714 sink's do (``telemetry_ui.telemetry_store``: the cluster's Redis streams, its live-instances hash
-and the landing area), so they show on ``/telemetry/<cluster>/`` and the instance pages.
+where the KIP-714 sink's do (``telemetry_ui.ingest.telemetry_store``: the cluster's Redis streams, its live-instances
+hash and the landing area), so they show on ``/telemetry/<cluster>/`` and the instance pages.
 
 Request (OTLP/HTTP 1.x): body = an ``ExportMetricsServiceRequest`` (a broker's OTLP ``MetricsData`` is the same
 bytes), ``Content-Type: application/x-protobuf`` or ``application/json``, optionally ``Content-Encoding: gzip``.
@@ -29,8 +29,8 @@ Answers, per the OTLP/HTTP specification, in the request's encoding:
   decompressed form (``QUOTAS_OTLP_MAX_DECODED_BYTES``, 64 MiB) is too large; 415 for another content type or
   encoding;
 - 429 (the memory limiter's queue is full) or 503 (its wait timed out), with ``Retry-After``: retryable. Every
-  request holds permits of the KIP-714 sink's PIP-442 dual memory limiter (``telemetry_ui.sink.limiter``; DIRECT =
-  its body, HEAP = an estimate of the decoded size) until it is stored.
+  request holds permits of the KIP-714 sink's PIP-442 dual memory limiter (``telemetry_ui.ingest.sink.limiter``;
+  DIRECT = its body, HEAP = an estimate of the decoded size) until it is stored.
 """
 
 from __future__ import annotations
@@ -67,9 +67,9 @@ from kip714.otlp import (
     status_body,
 )
 from memory_limiter.limiter import LimitType, Permit, PermitAcquireException, PermitAcquireQueueFullException
+from telemetry_ui.clusters import check_cluster_name
 
 from . import telemetry_store as store
-from .monitoring import check_cluster_name
 from .sink import HEAP_FACTOR, limiter
 
 H_CLUSTER = "X-Quotas-Cluster"

@@ -34,7 +34,7 @@ read into memory, and keeps them until it is stored. A push whose ``Content-Leng
 answered (TELEMETRY_TOO_LARGE, after the manager's earlier checks) without reading its body. The payload is
 decompressed (bounded) and decoded in a worker thread before the manager sees the push; a payload that does not
 decode fails the push through the manager's exporter (INVALID_RECORD, counted as a plugin error and in the
-instance's ``errors``), and nothing is stored. Accepted pushes go to ``telemetry_ui.telemetry_store``.
+instance's ``errors``), and nothing is stored. Accepted pushes go to ``telemetry_ui.ingest.telemetry_store``.
 """
 
 from __future__ import annotations
@@ -68,9 +68,9 @@ from memory_limiter.limiter import (
     PermitAcquireException,
     SemaphoreConfig,
 )
+from telemetry_ui.clusters import check_cluster_name
 
 from . import telemetry_store as store
-from .monitoring import check_cluster_name
 
 RESOURCE_NOT_FOUND = "RESOURCE_NOT_FOUND"
 #: HEAP permits of a push: its raw size times this (protobuf objects and points outweigh the bytes)

@@ -21,7 +21,7 @@ from quotas.models import PlanRequest, QuotaRequest, SubscriptionRequest, reques
 
 from .monitoring import requests_group
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("telemetry_ui.request_events")  # the name it logged under before live/ existed
 
 
 #: The request models and the ``kind`` their moves are sent as.
@@ -54,4 +54,4 @@ def forward(sender: type, request_id: int, state: str, at: datetime | None = Non
 
 
 for _model, _kind in KINDS.items():
-    request_changed.connect(forward, sender=_model, dispatch_uid=f"telemetry_ui.request_events.forward.{_kind}")
+    request_changed.connect(forward, sender=_model, dispatch_uid=f"telemetry_ui.live.request_events.forward.{_kind}")

@@ -34,6 +34,8 @@ from django.db import DatabaseError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from telemetry_ui.clusters import check_cluster_name
+
 from .fanout import Fanout
 from .monitoring import (
     BACKFILL_MS,
@@ -43,7 +45,6 @@ from .monitoring import (
     WATCH_TTL_S,
     WATCHED_KEY,
     Viewer,
-    check_cluster_name,
     check_instance,
     check_tags,
     client_tags,
@@ -356,7 +357,7 @@ class MonitorConsumer(AsyncWebsocketConsumer):
             raise FrameError("NOT_FOUND", f"Not subscribed to the cluster {cluster!r}.")
         await self.channel_layer.group_discard(cluster_group(cluster), self.channel_name)
 
-    # ---- requests' moves, of every kind (telemetry_ui.request_events sends them from whichever process committed them)
+    # ---- requests' moves, of every kind (live.request_events sends them from whichever process committed them)
 
     async def _subscribe_requests(self, msg: dict[str, Any]) -> None:
         cluster, _ = await self._target(msg, with_entity=False)

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from telemetry_ui import api
+from telemetry_ui.live import api
 
 app_name = "monitor-api"
 

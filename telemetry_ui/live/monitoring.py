@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +36,6 @@ RENEW_S = float(os.environ.get("QUOTAS_MONITOR_RENEW_S", "30"))
 #: Default backfill: the last 5 minutes (what the per-entity streams keep).
 BACKFILL_MS = 5 * 60 * 1000
 
-CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")  # quotas.models.clusters.cluster_name_validator
 MAX_TAGS_LEN = 1024
 
 
@@ -47,7 +45,7 @@ def cluster_group(cluster: str) -> str:
 
 
 def requests_group(cluster: str) -> str:
-    """The Channels group of the moves of a cluster's requests, of every kind (``telemetry_ui.request_events``)."""
+    """The Channels group of the moves of a cluster's requests, of every kind (``telemetry_ui.live.request_events``)."""
     return f"req.cluster.{cluster}"
 
 
@@ -75,15 +73,6 @@ def entity_parts(tags: str) -> tuple[str | None, str | None]:
     """(user, client-id) of sensor tags as ``entity_owned_by`` takes them: the user unsanitized, absent parts None."""
     user, client_id = split_tags(tags)
     return (unquote(user) if user else None), (client_id or None)
-
-
-def check_cluster_name(value: Any) -> str | None:
-    """Why ``value`` is not a cluster name, or None."""
-    if not isinstance(value, str) or not value:
-        return "'cluster' must be a cluster's name (a non-empty string)."
-    if not CLUSTER_NAME.match(value):
-        return f"{value[:80]!r} is not a cluster name (letters, digits, '-' and '_', at most 64)."
-    return None
 
 
 def check_tags(value: Any) -> str | None:
