@@ -104,9 +104,11 @@ echo "run_portal: Redis at $QUOTAS_REDIS_URL (data in .run/redis-portal)"
 if [ "$KAFKA" != "0" ]; then
     KAFKA_STARTED=1
     # every broker runs the portal's quota callback, coordinating prod's cluster-wide budgets through the portal's
-    # Redis (where pushes write the budgets' scope: QUOTAS_BUDGET_REDIS_URL, by default the engine's Redis)
+    # Redis (where pushes write the budgets' scope: QUOTAS_BUDGET_REDIS_URL, by default the engine's Redis), and the
+    # KIP-714 exporter, posting the demo clients' own metrics (queue time: the previews' demand estimate) to the portal
     KAFKA_FACTS="$(python -m devtools.kafka start --name dev \
-        --budget-redis-url "${QUOTAS_BUDGET_REDIS_URL:-${QUOTAS_ENGINE_REDIS_URL:-$QUOTAS_REDIS_URL}}" --budget-cluster prod)"
+        --budget-redis-url "${QUOTAS_BUDGET_REDIS_URL:-${QUOTAS_ENGINE_REDIS_URL:-$QUOTAS_REDIS_URL}}" --budget-cluster prod \
+        --telemetry-endpoint "http://127.0.0.1:$PORTAL_PORT/v1/metrics" --telemetry-cluster prod)"
     QUOTAS_DEMO_KAFKA="$(python -c 'import json,sys; print(json.load(sys.stdin)["bootstrap"]["SASL_PLAINTEXT"])' <<<"$KAFKA_FACTS")"
     QUOTAS_KAFKA_PASSWORD_PROD="$(python -c 'import json,sys; print(json.load(open(json.load(sys.stdin)["credentials_file"]))["password"])' <<<"$KAFKA_FACTS")"
     export QUOTAS_DEMO_KAFKA QUOTAS_KAFKA_PASSWORD_PROD

@@ -12,11 +12,11 @@ import pytest
 import redis
 from django.core.management import call_command
 
-from demo.management.commands.demo_data import KAFKA_ENV
+from demo.management.commands.demo_data import KAFKA_ENV, SUBSCRIPTION, SUBSCRIPTION_CONFIGS
 from engine import usage_log
 from engine.monitor import entity_key
 from history import jobs
-from kafka_wire import MATCH_EXACT, AdminClient
+from kafka_wire import CLIENT_METRICS_RESOURCE, MATCH_EXACT, SOURCE_CLIENT_METRICS, AdminClient
 from pipeline.recorded import MATERIAL_FRACTION
 from quotas import push, tasks
 from quotas.models import Cluster
@@ -56,8 +56,12 @@ def test_prod_is_the_real_cluster_with_its_quotas_and_the_principals_credentials
         with AdminClient(node.address("PLAINTEXT")) as client:
             held = client.describe_client_quotas([("user", MATCH_EXACT, "svc-payments-api")], strict=True)
             creds = client.describe_user_scram_credentials(sorted({s.user for s in DEMO_KAFKA_TRAFFIC}))
+            (subscription,) = client.describe_configs([(CLIENT_METRICS_RESOURCE, SUBSCRIPTION, None)]).results
         assert [(v.key, v.value) for e in held.entries for v in e.values] == [("producer_byte_rate", 512 * KIB)]
         assert all(mechanisms for mechanisms in creds.values())
+        # the producers' KIP-714 metrics are asked for (the previews' demand estimate reads their queue time)
+        held_configs = {c.name: c.value for c in subscription.configs if c.config_source == SOURCE_CLIENT_METRICS}
+        assert held_configs == SUBSCRIPTION_CONFIGS
     # a second run changes nothing and pushes nothing new
     out = io.StringIO()
     call_command("demo_data", stdout=out, stderr=io.StringIO())

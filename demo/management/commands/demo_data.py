@@ -34,6 +34,7 @@ from quotas.models import (
     Alteration,
     Broker,
     BrokerConfig,
+    ClientMetricsSubscription,
     Cluster,
     ConfigOp,
     ConfigResource,
@@ -48,6 +49,7 @@ from quotas.models import (
     alter_configs,
     audited_alter,
 )
+from quotas.models.client_metrics import alter_subscription
 from traffic.kafka_clients import DEMO_KAFKA_TRAFFIC, MECHANISM, demo_password
 from traffic.loadgen import KIB, MIB, STORM_IP
 
@@ -55,6 +57,9 @@ DEMO_PASSWORD = "quota-demo"
 #: With the SASL_PLAINTEXT bootstrap servers of a Kafka cluster here (scripts/run_portal.sh starts one), ``prod`` is
 #: that real cluster, pushed to as ``QUOTAS_DEMO_KAFKA_USER`` (password in QUOTAS_KAFKA_PASSWORD_PROD); else engine.
 KAFKA_ENV, KAFKA_USER_ENV, KAFKA_CLUSTER = "QUOTAS_DEMO_KAFKA", "QUOTAS_DEMO_KAFKA_USER", "prod"
+#: On the real prod: every producer's KIP-714 metrics (queue time among them), pushed every 10 s.
+SUBSCRIPTION = "demo-producers"
+SUBSCRIPTION_CONFIGS = {"metrics": "org.apache.kafka.producer.", "interval.ms": "10000"}
 
 #: username -> (role shown, staff, superuser, groups, tenant)
 USERS: dict[str, tuple[str, bool, bool, tuple[str, ...], str | None]] = {
@@ -147,6 +152,7 @@ class Command(BaseCommand):
                 self._broker_configs(cluster, users["demo-admin"])
             if clusters[KAFKA_CLUSTER].connector == ConnectorKind.KAFKA:
                 self._principals(clusters[KAFKA_CLUSTER])
+                self._subscription(clusters[KAFKA_CLUSTER], users["demo-admin"])
             self._pending_request(clusters, users)
             self._boost(clusters, users, options["boost_minutes"])
             pushes: list[str] = []
@@ -272,6 +278,16 @@ class Command(BaseCommand):
             if missing:
                 client.alter_user_scram_credentials([(u, MECHANISM, 8192, demo_password(u)) for u in missing])
                 self.done += [f"{cluster.name}: SCRAM credentials of {u}" for u in missing]
+
+    def _subscription(self, cluster: Cluster, admin: Any) -> None:
+        """A KIP-714 subscription to the producers' metrics: the demo's clients push them through the brokers' exporter
+        to the portal, and a preview of a throttled producer estimates what it asked for from its queue time."""
+        if ClientMetricsSubscription.objects.filter(cluster=cluster, name=SUBSCRIPTION).exists():
+            return
+        alter_subscription(cluster, SUBSCRIPTION, SUBSCRIPTION_CONFIGS, admin, create_only=True,
+                           audit={"comment": "demo data"})
+        self.done.append(f"{cluster.name}: client-metrics subscription {SUBSCRIPTION} "
+                         f"({SUBSCRIPTION_CONFIGS['metrics']} every {SUBSCRIPTION_CONFIGS['interval.ms']} ms)")
 
     def _quotas(self, cluster: Cluster, admin: Any) -> None:
         """Every demo quota that has no value yet, in one AlterClientQuotas batch (one version, audited)."""
