@@ -34,7 +34,6 @@ import redis  # noqa: E402
 from benchmarks.harness import Cleanups, run_bench  # noqa: E402
 from devtools.redis_server import RedisServer  # noqa: E402
 from engine.budget_store import BudgetReport, BudgetStore, budget_id, scope_field  # noqa: E402
-from engine.budgets import BudgetParams  # noqa: E402
 from engine.config import EntityRef  # noqa: E402
 from engine.redis_backend import connect  # noqa: E402
 
@@ -79,7 +78,6 @@ def reports_of(budgets: int, rng: random.Random) -> list[BudgetReport]:
 def fill(client: redis.Redis, store: BudgetStore, reports: list[BudgetReport], brokers: int, now: int) -> None:
     """The budgets' hashes as ``brokers`` brokers' rounds at ``now`` leave them (shares B / N each)."""
     rng = random.Random(brokers)
-    lease_ms = BudgetParams().lease_ms
     with client.pipeline(transaction=False) as p:
         for n, r in enumerate(reports):
             fields: dict[str, str] = {"B": repr(r.budget)}
@@ -90,7 +88,9 @@ def fill(client: redis.Redis, store: BudgetStore, reports: list[BudgetReport], b
                 fields[f"s:{b}"] = repr(r.budget / brokers)
             key = store.budget_key(r.budget_id)
             p.hset(key, mapping=fields)
-            p.pexpire(key, lease_ms * 3)
+            # each report renews the hash for 3 leases; until the first, the fill (minutes at 100 brokers) must not
+            # let the first hashes expire
+            p.expire(key, 3600)
             if n % 200 == 199:
                 p.execute()
         p.hset(store.brokers_key, mapping={str(b): str(now) for b in range(brokers)})
