@@ -11,11 +11,14 @@ Measured against the same Redis, one phase after the other:
   looping ``record_many`` batches), with the Redis server time per decision from ``INFO commandstats``;
 * latency: p50/p99 of one decision (``record``) against one no-op ``EVALSHA``, interleaved on one connection;
 * memory: ``used_memory`` per rate entity whose 11-sample ring is full;
-* cluster (``--cluster``, on by default when the benchmark starts its own Redis): the rate phase again on a
-  3-master Redis Cluster (``devtools.redis_cluster``, the masters pinned to the single Redis's CPU), so
-  ``cluster_rate_ratio`` = cluster decisions/s / single-Redis decisions/s; with the Redis time per decision on
-  each master, the keys and bytes per entity on the cluster, and decisions/s per shard (measured, and the capacity
-  of a shard with a core of its own, 1 / the Redis process CPU per decision) for sizing.
+* cluster (``--cluster``, on by default when the benchmark starts its own Redis): the rate phase on a 3-master
+  Redis Cluster (``devtools.redis_cluster``, the masters pinned to the single Redis's CPU), alternated with the
+  same phase on the single Redis (2 pairs, 1 with ``--quick``) so both see the same load of a shared machine:
+  ``cluster_rate_ratio`` = cluster decisions/s / single-Redis decisions/s and ``cluster_server_ratio`` = their
+  script time per decision (issue 33: >= 0.8 and <= 1.2); per master its share of the decisions, script time
+  and CPU per decision, and what 3 machines would give, derived from them (``cluster_machines_decisions_per_s``:
+  each master saturating a core of its own, the busiest bounding; ``cluster_machines_vs_one_redis`` against one
+  Redis on one core); the keys and bytes per entity on the cluster.
 
 Without ``--redis-url`` it starts a private redis-server under ``.run/`` and always stops it. With
 ``--redis-url`` it resets that server's stats (``CONFIG RESETSTAT``) and writes keys under ``qe:{bench-*``,
@@ -77,6 +80,9 @@ TARGETS: dict[str, tuple[str, float]] = {
     "token_bucket_server_us": ("<=", 3.0),
     "p99_latency_ratio": ("<=", 2.0),
     "bytes_per_rate_entity": ("<=", 400.0),
+    # issue 33: a decision on a Redis Cluster costs what it costs on one Redis (checked when the cluster runs)
+    "cluster_server_ratio": ("<=", 1.2),
+    "cluster_rate_ratio": (">=", 0.8),
 }
 
 KINDS = ("rate", "token_bucket")
@@ -505,6 +511,7 @@ class ClusterStats:
     def __init__(self, cluster: RedisCluster) -> None:
         self.nodes = [redis.Redis.from_url(u, socket_timeout=30) for u in cluster.node_urls]
         self.keys = connect(cluster.url, timeout_s=30.0)
+        self.cpu_log: list[list[float]] = []  # each master's CPU seconds, at every read of INFO cpu
 
     def config_resetstat(self) -> None:
         for n in self.nodes:
@@ -522,6 +529,8 @@ class ClusterStats:
 
     def info(self, section: str) -> dict[str, Any]:
         parts = self.per_node(section)
+        if section == "cpu":
+            self.cpu_log.append([float(p["used_cpu_user"]) + float(p["used_cpu_sys"]) for p in parts])
         if section == "commandstats":
             out: dict[str, Any] = {}
             for part in parts:
@@ -549,34 +558,92 @@ class ClusterStats:
         self.keys.close()
 
 
-def measure_cluster(args: argparse.Namespace, single: dict[str, Any], cpu: int | None) -> dict[str, Any]:
-    """The rate phase and the memory figure on a 3-master Redis Cluster, against the single Redis's rate phase."""
+def measure_cluster(
+    args: argparse.Namespace, single_url: str, single_client: redis.Redis, cpu: int | None
+) -> dict[str, Any]:
+    """The rate phase on a 3-master Redis Cluster against the same phase on the single Redis, in pairs run one
+    right after the other (so both see the same load of a shared machine), and the memory figure on the cluster.
+
+    Per master: its share of the decisions (its share of the pool's sensors: the workers walk the pool evenly),
+    its script time and its process CPU per decision of its own. The masters share one core here, so the
+    cluster's decisions/s says little about a deployment; what 3 machines would give is derived from the
+    per-master figures: each master saturates its own core at 1 / (its time per decision x its share)
+    decisions/s of the cluster's, and the busiest one bounds the cluster.
+    """
     cluster = RedisCluster(name="bench", masters=3, cpus=str(cpu) if cpu is not None else None).start()
     stats = ClusterStats(cluster)
+    rounds = 1 if args.quick else 2
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    usec = [0] * len(stats.nodes)
+    calls = [0] * len(stats.nodes)
+    node_cpu = [0.0] * len(stats.nodes)
     try:
-        r = measure_throughput(
-            "rate", cluster.url, stats, args.batch, args.entities, args.seconds, False, not args.cold  # type: ignore[arg-type]
-        )
-        per_node = [stats_calls(st) for st in stats.per_node("commandstats")]
+        for _ in range(rounds):
+            one = measure_throughput(
+                "rate", single_url, single_client, args.batch, args.entities, args.seconds, False, not args.cold
+            )
+            r = measure_throughput(
+                "rate", cluster.url, stats, args.batch, args.entities, args.seconds, False, not args.cold  # type: ignore[arg-type]
+            )
+            pairs.append((one, r))
+            for i, st in enumerate(stats.per_node("commandstats")):
+                calls[i] += stats_calls(st)
+                usec[i] += sum(int(st[n]["usec"]) for n in ("cmdstat_evalsha", "cmdstat_eval") if n in st)
+            for i, (a, b) in enumerate(zip(*stats.cpu_log[-2:], strict=True)):
+                node_cpu[i] += b - a
+        node_keys = [int(n.dbsize()) for n in stats.nodes]
         mem = measure_memory(stats, cluster.url, args.memory_entities, True)  # type: ignore[arg-type]
     finally:
         stats.close()
         cluster.stop()
+
+    def total(which: int, name: str) -> float:
+        return sum(p[which][name] for p in pairs)
+
+    def per_decision(which: int, name: str) -> float:  # a figure per decision, over every round
+        return sum(p[which][name] * p[which]["decisions"] for p in pairs) / max(1, total(which, "decisions"))
+
+    one_rate = total(0, "decisions_per_s") / rounds
+    r = {
+        "decisions_per_s": total(1, "decisions_per_s") / rounds, "decisions": int(total(1, "decisions")),
+        "server_us": per_decision(1, "server_us"), "server_process_us": per_decision(1, "server_process_us"),
+        "client_cpu_us": per_decision(1, "client_cpu_us"), "script_calls": int(total(1, "script_calls")),
+        "degraded": int(total(1, "degraded")),
+    }
+    per_node = calls
     masters = len(per_node)
+    shares = [k / max(1, sum(node_keys)) for k in node_keys]
+    decisions = r["decisions"]
+    node_server_us = [u / max(1.0, decisions * sh) for u, sh in zip(usec, shares, strict=True)]
+    node_cpu_us = [c * 1e6 / max(1.0, decisions * sh) for c, sh in zip(node_cpu, shares, strict=True)]
+    # with a core per master: the busiest master (its time per decision x its share) bounds the cluster
+    busiest_server = max(t * sh for t, sh in zip(node_server_us, shares, strict=True))
+    busiest_cpu = max(t * sh for t, sh in zip(node_cpu_us, shares, strict=True))
     return {
         "masters": masters,
         "decisions_per_s": r["decisions_per_s"],
-        "ratio": r["decisions_per_s"] / single["decisions_per_s"],
+        "ratio": r["decisions_per_s"] / one_rate,
+        "rounds": rounds,
+        "single_decisions_per_s": one_rate,
+        "single_server_us": per_decision(0, "server_us"),
+        "single_process_us": per_decision(0, "server_process_us"),
+        "single_client_cpu_us": per_decision(0, "client_cpu_us"),
         "server_us": r["server_us"],
         "process_us": r["server_process_us"],
+        "client_cpu_us": r["client_cpu_us"],
         "script_calls": r["script_calls"],
-        "decisions": r["decisions"],
-        "decisions_per_call": r["decisions"] / max(1, r["script_calls"]),
+        "decisions": decisions,
+        "decisions_per_call": decisions / max(1, r["script_calls"]),
         "per_shard_decisions_per_s": r["decisions_per_s"] / masters,
         # a shard with a core of its own: 1 / the Redis process CPU per decision (CPU time, so a preempted script
         # does not count its wait as commandstats' usec does)
         "shard_capacity_per_s": 1e6 / r["server_process_us"] if r["server_process_us"] else 0.0,
-        "share_of_calls": [round(c / max(1, sum(per_node)), 3) for c in per_node],
+        "share_of_calls": [round(c / max(1, sum(calls)), 3) for c in calls],
+        "node_share": shares,
+        "node_server_us": node_server_us,
+        "node_cpu_us": node_cpu_us,
+        "machines_by_server_per_s": 1e6 / busiest_server if busiest_server else 0.0,
+        "machines_by_cpu_per_s": 1e6 / busiest_cpu if busiest_cpu else 0.0,
         "bytes_per_entity": mem["bytes_per_entity"],
         "keys_per_entity": mem["keys"] / mem["entities"],
         "degraded": r["degraded"],
@@ -749,29 +816,50 @@ def run(args: argparse.Namespace, url: str, own_server: bool, redis_cpu: int | N
         flush=True,
     )
 
+    clustered: dict[str, Any] | None = None
+    if args.cluster if args.cluster is not None else own_server:
+        clustered = measure_cluster(args, url, client, redis_cpu)
+        c = clustered
+        print(
+            f"cluster       rate on {c['masters']} masters (on the single Redis's CPU), {c['rounds']} pair(s) of "
+            f"phases alternated with the same phase on one Redis: {c['decisions_per_s']:,.0f} against "
+            f"{c['single_decisions_per_s']:,.0f} decisions/s = {c['ratio']:.3f} x one Redis "
+            f"{verdict('cluster_rate_ratio', c['ratio'])}; {c['decisions_per_call']:.1f} decisions per script call "
+            f"(batches split by slot), calls per master {c['share_of_calls']}",
+            flush=True,
+        )
+        server_ratio = c["server_us"] / c["single_server_us"]
+        print(
+            f"{'':<13} server {c['server_us']:.2f} us/decision in scripts = {server_ratio:.2f} x one Redis's "
+            f"{c['single_server_us']:.2f} {verdict('cluster_server_ratio', server_ratio)}; redis CPU "
+            f"{c['process_us']:.2f} us/decision (one Redis: {c['single_process_us']:.2f}); client CPU "
+            f"{c['client_cpu_us']:.2f} us/decision (one Redis: {c['single_client_cpu_us']:.2f})",
+            flush=True,
+        )
+        nodes = ", ".join(
+            f"{sh:.3f} of the decisions at {sv:.2f} us script / {cp:.2f} us CPU"
+            for sh, sv, cp in zip(c["node_share"], c["node_server_us"], c["node_cpu_us"], strict=True)
+        )
+        print(f"{'':<13} per master: {nodes}", flush=True)
+        single_capacity = 1e6 / c["single_process_us"] if c["single_process_us"] else 0.0
+        print(
+            f"{'':<13} on {c['masters']} machines (a core per master; derived from the per-master figures, the "
+            f"busiest master bounding): {c['machines_by_cpu_per_s']:,.0f} decisions/s by Redis CPU = "
+            f"{c['machines_by_cpu_per_s'] / single_capacity if single_capacity else 0:.2f} x one Redis on one core "
+            f"({single_capacity:,.0f}/s); {c['machines_by_server_per_s']:,.0f}/s by script time alone (no "
+            "networking); the clients not counted",
+            flush=True,
+        )
+        print(
+            f"{'':<13} per shard {c['per_shard_decisions_per_s']:,.0f} decisions/s measured, "
+            f"{c['shard_capacity_per_s']:,.0f} decisions/s with a core of its own (1 / redis CPU); "
+            f"{c['keys_per_entity']:.2f} keys and {c['bytes_per_entity']:.1f} bytes per rate entity",
+            flush=True,
+        )
+
     if not own_server:
         delete_bench_keys(client)
     client.close()
-
-    clustered: dict[str, Any] | None = None
-    if args.cluster if args.cluster is not None else own_server:
-        clustered = measure_cluster(args, through["rate"], redis_cpu)
-        print(
-            f"cluster       rate on {clustered['masters']} masters (on the single Redis's CPU): "
-            f"{clustered['decisions_per_s']:,.0f} decisions/s = {clustered['ratio']:.3f} x one Redis "
-            f"(cluster_rate_ratio); {clustered['decisions_per_call']:.1f} decisions per script call (batches split by "
-            f"slot), server {clustered['server_us']:.2f} us/decision in scripts, redis CPU "
-            f"{clustered['process_us']:.2f} us/decision (one Redis: {through['rate']['server_process_us']:.2f}), "
-            f"calls per master "
-            f"{clustered['share_of_calls']}",
-            flush=True,
-        )
-        print(
-            f"{'':<13} per shard {clustered['per_shard_decisions_per_s']:,.0f} decisions/s measured, "
-            f"{clustered['shard_capacity_per_s']:,.0f} decisions/s with a core of its own (1 / redis CPU); "
-            f"{clustered['keys_per_entity']:.2f} keys and {clustered['bytes_per_entity']:.1f} bytes per rate entity",
-            flush=True,
-        )
 
     figures = {
         "rate_ratio": through["rate"]["decisions_per_s"] / ceiling_ops,
@@ -781,15 +869,30 @@ def run(args: argparse.Namespace, url: str, own_server: bool, redis_cpu: int | N
         "p99_latency_ratio": p99_ratio,
         "bytes_per_rate_entity": bpe,
     }
+    if clustered is not None:
+        figures["cluster_server_ratio"] = clustered["server_us"] / max(1e-9, clustered["single_server_us"])
+        figures["cluster_rate_ratio"] = clustered["ratio"]
     targets = {name: check(name, value) for name, value in figures.items()}
     summary: dict[str, Any] = {k: round(v, 4) for k, v in figures.items()}
     if clustered is not None:
         summary.update(
-            cluster_rate_ratio=round(clustered["ratio"], 4),
             cluster_masters=clustered["masters"],
             cluster_rate_decisions_per_s=round(clustered["decisions_per_s"]),
             cluster_server_us=round(clustered["server_us"], 3),
             cluster_process_server_us=round(clustered["process_us"], 3),
+            cluster_client_cpu_us=round(clustered["client_cpu_us"], 3),
+            cluster_node_share=[round(x, 3) for x in clustered["node_share"]],
+            cluster_node_server_us=[round(x, 3) for x in clustered["node_server_us"]],
+            cluster_node_cpu_us=[round(x, 3) for x in clustered["node_cpu_us"]],
+            cluster_machines_decisions_per_s=round(clustered["machines_by_cpu_per_s"]),
+            cluster_machines_by_script_time_per_s=round(clustered["machines_by_server_per_s"]),
+            cluster_machines_vs_one_redis=round(
+                clustered["machines_by_cpu_per_s"] * clustered["single_process_us"] / 1e6, 3
+            ),
+            cluster_rounds=clustered["rounds"],
+            cluster_paired_rate_decisions_per_s=round(clustered["single_decisions_per_s"]),
+            cluster_paired_rate_server_us=round(clustered["single_server_us"], 3),
+            cluster_paired_rate_process_server_us=round(clustered["single_process_us"], 3),
             cluster_decisions_per_call=round(clustered["decisions_per_call"], 2),
             cluster_decisions_per_s_per_shard=round(clustered["per_shard_decisions_per_s"]),
             cluster_shard_capacity_per_s=round(clustered["shard_capacity_per_s"]),

@@ -18,8 +18,9 @@ from .decisions import NO_EXPIRY, SERVER_TIME, TRACK_THROTTLE, Decision, Kind, O
 from .entities import ClientEntity, QuotaOverrides, QuotaType, Resolution
 from .errors import EngineUnavailable, QuotaValidationError, ThrottlingQuotaExceeded
 from .javamath import DOUBLE_MAX, LONG_MAX_AS_DOUBLE, java_round, to_int
+from .sensor_keys import sensor_key
 
-_KEY, _BOUND = itemgetter(0), itemgetter(1)  # of a cached resolution
+_KEY, _BOUND, _SLOT = itemgetter(0), itemgetter(1), itemgetter(4)  # of a cached resolution
 _VALUE, _T = itemgetter(2), itemgetter(3)  # of a UsageRecord
 
 FAIL_OPEN = "open"
@@ -64,6 +65,7 @@ class Backend(Protocol):
     def record_columns(
         self, op: Op, kind: Kind, flags: int, samples: int, window_ms: int, aux: float | None,
         keys: Sequence[str | bytes], ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
+        slots: Sequence[int] | None = None,
     ) -> tuple[bytes, Sequence[float], Sequence[float]]: ...
 
 
@@ -122,8 +124,10 @@ class ClientQuotaManager:
         self.fail_mode = fail_mode
         # a cluster-wide namespace shared by brokers with skewed clocks decides on Redis's clock instead
         self.flags = TRACK_THROTTLE | (SERVER_TIME if engine_clock else 0)
-        # (user, client-id) -> (sensor key, bound, resolution, tags); cleared on every quota change
-        self._resolved: dict[tuple[str, str], tuple[bytes, float, Resolution, str]] = {}
+        # (user, client-id) -> (sensor key, bound, resolution, tags, hash slot); cleared on every quota change
+        self._resolved: dict[tuple[str, str], tuple[bytes, float, Resolution, str, int]] = {}
+        # a Redis Cluster backend groups a batch by the slots cached above (no slot computed per decision)
+        self._slotted = bool(getattr(backend, "cluster", False))
         # sensor tags -> this broker's share of a cluster-wide budget, which then bounds the sensor
         self.shares: dict[str, float] = {}
         self.unshared: Callable[[Resolution], float | None] | None = None
@@ -149,7 +153,7 @@ class ClientQuotaManager:
             self.shares, self.unshared = dict(shares), unshared
             self._resolved.clear()
 
-    def _lookup(self, user: str, client_id: str) -> tuple[bytes, float, Resolution, str]:
+    def _lookup(self, user: str, client_id: str) -> tuple[bytes, float, Resolution, str, int]:
         """The sensor and bound of a (user, client-id), resolved once per config version."""
         hit = self._resolved.get((user, client_id))
         if hit is None:
@@ -157,7 +161,8 @@ class ClientQuotaManager:
                 self._resolved.clear()
             r = self.resolve(user, client_id)
             bound = LONG_MAX_AS_DOUBLE if r.bound is None else r.bound
-            hit = self._resolved[(user, client_id)] = (self.sensor_key(r.tags).encode(), bound, r, r.tags)
+            key, slot = sensor_key(self.namespace, self.quota_type.sensor_prefix, r.tags)
+            hit = self._resolved[(user, client_id)] = (key.encode(), bound, r, r.tags, slot)
         return hit
 
     def resolve(self, user: str, client_id: str) -> Resolution:
@@ -185,8 +190,8 @@ class ClientQuotaManager:
         return r.bound * (self.samples - 1) * self.window_s
 
     def sensor_key(self, tags: str) -> str:
-        """All keys of one sensor share this hash tag, so the engine runs on Redis Cluster."""
-        return f"qe:{{{self.namespace}|{self.quota_type.sensor_prefix}-{tags}}}"
+        """The sensor of these tags: its keys share its entity's bucket tag (``engine.sensor_keys``)."""
+        return sensor_key(self.namespace, self.quota_type.sensor_prefix, tags)[0]
 
     # ---- decisions ----
 
@@ -242,6 +247,7 @@ class ClientQuotaManager:
                 op, self.kind, self.flags, self.samples, self.window_ms,
                 float(self.window_ms) if self.bounded else None,
                 list(map(_KEY, hits)), list(map(_T, usages)), list(map(_VALUE, usages)), list(map(_BOUND, hits)),
+                slots=list(map(_SLOT, hits)) if self._slotted else None,
             )
         except EngineUnavailable:
             return [self._fail(h[2]) for h in hits]

@@ -57,8 +57,9 @@ class ModelBackend:
     def record_columns(
         self, op: Op, kind: Kind, flags: int, samples: int, window_ms: int, aux: float | None,
         keys: Sequence[str | bytes], ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
+        slots: Sequence[int] | None = None,
     ) -> tuple[bytes, list[float], list[float]]:
-        """The batch hot path of the managers, answered as the Redis engine answers it."""
+        """The batch hot path of the managers, answered as the Redis engine answers it (``slots`` unused)."""
         bits, vals, throttles = bytearray(), [], []
         for key, t, value, bound in zip(keys, ts, values, bounds, strict=True):
             k = key.decode() if isinstance(key, bytes) else key

@@ -250,18 +250,28 @@ class RedisBackend:
             slot = self._slots[key] = key_slot(key.encode() if isinstance(key, str) else key)
         return slot
 
-    def by_slot(self, keys: Sequence[str | bytes]) -> list[list[int]]:
+    def by_slot(self, keys: Sequence[str | bytes], slots: Sequence[int] | None = None) -> list[list[int]]:
         """The positions of ``keys`` grouped by hash slot, each group in its original order (one group when
-        the client is not a cluster's). A sensor's keys share one slot, so its decisions stay in sequence."""
+        the client is not a cluster's). A sensor's keys share one slot, so its decisions stay in sequence.
+        ``slots``, when the caller has them cached (the managers do), spares computing them here."""
         if not self.cluster:
             return [list(range(len(keys)))]
+        if slots is None:
+            slots = [self._slot(k) for k in keys]
         groups: dict[int, list[int]] = {}
-        for i, k in enumerate(keys):
-            groups.setdefault(self._slot(k), []).append(i)
+        for i, slot in enumerate(slots):
+            group = groups.get(slot)
+            if group is None:
+                groups[slot] = [i]
+            else:
+                group.append(i)
         return list(groups.values())
 
-    def _pipelined(self, script: Script, calls: Sequence[tuple[list, list]]) -> list:
-        """Script calls, each within one slot, as one pipeline per node: a round trip per node, not per call.
+    def _pipelined(
+        self, script: Script, calls: Sequence[tuple[list, list]], slots: Sequence[int] | None = None
+    ) -> list:
+        """Script calls, each within one slot, as one pipeline per node: a round trip per node, not per call, and
+        the round trips to the nodes overlap (every node's calls are written before any answer is read).
 
         A call that a node did not run (NOSCRIPT after a restart, MOVED or ASK while slots move) is run again on
         its own through the cluster client, which loads the script or follows the redirection; the calls that
@@ -270,17 +280,32 @@ class RedisBackend:
         if len(calls) == 1:
             return [script(keys=calls[0][0], args=calls[0][1])]
         nodes = self.client.nodes_manager
-        by_node: dict[str, tuple[redis.Redis, list[int]]] = {}
+        by_node: dict[str, tuple[redis.ConnectionPool, list[int]]] = {}
         for i, (keys, _) in enumerate(calls):
-            node = nodes.get_node_from_slot(self._slot(keys[0]))
-            by_node.setdefault(node.name, (node.redis_connection, []))[1].append(i)
+            node = nodes.get_node_from_slot(self._slot(keys[0]) if slots is None else slots[i])
+            by_node.setdefault(node.name, (node.redis_connection.connection_pool, []))[1].append(i)
         results: list = [None] * len(calls)
-        for conn, idx in by_node.values():
-            with conn.pipeline(transaction=False) as p:
+        sent: list[tuple[redis.ConnectionPool, redis.Connection, list[int]]] = []
+        try:
+            for pool, idx in by_node.values():
+                conn = pool.get_connection()
+                sent.append((pool, conn, idx))
+                conn.send_packed_command(conn.pack_commands(
+                    [("EVALSHA", script.sha, len(calls[i][0]), *calls[i][0], *calls[i][1]) for i in idx]
+                ))
+            for _, conn, idx in sent:
                 for i in idx:
-                    p.evalsha(script.sha, len(calls[i][0]), *calls[i][0], *calls[i][1])
-                for i, r in zip(idx, p.execute(raise_on_error=False), strict=True):
-                    results[i] = r
+                    try:
+                        results[i] = conn.read_response()
+                    except redis.exceptions.ResponseError as e:  # an error reply: the connection stays in step
+                        results[i] = e
+        except BaseException:
+            for _, conn, _ in sent:  # answers may be left unread: such a connection must not be reused
+                conn.disconnect()
+            raise
+        finally:
+            for pool, conn, _ in sent:
+                pool.release(conn)
         for i, r in enumerate(results):
             if isinstance(r, (redis.exceptions.NoScriptError, redis.exceptions.AskError)):
                 results[i] = script(keys=calls[i][0], args=calls[i][1])
@@ -350,17 +375,19 @@ class RedisBackend:
     def record_columns(
         self, op: Op, kind: Kind, flags: int, samples: int, window_ms: int, aux: float | None,
         keys: Sequence[str | bytes], ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
+        slots: Sequence[int] | None = None,
     ) -> tuple[bytes, Sequence[float], Sequence[float]]:
         """The hot path: one op on many sensors, as columns; answers the bits, values and raw throttles.
 
-        One script call per 1,000 decisions, in order (a sensor's decisions stay in sequence).
+        One script call per 1,000 decisions, in order (a sensor's decisions stay in sequence); on a cluster one
+        per slot, grouped by ``slots`` (each key's hash slot) when the caller has them cached.
         """
         check_sampling(samples, window_ms)
         if aux is not None:
             flags |= HAS_AUX
         flags |= HAS_BOUND
         if self.cluster:
-            return self._record_by_slot(op, kind, flags, samples, window_ms, aux, keys, ts, values, bounds)
+            return self._record_by_slot(op, kind, flags, samples, window_ms, aux, keys, ts, values, bounds, slots)
         if len(keys) <= MAX_CALL:
             return self._record_call(op, kind, flags, samples, window_ms, aux, keys, ts, values, bounds)
         bits, vals, throttles = bytearray(), [], []
@@ -383,10 +410,11 @@ class RedisBackend:
     def _record_by_slot(
         self, op: Op, kind: Kind, flags: int, samples: int, window_ms: int, aux: float | None,
         keys: Sequence[str | bytes], ts: Sequence[float], values: Sequence[float], bounds: Sequence[float],
+        slots: Sequence[int] | None,
     ) -> tuple[bytes, Sequence[float], Sequence[float]]:
-        """``record_columns`` on a cluster: a segment per slot, all in one pipeline, answers put back in order."""
-        calls, parts = [], []
-        for group in self.by_slot(keys):
+        """``record_columns`` on a cluster: a segment per slot, a pipeline per node, answers put back in order."""
+        calls, parts, call_slots = [], [], []
+        for group in self.by_slot(keys, slots):
             for i in range(0, len(group), MAX_CALL):
                 idx = group[i : i + MAX_CALL]
                 sensors, segment = _record_segment(
@@ -395,9 +423,10 @@ class RedisBackend:
                 )
                 calls.append((sensors, [segment, self.expiry_ms]))
                 parts.append(idx)
+                call_slots.append(slots[idx[0]] if slots is not None else self._slot(sensors[0]))
         n = len(keys)
         bits, vals, throttles = bytearray(n), [0.0] * n, [0.0] * n
-        for raw, idx in zip(self._run(calls), parts, strict=True):
+        for raw, idx in zip(self._run(calls, call_slots), parts, strict=True):
             b, _, v, _, th, _ = unpack_columns(raw, [len(idx)], False)
             for pos, j in enumerate(idx):
                 bits[j], vals[j], throttles[j] = b[pos], v[pos], th[pos]
@@ -406,9 +435,9 @@ class RedisBackend:
     def _call(self, keys: list, packed: bytes) -> bytes:
         return self._run([(keys, [packed, self.expiry_ms])])[0]
 
-    def _run(self, calls: Sequence[tuple[list, list]]) -> list[bytes]:
+    def _run(self, calls: Sequence[tuple[list, list]], slots: Sequence[int] | None = None) -> list[bytes]:
         try:
-            return self._pipelined(self.script, calls)
+            return self._pipelined(self.script, calls, slots)
         except UNAVAILABLE as e:
             raise EngineUnavailable(f"Redis did not answer a quota decision (its outcome is unknown): {e}") from e
         except redis.exceptions.ResponseError as e:

@@ -107,6 +107,13 @@ def _otlp(s: Summary) -> None:
     assert s["otlp_failed"] == 0 and s["otlp_partial"] == 0 and s["payload_bytes"] > 500
 
 
+def _budget_alloc(s: Summary) -> None:
+    for n in (30, 100):
+        positive(s, f"alloc_ms_per_report_{n}", f"baseline_ms_per_report_{n}", f"alloc_ratio_{n}", f"core_share_{n}")
+        assert s[f"fields_per_budget_{n}"] == 1 + 4 * n  # every broker's demand, saturation, round and share
+    assert s["budgets"] == 1000 and s["target_met"] == (s["core_share_30"] <= 0.1)
+
+
 QUICK = [
     Quick("benchmarks/engine_bench.py",
           ("--quick", "--seconds", "0.3", "--memory-entities", "5000", "--latency-n", "50"), _engine, redis=True),
@@ -130,6 +137,7 @@ QUICK = [
           stderr_has="prometheus_lag_p99_ms"),
     Quick("benchmarks/otlp_bench.py", ("--quick", "--clients", "2", "--seconds", "1"),
           _otlp),
+    Quick("benchmarks/budget_alloc_bench.py", ("--quick",), _budget_alloc),
 ]
 
 

@@ -18,6 +18,8 @@ from devtools.redis_cluster import RedisCluster
 from engine.config import AlterOp, EntityRef, QuotaEngine, namespace_for_broker
 from engine.decisions import Decision, Kind, Op
 from engine.desired import NamespaceState
+from engine.entities import DEFAULT, QuotaType
+from engine.managers import ClientQuotaManager, UsageRecord
 from engine.model import ModelBackend
 from engine.redis_backend import RedisBackend, connect, is_cluster
 from tests.engine.test_config import test_the_sweep_leaves_other_structures_of_the_namespace_alone  # noqa: F401
@@ -71,6 +73,27 @@ def test_a_batch_spans_the_masters_and_answers_as_the_model_in_order(redis_clien
     held_by = {redis_client.get_node_from_key(k).name for k in keys}
     assert len(held_by) == 3  # every master holds some of the sensors
     assert all(redis_client.exists(k) for k in keys)
+
+
+def test_a_batch_of_many_entities_is_one_script_call_per_bucket_spread_evenly_over_the_masters(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    backend = RedisBackend(redis_client)
+    m = ClientQuotaManager(QuotaType.PRODUCE, backend, namespace=namespace)
+    m.update_quota(None, DEFAULT, 5_000.0)
+    model = ClientQuotaManager(QuotaType.PRODUCE, ModelBackend(), namespace=namespace)
+    model.update_quota(None, DEFAULT, 5_000.0)
+    usages = [UsageRecord("u", f"c{j % 600}", 100.0 * (j % 7), T0 + j) for j in range(900)]
+    masters = [n.redis_connection for n in redis_client.get_primaries()]
+    for node in masters:
+        node.config_resetstat()
+    assert m.record_many(usages) == model.record_many(usages)
+    calls = [int(node.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)) for node in masters]
+    assert sum(calls) == 12  # one script call per bucket of the namespace, not one per entity
+    assert sorted(calls) == [4, 4, 4]  # the buckets' slots spread evenly over the three masters
+    keys = [m.sensor_key(f":c{i}") for i in range(600)]
+    assert len({redis_client.keyslot(k) for k in keys}) == 12
+    redis_client.delete(*keys)
 
 
 def test_a_namespace_keeps_config_and_desired_state_in_one_slot(redis_client: redis.Redis, namespace: str) -> None:

@@ -1,0 +1,209 @@
+#!/usr/bin/env python
+"""What the cluster-wide budget allocator costs Redis: 10k budgets reported by 30 and 100 brokers once a second.
+
+    .venv/bin/python benchmarks/budget_alloc_bench.py [--budgets 10000] [--brokers 30,100] [--reports 5]
+                                                      [--quick] [--check]
+
+Each broker's plugin sends one round a second (``BudgetStore.round``, ``engine/lua/budget_share.lua``): its demand
+for every budget it serves, answered with its shares. Here every broker reports every budget (the worst case). Per
+broker count N, the budgets' hashes are first filled as N brokers' rounds leave them (demand, saturation, last
+round and share of each broker; written directly, as running N x 10k allocations first would take minutes), then
+``--reports`` rounds of brokers taken in turn are timed:
+
+* allocator: Redis's script time per broker report (``INFO commandstats``) and its process CPU, and the share of
+  one core N brokers take at one report a second each (goal: <= 10 % at 30 brokers, issue 33 item 4);
+* baseline, measured in the same run on the same keys with the same arguments: a script that only records the
+  report (one ``HSET`` of the broker's fields per budget, no allocation): ``alloc_ratio`` = allocator / baseline.
+
+A report is one script call, so its script time is also how long Redis answers nothing else meanwhile.
+Starts a Redis of its own under ``.run/`` (stopped on any exit). The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import redis  # noqa: E402
+
+from benchmarks.harness import Cleanups, run_bench  # noqa: E402
+from devtools.redis_server import RedisServer  # noqa: E402
+from engine.budget_store import BudgetReport, BudgetStore, budget_id, scope_field  # noqa: E402
+from engine.config import EntityRef  # noqa: E402
+from engine.redis_backend import connect  # noqa: E402
+
+NAME = "budget-alloc-bench"
+CORE_SHARE_TARGET = 0.10  # of one core, at 30 brokers
+TARGET_BROKERS = 30
+BUDGET = 10 * 1048576.0  # 10 MiB/s per budget
+
+#: Records a report and nothing more: the same KEYS and ARGV as budget_share.lua, one HSET per budget.
+RECORD_ONLY_LUA = """
+local b = ARGV[1]
+for i = 3, #KEYS do
+  local a = 7 + (i - 3) * 4
+  redis.call('HSET', KEYS[i], 'B', ARGV[a + 1], 'd:' .. b, ARGV[a + 2], 'x:' .. b, ARGV[a + 3], 't:' .. b, ARGV[5])
+end
+return 1
+"""
+
+
+def script_usec(client: redis.Redis) -> tuple[int, int]:
+    """EVALSHA calls and their server microseconds since the last CONFIG RESETSTAT."""
+    st = client.info("commandstats").get("cmdstat_evalsha", {})
+    return int(st.get("calls", 0)), int(st.get("usec", 0))
+
+
+def cpu_s(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def reports_of(budgets: int, rng: random.Random) -> list[BudgetReport]:
+    """One broker's report: every budget (produce of client-id c-<i>), demand around a tenth of the budget."""
+    return [
+        BudgetReport(
+            scope_field("produce", EntityRef(client_id=f"c-{i}").field()), budget_id("produce", "", f"c-{i}"),
+            BUDGET, rng.uniform(0.02, 0.2) * BUDGET, rng.random() < 0.05,
+        )
+        for i in range(budgets)
+    ]
+
+
+def fill(client: redis.Redis, store: BudgetStore, reports: list[BudgetReport], brokers: int, now: int) -> None:
+    """The budgets' hashes as ``brokers`` brokers' rounds at ``now`` leave them (shares B / N each)."""
+    rng = random.Random(brokers)
+    with client.pipeline(transaction=False) as p:
+        for n, r in enumerate(reports):
+            fields: dict[str, str] = {"B": repr(r.budget)}
+            for b in range(brokers):
+                fields[f"d:{b}"] = repr(rng.uniform(0.02, 0.2) * r.budget)
+                fields[f"x:{b}"] = "0"
+                fields[f"t:{b}"] = str(now)
+                fields[f"s:{b}"] = repr(r.budget / brokers)
+            key = store.budget_key(r.budget_id)
+            p.hset(key, mapping=fields)
+            # each report renews the hash for 3 leases; until the first, the fill (minutes at 100 brokers) must not
+            # let the first hashes expire
+            p.expire(key, 3600)
+            if n % 200 == 199:
+                p.execute()
+        p.hset(store.brokers_key, mapping={str(b): str(now) for b in range(brokers)})
+        p.execute()
+
+
+def measure(client: redis.Redis, call: Any, reports: int, brokers: int) -> dict[str, float]:
+    """``reports`` calls of ``call(broker)`` for brokers in turn: script ms and process CPU ms per call."""
+    client.config_resetstat()
+    cpu0 = cpu_s(client)
+    for k in range(reports):
+        call(k % brokers)
+    cpu = cpu_s(client) - cpu0
+    calls, usec = script_usec(client)
+    if calls != reports:
+        raise RuntimeError(f"expected {reports} script calls, Redis counted {calls}")
+    return {"script_ms": usec / calls / 1000, "cpu_ms": cpu * 1000 / calls}
+
+
+def run_one(client: redis.Redis, url: str, budgets: int, brokers: int, reports: int) -> dict[str, Any]:
+    """The allocator and the record-only baseline for one broker count, on a fresh key space."""
+    client.flushall()
+    store = BudgetStore(connect(url, timeout_s=120.0), f"alloc-{brokers}")
+    rng = random.Random(7)
+    mine = reports_of(budgets, rng)
+    store.set_scope([r.scope_field for r in mine])
+    now = store.redis_now_ms()
+    fill(client, store, mine, brokers, now)
+    version = client.hget(store.scope_key, "#version")
+    held = version.decode() if version else None
+    record_only = store.client.register_script(RECORD_ONLY_LUA)
+    keys = [store.scope_key, store.brokers_key] + [store.budget_key(r.budget_id) for r in mine]
+
+    def allocate(broker: int) -> None:
+        answer = store.round(broker, mine, now_ms=now, scope_version=held)
+        if answer.scope is not None or len(answer.shares) != budgets or None in answer.shares:
+            raise RuntimeError("the allocator did not answer a share for every budget")
+
+    def record(broker: int) -> None:
+        args: list[str] = [str(broker), "", "", "", str(now), held or ""]
+        for r in mine:
+            args += [r.scope_field, repr(r.budget), repr(r.demand), "1" if r.saturated else "0"]
+        record_only(keys=keys, args=args)
+
+    allocate(0)  # loads the script; the first report of a broker settles its share
+    record(0)
+    alloc = measure(client, allocate, reports, brokers)
+    base = measure(client, record, reports, brokers)
+    fields = int(client.hlen(keys[2]))
+    store.client.close()
+    return {
+        "brokers": brokers,
+        "alloc_ms_per_report": alloc["script_ms"],
+        "alloc_cpu_ms_per_report": alloc["cpu_ms"],
+        "baseline_ms_per_report": base["script_ms"],
+        "baseline_cpu_ms_per_report": base["cpu_ms"],
+        "alloc_ratio": alloc["script_ms"] / base["script_ms"] if base["script_ms"] else float("nan"),
+        "core_share": brokers * alloc["script_ms"] / 1000.0,
+        "core_share_cpu": brokers * alloc["cpu_ms"] / 1000.0,
+        "baseline_core_share": brokers * base["script_ms"] / 1000.0,
+        "fields_per_budget": fields,
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--budgets", type=int, default=None, help="cluster-wide budgets (default 10000; 1000 quick)")
+    parser.add_argument("--brokers", default="30,100", help="broker counts, comma-separated (default 30,100)")
+    parser.add_argument("--reports", type=int, default=None, help="timed reports per broker count (default 5; 3 quick)")
+    parser.add_argument("--quick", action="store_true", help="1000 budgets, 3 reports: a smoke test (~10 s)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the goal at 30 brokers is missed")
+    args = parser.parse_args(argv)
+    args.budgets = args.budgets or (1000 if args.quick else 10_000)
+    args.reports = args.reports or (3 if args.quick else 5)
+    args.broker_counts = [int(b) for b in args.brokers.split(",") if b.strip()]
+    if args.budgets < 1 or args.reports < 1 or not args.broker_counts or min(args.broker_counts) < 1:
+        parser.error("--budgets, --reports and every broker count must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def run(server: RedisServer, cleanups: Cleanups) -> dict[str, Any]:
+        client = redis.Redis.from_url(server.url, socket_timeout=300)
+        cleanups.append(client.close)
+        print(f"{NAME}: {args.budgets:,} budgets, every broker reporting every budget, {args.reports} timed reports "
+              "per broker count", flush=True)
+        summary: dict[str, Any] = {"budgets": args.budgets, "reports": args.reports, "quick": args.quick}
+        for n in args.broker_counts:
+            r = run_one(client, server.url, args.budgets, n, args.reports)
+            verdict = ""
+            if n == TARGET_BROKERS:
+                ok = r["core_share"] <= CORE_SHARE_TARGET
+                verdict = f" (target <= {CORE_SHARE_TARGET:g} at {TARGET_BROKERS} brokers: {'OK' if ok else 'MISSED'})"
+            print(
+                f"{n:>4} brokers  allocator {r['alloc_ms_per_report']:.1f} ms script / "
+                f"{r['alloc_cpu_ms_per_report']:.1f} ms CPU per report (Redis answers nothing else meanwhile), "
+                "baseline (record only) "
+                f"{r['baseline_ms_per_report']:.1f} ms: alloc_ratio {r['alloc_ratio']:.2f}; {n} reports a second = "
+                f"{r['core_share']:.3f} of one core by script time ({r['core_share_cpu']:.3f} by CPU){verdict}; "
+                f"{r['fields_per_budget']} fields per budget hash",
+                flush=True,
+            )
+            for key, value in r.items():
+                if key != "brokers":
+                    summary[f"{key}_{n}"] = round(value, 4) if isinstance(value, float) else value
+        share = summary.get(f"core_share_{TARGET_BROKERS}")
+        summary["target_met"] = share is not None and share <= CORE_SHARE_TARGET
+        return summary
+
+    return run_bench(NAME, args.check, run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
