@@ -48,8 +48,9 @@ from frontend.pages import (
 from history import services as history_services
 from quotas import workflow
 from quotas.api.errors import ApiError
-from quotas.api.serializers import push_summary, pushes_of_request
-from quotas.api.views import REAPPLY_ADMINS_ONLY, enqueue_heal, reapply_target
+from quotas.api.permissions import REAPPLY_ADMINS_ONLY
+from quotas.api.serializers.pushes import push_summary, pushes_of_request
+from quotas.api.views.clusters import enqueue_heal, reapply_target
 from quotas.budgets import LEASE_MS, enforcement
 from quotas.models import (
     AuditAction,

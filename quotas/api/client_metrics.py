@@ -31,17 +31,12 @@ from quotas.api.errors import ApiError, ErrorSerializer, unknown_name
 from quotas.api.memory import memory_permits
 from quotas.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
 from quotas.api.params import int_schema
-from quotas.api.serializers import TEXT_MAX, DecisionSerializer, PushSerializer, check_kafka_string
-from quotas.api.views import (
-    CLUSTER_PARAM,
-    ERRORS,
-    LIST_ERRORS,
-    IsAdminOrReadOnly,
-    LenientJSONParser,
-    MemoryBoundedListMixin,
-    get_cluster,
-    page_estimate,
-)
+from quotas.api.parsers import LenientJSONParser
+from quotas.api.permissions import IsAdminOrReadOnly
+from quotas.api.serializers.fields import TEXT_MAX, check_kafka_string
+from quotas.api.serializers.pushes import PushSerializer
+from quotas.api.serializers.requests import DecisionSerializer
+from quotas.api.views.base import CLUSTER_PARAM, ERRORS, LIST_ERRORS, MemoryBoundedListMixin, get_cluster, page_estimate
 from quotas.models import (
     ClientMetricsSubscription,
     Cluster,

@@ -30,7 +30,7 @@ from rest_framework.views import APIView
 from quotas import notify
 from quotas.api.errors import ApiError, ErrorSerializer, unknown_name
 from quotas.api.params import id_param, read_id
-from quotas.api.views import ERRORS, LIST_ERRORS, MemoryBoundedListMixin
+from quotas.api.views.base import ERRORS, LIST_ERRORS, MemoryBoundedListMixin
 from quotas.models import (
     AuditAction,
     DeliveryState,

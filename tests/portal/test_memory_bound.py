@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 
 from quotas.api.errors import ResourceExhausted
 from quotas.api.memory import memory_permits, metrics_text, reset
-from quotas.api.views import AUDIT_ROW_BYTES, DESCRIBE_ROW_BYTES
+from quotas.api.views.base import AUDIT_ROW_BYTES, DESCRIBE_ROW_BYTES
 from quotas.models import Cluster
 
 DESCRIBE = "/api/clusters/prod/client-quotas/describe"
