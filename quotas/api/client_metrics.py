@@ -50,8 +50,8 @@ from quotas.models import (
     sees_everything,
     tenants_of,
 )
-from quotas.models.client_metrics import INTERVAL, MATCH, METRICS, NAME_MAX, subscription_visible
-from quotas.models.tenants import member_tenants
+from quotas.models.client_metrics import INTERVAL, MATCH, METRICS, NAME_MAX
+from quotas.queries import visible_subscriptions
 
 SUBSCRIPTION_ROW_BYTES = 4 << 10  # a subscription: name, metric prefixes and match patterns (as configs)
 SUBSCRIPTION_REQUEST_ROW_BYTES = 6 << 10  # a request, its tenant, cluster, requester and decider
@@ -271,16 +271,6 @@ def _write(cluster: Cluster, name: str, configs: dict[str, Any] | None, user: An
         raise ApiError("NOT_FOUND", e.message, status_code=404) from e
     except SubscriptionExists as e:
         raise ApiError("CONFLICT", e.message + " PUT or PATCH it to change it.", status_code=409) from e
-
-
-def visible_subscriptions(user: Any, rows: QuerySet[ClientMetricsSubscription]) -> QuerySet[ClientMetricsSubscription]:
-    """Admins and auditors read every subscription; a member the shared ones and its tenants' own
-    (``subscription_visible``): another tenant's match names that tenant's client-ids."""
-    if sees_everything(user):
-        return rows.select_related("cluster")
-    tenants = member_tenants(user)
-    keep = [pk for pk, match in rows.values_list("pk", "match") if subscription_visible(tenants, match)]
-    return rows.filter(pk__in=keep).select_related("cluster")
 
 
 class ClientMetricsListView(APIView):

@@ -10,8 +10,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import kombu.exceptions
-import redis
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
@@ -21,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from engine.errors import EngineUnavailable, QuotaEngineError
+from quotas.outages import REDIS_DOWN
 from quotas.workflow import WorkflowError
 
 #: DRF exceptions -> the code a client sees. Unknown APIExceptions use their default_code, upper-cased.
@@ -62,12 +61,6 @@ class ResourceExhausted(ApiError):
         self.wait = retry_after
 
 
-#: What "Redis is down" looks like to the portal: redis-py's connection errors, kombu's when Celery cannot publish.
-REDIS_DOWN: tuple[type[BaseException], ...] = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    kombu.exceptions.OperationalError,
-)
 REDIS_RETRY_AFTER_S = 5
 
 

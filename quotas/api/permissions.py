@@ -7,6 +7,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from quotas.models import is_admin, sees_everything
+from quotas.reapply import REAPPLY_ADMINS_ONLY
 
 STAFF_ONLY = (
     "Only admins (staff or the quota-admins group) can change quotas, clusters and tenants; tenants ask for "
@@ -53,11 +54,6 @@ class SeesEveryPush(SeesOperations):
         "Only admins and auditors list every push; you see the pushes of your own requests on each request: "
         "GET /api/requests/{id}/ (its `pushes`)."
     )
-
-
-REAPPLY_ADMINS_ONLY = (
-    "Only admins (staff or the quota-admins group; never auditors) re-apply desired state to brokers."
-)
 
 
 class IsAdminToReapply(IsAdmin):

@@ -47,6 +47,7 @@ def test_contracts_hold_on_the_tree() -> None:
         ("quotactl/client.py", "import django.conf", "quotactl talks to the portal over HTTP only"),
         ("memory_limiter/limiter.py", "import quotas.models", "The plain-Python cores import no Django"),
         ("quotas/connectors/kafka.py", "import django.conf", "The connectors to Kafka and to the engine's brokers"),
+        ("frontend/views.py", "import quotas.api.errors", "The pages call the quota domain, not the API layer"),
     ],
 )
 def test_a_broken_contract_fails_the_command_naming_it(tmp_path: Path, module: str, line: str, contract: str) -> None:

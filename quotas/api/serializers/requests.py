@@ -11,10 +11,11 @@ from engine.entities import display_name
 from engine.units import is_byte_rate
 from quotas.api.errors import unknown_name
 from quotas.api.serializers.fields import KEY_MAX, NAME_MAX, TEXT_MAX, QuotaValueField, with_parsed_value
-from quotas.api.serializers.pushes import PushSerializer, pushes_of_request
+from quotas.api.serializers.pushes import PushSerializer
 from quotas.choices import BudgetScope
 from quotas.models import Approval, Cluster, QuotaRequest, RequestState, Tenant
 from quotas.models.staleness import request_moved
+from quotas.queries import pushes_of_request
 from quotas.workflow import capacity_check
 
 

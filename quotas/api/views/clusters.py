@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import kombu.exceptions
-import redis
-from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, status, viewsets
@@ -22,11 +19,11 @@ from quotas.api.serializers.pushes import (
     PushSummarySerializer,
     ReapplyRequestSerializer,
     ReapplyResponseSerializer,
-    push_summary,
 )
 from quotas.api.views.base import ERRORS, get_cluster
-from quotas.choices import ConnectorKind, QuotaScope
-from quotas.models import Broker, Cluster
+from quotas.models import Cluster
+from quotas.queries import push_summary
+from quotas.reapply import enqueue_heal, reapply_target
 
 
 @extend_schema_view(
@@ -143,52 +140,3 @@ class ClusterViewSet(
         return Response(PushSummarySerializer(push_summary(get_cluster(cluster))).data)
 
 
-def reapply_target(cluster: Cluster, broker_id: int | None) -> Broker | None:
-    """The target a re-apply names: a broker of a per_broker cluster, or None for a cluster_wide one's namespace.
-
-    INVALID_REQUEST (``details.broker``) says what to send instead.
-    """
-    if cluster.connector == ConnectorKind.KAFKA:
-        if broker_id is not None:
-            message = (
-                f"Cluster {cluster.name!r} is a Kafka cluster: its quotas and configs live in its metadata, which is "
-                "re-applied whole through any broker; send broker null."
-            )
-            raise ApiError("INVALID_REQUEST", message, {"broker": [message]})
-        return None
-    if cluster.scope == QuotaScope.CLUSTER_WIDE:
-        if broker_id is not None:
-            message = (
-                f"Cluster {cluster.name!r} is cluster_wide: its brokers share one namespace, which is re-applied "
-                "whole; send broker null."
-            )
-            raise ApiError("INVALID_REQUEST", message, {"broker": [message]})
-        return None
-    ids = list(cluster.brokers.order_by("broker_id").values_list("broker_id", flat=True))
-    known = f"its brokers are {', '.join(map(str, ids))}" if ids else "it has no broker registered"
-    if broker_id is None:
-        message = (
-            f"Cluster {cluster.name!r} is per_broker: each broker holds its own copy, so name the broker to "
-            f"re-apply ({known})."
-        )
-        raise ApiError("INVALID_REQUEST", message, {"broker": [message]})
-    broker = cluster.brokers.filter(broker_id=broker_id).first()
-    if broker is None:
-        message = f"Cluster {cluster.name!r} has no broker {broker_id}; {known}."
-        raise ApiError("INVALID_REQUEST", message, {"broker": [message]})
-    return broker
-
-
-def enqueue_heal(cluster: Cluster, broker: Broker | None, actor: AbstractBaseUser) -> str:
-    """Queue ``quotas.tasks.heal`` for one target; returns the task id. 503 when the queue (Redis) is unreachable."""
-    from quotas.tasks import heal
-
-    try:
-        # ignore_result: nobody waits for it, and sending it then needs no result-backend subscription (which, with
-        # Redis down, retries for 20 s and ends in a RuntimeError instead of failing fast)
-        result = heal.apply_async((cluster.pk, broker.pk if broker is not None else None, actor.pk), ignore_result=True)
-    except (kombu.exceptions.KombuError, redis.exceptions.RedisError, OSError) as e:
-        where = f"broker {broker.broker_id}" if broker is not None else "the cluster-wide namespace"
-        message = f"The task queue is unreachable: nothing was queued for {where} of {cluster.name!r}; try again. ({e})"
-        raise ApiError("BROKER_NOT_AVAILABLE", message, {"retriable": True}, status_code=503) from e
-    return str(result.id)
