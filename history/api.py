@@ -24,7 +24,7 @@ from rest_framework.views import APIView
 
 from history import services
 from history.models import ImpactPreview
-from quotas.api.errors import ApiError, ErrorSerializer
+from portal.api.errors import ApiError, ErrorSerializer
 from quotas.api.params import int_param
 from quotas.api.serializers.fields import KEY_MAX, QuotaValueField, with_parsed_value
 from quotas.api.views.base import get_cluster

@@ -33,8 +33,8 @@ from rest_framework.views import APIView
 
 import quotafile
 from plans import services
+from portal.api.errors import ApiError, ErrorSerializer
 from quotas import workflow
-from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.serializers.requests import DecisionSerializer, MovedSerializer, RejectSerializer
 from quotas.api.views.base import get_cluster
 from quotas.choices import BudgetScope

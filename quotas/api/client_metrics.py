@@ -26,10 +26,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api.errors import ApiError, ErrorSerializer, unknown_name
+from portal.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
 from quotas import workflow
-from quotas.api.errors import ApiError, ErrorSerializer, unknown_name
 from quotas.api.memory import memory_permits
-from quotas.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
 from quotas.api.params import int_schema
 from quotas.api.parsers import LenientJSONParser
 from quotas.api.permissions import IsAdminOrReadOnly

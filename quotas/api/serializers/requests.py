@@ -9,7 +9,7 @@ from rest_framework import serializers
 
 from engine.entities import display_name
 from engine.units import is_byte_rate
-from quotas.api.errors import unknown_name
+from portal.api.errors import unknown_name
 from quotas.api.serializers.fields import KEY_MAX, NAME_MAX, TEXT_MAX, QuotaValueField, with_parsed_value
 from quotas.api.serializers.pushes import PushSerializer
 from quotas.choices import BudgetScope

@@ -7,7 +7,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, viewsets
 
-from quotas.api.errors import ErrorSerializer
+from portal.api.errors import ErrorSerializer
 from quotas.api.params import id_param, read_id
 from quotas.api.serializers.audit import AuditEntrySerializer
 from quotas.api.views.base import AUDIT_ROW_BYTES, MemoryBoundedListMixin

@@ -9,7 +9,7 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from quotas.api.errors import ApiError, ErrorSerializer
+from portal.api.errors import ApiError, ErrorSerializer
 from quotas.api.memory import memory_permits, page_bytes
 from quotas.models import Cluster
 

@@ -14,9 +14,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from engine.connections import normalize_ip
-from quotas.api.errors import ApiError
+from portal.api.errors import ApiError
+from portal.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
 from quotas.api.memory import memory_permits
-from quotas.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
 from quotas.api.parsers import LenientJSONParser
 from quotas.api.permissions import IsAdmin
 from quotas.api.serializers.client_quotas import (

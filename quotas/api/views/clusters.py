@@ -9,8 +9,8 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from portal.api.errors import ApiError, ErrorSerializer
 from quotas import push
-from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.permissions import IsAdminOrReadOnly, IsAdminToReapply, SeesOperations
 from quotas.api.serializers.clusters import ClusterDetailSerializer, ClusterSerializer
 from quotas.api.serializers.pushes import (

@@ -12,9 +12,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from quotas.api.errors import ApiError
+from portal.api.errors import ApiError
+from portal.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
 from quotas.api.memory import memory_permits
-from quotas.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
 from quotas.api.parsers import LenientJSONParser
 from quotas.api.permissions import IsAdminOrReadOnly
 from quotas.api.serializers.configs import (

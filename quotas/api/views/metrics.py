@@ -9,7 +9,7 @@ from rest_framework import permissions
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from quotas.api.errors import ErrorSerializer
+from portal.api.errors import ErrorSerializer
 from quotas.api.memory import metrics_text
 from quotas.api.permissions import IsAdminOrAuditor
 

@@ -10,7 +10,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, viewsets
 
-from quotas.api.errors import ApiError, ErrorSerializer
+from portal.api.errors import ApiError, ErrorSerializer
 from quotas.api.params import INT64_MAX, int_param, read_int
 from quotas.api.permissions import SeesEveryPush, SeesOperations
 from quotas.api.serializers.pushes import DriftSerializer, PushSerializer

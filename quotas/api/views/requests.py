@@ -12,8 +12,8 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from portal.api.errors import ErrorSerializer
 from quotas import workflow
-from quotas.api.errors import ErrorSerializer
 from quotas.api.serializers.requests import (
     ApproveSerializer,
     DecisionSerializer,

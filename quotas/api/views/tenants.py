@@ -6,7 +6,7 @@ from django.db.models import ProtectedError, QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import permissions, viewsets
 
-from quotas.api.errors import ApiError, ErrorSerializer
+from portal.api.errors import ApiError, ErrorSerializer
 from quotas.api.permissions import IsAdminOrReadOnly
 from quotas.api.serializers.tenants import TenantSerializer
 from quotas.api.views.base import ERRORS, SCOPED_ERRORS
