@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from access_tokens.models import AccessToken
-from quotas.api.errors import ApiError
+from portal.api.errors import ApiError
 from quotas.models import Tenant
 from quotas.models.tenants import is_admin, sees_everything, tenants_of
 

@@ -20,7 +20,6 @@ from django.views.decorators.http import require_http_methods
 from engine.errors import QuotaEngineError
 from frontend.pages import Refused, not_found, page, portal_page
 from quotas import workflow
-from quotas.api.client_metrics import visible_subscriptions
 from quotas.models import (
     ClientMetricsSubscription,
     Cluster,
@@ -34,6 +33,7 @@ from quotas.models import (
     tenants_of,
 )
 from quotas.models.client_metrics import INTERVAL, MATCH, METRICS
+from quotas.queries import visible_subscriptions
 
 DECISIONS = {
     "approve": (workflow.approve_subscription, "approved"),

@@ -16,7 +16,7 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from engine.entities import QuotaType
 from engine.units import BYTE_RATE_FORMS, UnitError, parse_quota_value
-from quotas.api.serializers import QuotaRequestCreateSerializer
+from quotas.api.serializers.requests import QuotaRequestCreateSerializer
 from quotas.choices import BudgetScope
 from quotas.models import Cluster, RequestState, tenants_of
 

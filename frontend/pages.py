@@ -17,8 +17,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from quotas.api.errors import REDIS_DOWN
 from quotas.models import QuotaRequest, is_admin, is_auditor, sees_everything, tenants_of
+from quotas.outages import REDIS_DOWN
 
 PAGE_SIZE = 50
 LOGIN_PAGE = "/login/"

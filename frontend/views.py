@@ -47,9 +47,6 @@ from frontend.pages import (
 )
 from history import services as history_services
 from quotas import workflow
-from quotas.api.errors import ApiError
-from quotas.api.serializers import push_summary, pushes_of_request
-from quotas.api.views import REAPPLY_ADMINS_ONLY, enqueue_heal, reapply_target
 from quotas.budgets import LEASE_MS, enforcement
 from quotas.models import (
     AuditAction,
@@ -71,6 +68,8 @@ from quotas.models import (
 )
 from quotas.models.staleness import request_moved, submitted_against
 from quotas.models.tenants import quota_visible
+from quotas.queries import push_summary, pushes_of_request
+from quotas.reapply import REAPPLY_ADMINS_ONLY, enqueue_heal, reapply_target
 
 HISTORY_DAYS = 7  # the entity page's hourly history
 #: Audit entries of a value (not of the request's moves): its number and its budget scope.
@@ -463,8 +462,8 @@ def drift_reapply(request: HttpRequest) -> HttpResponse:
     try:
         broker = reapply_target(cluster, form.cleaned_data["broker"])
         task_id = enqueue_heal(cluster, broker, request.user)
-    except ApiError as e:
-        raise Refused(e.status_code, e.message) from e
+    except workflow.WorkflowError as e:
+        raise Refused(e.status, e.message) from e
     where = _where(broker.broker_id if broker is not None else None)
     messages.success(
         request,

@@ -24,10 +24,10 @@ from rest_framework.views import APIView
 
 from history import services
 from history.models import ImpactPreview
-from quotas.api.errors import ApiError, ErrorSerializer
+from portal.api.errors import ApiError, ErrorSerializer
 from quotas.api.params import int_param
-from quotas.api.serializers import KEY_MAX, QuotaValueField, with_parsed_value
-from quotas.api.views import get_cluster
+from quotas.api.serializers.fields import KEY_MAX, QuotaValueField, with_parsed_value
+from quotas.api.views.base import get_cluster
 from quotas.choices import BUDGET_KEYS, BudgetScope
 from telemetry_ui.live.monitoring import check_tags, load_viewer
 

@@ -33,10 +33,10 @@ from rest_framework.views import APIView
 
 import quotafile
 from plans import services
+from portal.api.errors import ApiError, ErrorSerializer
 from quotas import workflow
-from quotas.api.errors import ApiError, ErrorSerializer
-from quotas.api.serializers import DecisionSerializer, MovedSerializer, RejectSerializer
-from quotas.api.views import get_cluster
+from quotas.api.serializers.requests import DecisionSerializer, MovedSerializer, RejectSerializer
+from quotas.api.views.base import get_cluster
 from quotas.choices import BudgetScope
 from quotas.models import Plan, PlanRequest, PlanStale, PlanState, RequestState
 from quotas.models.plans import apply_plan, plan_moved

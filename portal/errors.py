@@ -1,8 +1,9 @@
 """Errors under ``/api/`` are JSON, whoever raises them; the pages keep Django's HTML.
 
-DRF shapes the errors of its own views (``quotas.api.errors``). What happens outside them is Django's: an unknown
-route (404), a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (``RequestDataTooBig``, raised lazily when the body is
-read), an unparseable request (``SuspiciousOperation``, 400), a crash (500), a plain view's 405. The handlers below
+DRF shapes the errors of its own views (``api_exception_handler`` below, then ``portal.api.errors``). What happens
+outside them is Django's: an unknown route (404), a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (``RequestDataTooBig``,
+raised lazily when the body is read), an unparseable request (``SuspiciousOperation``, 400), a crash (500), a plain
+view's 405. The handlers below
 (``handler400`` ... in ``portal/urls.py``) answer those in the API's shape for API paths, and
 ``ApiErrorMiddleware`` refuses an announced oversized body before anything reads it and re-shapes any other error
 response under ``/api/`` that is not JSON yet, so a client never has to parse an HTML page.
@@ -20,8 +21,14 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
+from rest_framework import status
+from rest_framework.response import Response
 
-from quotas.api.errors import too_large
+from engine.errors import EngineUnavailable, QuotaEngineError
+from portal.api import errors as api_errors
+from portal.api.errors import ApiError, redis_unavailable, too_large
+from quotas.outages import REDIS_DOWN
+from quotas.workflow import WorkflowError
 
 API_PREFIX = "/api/"
 #: The database refusing or dropping connections (a restart, a failover): retriable, unlike a bug.
@@ -44,12 +51,31 @@ STATUS_CODES = {
 }
 
 
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's exception handler (``EXCEPTION_HANDLER``): the domain's errors made ``ApiError``, then the API's shape.
+
+    The engine's typed errors (QuotaValidationError & co.) keep their Kafka code: 400, or 503
+    when Redis is unreachable. The workflow's refusals keep theirs (INVALID_REQUEST 400,
+    PERMISSION_DENIED 403, CONFLICT 409), with ``details`` naming the field to change when one is to blame.
+    Everything else is ``portal.api.errors.exception_handler``'s.
+    """
+    if isinstance(exc, QuotaEngineError):
+        http = status.HTTP_503_SERVICE_UNAVAILABLE if isinstance(exc, EngineUnavailable) else 400
+        exc = ApiError(exc.code, exc.message, status_code=http)
+    elif isinstance(exc, REDIS_DOWN):
+        exc = redis_unavailable()
+    elif isinstance(exc, WorkflowError):
+        details = exc.details if exc.details is not None else {exc.field: [exc.message]} if exc.field else None
+        exc = ApiError(exc.code, exc.message, details, status_code=exc.status)
+    return api_errors.exception_handler(exc, context)
+
+
 def is_api(request: HttpRequest) -> bool:
     return request.path_info.startswith(API_PREFIX)
 
 
 def api_error(code: str, message: str, status: int, details: Any = None) -> JsonResponse:
-    """The API's error body (``quotas.api.errors``): ``{"code", "message", "details"}``."""
+    """The API's error body (``portal.api.errors``): ``{"code", "message", "details"}``."""
     return JsonResponse({"code": code, "message": message, "details": details}, status=status)
 
 

@@ -418,10 +418,10 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "quotas.api.schema.PortalAutoSchema",  # nullability from the models
-    "DEFAULT_PAGINATION_CLASS": "quotas.api.pagination.DefaultCursorPagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.DefaultCursorPagination",
     "PAGE_SIZE": 50,
-    # Every error is {"code", "message", "details"} (quotas/api/errors.py).
-    "EXCEPTION_HANDLER": "quotas.api.errors.exception_handler",
+    # Every error is {"code", "message", "details"} (portal/errors.py, portal/api/errors.py).
+    "EXCEPTION_HANDLER": "portal.errors.api_exception_handler",
 }
 
 # --- Edge limits and security headers ---------------------------------------------------------
@@ -488,11 +488,11 @@ SPECTACULAR_SETTINGS = {
     # Swagger UI assets come from drf-spectacular-sidecar, served by us: no CDN needed.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    # Every operation lists the errors any call may answer (quotas/api/errors.py), after the enum post-processing.
+    # Every operation lists the errors any call may answer (portal/api/errors.py), after the enum post-processing.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "quotas.api.errors.document_error_responses",
-        "quotas.api.links.document_links",  # create -> the operations on what it created (stateful clients)
+        "portal.api.errors.document_error_responses",
+        "portal.api.links.document_links",  # create -> the operations on what it created (stateful clients)
     ],
     "REDOC_DIST": "SIDECAR",
     # Two models have a "state": name their enums after them.

@@ -6,7 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from portal import metrics, views
-from portal.api import CurrentUserView
+from portal.api.users import CurrentUserView
 from portal.login import ThrottledAdminAuthenticationForm, ThrottledLoginView
 from telemetry_ui.ingest import otlp_receiver, sink
 

@@ -26,22 +26,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api.errors import ApiError, ErrorSerializer, unknown_name
+from portal.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
 from quotas import workflow
-from quotas.api.errors import ApiError, ErrorSerializer, unknown_name
 from quotas.api.memory import memory_permits
-from quotas.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
 from quotas.api.params import int_schema
-from quotas.api.serializers import TEXT_MAX, DecisionSerializer, PushSerializer, check_kafka_string
-from quotas.api.views import (
-    CLUSTER_PARAM,
-    ERRORS,
-    LIST_ERRORS,
-    IsAdminOrReadOnly,
-    LenientJSONParser,
-    MemoryBoundedListMixin,
-    get_cluster,
-    page_estimate,
-)
+from quotas.api.parsers import LenientJSONParser
+from quotas.api.permissions import IsAdminOrReadOnly
+from quotas.api.serializers.fields import TEXT_MAX, check_kafka_string
+from quotas.api.serializers.pushes import PushSerializer
+from quotas.api.serializers.requests import DecisionSerializer
+from quotas.api.views.base import CLUSTER_PARAM, ERRORS, LIST_ERRORS, MemoryBoundedListMixin, get_cluster, page_estimate
 from quotas.models import (
     ClientMetricsSubscription,
     Cluster,
@@ -55,8 +50,8 @@ from quotas.models import (
     sees_everything,
     tenants_of,
 )
-from quotas.models.client_metrics import INTERVAL, MATCH, METRICS, NAME_MAX, subscription_visible
-from quotas.models.tenants import member_tenants
+from quotas.models.client_metrics import INTERVAL, MATCH, METRICS, NAME_MAX
+from quotas.queries import visible_subscriptions
 
 SUBSCRIPTION_ROW_BYTES = 4 << 10  # a subscription: name, metric prefixes and match patterns (as configs)
 SUBSCRIPTION_REQUEST_ROW_BYTES = 6 << 10  # a request, its tenant, cluster, requester and decider
@@ -276,16 +271,6 @@ def _write(cluster: Cluster, name: str, configs: dict[str, Any] | None, user: An
         raise ApiError("NOT_FOUND", e.message, status_code=404) from e
     except SubscriptionExists as e:
         raise ApiError("CONFLICT", e.message + " PUT or PATCH it to change it.", status_code=409) from e
-
-
-def visible_subscriptions(user: Any, rows: QuerySet[ClientMetricsSubscription]) -> QuerySet[ClientMetricsSubscription]:
-    """Admins and auditors read every subscription; a member the shared ones and its tenants' own
-    (``subscription_visible``): another tenant's match names that tenant's client-ids."""
-    if sees_everything(user):
-        return rows.select_related("cluster")
-    tenants = member_tenants(user)
-    keep = [pk for pk, match in rows.values_list("pk", "match") if subscription_visible(tenants, match)]
-    return rows.filter(pk__in=keep).select_related("cluster")
 
 
 class ClientMetricsListView(APIView):

@@ -41,7 +41,7 @@ from memory_limiter.limiter import (
     SemaphoreConfig,
     render_prometheus,
 )
-from quotas.api.errors import ResourceExhausted
+from portal.api.errors import ResourceExhausted
 
 DEFAULT_HEAP_BYTES = 64 << 20
 DEFAULT_QUEUE_SIZE = 1000

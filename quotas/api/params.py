@@ -13,7 +13,7 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
-from quotas.api.errors import ApiError
+from portal.api.errors import ApiError
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 #: A row id (BigAutoField: 1..2**63-1).

@@ -23,11 +23,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api.errors import ApiError, ErrorSerializer
+from portal.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
 from quotas import scram
-from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.memory import memory_permits
-from quotas.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
-from quotas.api.views import CLUSTER_PARAM, ERRORS, LIST_ERRORS, LenientJSONParser, get_cluster, page_estimate
+from quotas.api.parsers import LenientJSONParser
+from quotas.api.views.base import CLUSTER_PARAM, ERRORS, LIST_ERRORS, get_cluster, page_estimate
 from quotas.models import ScramCredential
 
 SCRAM_ROW_BYTES = 2 << 10  # a credential row, its cluster and tenant (names and timestamps only)

@@ -3,17 +3,18 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from quotas.api import client_metrics, scram, views, webhooks
+from quotas.api import client_metrics, scram, webhooks
+from quotas.api.views import audit, client_quotas, clusters, configs, metrics, pushes, requests, tenants
 
 app_name = "quotas-api"
 
 router = SimpleRouter()
-router.register("clusters", views.ClusterViewSet, basename="cluster")
-router.register("tenants", views.TenantViewSet, basename="tenant")
-router.register("requests", views.QuotaRequestViewSet, basename="request")
-router.register("audit", views.AuditEntryViewSet, basename="audit")
-router.register("pushes", views.PushViewSet, basename="push")
-router.register("drift", views.DriftViewSet, basename="drift")
+router.register("clusters", clusters.ClusterViewSet, basename="cluster")
+router.register("tenants", tenants.TenantViewSet, basename="tenant")
+router.register("requests", requests.QuotaRequestViewSet, basename="request")
+router.register("audit", audit.AuditEntryViewSet, basename="audit")
+router.register("pushes", pushes.PushViewSet, basename="push")
+router.register("drift", pushes.DriftViewSet, basename="drift")
 router.register("subscription-requests", client_metrics.SubscriptionRequestViewSet, basename="subscription-request")
 router.register("webhooks", webhooks.WebhookViewSet, basename="webhook")
 router.register("webhook-deliveries", webhooks.WebhookDeliveryViewSet, basename="webhook-delivery")
@@ -22,15 +23,15 @@ router.register("webhook-deliveries", webhooks.WebhookDeliveryViewSet, basename=
 urlpatterns = [
     path(
         "clusters/<str:cluster>/client-quotas/describe",
-        views.DescribeClientQuotasView.as_view(),
+        client_quotas.DescribeClientQuotasView.as_view(),
         name="client-quotas-describe",
     ),
     path(
         "clusters/<str:cluster>/client-quotas/alter",
-        views.AlterClientQuotasView.as_view(),
+        client_quotas.AlterClientQuotasView.as_view(),
         name="client-quotas-alter",
     ),
-    path("clusters/<str:cluster>/broker-configs", views.BrokerConfigsView.as_view(), name="broker-configs"),
+    path("clusters/<str:cluster>/broker-configs", configs.BrokerConfigsView.as_view(), name="broker-configs"),
     path(
         "clusters/<str:cluster>/client-metrics/", client_metrics.ClientMetricsListView.as_view(), name="client-metrics"
     ),
@@ -52,7 +53,7 @@ urlpatterns = [
         scram.ScramCredentialRotateView.as_view(),
         name="scram-credentials-rotate",
     ),
-    path("metrics/memory", views.MemoryMetricsView.as_view(), name="memory-metrics"),
-    path("clusters/<str:cluster>/effective-quota", views.EffectiveQuotaView.as_view(), name="effective-quota"),
+    path("metrics/memory", metrics.MemoryMetricsView.as_view(), name="memory-metrics"),
+    path("clusters/<str:cluster>/effective-quota", client_quotas.EffectiveQuotaView.as_view(), name="effective-quota"),
     *router.urls,
 ]

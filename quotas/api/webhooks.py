@@ -27,10 +27,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api.errors import ApiError, ErrorSerializer, unknown_name
 from quotas import notify
-from quotas.api.errors import ApiError, ErrorSerializer, unknown_name
 from quotas.api.params import id_param, read_id
-from quotas.api.views import ERRORS, LIST_ERRORS, MemoryBoundedListMixin
+from quotas.api.views.base import ERRORS, LIST_ERRORS, MemoryBoundedListMixin
 from quotas.models import (
     AuditAction,
     DeliveryState,

@@ -31,9 +31,9 @@ from rest_framework.views import APIView
 from engine.entities import display_tags
 from engine.errors import EngineUnavailable
 from engine.monitor import MINUTES_KEPT, minutes, recent
-from quotas.api.errors import ApiError, ErrorSerializer
+from portal.api.errors import ApiError, ErrorSerializer
 from quotas.api.params import INT64_MAX, int_param
-from quotas.api.views import get_cluster
+from quotas.api.views.base import get_cluster
 
 from .monitoring import BACKFILL_MS, CLOCK_SLACK_MS, QUOTA_TYPES, Viewer, check_tags, load_viewer, now_ms, sort_points
 

@@ -13,8 +13,8 @@ from rest_framework import exceptions
 from rest_framework.test import APIClient
 
 from portal import errors
-from portal.api import CurrentUserView
-from quotas.api.errors import exception_handler
+from portal.api.users import CurrentUserView
+from portal.errors import api_exception_handler as exception_handler
 from quotas.models import Cluster
 from tests.portal.people import api, make_user
 

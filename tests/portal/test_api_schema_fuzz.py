@@ -9,7 +9,7 @@ Two kinds of runs, each as an admin and as a member of one tenant:
 - per operation: ``MAX_EXAMPLES`` generated requests for every operation;
 - stateful: sequences of calls that feed one answer into the next request (a created request's id into its
   approve, a tenant's name into its update...), along the schema's OpenAPI links (each create links to the
-  operations on what it created, ``quotas/api/links.py``) and those schemathesis infers (its dependency analysis);
+  operations on what it created, ``portal/api/links.py``) and those schemathesis infers (its dependency analysis);
   ``test_the_stateful_run_follows_links`` requires that they exist, and each run that it followed some.
   ``SCENARIOS`` sequences of at most ``STEPS`` calls.
 

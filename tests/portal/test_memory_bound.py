@@ -19,9 +19,9 @@ from django.test import override_settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from quotas.api.errors import ResourceExhausted
+from portal.api.errors import ResourceExhausted
 from quotas.api.memory import memory_permits, metrics_text, reset
-from quotas.api.views import AUDIT_ROW_BYTES, DESCRIBE_ROW_BYTES
+from quotas.api.views.base import AUDIT_ROW_BYTES, DESCRIBE_ROW_BYTES
 from quotas.models import Cluster
 
 DESCRIBE = "/api/clusters/prod/client-quotas/describe"

@@ -94,7 +94,7 @@ def test_an_unforeseen_redis_error_is_a_typed_503_in_the_api_and_words_on_a_page
     from rest_framework.views import APIView
 
     from frontend.pages import portal_page
-    from quotas.api.errors import exception_handler
+    from portal.errors import api_exception_handler as exception_handler
 
     down.stop()
     try:

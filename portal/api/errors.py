@@ -10,8 +10,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import kombu.exceptions
-import redis
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
@@ -19,9 +17,6 @@ from django.http import Http404
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
-
-from engine.errors import EngineUnavailable, QuotaEngineError
-from quotas.workflow import WorkflowError
 
 #: DRF exceptions -> the code a client sees. Unknown APIExceptions use their default_code, upper-cased.
 _CODES: dict[type[exceptions.APIException], str] = {
@@ -62,12 +57,6 @@ class ResourceExhausted(ApiError):
         self.wait = retry_after
 
 
-#: What "Redis is down" looks like to the portal: redis-py's connection errors, kombu's when Celery cannot publish.
-REDIS_DOWN: tuple[type[BaseException], ...] = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    kombu.exceptions.OperationalError,
-)
 REDIS_RETRY_AFTER_S = 5
 
 
@@ -235,10 +224,9 @@ def _in_words(exc: exceptions.APIException, context: dict[str, Any]) -> exceptio
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler (status, WWW-Authenticate, Retry-After, rollback), re-shaped into the API's error body.
 
-    The engine's typed errors (QuotaValidationError & co.) keep their Kafka code: 400, or 503
-    when Redis is unreachable. The workflow's refusals keep theirs (INVALID_REQUEST 400,
-    PERMISSION_DENIED 403, CONFLICT 409), with ``details`` naming the field to change when one is to blame.
-    Anything else unhandled stays a 500 from Django.
+    Django's own 404, 403 and too-large body become DRF's; an ``ApiError`` keeps its code, anything else of DRF gets
+    the code of ``_CODES``. The domain's errors are made ``ApiError`` first (``portal.errors.api_exception_handler``);
+    anything else unhandled stays a 500 from Django.
     """
     if isinstance(exc, Http404):
         exc = _not_found(exc, context)
@@ -246,14 +234,6 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = exceptions.PermissionDenied(*exc.args)
     elif isinstance(exc, RequestDataTooBig):  # raised lazily, when a parser reads the body
         exc = too_large()
-    elif isinstance(exc, QuotaEngineError):
-        http = status.HTTP_503_SERVICE_UNAVAILABLE if isinstance(exc, EngineUnavailable) else 400
-        exc = ApiError(exc.code, exc.message, status_code=http)
-    elif isinstance(exc, REDIS_DOWN):
-        exc = redis_unavailable()
-    elif isinstance(exc, WorkflowError):
-        details = exc.details if exc.details is not None else {exc.field: [exc.message]} if exc.field else None
-        exc = ApiError(exc.code, exc.message, details, status_code=exc.status)
     if isinstance(exc, exceptions.APIException) and not isinstance(exc, ApiError | exceptions.ValidationError):
         exc = _in_words(exc, context)
     response = drf_exception_handler(exc, context)
