@@ -30,7 +30,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from engine.connections import normalize_ip
-from quotas import push, workflow
+from quotas import workflow
 from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.memory import memory_permits, metrics_text, page_bytes
 from quotas.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
@@ -100,6 +100,7 @@ from quotas.models import (
     tenants_of,
 )
 from quotas.models.tenants import member_tenants, owned_by_any, quota_visible
+from quotas.push import resolve
 
 ERRORS = {
     400: ErrorSerializer,
@@ -301,8 +302,8 @@ class ClusterViewSet(
         body.is_valid(raise_exception=True)
         ids = sorted(set(body.validated_data["drift"]))
         try:
-            version = push.adopt(target, ids, request.user)
-        except push.NotAdoptable as e:
+            version = resolve.adopt(target, ids, request.user)
+        except resolve.NotAdoptable as e:
             raise ApiError("INVALID_REQUEST", str(e), {"drift": [str(e)]}) from e
         return Response(AdoptResponseSerializer({"cluster": target.name, "version": version, "adopted": ids}).data)
 

@@ -14,7 +14,7 @@ import redis
 
 from engine.config import namespace_for_broker
 from engine.desired import NamespaceState
-from quotas import push, workflow
+from quotas import workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import CLIENT_METRICS, Item
 from quotas.connectors.kafka_client import CLIENT_METRICS_RESOURCE, SOURCE_CLIENT_METRICS, AdminClient
@@ -31,6 +31,8 @@ from quotas.models import (
     Tenant,
     alter_subscription,
 )
+from quotas.models.desired import desired_state
+from quotas.push import reconcile, resolve, target_push
 from quotas.workflow import InvalidRequest, PermissionDenied
 from tests.portal.brokers import push_everywhere
 from tests.portal.people import api, roles
@@ -213,7 +215,7 @@ def test_create_update_delete_are_versioned_pushed_and_audited(w: dict[str, Any]
 def test_desired_state_holds_every_subscription_so_a_full_push_restores_them(w: dict[str, Any]) -> None:
     alter_subscription(w["prod"], "all", {"metrics": "*"}, None)
     alter_subscription(w["prod"], "apps", {"metrics": "a.", "match": "client_id=app-.*", "interval.ms": "500"}, None)
-    state = push.desired_state(w["prod"], w["prod"].brokers.get(broker_id=1))
+    state = desired_state(w["prod"], w["prod"].brokers.get(broker_id=1))
     assert {i: v for i, v in state.items() if i.kind == CLIENT_METRICS} == {
         Item(CLIENT_METRICS, "all", "metrics"): "*",
         Item(CLIENT_METRICS, "all", "interval.ms"): "300000",
@@ -237,16 +239,16 @@ def test_drift_on_a_subscription_is_found_and_healed(w: dict[str, Any]) -> None:
     store = state.stores[3].hash_key
     w["redis"].hset(store, "app-metrics|interval.ms", "100")  # changed behind the portal's back
     w["redis"].hset(store, "rogue|metrics", "*")  # a subscription the portal never made
-    assert push.reconcile_target(w["prod"], broker, mode="report").status == "drift"
+    assert reconcile.reconcile_target(w["prod"], broker, mode="report").status == "drift"
     found = {(d.resource, d.key, d.status, d.desired, d.actual) for d in Drift.objects.filter(kind=CLIENT_METRICS)}
     assert found == {
         ("app-metrics", "interval.ms", "different", "300000", "100"),
         ("rogue", "metrics", "extra", None, "*"),
     }
     assert AuditEntry.objects.filter(action="drift_detected", entity="/config/client-metrics/rogue").exists()
-    push.heal(w["prod"], broker, w["admin"])
+    resolve.heal(w["prod"], broker, w["admin"])
     assert held(w, 1) == held(w, 2)
-    assert push.reconcile_target(w["prod"], broker, mode="report").status == "in-sync"
+    assert reconcile.reconcile_target(w["prod"], broker, mode="report").status == "in-sync"
 
 
 # ------------------------------------------------------------------ Kafka: client-metrics resources (type 16)
@@ -271,20 +273,20 @@ def test_a_real_kafka_cluster_gets_subscriptions_as_client_metrics_resources(
         return out
 
     alter_subscription(cluster, name, {"metrics": "*", "interval.ms": "1000", "match": "client_id=app-1"}, None)
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
     assert on_each_broker() == [{"metrics": "*", "interval.ms": "1000", "match": "client_id=app-1"}] * 3
     alter_subscription(cluster, name, {"metrics": "*", "interval.ms": "1000"}, None)
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
     assert [held.get("match") for held in on_each_broker()] == [None] * 3
     # drift: changed with kafka-configs behind the portal's back
     with AdminClient(kafka_cluster.nodes[1].address("PLAINTEXT")) as client:
         client.incremental_alter_configs({(CLIENT_METRICS_RESOURCE, name): [("interval.ms", 0, "100")]})
     wait_for("the change on every broker", lambda: all(h.get("interval.ms") == "100" for h in on_each_broker()))
-    assert push.reconcile_target(cluster, None, mode="report").status == "drift"
+    assert reconcile.reconcile_target(cluster, None, mode="report").status == "drift"
     drift = Drift.objects.get(cluster=cluster, kind=CLIENT_METRICS, resource=name)
     assert (drift.key, drift.desired, drift.actual) == ("interval.ms", "1000", "100")
     alter_subscription(cluster, name, None, None)
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
 
 
 # ------------------------------------------------------------------ tenants' requests

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from engine.config import QuotaEngine, namespace_for_broker
 from engine.desired import BrokerConfigStore, NamespaceState
-from quotas import push, workflow
+from quotas import workflow
 from quotas.choices import BudgetScope
 from quotas.management.commands.demo_data import BOOST, DEMO_PASSWORD, PENDING, USERS
 from quotas.models import (
@@ -38,6 +38,7 @@ from quotas.models import (
     is_auditor,
     owning_tenant,
 )
+from quotas.push import target_push
 from tests.portal.brokers import queued_pushes
 from traffic.loadgen import DEMO_TOPIC_BURSTS, DEMO_TRAFFIC, STORM_IP
 
@@ -195,7 +196,7 @@ def test_the_first_push_of_each_broker_lands_everything(
     brokers = {(b.cluster_id, b.pk): b for b in Broker.objects.select_related("cluster")}
     assert sorted(queued) == sorted(brokers)  # one push per broker, however many versions were committed
     for cluster_pk, broker_pk in queued:  # what the worker runs
-        outcome = push.push_target(cluster_pk, broker_pk)
+        outcome = target_push.push_target(cluster_pk, broker_pk)
         assert outcome.mode == "full"
     for b in brokers.values():
         version = DesiredStateVersion.objects.get(cluster=b.cluster).version

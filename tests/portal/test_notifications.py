@@ -30,7 +30,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from portal.celery import app as celery_app
-from quotas import notify, push, tasks, workflow
+from quotas import notify, tasks, workflow
 from quotas.connectors.base import PushError
 from quotas.models import (
     Alteration,
@@ -47,6 +47,7 @@ from quotas.models import (
     alter_client_quotas,
     alter_subscription,
 )
+from quotas.push import target_push
 from tests.celery_worker import celery_queue_clean, worker_factory  # noqa: F401 (fixtures)
 from tests.waiting import wait_for
 
@@ -313,7 +314,7 @@ def test_a_push_refused_by_the_cluster_mails_failed(
     request = workflow.submit(w["alice"], w["a"], kafka, user="svc-a-1", client_id=None, key=PBR, value=MIB_1_5)
     workflow.approve(w["admin"], request.pk)  # no mail: this commit hook is not run
     with django_capture_on_commit_callbacks(execute=True), pytest.raises(PushError) as refused:
-        push.push_target(kafka.pk, None)
+        target_push.push_target(kafka.pk, None)
     assert (refused.value.code, refused.value.retriable) == ("SASL_AUTHENTICATION_FAILED", False)
     assert QuotaRequest.objects.get(pk=request.pk).state == "failed"
     (message,) = mailbox.to("alice@team-a.test")

@@ -33,7 +33,7 @@ from quotas.models import (
     Tenant,
     audited_alter,
 )
-from quotas.push import adopt
+from quotas.push.resolve import adopt
 from quotas.tasks import expire_boosts
 
 from .people import api, roles

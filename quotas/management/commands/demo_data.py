@@ -338,7 +338,7 @@ class Command(BaseCommand):
     def _after_commit(self, clusters: list[Cluster]) -> list[str]:
         """The commit's own pushes (direct, in threads of this process) end before the command does: cut off at the
         interpreter's exit, they printed a traceback under the demo logins. Then the rest catches up."""
-        from quotas.push import wait_direct_pushes
+        from quotas.push.dispatch import wait_direct_pushes
 
         try:
             wait_direct_pushes()
@@ -350,7 +350,9 @@ class Command(BaseCommand):
         """After the commit: make sure a push is on its way to every broker not at its cluster's newest version."""
         from quotas.connector_registry import connector_for
         from quotas.connectors.base import PushError
-        from quotas.push import enqueue_pushes, portal_applied_version, target_of
+        from quotas.models.desired import portal_applied_version
+        from quotas.push.address import target_of
+        from quotas.push.dispatch import enqueue_pushes
 
         lines = []
         for cluster in clusters:
@@ -396,7 +398,7 @@ def kafka_settings() -> dict[str, str] | None:
 def _admin(cluster: Cluster) -> Any:
     """The portal's admin client to a Kafka cluster, as its pushes connect."""
     from quotas.connectors.kafka_client import AdminClient
-    from quotas.push import kafka_credentials
+    from quotas.push.address import kafka_credentials
 
     creds = kafka_credentials(cluster)
     return AdminClient(cluster.bootstrap_servers, security_protocol=creds.security_protocol,
