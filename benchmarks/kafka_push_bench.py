@@ -512,7 +512,7 @@ def profile_push(bench: Bench, n: int) -> dict[str, Any]:
     import quotas.push.booking
     import quotas.push.dispatch
     import quotas.push.target_push
-    import quotas.workflow
+    import quotas.workflow.quota_requests
     from benchmarks.push_bench import Instrument
     from quotas.connectors.kafka import KafkaConnector
     from quotas.models import Alteration, DesiredStateVersion, QuotaOp, alter_client_quotas
@@ -538,7 +538,7 @@ def profile_push(bench: Bench, n: int) -> dict[str, Any]:
         (time, "sleep", "    sleep between rounds (50 ms each)"),
         (redis.lock.Lock, "release", "Redis lock release"),
         (quotas.push.booking, "_applied", "_applied (UPDATE Push rows, settle_pushed)"),
-        (quotas.workflow, "settle_pushed", "  settle_pushed"),
+        (quotas.workflow.quota_requests, "settle_pushed", "  settle_pushed"),
     ]
 
     def change() -> None:

@@ -730,7 +730,7 @@ def profile_paths(
     import quotas.push.booking
     import quotas.push.dispatch
     import quotas.push.target_push
-    import quotas.workflow
+    import quotas.workflow.quota_requests
     from quotas.connectors.engine import EngineConnector
     from quotas.models import Alteration, Broker, DesiredStateVersion, QuotaOp, alter_client_quotas
     from quotas.tasks import push_target
@@ -796,7 +796,7 @@ def profile_paths(
         (quotas.push.target_push, "changes_since", "changes_since (SELECT change log)"),
         (quotas.push.target_push, "_send", "_send (the engine's apply script)"),
         (quotas.push.booking, "_applied", "_applied (UPDATE Push rows and attempts + settle_pushed)"),
-        (quotas.workflow, "settle_pushed", "  settle_pushed (SELECT applying requests)"),
+        (quotas.workflow.quota_requests, "settle_pushed", "  settle_pushed (SELECT applying requests)"),
     ]
     m = max(20, n // 5)
     brokers = list(Broker.objects.filter(cluster=cluster).order_by("broker_id").values_list("pk", flat=True))

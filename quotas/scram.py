@@ -33,7 +33,6 @@ from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
 from engine.entities import DEFAULT, entity_path
-from quotas import workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import PushError
 from quotas.connectors.kafka_client import (
@@ -61,6 +60,7 @@ from quotas.models import (
     sees_everything,
 )
 from quotas.push import address, flags
+from quotas.workflow import errors
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ LOCK_S, LOCK_WAIT_S = 120.0, 20.0
 NOT_SHOWN_AGAIN = "Copy the password now: it is shown once and stored nowhere, not even by the portal."
 
 
-class ScramError(workflow.WorkflowError):
+class ScramError(errors.WorkflowError):
     """A refused or failed credential change, with the API's code (Kafka's error name when Kafka refused)."""
 
     def __init__(self, code: str, message: str, status: int = 400, field: str | None = None) -> None:

@@ -23,11 +23,12 @@ from django.conf import settings
 from django.utils import timezone
 
 from pipeline import landing
-from quotas import notify, push_format, targets, workflow
+from quotas import notify, push_format, targets
 from quotas.connectors.base import PushError
 from quotas.models import Broker, Cluster, WebhookDelivery
 from quotas.push import dispatch, flags, group_push, resolve, target_push
 from quotas.push.reconcile import reconcile_all
+from quotas.workflow import boosts
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ def expire_boosts(now: datetime | None = None) -> list[int]:
     ``now`` is for tests and catch-up runs; beat passes nothing and the current time is used.
     Returns the ids of the requests that expired.
     """
-    return workflow.expire_boosts(now)
+    return boosts.expire_boosts(now)
 
 
 @shared_task(

@@ -26,7 +26,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from quotas import workflow
 from quotas.api.errors import ApiError, ErrorSerializer, unknown_name
 from quotas.api.memory import memory_permits
 from quotas.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
@@ -57,6 +56,7 @@ from quotas.models import (
 )
 from quotas.models.client_metrics import INTERVAL, MATCH, METRICS, NAME_MAX, subscription_visible
 from quotas.models.tenants import member_tenants
+from quotas.workflow import subscription_requests
 
 SUBSCRIPTION_ROW_BYTES = 4 << 10  # a subscription: name, metric prefixes and match patterns (as configs)
 SUBSCRIPTION_REQUEST_ROW_BYTES = 6 << 10  # a request, its tenant, cluster, requester and decider
@@ -462,7 +462,7 @@ class SubscriptionRequestViewSet(
         body = SubscriptionRequestCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        created = workflow.submit_subscription(
+        created = subscription_requests.submit_subscription(
             request.user,
             data["tenant"],
             data["cluster"],
@@ -486,7 +486,7 @@ class SubscriptionRequestViewSet(
     )
     @action(detail=True, methods=["post"])
     def withdraw(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.withdraw_subscription)
+        return self._decide(request, subscription_requests.withdraw_subscription)
 
     @extend_schema(
         summary="Approve and apply (admins; never one's own request)",
@@ -496,7 +496,7 @@ class SubscriptionRequestViewSet(
     )
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.approve_subscription)
+        return self._decide(request, subscription_requests.approve_subscription)
 
     @extend_schema(
         summary="Reject, saying why (admins; never one's own request)",
@@ -505,4 +505,4 @@ class SubscriptionRequestViewSet(
     )
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.reject_subscription)
+        return self._decide(request, subscription_requests.reject_subscription)

@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from engine.errors import EngineUnavailable, QuotaEngineError
-from quotas.workflow import WorkflowError
+from quotas.workflow.errors import WorkflowError
 
 #: DRF exceptions -> the code a client sees. Unknown APIExceptions use their default_code, upper-cased.
 _CODES: dict[type[exceptions.APIException], str] = {

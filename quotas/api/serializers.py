@@ -53,8 +53,8 @@ from quotas.models import (
     push_targets,
     push_wanted,
 )
+from quotas.models.capacity import capacity_check
 from quotas.models.staleness import request_moved
-from quotas.workflow import capacity_check
 
 #: One request alters at most this many entries: a batch is validated and applied in memory, whole.
 MAX_ALTER_ENTRIES = 1000

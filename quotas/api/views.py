@@ -30,7 +30,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from engine.connections import normalize_ip
-from quotas import workflow
 from quotas.api.errors import ApiError, ErrorSerializer
 from quotas.api.memory import memory_permits, metrics_text, page_bytes
 from quotas.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
@@ -101,6 +100,7 @@ from quotas.models import (
 )
 from quotas.models.tenants import member_tenants, owned_by_any, quota_visible
 from quotas.push import resolve
+from quotas.workflow import quota_requests
 
 ERRORS = {
     400: ErrorSerializer,
@@ -888,7 +888,7 @@ class QuotaRequestViewSet(
         body = QuotaRequestCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        created = workflow.submit(
+        created = quota_requests.submit(
             request.user,
             data["tenant"],
             data["cluster"],
@@ -917,7 +917,7 @@ class QuotaRequestViewSet(
     )
     @action(detail=True, methods=["post"])
     def withdraw(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.withdraw)
+        return self._decide(request, quota_requests.withdraw)
 
     @extend_schema(
         summary="Approve and apply to the desired state (admins; never one's own request)",
@@ -930,7 +930,7 @@ class QuotaRequestViewSet(
     )
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.approve, ApproveSerializer)
+        return self._decide(request, quota_requests.approve, ApproveSerializer)
 
     @extend_schema(
         summary="Reject, saying why in the comment (admins; never one's own request)",
@@ -942,7 +942,7 @@ class QuotaRequestViewSet(
     )
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.reject, RejectSerializer)
+        return self._decide(request, quota_requests.reject, RejectSerializer)
 
 
 @extend_schema_view(

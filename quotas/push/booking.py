@@ -15,7 +15,6 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from quotas import workflow
 from quotas.connectors.base import PushError
 from quotas.models import (
     DRAIN_LEASE_S,
@@ -29,6 +28,7 @@ from quotas.models import (
     rows,
 )
 from quotas.push import address
+from quotas.workflow import quota_requests
 
 if TYPE_CHECKING:
     from quotas.push.target_push import PushOutcome
@@ -135,7 +135,7 @@ def _applied(
     if seen is not None:
         seen.extend(current)
     if any(moved):
-        workflow.settle_pushed(cluster)
+        quota_requests.settle_pushed(cluster)
     for (broker, outcome), n in zip(landed, moved, strict=True):
         if not n and outcome.mode != "none":  # a broker added after the version was committed has no row for it yet
             Push.objects.get_or_create(
@@ -157,4 +157,4 @@ def _failed(cluster: Cluster, broker: Broker | None, e: PushError) -> None:
     if n and not e.retriable:
         where = address._where(cluster, broker)
         record(AuditAction.PUSH_FAILED, None, cluster=cluster, entity=where, comment=f"{e.code}: {e.message}")
-        workflow.settle_pushed(cluster)
+        quota_requests.settle_pushed(cluster)

@@ -29,11 +29,11 @@ from engine.config import KEY_SEP, EntityRef, namespace_for_broker
 from engine.desired import NamespaceState
 from portal import backups
 from portal.backups import PG_MAGIC, SQLITE_MAGIC, BackupError
-from quotas import workflow
 from quotas.connectors.base import QUOTA
 from quotas.models import AuditEntry, Cluster, DesiredStateVersion, Drift, OwnedName, QuotaValue, Tenant
 from quotas.models.pushes import RESTORE_FENCE
 from quotas.push import reconcile, resolve
+from quotas.workflow import quota_requests
 from tests.database import database_url, drop_database, on_postgres
 
 from .brokers import push_everywhere
@@ -61,8 +61,8 @@ def w(engine_redis: redis.Redis) -> dict[str, Any]:
 
 def approved(w: dict[str, Any], user: str, key: str, value: float) -> None:
     """alice asks, root approves, and the change is pushed to both brokers as the worker would."""
-    request = workflow.submit(w["alice"], w["a"], w["prod"], user=user, client_id=None, key=key, value=value)
-    workflow.approve(w["root"], request.pk)
+    request = quota_requests.submit(w["alice"], w["a"], w["prod"], user=user, client_id=None, key=key, value=value)
+    quota_requests.approve(w["root"], request.pk)
     push_everywhere(w["prod"])
 
 

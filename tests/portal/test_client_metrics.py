@@ -14,7 +14,6 @@ import redis
 
 from engine.config import namespace_for_broker
 from engine.desired import NamespaceState
-from quotas import workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import CLIENT_METRICS, Item
 from quotas.connectors.kafka_client import CLIENT_METRICS_RESOURCE, SOURCE_CLIENT_METRICS, AdminClient
@@ -33,7 +32,8 @@ from quotas.models import (
 )
 from quotas.models.desired import desired_state
 from quotas.push import reconcile, resolve, target_push
-from quotas.workflow import InvalidRequest, PermissionDenied
+from quotas.workflow import subscription_requests
+from quotas.workflow.errors import InvalidRequest, PermissionDenied
 from tests.portal.brokers import push_everywhere
 from tests.portal.people import api, roles
 from tests.waiting import wait_for
@@ -346,7 +346,7 @@ def test_a_tenant_request_is_approved_applied_and_settled_when_every_broker_hold
     # and the tenant asks for its removal
     gone = ask(w, operation="delete").json()
     assert gone["operation"] == "delete" and gone["configs"] is None
-    workflow.approve_subscription(w["admin"], gone["id"])
+    subscription_requests.approve_subscription(w["admin"], gone["id"])
     push_everywhere(w["prod"])
     assert SubscriptionRequest.objects.get(pk=gone["id"]).state == "applied"
     assert not ClientMetricsSubscription.objects.exists() and held(w, 1) == {}
@@ -403,16 +403,16 @@ def test_requests_are_judged_by_kafkas_rules_and_decided_once(w: dict[str, Any])
 
 def test_an_admin_does_not_approve_its_own_request_and_stale_requests_fail(w: dict[str, Any]) -> None:
     w["a"].members.add(w["admin"])
-    mine = workflow.submit_subscription(
+    mine = subscription_requests.submit_subscription(
         w["admin"], w["a"], w["prod"], name="s", configs={"metrics": "*", "match": "client_id=app-1"}
     )
     with pytest.raises(PermissionDenied, match="Nobody approves"):
-        workflow.approve_subscription(w["admin"], mine.pk)
+        subscription_requests.approve_subscription(w["admin"], mine.pk)
     # a delete approved after the subscription went away fails with the reason
     alter_subscription(w["prod"], "t", {"metrics": "*", "match": "client_id=app-1"}, None)
-    gone = workflow.submit_subscription(w["alice"], w["a"], w["prod"], name="t", configs=None)
+    gone = subscription_requests.submit_subscription(w["alice"], w["a"], w["prod"], name="t", configs=None)
     alter_subscription(w["prod"], "t", None, None)
-    assert workflow.approve_subscription(w["admin2"], gone.pk).state == "failed"
+    assert subscription_requests.approve_subscription(w["admin2"], gone.pk).state == "failed"
     assert "no client-metrics subscription" in SubscriptionRequest.objects.get(pk=gone.pk).failure
     with pytest.raises(InvalidRequest):
-        workflow.withdraw_subscription(w["alice"], 99999)
+        subscription_requests.withdraw_subscription(w["alice"], 99999)

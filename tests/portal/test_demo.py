@@ -15,7 +15,6 @@ from django.utils import timezone
 
 from engine.config import QuotaEngine, namespace_for_broker
 from engine.desired import BrokerConfigStore, NamespaceState
-from quotas import workflow
 from quotas.choices import BudgetScope
 from quotas.management.commands.demo_data import BOOST, DEMO_PASSWORD, PENDING, USERS
 from quotas.models import (
@@ -39,6 +38,7 @@ from quotas.models import (
     owning_tenant,
 )
 from quotas.push import target_push
+from quotas.workflow import quota_requests
 from tests.portal.brokers import queued_pushes
 from traffic.loadgen import DEMO_TOPIC_BURSTS, DEMO_TRAFFIC, STORM_IP
 
@@ -165,7 +165,7 @@ def test_demo_data_never_overwrites_what_the_demo_changed(engine_redis: redis.Re
     demo_data()
     admin = get_user_model().objects.get(username="demo-admin")
     pending = QuotaRequest.objects.get(state="submitted")
-    workflow.approve(admin, pending.pk)
+    quota_requests.approve(admin, pending.pk)
     prod = Cluster.objects.get(name="prod")
     entity = QuotaEntity.objects.get(cluster=prod, user=None, client_id="search-query")
     entity.quota_values.update(value=30.0)  # an admin's own change in the demo

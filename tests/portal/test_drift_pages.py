@@ -19,7 +19,6 @@ from django.test import Client
 
 from engine.config import KEY_SEP, EntityRef, namespace_for_broker
 from engine.desired import NamespaceState
-from quotas import workflow
 from quotas.choices import QuotaScope
 from quotas.connectors.base import PushError
 from quotas.models import (
@@ -33,6 +32,7 @@ from quotas.models import (
 )
 from quotas.push import reconcile, target_push
 from quotas.tasks import heal
+from quotas.workflow import quota_requests
 
 from .brokers import push_everywhere, set_quota
 from .people import make_user, roles
@@ -267,13 +267,13 @@ def push_table(response: Any) -> list[list[str]]:
 
 
 def test_request_page_shows_its_pushes(w: dict[str, Any]) -> None:
-    request = workflow.submit(w["alice"], w["a"], w["prod"], user="svc-a-1", client_id=None, key=PBR, value=1000)
+    request = quota_requests.submit(w["alice"], w["a"], w["prod"], user="svc-a-1", client_id=None, key=PBR, value=1000)
     alice = browser(w["alice"])
     page = alice.get(f"/requests/{request.pk}/")
     assert "Nothing to push: this request has not changed the desired state." in text(page)
     assert push_table(page) == []
 
-    workflow.approve(w["admin"], request.pk)
+    quota_requests.approve(w["admin"], request.pk)
     page = alice.get(f"/requests/{request.pk}/")
     assert "Pushes to brokers" in text(page) and "Desired-state version 1 of prod" in text(page)
     assert push_table(page) == [[str(i), "Pending", "0", "—", "—", "—"] for i in range(3)]
@@ -306,8 +306,8 @@ def test_request_page_shows_its_pushes(w: dict[str, Any]) -> None:
 
 
 def test_a_rejected_request_has_no_pushes(w: dict[str, Any]) -> None:
-    request = workflow.submit(w["alice"], w["a"], w["prod"], user="svc-a-1", client_id=None, key=PBR, value=1000)
-    workflow.reject(w["admin"], request.pk, "no")
+    request = quota_requests.submit(w["alice"], w["a"], w["prod"], user="svc-a-1", client_id=None, key=PBR, value=1000)
+    quota_requests.reject(w["admin"], request.pk, "no")
     page = browser(w["alice"]).get(f"/requests/{request.pk}/")
     assert "Nothing to push" in text(page) and push_table(page) == []
     assert not QuotaRequest.objects.filter(pk=request.pk, applied_version__isnull=False).exists()

@@ -19,7 +19,6 @@ from rest_framework.test import APIClient
 
 from engine.config import KEY_SEP, EntityRef, namespace_for_broker
 from engine.desired import NamespaceState
-from quotas import workflow
 from quotas.choices import QuotaScope
 from quotas.connectors.base import PushError
 from quotas.models import (
@@ -31,6 +30,7 @@ from quotas.models import (
     Tenant,
 )
 from quotas.push import reconcile, resolve, target_push
+from quotas.workflow import quota_requests
 
 from .brokers import push_everywhere, set_quota
 from .people import api, make_user, roles
@@ -60,8 +60,8 @@ def w(engine_redis: redis.Redis) -> dict[str, Any]:
 
 def approved(w: dict[str, Any], value: float = 1000) -> QuotaRequest:
     """A request of alice's, approved by the other admin: its version is committed, its pushes pending."""
-    request = workflow.submit(w["alice"], w["a"], w["prod"], user="svc-a-1", client_id=None, key=PBR, value=value)
-    workflow.approve(w["admin2"], request.pk)
+    request = quota_requests.submit(w["alice"], w["a"], w["prod"], user="svc-a-1", client_id=None, key=PBR, value=value)
+    quota_requests.approve(w["admin2"], request.pk)
     request.refresh_from_db()
     return request
 

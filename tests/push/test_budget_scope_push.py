@@ -13,7 +13,6 @@ import redis
 
 from devtools.redis_server import free_port
 from engine.budget_store import BudgetStore
-from quotas import workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import BUDGET_SCOPE, QUOTA, Delta, Item, PushError, Target
 from quotas.connectors.budget_scope import BudgetScopes, item_of
@@ -31,6 +30,7 @@ from quotas.models import (
     alter_client_quotas,
 )
 from quotas.push import reconcile, resolve, target_push
+from quotas.workflow import quota_requests
 from tests.portal.people import make_user
 from tests.push.fake_kafka import FakeKafka
 
@@ -115,9 +115,9 @@ def test_a_push_whose_scope_cannot_be_written_is_retried_never_reported_applied(
     OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="alice")
     alice, root = make_user("alice"), make_user("root", staff=True)
     tenant.members.add(alice)
-    asked = workflow.submit(alice, tenant, cluster, user="alice", client_id=None, key=PBR, value=3000,
-                            budget_scope="cluster_wide")
-    request = workflow.approve(root, asked.pk)
+    asked = quota_requests.submit(alice, tenant, cluster, user="alice", client_id=None, key=PBR, value=3000,
+                                  budget_scope="cluster_wide")
+    request = quota_requests.approve(root, asked.pk)
     assert request.state == "applying"
     assert kafka.budgets is not None
     kafka.budgets = BudgetScopes(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.5)  # the engine's Redis is away
@@ -181,7 +181,7 @@ def test_reconcile_finds_a_scope_that_differs_and_re_applying_heals_it(
     assert {d.path for d in Drift.objects.filter(cluster=cluster)} == {"/config/users/alice", "/config/users/bob"}
     with pytest.raises(resolve.NotAdoptable, match="re-apply desired state to write it back"):
         resolve.adopt(cluster, list(Drift.objects.filter(cluster=cluster).values_list("pk", flat=True)),
-                   make_user("root", staff=True))
+                      make_user("root", staff=True))
 
     resolve.heal(cluster, None, None)
 

@@ -16,7 +16,6 @@ from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from confluent_kafka.admin import NewTopic
 
 from engine.budget_store import BudgetStore
-from quotas import workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import Delta, PushError, Target
 from quotas.connectors.kafka import KafkaConnector
@@ -41,6 +40,7 @@ from quotas.models import (
     alter_configs,
 )
 from quotas.push import reconcile, resolve, target_push
+from quotas.workflow import quota_requests
 from tests.portal.people import make_user
 from tests.waiting import wait_for
 
@@ -92,8 +92,8 @@ def approved_request(cluster: Cluster, user: str, value: float = 4000) -> QuotaR
     OwnedName.objects.create(tenant=tenant, entity_type="client-id", pattern="app")
     alice, admin = make_user(unique("alice")), make_user(unique("root"), staff=True)
     tenant.members.add(alice)
-    r = workflow.submit(alice, tenant, cluster, user=user, client_id="app", key=PBR, value=value)
-    return workflow.approve(admin, r.pk)
+    r = quota_requests.submit(alice, tenant, cluster, user=user, client_id="app", key=PBR, value=value)
+    return quota_requests.approve(admin, r.pk)
 
 
 def test_an_approved_quota_is_one_push_to_the_cluster_and_every_broker_answers_it(cluster: Cluster) -> None:

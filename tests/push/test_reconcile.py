@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from engine.config import EntityRef, cluster_namespace, namespace_for_broker
 from engine.desired import NamespaceState
-from quotas import push_format, workflow
+from quotas import push_format
 from quotas.choices import QuotaScope
 from quotas.connectors.base import QUOTA, PushError
 from quotas.models import (
@@ -28,6 +28,7 @@ from quotas.models import (
     Push,
 )
 from quotas.push import booking, dispatch, flags, group_push, reconcile, target_push
+from quotas.workflow import quota_requests
 from tests.portal.brokers import queued_push_messages, queued_pushes, set_quota
 
 pytestmark = pytest.mark.django_db
@@ -430,14 +431,14 @@ def test_a_booking_that_failed_after_its_lease_committed_goes_on_draining(
     v1 = set_quota(cluster, "alice", 1000)
     b1, b2 = Broker.objects.filter(cluster=cluster).order_by("broker_id")
     drain.at = {1: lambda: drain.commit("bob")}
-    settle = workflow.settle_pushed
+    settle = quota_requests.settle_pushed
 
     def settle_fails_once(c: Cluster) -> object:
-        monkeypatch.setattr(workflow, "settle_pushed", settle)
+        monkeypatch.setattr(quota_requests, "settle_pushed", settle)
         drain.commit("carol")  # under the lease the booking's transaction has just committed
         raise RuntimeError("a bug of ours, after the booking's transaction")
 
-    monkeypatch.setattr(workflow, "settle_pushed", settle_fails_once)
+    monkeypatch.setattr(quota_requests, "settle_pushed", settle_fails_once)
     results = group_push.push_group(cluster.pk, [b1.pk, b2.pk], drain_s=60.0)
     assert drain.enqueued == [1, 0]
     assert {pk: o.version for pk, o in results.items()} == {b1.pk: v1 + 2, b2.pk: v1 + 2}

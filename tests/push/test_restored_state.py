@@ -18,12 +18,12 @@ from django.core.management import call_command
 
 from engine.config import EntityRef, namespace_for_broker
 from engine.desired import NamespaceState
-from quotas import workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import QUOTA, PushError
 from quotas.models import AuditEntry, Broker, Cluster, DesiredStateVersion, Drift, OwnedName, Push, QuotaValue, Tenant
 from quotas.models.pushes import RESTORE_FENCE
 from quotas.push import reconcile, resolve, target_push
+from quotas.workflow import quota_requests
 from tests.database import drop_database
 from tests.portal.brokers import set_quota
 from tests.portal.people import make_user
@@ -90,8 +90,8 @@ def test_kafka_keeps_what_it_holds_though_the_backup_booked_no_push_to_it(
     a, b = f"svc-{uuid.uuid4().hex[:8]}", f"svc-{uuid.uuid4().hex[:8]}"
 
     def approve(user: str, value: float) -> None:
-        request = workflow.submit(alice, team, cluster, user=user, client_id=None, key=PBR, value=value)
-        workflow.approve(root, request.pk)
+        request = quota_requests.submit(alice, team, cluster, user=user, client_id=None, key=PBR, value=value)
+        quota_requests.approve(root, request.pk)
 
     approve(a, 1000)  # approved, its push not yet booked when the backup is taken
     backup = tmp_path / "portal.backup"

@@ -26,7 +26,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from engine.entities import DEFAULT
-from quotas import workflow
 from quotas.choices import BudgetScope, ConnectorKind, QuotaScope
 from quotas.models import (
     ADMINS_GROUP,
@@ -48,6 +47,7 @@ from quotas.models import (
     alter_configs,
     audited_alter,
 )
+from quotas.workflow import quota_requests
 from traffic.kafka_clients import DEMO_KAFKA_TRAFFIC, MECHANISM, demo_password
 from traffic.loadgen import KIB, MIB, STORM_IP
 
@@ -307,7 +307,7 @@ class Command(BaseCommand):
 
     def _submit(self, spec: dict[str, Any], clusters: dict[str, Cluster], users: dict[str, Any], reason: str,
                 expires_at: Any = None) -> QuotaRequest:
-        return workflow.submit(
+        return quota_requests.submit(
             users[spec["requester"]], Tenant.objects.get(name=spec["tenant"]), clusters[spec["cluster"]],
             user=spec["user"], client_id=spec["client_id"], key=spec["key"], value=spec["value"], reason=reason,
             expires_at=expires_at,
@@ -326,7 +326,7 @@ class Command(BaseCommand):
         if mine.filter(state__in=LIVE_BOOST_STATES).exists():
             return
         request = self._submit(BOOST, clusters, users, BOOST_REASON, timezone.now() + timedelta(minutes=minutes))
-        workflow.approve(users["demo-admin"], request.pk, comment="[demo] approved for the backfill")
+        quota_requests.approve(users["demo-admin"], request.pk, comment="[demo] approved for the backfill")
         request.refresh_from_db()
         self.done.append(
             f"boost #{request.pk} (approved, {request.state}, until {request.expires_at:%H:%M} UTC): "
