@@ -18,6 +18,7 @@ from quotas.push import booking, dispatch, flags, target_push
 
 log = logging.getLogger(__name__)
 
+
 def push_group(
     cluster_id: int, broker_pks: Sequence[int | None], *, drain_s: float = 0.0
 ) -> dict[int | None, target_push.PushOutcome | Exception]:

@@ -24,6 +24,7 @@ from quotas.push import address, booking, flags
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class PushOutcome:
     """One push: where, from which version to which, and whether the target changed."""
