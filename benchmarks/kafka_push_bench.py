@@ -48,7 +48,7 @@ loudly if not; every quota the benchmark set is then removed again (on any exit)
 Where the time goes, without a profiler: the committer's call and its enqueue, the Celery hop and the push task's
 run (the worker's INFO log: received, run time, end), whether a push had to wait for the previous one to end, and
 how long the task runs on after every broker answers. ``--profile`` then runs pushes in this process (enqueueing
-suppressed, the worker idle) with timed sections of ``alter_client_quotas``, ``quotas.push.push_target`` and
+suppressed, the worker idle) with timed sections of ``alter_client_quotas``, ``quotas.push.target_push.push_target`` and
 ``KafkaConnector.apply`` (DescribeCluster, AlterClientQuotas, ``_verify`` with its rounds, describes and pauses, the
 Push row update), the enqueue (Redis SET NX, Celery publish), cProfile's top functions, and the same pushes with the
 fix this benchmark suggests (a narrower ``_behind`` and shorter first pauses; patched in this process only, labelled
@@ -509,8 +509,10 @@ def profile_push(bench: Bench, n: int) -> dict[str, Any]:
 
     import quotas.models.pushes
     import quotas.models.quotas
-    import quotas.push
-    import quotas.workflow
+    import quotas.push.booking
+    import quotas.push.dispatch
+    import quotas.push.target_push
+    import quotas.workflow.quota_requests
     from benchmarks.push_bench import Instrument
     from quotas.connectors.kafka import KafkaConnector
     from quotas.models import Alteration, DesiredStateVersion, QuotaOp, alter_client_quotas
@@ -523,8 +525,8 @@ def profile_push(bench: Bench, n: int) -> dict[str, Any]:
         (quotas.models.pushes, "log_version", "  log_version (change log, Push row)"),
     ]
     body = [
-        (quotas.push, "_held", "_held (SELECT newest applied Push)"),
-        (quotas.push, "changes_since", "changes_since (SELECT change log)"),
+        (quotas.push.target_push, "portal_applied_version", "portal_applied_version (SELECT newest applied Push)"),
+        (quotas.push.target_push, "changes_since", "changes_since (SELECT change log)"),
         (redis.lock.Lock, "acquire", "Redis lock acquire"),
         (KafkaConnector, "apply", "connector.apply"),
         (KafkaConnector, "_brokers", "  _brokers (DescribeCluster)"),
@@ -535,8 +537,8 @@ def profile_push(bench: Bench, n: int) -> dict[str, Any]:
         (AdminClient, "describe_configs", "      DescribeConfigs (default + own broker)"),
         (time, "sleep", "    sleep between rounds (50 ms each)"),
         (redis.lock.Lock, "release", "Redis lock release"),
-        (quotas.push, "_applied", "_applied (UPDATE Push rows, settle_pushed)"),
-        (quotas.workflow, "settle_pushed", "  settle_pushed"),
+        (quotas.push.booking, "_applied", "_applied (UPDATE Push rows, settle_pushed)"),
+        (quotas.workflow.quota_requests, "settle_pushed", "  settle_pushed"),
     ]
 
     def change() -> None:
@@ -544,7 +546,7 @@ def profile_push(bench: Bench, n: int) -> dict[str, Any]:
         alter_client_quotas(bench.cluster, [Alteration([("user", user)], [QuotaOp(KEY, bench.values.next())])])
 
     def push() -> None:
-        quotas.push.push_target(bench.cluster.pk, None)
+        quotas.push.target_push.push_target(bench.cluster.pk, None)
 
     def show(title: str, timed: Sections, wall_ms: float, labels: list[str], rest: str) -> dict[str, Any]:
         print(f"profile       {title}: {wall_ms:.1f} ms each; by section (ms, calls; indented = inside the line "
@@ -620,7 +622,7 @@ def profile_push(bench: Bench, n: int) -> dict[str, Any]:
     from celery import Celery
 
     enqueue = [
-        (quotas.push, "enqueue_pushes", "enqueue_pushes (on_commit)"),
+        (quotas.push.dispatch, "enqueue_pushes", "enqueue_pushes (on_commit)"),
         (redis.client.Pipeline, "execute", "  Redis pipeline: SET NX of the pending flag"),
         (Celery, "send_task", "  Celery send_task (publish to Redis)"),
     ]

@@ -220,8 +220,8 @@ class Worker(SessionProcess):
 
 @dataclass
 class Probe:
-    """Wraps ``quotas.push.enqueue_pushes`` in this process to see each commit that enqueues (it runs on_commit)
-    and its cost.
+    """Wraps ``quotas.push.dispatch.enqueue_pushes`` in this process to see each commit that enqueues (it runs
+    on_commit) and its cost.
 
     The wrapper only observes: it takes the time when the callback starts (the commit has just returned)
     and calls the portal's function unchanged. A commit made under a worker's drain lease enqueues nothing: its
@@ -245,9 +245,9 @@ class Probe:
         self.commit_at.append(self.enqueued_at.get(call, time.time()))
 
     def install(self) -> Callable[[], None]:
-        import quotas.push
+        import quotas.push.dispatch
 
-        original = quotas.push.enqueue_pushes
+        original = quotas.push.dispatch.enqueue_pushes
 
         def enqueue_pushes(
             cluster_id: int, broker_pks: list[int | None] | None = None, *, force: bool = False, **kw: Any
@@ -268,10 +268,10 @@ class Probe:
             self.sent += sent
             return sent
 
-        quotas.push.enqueue_pushes = enqueue_pushes  # log_version's callback imports it from the module on each call
+        quotas.push.dispatch.enqueue_pushes = enqueue_pushes  # the commit's receiver looks it up on each call
 
         def uninstall() -> None:
-            quotas.push.enqueue_pushes = original
+            quotas.push.dispatch.enqueue_pushes = original
 
         return uninstall
 
@@ -424,7 +424,7 @@ def wait_idle(cluster: Any, timeout_s: float = 60.0) -> None:
 
 def warm_up(cluster: Any, states: list[NamespaceState], worker: Worker, timeout_s: float = 120.0) -> float:
     """Push the empty version 0 to the brokers through the worker: proves it is up, and warms its connections."""
-    from quotas.push import enqueue_pushes
+    from quotas.push.dispatch import enqueue_pushes
 
     t0 = time.perf_counter()
     enqueue_pushes(cluster.pk)
@@ -727,8 +727,11 @@ def profile_paths(
 
     import quotas.models.pushes
     import quotas.models.quotas
-    import quotas.push
-    import quotas.workflow
+    import quotas.push.booking
+    import quotas.push.dispatch
+    import quotas.push.target_push
+    import quotas.workflow.quota_requests
+    from quotas.connectors.engine import EngineConnector
     from quotas.models import Alteration, Broker, DesiredStateVersion, QuotaOp, alter_client_quotas
     from quotas.tasks import push_target
 
@@ -749,7 +752,7 @@ def profile_paths(
         (quotas.models.quotas, "_apply_all", "_apply_all (entity, value rows)"),
         (DesiredStateVersion, "bump", "bump (UPDATE + refresh + log_version)"),
         (quotas.models.pushes, "log_version", "  log_version (change log, Push rows)"),
-        (quotas.push, "enqueue_pushes", "enqueue_pushes (on_commit, after COMMIT)"),
+        (quotas.push.dispatch, "enqueue_pushes", "enqueue_pushes (on_commit, after COMMIT)"),
         (redis.Redis, "set", "  Redis SET NX of the 3 pending flags"),
         (push_task, "apply_async", "  apply_async (Celery publish)"),
     ]
@@ -789,11 +792,11 @@ def profile_paths(
 
     # 2. the push task body in-process, one version per push (no coalescing: its cost per push, worst case)
     body = [
-        (quotas.push, "_held", "_held (applied_version: Redis GET)"),
-        (quotas.push, "changes_since", "changes_since (SELECT change log)"),
-        (quotas.push, "_send", "_send (the engine's apply script)"),
-        (quotas.push, "_applied", "_applied (UPDATE Push rows and attempts + settle_pushed)"),
-        (quotas.workflow, "settle_pushed", "  settle_pushed (SELECT applying requests)"),
+        (EngineConnector, "applied_version", "applied_version (Redis GET)"),
+        (quotas.push.target_push, "changes_since", "changes_since (SELECT change log)"),
+        (quotas.push.target_push, "_send", "_send (the engine's apply script)"),
+        (quotas.push.booking, "_applied", "_applied (UPDATE Push rows and attempts + settle_pushed)"),
+        (quotas.workflow.quota_requests, "settle_pushed", "  settle_pushed (SELECT applying requests)"),
     ]
     m = max(20, n // 5)
     brokers = list(Broker.objects.filter(cluster=cluster).order_by("broker_id").values_list("pk", flat=True))
@@ -811,13 +814,13 @@ def profile_paths(
                 if i < m:  # timed sections
                     with sections.on(body), instrument.on(connection):
                         c0, t0 = time.process_time(), time.perf_counter()
-                        quotas.push.push_target(cluster.pk, pk)
+                        quotas.push.target_push.push_target(cluster.pk, pk)
                         push_s += time.perf_counter() - t0
                         push_cpu += time.process_time() - c0
                     pushes += 1
                 else:  # cProfile
                     prof.enable()
-                    quotas.push.push_target(cluster.pk, pk)
+                    quotas.push.target_push.push_target(cluster.pk, pk)
                     prof.disable()
                     profiled += 1
     finally:

@@ -3,7 +3,7 @@
 One page, ``/clusters/<name>/client-metrics/``, following the API's rules through the same functions:
 everyone signed in reads the cluster's subscriptions; admins create, change and delete them
 (``alter_subscription``: validated by Kafka's rules, versioned, pushed, audited); a tenant member asks for one
-(``workflow.submit_subscription``); the cluster's subscription requests the person may see are listed with
+(``subscription_requests.submit_subscription``); the cluster's subscription requests the person may see are listed with
 approve/reject for admins (never their own) and withdraw for the tenant. A refusal is shown with its message
 and the API's status.
 """
@@ -19,7 +19,6 @@ from django.views.decorators.http import require_http_methods
 
 from engine.errors import QuotaEngineError
 from frontend.pages import Refused, not_found, page, portal_page
-from quotas import workflow
 from quotas.models import (
     ClientMetricsSubscription,
     Cluster,
@@ -34,11 +33,12 @@ from quotas.models import (
 )
 from quotas.models.client_metrics import INTERVAL, MATCH, METRICS
 from quotas.queries import visible_subscriptions
+from quotas.workflow import errors, subscription_requests
 
 DECISIONS = {
-    "approve": (workflow.approve_subscription, "approved"),
-    "reject": (workflow.reject_subscription, "rejected"),
-    "withdraw": (workflow.withdraw_subscription, "withdrawn"),
+    "approve": (subscription_requests.approve_subscription, "approved"),
+    "reject": (subscription_requests.reject_subscription, "rejected"),
+    "withdraw": (subscription_requests.withdraw_subscription, "withdrawn"),
 }
 
 
@@ -67,14 +67,14 @@ def _act(request: HttpRequest, cluster: Cluster) -> str:
         outcome = alter_subscription(cluster, name, _configs(post), user, create_only=post.get("mode") == "create")
         return f"Subscription {name} saved (desired-state version {outcome.version})."
     if action == "request":
-        tenant = None  # not named: the person's only tenant (workflow.choose_tenant says so when there are several)
+        tenant = None  # not named: the person's only tenant (choose_tenant says so when there are several)
         if post.get("tenant"):
             tenant = tenants_of(user).filter(name=post["tenant"]).first()
             if tenant is None:
                 raise Refused(403, "Choose a tenant you are a member of.")
         delete = post.get("operation") == "delete"
         configs = None if delete else _configs(post)
-        made = workflow.submit_subscription(
+        made = subscription_requests.submit_subscription(
             user, tenant, cluster, name=post.get("name", ""), configs=configs, reason=post.get("reason", "")
         )
         return f"Subscription request #{made.pk} submitted; an admin decides."
@@ -104,7 +104,7 @@ def client_metrics(request: HttpRequest, name: str) -> HttpResponse:
             refusal, status = e.message, 404 if isinstance(e, SubscriptionNotFound) else 409
         except QuotaEngineError as e:
             refusal, status = e.message, 400
-        except workflow.WorkflowError as e:
+        except errors.WorkflowError as e:
             refusal, status = e.message, e.status
         else:
             messages.success(request, done)

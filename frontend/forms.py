@@ -1,8 +1,8 @@
 """Forms of the HTML pages.
 
 The request form only shapes what a browser sends (every value arrives as text) into the body the API
-receives; the API's own serializer and then ``quotas.workflow.submit`` judge it, so a page and an API call
-are refused for the same reasons with the same messages. No rule is restated here: the value goes as the
+receives; the API's own serializer and then ``quotas.workflow.quota_requests.submit`` judge it, so a page and an API
+call are refused for the same reasons with the same messages. No rule is restated here: the value goes as the
 text typed (``1.5 MiB/s``), which the API parses (``engine.units``), and a member of one tenant is
 not asked which (the workflow infers it).
 """

@@ -15,9 +15,9 @@ from frontend.pages import Refused, View, not_found, page, portal_page
 from history.models import ImpactPreview
 from history.services import summary
 from plans import services
-from quotas import workflow
 from quotas.models import Plan, PlanRequest, RequestState, is_admin, sees_everything, tenants_of
 from quotas.models.plans import current_state, plan_moved
+from quotas.workflow import errors, plan_requests
 
 
 def plan_context(plan: Plan) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def plan_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _decide(name: str, done: str) -> View:
-    transition = getattr(workflow, name)
+    transition = getattr(plan_requests, name)
 
     @require_POST
     @portal_page
@@ -91,7 +91,7 @@ def _decide(name: str, done: str) -> View:
         passed = {"superseded": True} if name == "reject_plan" and valid and form.cleaned_data["superseded"] else {}
         try:
             transition(request.user, grouped.pk, comment, **passed)
-        except workflow.WorkflowError as e:
+        except errors.WorkflowError as e:
             raise Refused(e.status, e.message) from e
         messages.success(request, f"Plan request #{grouped.pk} {done}.")
         fallback = reverse("plan-detail", args=[grouped.plan_id])
@@ -101,7 +101,8 @@ def _decide(name: str, done: str) -> View:
         return HttpResponseRedirect(target)
 
     view.__name__ = view.__qualname__ = f"plan_request_{name}"
-    view.__doc__ = f"POST: {name} the grouped request through quotas.workflow.{name}; a refusal is an error page."
+    view.__doc__ = (f"POST: {name} the grouped request through quotas.workflow.plan_requests.{name}; a refusal is an "
+                    "error page.")
     return view
 
 

@@ -46,7 +46,6 @@ from frontend.pages import (
     visible_requests,
 )
 from history import services as history_services
-from quotas import workflow
 from quotas.budgets import LEASE_MS, enforcement
 from quotas.models import (
     AuditAction,
@@ -66,10 +65,12 @@ from quotas.models import (
     sees_everything,
     tenants_of,
 )
+from quotas.models.capacity import capacity_check
 from quotas.models.staleness import request_moved, submitted_against
 from quotas.models.tenants import quota_visible
 from quotas.queries import push_summary, pushes_of_request
 from quotas.reapply import REAPPLY_ADMINS_ONLY, enqueue_heal, reapply_target
+from quotas.workflow import errors, quota_requests
 
 HISTORY_DAYS = 7  # the entity page's hourly history
 #: Audit entries of a value (not of the request's moves): its number and its budget scope.
@@ -209,7 +210,8 @@ def entity_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @portal_page
 def request_new(request: HttpRequest) -> HttpResponse:
-    """Ask for a quota: the API's serializer shapes the body and ``workflow.submit`` judges it, as the API does."""
+    """Ask for a quota: the API's serializer shapes the body and ``quota_requests.submit`` judges it, as the API
+    does."""
     if is_auditor(request.user) and request.method == "GET":
         raise Refused(403, "Auditors read everything and change nothing; use an admin or member account.")
     initial = {k: request.GET[k] for k in ("cluster", "user", "client_id", "key", "budget_scope") if k in request.GET}
@@ -221,7 +223,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
         if form.is_valid() and form.validated is not None:
             body = form.validated
             try:
-                created = workflow.submit(
+                created = quota_requests.submit(
                     request.user,
                     body["tenant"],
                     body["cluster"],
@@ -233,7 +235,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
                     expires_at=body["expires_at"],
                     budget_scope=body["budget_scope"],
                 )
-            except workflow.WorkflowError as e:
+            except errors.WorkflowError as e:
                 # beside the field to change (a member of one tenant sees the tenant's name where the field would be)
                 form.add_error(e.field if e.field in form.fields else None, e.message)
                 status = e.status
@@ -268,7 +270,7 @@ def _request_context(request: HttpRequest, target: QuotaRequest) -> dict[str, An
         "approval": getattr(target, "approval", None),
         "transitions": [e for e in audit if e.action not in VALUE_ACTIONS],
         "audit": audit,
-        "capacity": workflow.capacity_check(target),
+        "capacity": capacity_check(target),
         "moved": request_moved(target) if submitted else None,
         "submitted_against": submitted_against(target),
         "pushes": pushes,
@@ -297,9 +299,9 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _transition(name: str, done: str, flags: tuple[str, ...] = ()) -> View:
-    """A POST view running ``workflow.<name>`` on a visible request, as the API's ``/requests/<id>/<name>/``;
+    """A POST view running ``quota_requests.<name>`` on a visible request, as the API's ``/requests/<id>/<name>/``;
     ``flags``: the form's checkboxes and buttons it passes on (``confirm_stale``, ``superseded``)."""
-    transition = getattr(workflow, name)
+    transition = getattr(quota_requests, name)
 
     @require_POST
     @portal_page
@@ -311,10 +313,10 @@ def _transition(name: str, done: str, flags: tuple[str, ...] = ()) -> View:
         passed = {flag: bool(form.cleaned_data[flag]) for flag in flags} if valid else {}
         try:
             transition(request.user, target.pk, comment, **passed)
-        except workflow.WorkflowError as e:
+        except errors.WorkflowError as e:
             target = get_request(request, pk)  # as it is now (the transition rolled back whole)
             refusal = e.message
-            if isinstance(e, workflow.StaleRequest):  # the API's message names its field; the page its checkbox
+            if isinstance(e, errors.StaleRequest):  # the API's message names its field; the page its checkbox
                 refusal = (f"Request #{target.pk} was {e.moved.sentence}. Tick “Approve #{target.pk} although the "
                            "value changed” to approve it anyway, or reject it as superseded.")
             context = {**_request_context(request, target), "form": form, "refusal": refusal}
@@ -323,7 +325,8 @@ def _transition(name: str, done: str, flags: tuple[str, ...] = ()) -> View:
         return HttpResponseRedirect(_safe_next(request, reverse("request-detail", args=[target.pk])))
 
     view.__name__ = view.__qualname__ = f"request_{name}"
-    view.__doc__ = f"POST: {name} the request through quotas.workflow.{name}; a refusal is shown with its message."
+    view.__doc__ = (f"POST: {name} the request through quotas.workflow.quota_requests.{name}; a refusal is shown with "
+                    "its message.")
     return view
 
 
@@ -346,7 +349,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
         rows.append({
             "req": r,
             "moved": request_moved(r),
-            "capacity": workflow.capacity_check(r),
+            "capacity": capacity_check(r),
             "preview": preview,
             "impact": history_services.summary(preview),
             "can_decide": is_admin(request.user) and r.requested_by_id != request.user.pk,
@@ -462,7 +465,7 @@ def drift_reapply(request: HttpRequest) -> HttpResponse:
     try:
         broker = reapply_target(cluster, form.cleaned_data["broker"])
         task_id = enqueue_heal(cluster, broker, request.user)
-    except workflow.WorkflowError as e:
+    except errors.WorkflowError as e:
         raise Refused(e.status, e.message) from e
     where = _where(broker.broker_id if broker is not None else None)
     messages.success(

@@ -32,7 +32,7 @@ from history.preview_text import recorded_per_broker, where_from
 from quotas.choices import BudgetScope
 from quotas.models import Cluster, QuotaRequest, QuotaValue, RequestState
 from quotas.models.tenants import entity_owned_by, member_tenants, owned_by_any, sees_everything
-from quotas.workflow import PermissionDenied
+from quotas.workflow.errors import PermissionDenied
 
 log = logging.getLogger(__name__)
 

@@ -34,13 +34,13 @@ from rest_framework.views import APIView
 import quotafile
 from plans import services
 from portal.api.errors import ApiError, ErrorSerializer
-from quotas import workflow
 from quotas.api.serializers.requests import DecisionSerializer, MovedSerializer, RejectSerializer
 from quotas.api.views.base import get_cluster
 from quotas.choices import BudgetScope
 from quotas.models import Plan, PlanRequest, PlanStale, PlanState, RequestState
 from quotas.models.plans import apply_plan, plan_moved
 from quotas.models.tenants import is_auditor, sees_everything, tenants_of
+from quotas.workflow import plan_requests
 
 ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
 #: The largest quota file a plan reads (the API's body limit is QUOTAS_MAX_BODY_BYTES).
@@ -306,7 +306,7 @@ class PlanApplyView(APIView):
         if not plan.changes:
             version, changed = workflow_apply(plan, actor)
             return Response({"state": "applied", "plan": plan.pk, "version": version, "changed": changed})
-        grouped = workflow.submit_plan(actor, plan, body.validated_data["reason"])
+        grouped = plan_requests.submit_plan(actor, plan, body.validated_data["reason"])
         return Response({"state": "submitted", "plan": plan.pk, "request": grouped.pk},
                         status=status.HTTP_202_ACCEPTED)
 
@@ -368,7 +368,7 @@ class PlanRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
                    request=DecisionSerializer, responses={200: PlanRequestDetailSerializer, **SCOPED_ERRORS})
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.approve_plan)
+        return self._decide(request, plan_requests.approve_plan)
 
     @extend_schema(summary="Reject the whole plan, saying why (admins; never one's own request)",
                    description="`superseded: true` rejects a request whose values moved on since the plan was made "
@@ -377,10 +377,10 @@ class PlanRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
                    request=RejectSerializer, responses={200: PlanRequestDetailSerializer, **SCOPED_ERRORS})
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.reject_plan, RejectSerializer)
+        return self._decide(request, plan_requests.reject_plan, RejectSerializer)
 
     @extend_schema(summary="Withdraw an undecided plan request", request=DecisionSerializer,
                    responses={200: PlanRequestDetailSerializer, **SCOPED_ERRORS})
     @action(detail=True, methods=["post"])
     def withdraw(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.withdraw_plan)
+        return self._decide(request, plan_requests.withdraw_plan)

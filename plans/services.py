@@ -4,7 +4,7 @@ The file format and the diff are ``quotafile`` (no Django); the stored plan, its
 grouped request are ``quotas.models.plans`` and ``quotas.workflow``. This module puts them together for a person:
 who sees and changes what (admins everything; auditors read and plan, never apply; a tenant member only what its
 tenant owns), and what a plan shows beside each change: the warning where a more specific level still wins
-(the engine's resolver), the capacity check of the approval page (``workflow.capacity_between``), and for byte
+(the engine's resolver), the capacity check of the approval page (``capacity_between``), and for byte
 rates the impact preview on landed traffic (``history.services.ensure_preview``). Previews run on the pipeline
 queue and can take a minute, so a plan is answered at once and shows each preview's state (queued, running, done
 with its figures, failed) until it is done: the plan is asynchronous in its impact only.
@@ -24,6 +24,7 @@ from engine.units import BYTE_RATE_KEYS
 from history import services as history
 from history.models import ImpactPreview
 from quotas.models import Cluster, DesiredStateVersion, Plan, PlanState, Tenant
+from quotas.models.capacity import CAPACITY_FIELD, capacity_between
 from quotas.models.client_metrics import match_owned_by
 from quotas.models.plans import check_configs, check_scopes, current_state
 from quotas.models.tenants import (
@@ -34,7 +35,8 @@ from quotas.models.tenants import (
     sees_everything,
     tenants_of,
 )
-from quotas.workflow import CAPACITY_FIELD, InvalidRequest, PermissionDenied, capacity_between, choose_tenant
+from quotas.workflow.errors import InvalidRequest, PermissionDenied
+from quotas.workflow.transitions import choose_tenant
 
 #: How many refused entities a PERMISSION_DENIED message names.
 NAMED = 5
@@ -116,7 +118,7 @@ def _budgets(cluster_wide: set[tuple[EntityRef, str]], key: str) -> set[tuple[st
 
 
 def _capacity(check: Any) -> dict[str, Any]:
-    """The approval page's capacity check (``workflow.CapacityCheck``) as stored with the plan."""
+    """The approval page's capacity check (``quotas.models.capacity.CapacityCheck``) as stored with the plan."""
     return {
         "key": check.key, "capacity": check.capacity, "granted_without": check.granted_without,
         "granted_with": check.granted_with, "exceeds": check.exceeds, "warning": check.warning,

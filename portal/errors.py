@@ -28,7 +28,7 @@ from engine.errors import EngineUnavailable, QuotaEngineError
 from portal.api import errors as api_errors
 from portal.api.errors import ApiError, redis_unavailable, too_large
 from quotas.outages import REDIS_DOWN
-from quotas.workflow import WorkflowError
+from quotas.workflow.errors import WorkflowError
 
 API_PREFIX = "/api/"
 #: The database refusing or dropping connections (a restart, a failover): retriable, unlike a bug.

@@ -11,7 +11,8 @@ class QuotasConfig(AppConfig):
     verbose_name = "Quotas"
 
     def ready(self) -> None:
-        # the push layer listens for committed versions (models.pushes.version_committed) and enqueues pushes; the
-        # notifications listen for committed moves of requests (models.requests.request_changed) and queue mails and
-        # webhook deliveries
-        from quotas import notify, push  # noqa: F401
+        # the push layer's dispatch listens for commits that leave targets behind (models.clusters.push_wanted) and
+        # enqueues pushes; the notifications listen for committed moves of requests (models.requests.request_changed)
+        # and queue mails and webhook deliveries
+        from quotas import notify  # noqa: F401
+        from quotas.push import dispatch  # noqa: F401

@@ -13,7 +13,7 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from quotas.choices import ConnectorKind, QuotaScope
 from quotas.models import Broker, Cluster
-from quotas.workflow import InvalidRequest, WorkflowError
+from quotas.workflow.errors import InvalidRequest, WorkflowError
 
 REAPPLY_ADMINS_ONLY = (
     "Only admins (staff or the quota-admins group; never auditors) re-apply desired state to brokers."

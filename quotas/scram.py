@@ -1,8 +1,8 @@
 """SASL/SCRAM credentials of the principals tenants own, made, rotated and deleted on a Kafka cluster.
 
 Why this layer: like the push it talks to Kafka (Describe/AlterUserScramCredentials through the connector's
-``AdminClient``, with the portal's own credentials for the cluster, ``push.kafka_credentials``), but at once and
-in the caller's request, because the new password has to go back to the person who asked, once.
+``AdminClient``, with the portal's own credentials for the cluster, ``quotas.push.address.kafka_credentials``), but at
+once and in the caller's request, because the new password has to go back to the person who asked, once.
 
 The password is always generated here (``secrets.token_urlsafe(24)``, 192 random bits; never taken from the
 person, so no weak one can exist), sent to Kafka only salted (the client computes ``Hi(password, salt, i)``),
@@ -44,7 +44,6 @@ from kafka_wire import (
     KafkaTimeoutError,
     ScramCredentialError,
 )
-from quotas import push, workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import PushError
 from quotas.models import (
@@ -60,6 +59,8 @@ from quotas.models import (
     record,
     sees_everything,
 )
+from quotas.push import address, flags
+from quotas.workflow import errors
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ LOCK_S, LOCK_WAIT_S = 120.0, 20.0
 NOT_SHOWN_AGAIN = "Copy the password now: it is shown once and stored nowhere, not even by the portal."
 
 
-class ScramError(workflow.WorkflowError):
+class ScramError(errors.WorkflowError):
     """A refused or failed credential change, with the API's code (Kafka's error name when Kafka refused)."""
 
     def __init__(self, code: str, message: str, status: int = 400, field: str | None = None) -> None:
@@ -222,14 +223,14 @@ def kafka_admin(cluster: Cluster) -> Iterator[AdminClient]:
     """An Admin client to the cluster with the portal's credentials; Kafka's failures become ``ScramError``."""
     require_kafka(cluster)
     try:
-        creds = push.kafka_credentials(cluster)
+        creds = address.kafka_credentials(cluster)
         sasl = {} if creds.security_protocol == "PLAINTEXT" else {
             "security_protocol": creds.security_protocol,
             "sasl_mechanism": creds.sasl_mechanism,
             "sasl_username": creds.username,
             "sasl_password": creds.password,
         }
-        client = AdminClient(push.kafka_bootstrap(cluster), request_timeout=REQUEST_TIMEOUT_S, **sasl)
+        client = AdminClient(address.kafka_bootstrap(cluster), request_timeout=REQUEST_TIMEOUT_S, **sasl)
     except PushError as e:
         raise ScramError(e.code, e.message, 502) from None
     except ValueError as e:
@@ -246,7 +247,7 @@ def kafka_admin(cluster: Cluster) -> Iterator[AdminClient]:
 def changing(cluster: Cluster, user: str) -> Iterator[None]:
     """One change of a principal's credentials at a time (Redis lock): Kafka would take two creates of one principal
     in any order, and the first person's password, already shown, would not work."""
-    lock = push.portal_lock(f"scram-lock:{cluster.pk}:{user}", LOCK_S, LOCK_WAIT_S)
+    lock = flags.portal_lock(f"scram-lock:{cluster.pk}:{user}", LOCK_S, LOCK_WAIT_S)
     try:
         acquired = lock.acquire()
     except redis.exceptions.RedisError as e:

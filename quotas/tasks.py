@@ -23,9 +23,12 @@ from django.conf import settings
 from django.utils import timezone
 
 from pipeline import landing
-from quotas import notify, push, push_format, targets, workflow
+from quotas import notify, push_format, targets
 from quotas.connectors.base import PushError
 from quotas.models import Broker, Cluster, WebhookDelivery
+from quotas.push import dispatch, flags, group_push, resolve, target_push
+from quotas.push.reconcile import reconcile_all
+from quotas.workflow import boosts
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +40,7 @@ def expire_boosts(now: datetime | None = None) -> list[int]:
     ``now`` is for tests and catch-up runs; beat passes nothing and the current time is used.
     Returns the ids of the requests that expired.
     """
-    return workflow.expire_boosts(now)
+    return boosts.expire_boosts(now)
 
 
 @shared_task(
@@ -60,15 +63,15 @@ def push_target(self: Any, cluster_id: int, broker_pk: int | None = None, *_: An
     if deferred is not None:
         return deferred
     try:
-        return push.push_target(cluster_id, broker_pk).as_dict()
+        return target_push.push_target(cluster_id, broker_pk).as_dict()
     except (Cluster.DoesNotExist, Broker.DoesNotExist):
         return {"skipped": "the cluster or broker no longer exists"}
     except PushError as e:
         if not e.retriable:
             return {"failed": e.code, "message": e.message}
-        if not push.claim_retry(cluster_id, broker_pk):
+        if not flags.claim_retry(cluster_id, broker_pk):
             return {"retry": "another push to this target is already pending"}
-        countdown = push.backoff_s(self.request.retries)
+        countdown = dispatch.backoff_s(self.request.retries)
         log.info("Push to cluster %s target %s failed (%s); retrying in %.1fs", cluster_id, broker_pk, e, countdown)
         raise self.retry(exc=e, countdown=countdown) from e
 
@@ -85,7 +88,7 @@ def push_group(self: Any, cluster_id: int, broker_pks: list[int | None], *_: Any
 
     Each target's outcome as ``push_target`` answers it; a target that failed and may succeed later is retried on
     its own (``push_target``, with backoff), one that was refused is recorded as failed. Engine targets: the task
-    keeps pushing the commits made meanwhile for up to QUOTAS_PUSH_DRAIN_S (``push.push_group``'s drain lease).
+    keeps pushing the commits made meanwhile for up to QUOTAS_PUSH_DRAIN_S (``group_push.push_group``'s drain lease).
     A message in a format newer than this worker reads goes back to the queue (``_defer``).
     """
     deferred = _defer(self)
@@ -93,19 +96,19 @@ def push_group(self: Any, cluster_id: int, broker_pks: list[int | None], *_: Any
         return deferred
     fmt = min(push_format.message_format(self.request), push_format.PUSH_FORMAT)
     try:
-        results = push.push_group(cluster_id, broker_pks, drain_s=settings.QUOTAS_PUSH_DRAIN_S)
+        results = group_push.push_group(cluster_id, broker_pks, drain_s=settings.QUOTAS_PUSH_DRAIN_S)
     except Cluster.DoesNotExist:
         return {"skipped": "the cluster no longer exists"}
     out: dict[str, Any] = {}
     for pk, result in results.items():
-        if isinstance(result, push.PushOutcome):
+        if isinstance(result, target_push.PushOutcome):
             out[str(pk)] = result.as_dict()
         elif isinstance(result, PushError) and not result.retriable:
             out[str(pk)] = {"failed": result.code, "message": result.message}
-        elif not push.claim_retry(cluster_id, pk):
+        elif not flags.claim_retry(cluster_id, pk):
             out[str(pk)] = {"retry": "another push to this target is already pending"}
         else:  # down for now, or an error of ours (logged): pushed again on its own, with backoff
-            countdown = push.backoff_s(0)
+            countdown = dispatch.backoff_s(0)
             log.info("Push to cluster %s target %s failed (%s); retrying in %.1fs", cluster_id, pk, result, countdown)
             push_target.apply_async((cluster_id, pk), countdown=countdown, headers=push_format.headers(fmt))
             out[str(pk)] = {"retry": f"in {countdown:.1f}s"}
@@ -151,7 +154,7 @@ def survey_workers() -> int | None:
     we cannot reach is logged and leaves the last answer to expire."""
     try:
         ttl = max(60.0, 3 * settings.QUOTAS_RECONCILE_SECONDS)
-        return push_format.survey(current_app, push._client(), ttl_s=ttl)
+        return push_format.survey(current_app, flags._client(), ttl_s=ttl)
     except (redis.exceptions.RedisError, OSError, kombu.exceptions.OperationalError) as e:
         log.warning("Could not survey the workers' push formats: %s", e)
         return None
@@ -168,7 +171,7 @@ def _survey_on_ready(**_: Any) -> None:
 def reconcile() -> list[dict[str, Any]]:
     """Beat: catch up targets that are behind, and record (or heal, per QUOTAS_DRIFT_MODE) drift; then survey the
     workers' push formats (a retired older worker lifts the format the portal sends)."""
-    outcomes = [o.__dict__ for o in push.reconcile_all()]
+    outcomes = [o.__dict__ for o in reconcile_all()]
     survey_workers()
     return outcomes
 
@@ -183,11 +186,11 @@ def heal(self: Any, cluster_id: int, broker_pk: int | None, actor_id: int | None
     broker = Broker.objects.get(pk=broker_pk) if broker_pk is not None else None
     actor = get_user_model().objects.filter(pk=actor_id).first() if actor_id is not None else None
     try:
-        return push.heal(cluster, broker, actor).as_dict()
+        return resolve.heal(cluster, broker, actor).as_dict()
     except PushError as e:
         if not e.retriable:
             return {"failed": e.code, "message": e.message}
-        raise self.retry(exc=e, countdown=push.backoff_s(self.request.retries)) from e
+        raise self.retry(exc=e, countdown=dispatch.backoff_s(self.request.retries)) from e
 
 
 @shared_task(bind=True, name="quotas.tasks.notify", acks_late=True, max_retries=5, ignore_result=True)

@@ -28,7 +28,6 @@ from rest_framework.views import APIView
 
 from portal.api.errors import ApiError, ErrorSerializer, unknown_name
 from portal.api.pagination import PAGE_SIZE_PARAM, DefaultCursorPagination
-from quotas import workflow
 from quotas.api.memory import memory_permits
 from quotas.api.params import int_schema
 from quotas.api.parsers import LenientJSONParser
@@ -52,6 +51,7 @@ from quotas.models import (
 )
 from quotas.models.client_metrics import INTERVAL, MATCH, METRICS, NAME_MAX
 from quotas.queries import visible_subscriptions
+from quotas.workflow import subscription_requests
 
 SUBSCRIPTION_ROW_BYTES = 4 << 10  # a subscription: name, metric prefixes and match patterns (as configs)
 SUBSCRIPTION_REQUEST_ROW_BYTES = 6 << 10  # a request, its tenant, cluster, requester and decider
@@ -447,7 +447,7 @@ class SubscriptionRequestViewSet(
         body = SubscriptionRequestCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        created = workflow.submit_subscription(
+        created = subscription_requests.submit_subscription(
             request.user,
             data["tenant"],
             data["cluster"],
@@ -471,7 +471,7 @@ class SubscriptionRequestViewSet(
     )
     @action(detail=True, methods=["post"])
     def withdraw(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.withdraw_subscription)
+        return self._decide(request, subscription_requests.withdraw_subscription)
 
     @extend_schema(
         summary="Approve and apply (admins; never one's own request)",
@@ -481,7 +481,7 @@ class SubscriptionRequestViewSet(
     )
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.approve_subscription)
+        return self._decide(request, subscription_requests.approve_subscription)
 
     @extend_schema(
         summary="Reject, saying why (admins; never one's own request)",
@@ -490,4 +490,4 @@ class SubscriptionRequestViewSet(
     )
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.reject_subscription)
+        return self._decide(request, subscription_requests.reject_subscription)

@@ -2,7 +2,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    """The drain lease of a cluster's version row (``quotas.push.push_group``): NULL on every existing row."""
+    """The drain lease of a cluster's version row (``quotas.push.group_push``): NULL on every existing row."""
 
     dependencies = [
         ("quotas", "0013_webhook_secret_sealed"),

@@ -2,7 +2,7 @@
 
 Counted as Kafka enforces it: each known entity gets the quota of Kafka's precedence, each sensor once, a per-broker
 value x the cluster's brokers, a cluster-wide budget once. Read-only over desired state; the approval pages, the API
-and the plans use it (``quotas.workflow`` re-exports it).
+and the plans use it.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ ENGINE_URL_VALIDATOR = RegexValidator(
 
 
 #: Sent after a commit that leaves push targets behind desired state (a new version, a new broker), with
-#: ``cluster_id`` and ``broker_pks`` (None: the cluster-wide namespace). The push layer (``quotas.push``) connects
-#: to it and enqueues the pushes: the models do not know the push.
+#: ``cluster_id`` and ``broker_pks`` (None: the cluster-wide namespace). The push layer (``quotas.push.dispatch``)
+#: connects to it and enqueues the pushes: the models do not know the push.
 push_wanted = Signal()
 
 

@@ -21,8 +21,8 @@ import pytest
 import redis
 
 from engine.monitor import Sampler
-from quotas import workflow
 from quotas.models import QuotaRequest
+from quotas.workflow import quota_requests
 from tests.portal.brokers import push_everywhere, set_quota
 from tests.waiting import wait_for
 
@@ -205,8 +205,8 @@ def test_an_admin_approves_the_push_lands_everywhere_and_throttling_falls(
     worker = Worker(portal.env["QUOTAS_REDIS_URL"], portal.env["DATABASE_URL"],
                     tmp_path / "worker.log").start()
     try:
-        req = workflow.submit(world["alice"], world["a"], cluster, user="svc-a-1", client_id=None, key=PBR,
-                              value=1_000_000, reason="launch week")
+        req = quota_requests.submit(world["alice"], world["a"], cluster, user="svc-a-1", client_id=None, key=PBR,
+                                    value=1_000_000, reason="launch week")
         def sampled_throttled() -> bool:
             assert traffic.error is None, traffic.error
             samples = [json.loads(v) for v in world["redis"].hvals(f"mon:{{{CLUSTER}}}:latest")]

@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from history import services
 from history.models import ImpactPreview, PreviewState
-from quotas import workflow
 from quotas.models import OwnedName, QuotaEntity, QuotaValue
+from quotas.workflow import quota_requests
 
 from .conftest import CLUSTER, Portal, log_in, screenshot
 
@@ -75,12 +75,12 @@ def test_every_page_fits_a_phone_and_axe_finds_nothing_serious(
     QuotaValue.objects.create(entity=entity, key=PBR, value=1_572_864)
     default = QuotaEntity.objects.create(cluster=cluster, user="<default>", client_id=None)
     QuotaValue.objects.create(entity=default, key=PBR, value=524_288)
-    done = workflow.submit(world["alice"], None, cluster, user="svc-a-1", client_id="app-a-1", key=PBR,
-                           value="2 MiB/s", reason="Black Friday load test")
-    workflow.approve(world["admin"], done.pk, "fine for the week")
-    waiting = workflow.submit(world["alice"], None, cluster, user="svc-a-2", client_id="app-a-2",
-                              key="consumer_byte_rate", value="768 KiB/s", reason="a new consumer group",
-                              expires_at=timezone.now() + timedelta(days=2))
+    done = quota_requests.submit(world["alice"], None, cluster, user="svc-a-1", client_id="app-a-1", key=PBR,
+                                 value="2 MiB/s", reason="Black Friday load test")
+    quota_requests.approve(world["admin"], done.pk, "fine for the week")
+    waiting = quota_requests.submit(world["alice"], None, cluster, user="svc-a-2", client_id="app-a-2",
+                                    key="consumer_byte_rate", value="768 KiB/s", reason="a new consumer group",
+                                    expires_at=timezone.now() + timedelta(days=2))
     finished_preview(waiting)
     axe = Axe()
     problems: list[str] = []

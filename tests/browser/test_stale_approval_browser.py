@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from quotas import workflow
 from quotas.models import Alteration, QuotaOp, QuotaRequest, QuotaValue, audited_alter
+from quotas.workflow import quota_requests
 
 from .conftest import Portal, log_in, screenshot
 from .test_phone_browser import PHONE, check
@@ -35,10 +35,10 @@ def test_an_admin_is_told_a_request_is_stale_confirms_one_and_rejects_another_as
     cluster, alice = world["cluster"], world["alice"]
     audited_alter(cluster, [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 512 * KiB)])], world["admin"])
     ask = {"user": "svc-a-1", "client_id": None, "key": PBR}
-    pending = workflow.submit(alice, None, cluster, value="1.5 MiB/s", reason="checkout peaks", **ask)
-    older = workflow.submit(alice, None, cluster, value="1 MiB/s", reason="an older idea", **ask)
-    newcomer = workflow.submit(alice, None, cluster, value="2 MiB/s", **ask)
-    workflow.approve(world["admin"], newcomer.pk, "the newcomer's")
+    pending = quota_requests.submit(alice, None, cluster, value="1.5 MiB/s", reason="checkout peaks", **ask)
+    older = quota_requests.submit(alice, None, cluster, value="1 MiB/s", reason="an older idea", **ask)
+    newcomer = quota_requests.submit(alice, None, cluster, value="2 MiB/s", **ask)
+    quota_requests.approve(world["admin"], newcomer.pk, "the newcomer's")
     assert value(cluster) == 2 * MiB
 
     page = context.new_page()
@@ -79,7 +79,7 @@ def test_an_admin_is_told_a_request_is_stale_confirms_one_and_rejects_another_as
     assert value(cluster) == 1.5 * MiB
 
     # at a phone's width: one more stale request on the queue
-    workflow.submit(alice, None, cluster, value="3 MiB/s", **ask)
+    quota_requests.submit(alice, None, cluster, value="3 MiB/s", **ask)
     audited_alter(cluster, [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 4 * MiB)])], world["admin"])
     phone = chromium.new_context(viewport=PHONE, is_mobile=True, has_touch=True, base_url=portal.url)
     phone.set_default_timeout(60_000)

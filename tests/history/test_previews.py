@@ -27,8 +27,8 @@ from history import jobs, services
 from history.models import ImpactPreview, PreviewState
 from pipeline.advice import advise
 from pipeline.replay import replay_frame, summarize
-from quotas import workflow
 from quotas.models import QuotaEntity, QuotaValue
+from quotas.workflow import quota_requests
 from tests.celery_worker import CELERY_KEYS, Worker
 from tests.database import database_url
 from tests.portal.people import api
@@ -326,8 +326,8 @@ def test_a_queued_preview_stays_the_requests_until_a_worker_takes_it(world: dict
     """A busy pipeline worker leaves previews queued for minutes: the request's page shows the queued one (and what
     it waits behind) instead of queueing another on each visit once newer data has landed."""
     land(1, steady("svc-a-1", "app-a-1", 1))
-    req = workflow.submit(world["alice"], None, world["cluster"], user="svc-a-1", client_id="app-a-1", key=PBR,
-                          value=1000, reason="queued behind a busy worker")
+    req = quota_requests.submit(world["alice"], None, world["cluster"], user="svc-a-1", client_id="app-a-1", key=PBR,
+                                value=1000, reason="queued behind a busy worker")
     first = services.preview_of_request(req, "landed-1")
     assert first.state == PreviewState.QUEUED and services.waiting_for(first) == ""
     ImpactPreview.objects.filter(pk=first.pk).update(updated=timezone.now() - timedelta(seconds=3 * CLAIM))

@@ -25,10 +25,10 @@ import redis
 from confluent_kafka import Producer
 from django.test import Client
 
-from quotas import push
 from quotas.choices import ConnectorKind
 from quotas.models import Cluster, Push
 from quotas.models.client_metrics import alter_subscription
+from quotas.push import dispatch, target_push
 from telemetry_ui.ingest import telemetry_store as store
 from tests.kafka_fixtures import plugin_problem, release_telemetry_port
 from tests.portal.people import make_user
@@ -85,8 +85,8 @@ def test_a_portal_subscription_reaches_a_real_client_whose_pushes_appear_on_the_
     name = f"kip714-{tag}"
     alter_subscription(cluster, name, {"metrics": "*", "interval.ms": "1000", "match": f"client_id={client_id}"},
                        None)
-    push.wait_direct_pushes()  # the commit's own push (QUOTAS_PUSH_DIRECT) may have brought it there already
-    outcome = push.push_target(cluster.pk, None)
+    dispatch.wait_direct_pushes()  # the commit's own push (QUOTAS_PUSH_DIRECT) may have brought it there already
+    outcome = target_push.push_target(cluster.pk, None)
     row = Push.objects.get(cluster=cluster, broker=None, version=outcome.version)
     assert row.state == "applied" and row.answers and all("holds" in a for a in row.answers.values()), row.answers
     before = exporter_totals(kafka_cluster) if hasattr(kafka_cluster, "exporter_stats") else None
@@ -152,4 +152,4 @@ def test_a_portal_subscription_reaches_a_real_client_whose_pushes_appear_on_the_
             assert delta["dropped"] == delta["failed"] == delta["rejected"] == 0, (delta, json.dumps(after))
     finally:
         alter_subscription(cluster, name, None, None)
-        push.push_target(cluster.pk, None)
+        target_push.push_target(cluster.pk, None)

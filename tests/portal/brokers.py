@@ -7,13 +7,13 @@ import json
 
 import redis
 
-from quotas import push
 from quotas.models import Alteration, Cluster, QuotaOp, alter_client_quotas, push_targets
+from quotas.push import dispatch, target_push
 
 
-def push_everywhere(cluster: Cluster) -> list[push.PushOutcome]:
+def push_everywhere(cluster: Cluster) -> list[target_push.PushOutcome]:
     """Push the cluster's desired state to every target now, as the Celery task would (no worker needed)."""
-    return [push.push_target(cluster.pk, b.pk if b is not None else None) for b in push_targets(cluster)]
+    return [target_push.push_target(cluster.pk, b.pk if b is not None else None) for b in push_targets(cluster)]
 
 
 def set_quota(cluster: Cluster, user: str, value: float, key: str = "producer_byte_rate") -> int:
@@ -26,7 +26,7 @@ def queued_push_messages(client: redis.Redis) -> list[tuple[str, list[object]]]:
     out = []
     for raw in client.lrange("celery", 0, -1):
         message = json.loads(raw)
-        if message["headers"]["task"] in (push.PUSH_TASK, push.PUSH_GROUP_TASK):
+        if message["headers"]["task"] in (dispatch.PUSH_TASK, dispatch.PUSH_GROUP_TASK):
             args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))  # Celery's message protocol 2
             out.append((message["headers"]["task"], args))
     return out
@@ -36,7 +36,7 @@ def queued_pushes(client: redis.Redis) -> list[tuple[int, int | None]]:
     """(cluster pk, broker pk) of every target a waiting push message will push (a group message: each of its)."""
     out: list[tuple[int, int | None]] = []
     for task, args in queued_push_messages(client):
-        if task == push.PUSH_GROUP_TASK:
+        if task == dispatch.PUSH_GROUP_TASK:
             cluster_pk, broker_pks = args
             out.extend((cluster_pk, pk) for pk in broker_pks)  # type: ignore[union-attr]
         else:

@@ -20,7 +20,6 @@ from django.utils import timezone
 from access_tokens.models import AccessToken
 from history.models import ImpactPreview
 from plans.services import build_plan
-from quotas import workflow
 from quotas.choices import EntityType, QuotaScope
 from quotas.models import (
     Alteration,
@@ -39,6 +38,7 @@ from quotas.models import (
     alter_client_quotas,
 )
 from quotas.models.broker_configs import ConfigOp, ConfigResource, alter_configs
+from quotas.workflow import plan_requests, quota_requests, subscription_requests
 from tests.portal.people import make_user
 
 SECRET = "s" * 32
@@ -82,31 +82,31 @@ def build() -> dict[str, Any]:
 
     # quota requests in every state, with a null user, a null client-id, a boost
     ask = {"key": "producer_byte_rate", "value": 2048}
-    workflow.submit(member, None, prod, user="svc-a-2", client_id=None, reason="fuzz", **ask)
-    workflow.submit(member, None, prod, user=None, client_id="app-a-2", reason="client-id only", **ask)
-    workflow.submit(member, None, prod, user="svc-a-3", client_id="app-a-3", reason="a boost",
-                    expires_at=now + timedelta(hours=1), **ask)
-    approved = workflow.submit(member, None, prod, user="svc-a-4", client_id=None, reason="go", **ask)
-    workflow.approve(admin, approved.pk, "ok")
-    rejected = workflow.submit(member, None, prod, user="svc-a-5", client_id=None, reason="no", **ask)
-    workflow.reject(admin, rejected.pk, "too much")
-    withdrawn = workflow.submit(member, None, prod, user="svc-a-6", client_id=None, reason="oops", **ask)
-    workflow.withdraw(member, withdrawn.pk)
+    quota_requests.submit(member, None, prod, user="svc-a-2", client_id=None, reason="fuzz", **ask)
+    quota_requests.submit(member, None, prod, user=None, client_id="app-a-2", reason="client-id only", **ask)
+    quota_requests.submit(member, None, prod, user="svc-a-3", client_id="app-a-3", reason="a boost",
+                          expires_at=now + timedelta(hours=1), **ask)
+    approved = quota_requests.submit(member, None, prod, user="svc-a-4", client_id=None, reason="go", **ask)
+    quota_requests.approve(admin, approved.pk, "ok")
+    rejected = quota_requests.submit(member, None, prod, user="svc-a-5", client_id=None, reason="no", **ask)
+    quota_requests.reject(admin, rejected.pk, "too much")
+    withdrawn = quota_requests.submit(member, None, prod, user="svc-a-6", client_id=None, reason="oops", **ask)
+    quota_requests.withdraw(member, withdrawn.pk)
     # submitted before the portal kept what a request was submitted against
     QuotaRequest.objects.filter(pk=withdrawn.pk).update(submitted_against=None)
 
     # client-metrics subscriptions and their requests (one decided, one not)
     ClientMetricsSubscription.objects.create(cluster=prod, name="sub-shared", metrics="*", match="")
     sub_config = {"metrics": "org.apache.kafka.", "interval.ms": 60000, "match": "client_id=app-a-.*"}
-    sub = workflow.submit_subscription(member, None, prod, name="sub-a", configs=sub_config)
-    workflow.approve_subscription(admin, sub.pk)
-    pending_sub = workflow.submit_subscription(member, None, prod, name="sub-a-2", configs=sub_config)
+    sub = subscription_requests.submit_subscription(member, None, prod, name="sub-a", configs=sub_config)
+    subscription_requests.approve_subscription(admin, sub.pk)
+    pending_sub = subscription_requests.submit_subscription(member, None, prod, name="sub-a-2", configs=sub_config)
 
     # plans: one as it was made, one asked for (undecided), one approved
     build_plan(member, prod, plan_file("svc-a-7", 1200), False)
-    asked = workflow.submit_plan(member, build_plan(member, prod, plan_file("svc-a-8", 1250), False))
-    decided = workflow.submit_plan(member, build_plan(member, prod, plan_file("svc-a-9", 1300), False))
-    workflow.approve_plan(admin, decided.pk)
+    asked = plan_requests.submit_plan(member, build_plan(member, prod, plan_file("svc-a-8", 1250), False))
+    decided = plan_requests.submit_plan(member, build_plan(member, prod, plan_file("svc-a-9", 1300), False))
+    plan_requests.approve_plan(admin, decided.pk)
 
     # impact previews: failed (no result), and one for a client-id alone (no user)
     for user, client_id in (("svc-a-1", None), (None, "app-a-1")):

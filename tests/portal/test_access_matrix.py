@@ -312,7 +312,7 @@ def test_every_route_and_operation_has_a_row() -> None:
 def world(django_db_setup: None, django_db_blocker: Any, redis_url: str) -> Iterator[dict[str, Any]]:
     """Two tenants with their quotas, requests, previews, subscriptions, webhooks and telemetry; shared defaults."""
     from history.models import ImpactPreview
-    from quotas import workflow
+    from quotas.workflow import plan_requests, quota_requests, subscription_requests
 
     r = redis.Redis.from_url(redis_url)
     tel_keys = f"tel:{{{CLUSTER}}}*"
@@ -336,18 +336,19 @@ def world(django_db_setup: None, django_db_blocker: Any, redis_url: str) -> Iter
         ], admin)
         entities = {e.user: e for e in QuotaEntity.objects.filter(cluster=cluster)}
         w["entity"] = {"A": entities["svc-mxa-1"].pk, "B": entities["svc-mxb-1"].pk, "shared": entities["<default>"].pk}
-        req_a = workflow.submit(amy, None, cluster, user="svc-mxa-1", client_id=None, reason="why-mxa", **GOOD_QUOTA)
-        req_b = workflow.submit(ben, None, cluster, user="svc-mxb-1", client_id=None, reason="why-mxb", **GOOD_QUOTA)
+        submit = quota_requests.submit
+        req_a = submit(amy, None, cluster, user="svc-mxa-1", client_id=None, reason="why-mxa", **GOOD_QUOTA)
+        req_b = submit(ben, None, cluster, user="svc-mxb-1", client_id=None, reason="why-mxb", **GOOD_QUOTA)
         w["request"] = {"A": req_a.pk, "B": req_b.pk}
         ClientMetricsSubscription.objects.create(cluster=cluster, name="sub-shared", metrics="*", match="")
         for tag, member in (("mxa", amy), ("mxb", ben)):
-            sub = workflow.submit_subscription(
+            sub = subscription_requests.submit_subscription(
                 member, None, cluster, name=f"sub-{tag}",
                 configs={"metrics": "org.apache.kafka.", "interval.ms": 60000, "match": f"client_id=app-{tag}-.*"},
             )
-            workflow.approve_subscription(admin, sub.pk)
+            subscription_requests.approve_subscription(admin, sub.pk)
         subs = {
-            obj: workflow.submit_subscription(
+            obj: subscription_requests.submit_subscription(
                 member, None, cluster, name=f"sub-{tag}-2",
                 configs={"metrics": "org.apache.kafka.", "interval.ms": 60000, "match": f"client_id=app-{tag}-9"},
             ).pk
@@ -381,7 +382,7 @@ def world(django_db_setup: None, django_db_blocker: Any, redis_url: str) -> Iter
         for obj, tag, member in (("A", "mxa", amy), ("B", "mxb", ben)):
             plans[obj] = build_plan(member, cluster, plan_file(tag, 1200), False).pk
             asked = build_plan(member, cluster, plan_file(tag, 1250), False)
-            grouped[obj] = workflow.submit_plan(member, asked).pk
+            grouped[obj] = plan_requests.submit_plan(member, asked).pk
         w["plan"], w["plan-request"] = plans, grouped
         from access_tokens.models import AccessToken
 

@@ -208,7 +208,7 @@ def observed(
 ) -> Iterator[dict[str, Seen]]:
     """The world (tenants A and B, their entities, telemetry instances and requests, and shared ones), the live
     portal, and what each role's socket answered to every row."""
-    from quotas import workflow
+    from quotas.workflow import plan_requests, quota_requests, subscription_requests
 
     r = redis.Redis.from_url(redis_url)
     keys = (f"mon:{{{CLUSTER}}}*", f"tel:{{{CLUSTER}}}*")
@@ -256,14 +256,16 @@ def observed(
         # quota request, a KIP-714 subscription request (withdrawn) and a grouped plan request (approved).
         _publish_samples(redis_url, now)
         for obj in ("A", "B"):
-            workflow.submit(users[obj], None, cluster, user=f"svc-{MARK[obj]}-2", client_id=None, reason="wsmx",
-                            key="producer_byte_rate", value=2048)
-            sub = workflow.submit_subscription(users[obj], None, cluster, name=f"sub-{MARK[obj]}", configs={
-                "metrics": "org.apache.kafka.producer.", "interval.ms": 60000, "match": f"client_id=app-{MARK[obj]}-1"})
-            workflow.withdraw_subscription(users[obj], sub.pk)
+            quota_requests.submit(users[obj], None, cluster, user=f"svc-{MARK[obj]}-2", client_id=None, reason="wsmx",
+                                  key="producer_byte_rate", value=2048)
+            asked = {"metrics": "org.apache.kafka.producer.", "interval.ms": 60000,
+                     "match": f"client_id=app-{MARK[obj]}-1"}
+            sub = subscription_requests.submit_subscription(users[obj], None, cluster, name=f"sub-{MARK[obj]}",
+                                                            configs=asked)
+            subscription_requests.withdraw_subscription(users[obj], sub.pk)
             plan = Plan.objects.create(cluster=cluster, created_by=users[obj], tenant=Tenant.objects.get(
                 name=f"team-{MARK[obj]}"), document="", base_version=0)
-            workflow.approve_plan(users["admin"], workflow.submit_plan(users[obj], plan).pk)
+            plan_requests.approve_plan(users["admin"], plan_requests.submit_plan(users[obj], plan).pk)
 
         def admin_has_all() -> bool:
             watchers["admin"].read(0.2)

@@ -29,10 +29,11 @@ from engine.config import KEY_SEP, EntityRef, namespace_for_broker
 from engine.desired import NamespaceState
 from portal import backups
 from portal.backups import PG_MAGIC, SQLITE_MAGIC, BackupError
-from quotas import push, workflow
 from quotas.connectors.base import QUOTA
 from quotas.models import AuditEntry, Cluster, DesiredStateVersion, Drift, OwnedName, QuotaValue, Tenant
 from quotas.models.pushes import RESTORE_FENCE
+from quotas.push import reconcile, resolve
+from quotas.workflow import quota_requests
 from tests.database import database_url, drop_database, on_postgres
 
 from .brokers import push_everywhere
@@ -60,8 +61,8 @@ def w(engine_redis: redis.Redis) -> dict[str, Any]:
 
 def approved(w: dict[str, Any], user: str, key: str, value: float) -> None:
     """alice asks, root approves, and the change is pushed to both brokers as the worker would."""
-    request = workflow.submit(w["alice"], w["a"], w["prod"], user=user, client_id=None, key=key, value=value)
-    workflow.approve(w["root"], request.pk)
+    request = quota_requests.submit(w["alice"], w["a"], w["prod"], user=user, client_id=None, key=key, value=value)
+    quota_requests.approve(w["root"], request.pk)
     push_everywhere(w["prod"])
 
 
@@ -168,7 +169,7 @@ def test_a_restored_database_leaves_what_the_brokers_hold_until_an_admin_adopts_
     assert f"from the backup {backup.name} by " in restored.get().comment
     # a push after the restart, and the worker's reconcile in heal mode: the brokers keep what they hold
     assert {o.mode for o in push_everywhere(w["prod"])} == {"delta"}  # of nothing: the fence's version
-    assert {o.status for o in push.reconcile_all(mode="heal")} == {"drift"}
+    assert {o.status for o in reconcile.reconcile_all(mode="heal")} == {"drift"}
     assert on_brokers(w) == {1: newer, 2: newer}
     b1 = w["prod"].brokers.get(broker_id=1)
     found = {(d.resource, d.key): (d.status, d.desired, d.actual) for d in Drift.objects.filter(broker=b1)}
@@ -181,11 +182,11 @@ def test_a_restored_database_leaves_what_the_brokers_hold_until_an_admin_adopts_
     newest = {**newer, ("svc-a-3", PBR): "500.0"}
     assert on_brokers(w) == {1: newest, 2: newest}
 
-    adopted = push.adopt(w["prod"], list(Drift.objects.filter(broker=b1).values_list("pk", flat=True)), w["ops"])
+    adopted = resolve.adopt(w["prod"], list(Drift.objects.filter(broker=b1).values_list("pk", flat=True)), w["ops"])
 
     assert desired(w) == {("svc-a-1", PBR): 2000, ("svc-a-2", CBR): 3000, ("svc-a-3", PBR): 500}
     assert {o.mode for o in push_everywhere(w["prod"])} == {"delta"}  # what the brokers hold already
-    assert {o.status for o in push.reconcile_all(mode="heal")} == {"in-sync"}
+    assert {o.status for o in reconcile.reconcile_all(mode="heal")} == {"in-sync"}
     assert on_brokers(w) == {1: newest, 2: newest} and version() == adopted
     entries = AuditEntry.objects.filter(action="drift_adopted").values_list("actor_name", "entity", "before", "after")
     assert sorted(entries) == [
@@ -197,7 +198,7 @@ def test_a_restored_database_leaves_what_the_brokers_hold_until_an_admin_adopts_
     # seen in sync since the restore: heal mode re-applies desired state over a broker changed behind its back again
     config = NamespaceState(w["redis"], namespace_for_broker("prod", 2), 2).stores[0].hash_key
     w["redis"].hset(config, EntityRef(user="svc-a-1").field() + KEY_SEP + PBR, "5.0")
-    assert {o.target: o.status for o in push.reconcile_all(mode="heal")} == {
+    assert {o.target: o.status for o in reconcile.reconcile_all(mode="heal")} == {
         "prod/broker-1": "in-sync", "prod/broker-2": "healed"
     }
     assert on_brokers(w)[2] == newest

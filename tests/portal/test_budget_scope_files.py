@@ -11,7 +11,6 @@ import redis
 import yaml
 
 from history.models import ImpactPreview
-from quotas import workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import BUDGET_SCOPE
 from quotas.models import (
@@ -26,6 +25,7 @@ from quotas.models import (
     Tenant,
     alter_client_quotas,
 )
+from quotas.workflow import errors, plan_requests
 from tests.portal.people import api, roles
 
 pytestmark = pytest.mark.django_db
@@ -123,8 +123,8 @@ def test_a_scope_that_moved_since_the_plan_makes_a_grouped_request_stale(w: dict
     request_id = submitted.json()["request"]
     # meanwhile an admin made the same number a budget: the plan's "before" is no longer what is stored
     alter_client_quotas(w["kprod"], [Alteration([("user", "svc-a-2")], [QuotaOp(PBR, MiB, scope="cluster_wide")])])
-    with pytest.raises(workflow.PlanStaleError, match="svc-a-2 producer_byte_rate"):
-        workflow.approve_plan(w["admin"], request_id)
+    with pytest.raises(errors.PlanStaleError, match="svc-a-2 producer_byte_rate"):
+        plan_requests.approve_plan(w["admin"], request_id)
 
 
 def test_a_one_namespace_clusters_file_cannot_hold_a_budget(w: dict[str, Any]) -> None:

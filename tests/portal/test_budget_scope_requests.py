@@ -17,7 +17,6 @@ import redis
 from django.test import Client
 from django.utils import timezone
 
-from quotas import workflow
 from quotas.choices import ConnectorKind
 from quotas.models import (
     Alteration,
@@ -30,7 +29,9 @@ from quotas.models import (
     Tenant,
     alter_client_quotas,
 )
+from quotas.models.capacity import capacity_check
 from quotas.tasks import expire_boosts
+from quotas.workflow import quota_requests
 from tests.push.fake_kafka import FakeKafka, installed
 from tests.redis_keys import keys_cleared
 
@@ -97,7 +98,7 @@ def test_a_request_without_a_scope_keeps_the_values_and_says_which(w: dict[str, 
     alter_client_quotas(w["cluster"], [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 1000, scope="cluster_wide")])])
     body = ask(w["alice"], value=2000).json()
     assert body["budget_scope"] == "cluster_wide"  # a bigger number, still one budget: never silently x 3
-    workflow.approve(w["admin"], body["id"])
+    quota_requests.approve(w["admin"], body["id"])
     assert stored(w["cluster"]) == (2000.0, "cluster_wide")
     assert QuotaRequest.objects.get(pk=body["id"]).previous_budget_scope == "cluster_wide"
     assert ask(w["alice"], user="svc-a-2").json()["budget_scope"] == "per_broker"  # a new value: Kafka's meaning
@@ -134,9 +135,9 @@ def test_a_cluster_wide_boost_gives_back_the_per_broker_value_it_replaced(w: dic
     t0 = timezone.now()
     cluster = w["cluster"]
     alter_client_quotas(cluster, [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 500)])])
-    boost = workflow.submit(w["alice"], None, cluster, user="svc-a-1", client_id=None, key=PBR, value=6000,
-                            expires_at=t0 + timedelta(hours=1), now=t0, budget_scope="cluster_wide")
-    workflow.approve(w["admin"], boost.pk, now=t0)
+    boost = quota_requests.submit(w["alice"], None, cluster, user="svc-a-1", client_id=None, key=PBR, value=6000,
+                                  expires_at=t0 + timedelta(hours=1), now=t0, budget_scope="cluster_wide")
+    quota_requests.approve(w["admin"], boost.pk, now=t0)
     assert stored(cluster) == (6000.0, "cluster_wide")
     push_everywhere(cluster)
 
@@ -153,9 +154,9 @@ def test_the_capacity_check_counts_per_broker_values_per_broker_and_budgets_once
         Alteration([("user", "svc-b-1")], [QuotaOp(PBR, 1000)]),  # per broker: 3,000 B/s of the cluster
         Alteration([("user", "svc-b-2")], [QuotaOp(PBR, 4000, scope="cluster_wide")]),  # a budget: 4,000 B/s
     ])
-    request = workflow.submit(w["alice"], None, cluster, user="svc-a-1", client_id=None, key=PBR, value=1000)
+    request = quota_requests.submit(w["alice"], None, cluster, user="svc-a-1", client_id=None, key=PBR, value=1000)
 
-    check = workflow.capacity_check(request)
+    check = capacity_check(request)
 
     assert check is not None
     assert (check.granted_without, check.granted_with) == (7000.0, 10000.0)  # 3,000 + 4,000; + 1,000 x 3
@@ -163,9 +164,9 @@ def test_the_capacity_check_counts_per_broker_values_per_broker_and_budgets_once
     assert "per-broker values x 3 brokers (Kafka enforces each on every broker)" in check.counted
     assert "cluster-wide budgets once (the brokers share each one out: /config/users/svc-b-2" in check.counted
 
-    wide = workflow.submit(w["alice"], None, cluster, user="svc-a-1", client_id=None, key=PBR, value=1000,
-                           budget_scope="cluster_wide")
-    assert workflow.capacity_check(wide).granted_with == 8000.0  # the same number as a budget: once
+    wide = quota_requests.submit(w["alice"], None, cluster, user="svc-a-1", client_id=None, key=PBR, value=1000,
+                                 budget_scope="cluster_wide")
+    assert capacity_check(wide).granted_with == 8000.0  # the same number as a budget: once
 
 
 def test_a_cluster_wide_default_counts_once_for_each_known_entity_it_applies_to(w: dict[str, Any]) -> None:
@@ -175,9 +176,9 @@ def test_a_cluster_wide_default_counts_once_for_each_known_entity_it_applies_to(
         Alteration([("user", None)], [QuotaOp(PBR, 100, scope="cluster_wide")]),
         Alteration([("user", "svc-b-1")], [QuotaOp(CBR, 1)]),
     ])
-    request = workflow.submit(w["alice"], None, cluster, user="svc-a-9", client_id=None, key=CBR, value=1)
+    request = quota_requests.submit(w["alice"], None, cluster, user="svc-a-9", client_id=None, key=CBR, value=1)
     request.key = PBR  # svc-a-9 and svc-b-1 both get the default's budget
-    check = workflow.capacity_check(request)
+    check = capacity_check(request)
     assert check is not None and check.granted_without == 200.0
 
 
@@ -203,7 +204,7 @@ def test_the_request_form_asks_for_a_scope_and_the_pages_show_it(w: dict[str, An
     assert 'data-budget-scope="cluster_wide"' in page and "a budget for the sum over kprod's brokers" in page
     assert 'data-figure="budgets"' in page  # the capacity check names the budget it counted once
 
-    workflow.approve(w["admin"], created.pk)
+    quota_requests.approve(w["admin"], created.pk)
     entity = QuotaValue.objects.get().entity
     admin = browser(w["admin"])
     detail = admin.get(f"/entities/{entity.pk}/").content.decode()

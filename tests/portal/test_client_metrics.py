@@ -15,7 +15,6 @@ import redis
 from engine.config import namespace_for_broker
 from engine.desired import NamespaceState
 from kafka_wire import CLIENT_METRICS_RESOURCE, SOURCE_CLIENT_METRICS, AdminClient
-from quotas import push, workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import CLIENT_METRICS, Item
 from quotas.models import (
@@ -31,7 +30,10 @@ from quotas.models import (
     Tenant,
     alter_subscription,
 )
-from quotas.workflow import InvalidRequest, PermissionDenied
+from quotas.models.desired import desired_state
+from quotas.push import reconcile, resolve, target_push
+from quotas.workflow import subscription_requests
+from quotas.workflow.errors import InvalidRequest, PermissionDenied
 from tests.portal.brokers import push_everywhere
 from tests.portal.people import api, roles
 from tests.waiting import wait_for
@@ -213,7 +215,7 @@ def test_create_update_delete_are_versioned_pushed_and_audited(w: dict[str, Any]
 def test_desired_state_holds_every_subscription_so_a_full_push_restores_them(w: dict[str, Any]) -> None:
     alter_subscription(w["prod"], "all", {"metrics": "*"}, None)
     alter_subscription(w["prod"], "apps", {"metrics": "a.", "match": "client_id=app-.*", "interval.ms": "500"}, None)
-    state = push.desired_state(w["prod"], w["prod"].brokers.get(broker_id=1))
+    state = desired_state(w["prod"], w["prod"].brokers.get(broker_id=1))
     assert {i: v for i, v in state.items() if i.kind == CLIENT_METRICS} == {
         Item(CLIENT_METRICS, "all", "metrics"): "*",
         Item(CLIENT_METRICS, "all", "interval.ms"): "300000",
@@ -237,16 +239,16 @@ def test_drift_on_a_subscription_is_found_and_healed(w: dict[str, Any]) -> None:
     store = state.stores[3].hash_key
     w["redis"].hset(store, "app-metrics|interval.ms", "100")  # changed behind the portal's back
     w["redis"].hset(store, "rogue|metrics", "*")  # a subscription the portal never made
-    assert push.reconcile_target(w["prod"], broker, mode="report").status == "drift"
+    assert reconcile.reconcile_target(w["prod"], broker, mode="report").status == "drift"
     found = {(d.resource, d.key, d.status, d.desired, d.actual) for d in Drift.objects.filter(kind=CLIENT_METRICS)}
     assert found == {
         ("app-metrics", "interval.ms", "different", "300000", "100"),
         ("rogue", "metrics", "extra", None, "*"),
     }
     assert AuditEntry.objects.filter(action="drift_detected", entity="/config/client-metrics/rogue").exists()
-    push.heal(w["prod"], broker, w["admin"])
+    resolve.heal(w["prod"], broker, w["admin"])
     assert held(w, 1) == held(w, 2)
-    assert push.reconcile_target(w["prod"], broker, mode="report").status == "in-sync"
+    assert reconcile.reconcile_target(w["prod"], broker, mode="report").status == "in-sync"
 
 
 # ------------------------------------------------------------------ Kafka: client-metrics resources (type 16)
@@ -271,20 +273,20 @@ def test_a_real_kafka_cluster_gets_subscriptions_as_client_metrics_resources(
         return out
 
     alter_subscription(cluster, name, {"metrics": "*", "interval.ms": "1000", "match": "client_id=app-1"}, None)
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
     assert on_each_broker() == [{"metrics": "*", "interval.ms": "1000", "match": "client_id=app-1"}] * 3
     alter_subscription(cluster, name, {"metrics": "*", "interval.ms": "1000"}, None)
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
     assert [held.get("match") for held in on_each_broker()] == [None] * 3
     # drift: changed with kafka-configs behind the portal's back
     with AdminClient(kafka_cluster.nodes[1].address("PLAINTEXT")) as client:
         client.incremental_alter_configs({(CLIENT_METRICS_RESOURCE, name): [("interval.ms", 0, "100")]})
     wait_for("the change on every broker", lambda: all(h.get("interval.ms") == "100" for h in on_each_broker()))
-    assert push.reconcile_target(cluster, None, mode="report").status == "drift"
+    assert reconcile.reconcile_target(cluster, None, mode="report").status == "drift"
     drift = Drift.objects.get(cluster=cluster, kind=CLIENT_METRICS, resource=name)
     assert (drift.key, drift.desired, drift.actual) == ("interval.ms", "1000", "100")
     alter_subscription(cluster, name, None, None)
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
 
 
 # ------------------------------------------------------------------ tenants' requests
@@ -344,7 +346,7 @@ def test_a_tenant_request_is_approved_applied_and_settled_when_every_broker_hold
     # and the tenant asks for its removal
     gone = ask(w, operation="delete").json()
     assert gone["operation"] == "delete" and gone["configs"] is None
-    workflow.approve_subscription(w["admin"], gone["id"])
+    subscription_requests.approve_subscription(w["admin"], gone["id"])
     push_everywhere(w["prod"])
     assert SubscriptionRequest.objects.get(pk=gone["id"]).state == "applied"
     assert not ClientMetricsSubscription.objects.exists() and held(w, 1) == {}
@@ -401,16 +403,16 @@ def test_requests_are_judged_by_kafkas_rules_and_decided_once(w: dict[str, Any])
 
 def test_an_admin_does_not_approve_its_own_request_and_stale_requests_fail(w: dict[str, Any]) -> None:
     w["a"].members.add(w["admin"])
-    mine = workflow.submit_subscription(
+    mine = subscription_requests.submit_subscription(
         w["admin"], w["a"], w["prod"], name="s", configs={"metrics": "*", "match": "client_id=app-1"}
     )
     with pytest.raises(PermissionDenied, match="Nobody approves"):
-        workflow.approve_subscription(w["admin"], mine.pk)
+        subscription_requests.approve_subscription(w["admin"], mine.pk)
     # a delete approved after the subscription went away fails with the reason
     alter_subscription(w["prod"], "t", {"metrics": "*", "match": "client_id=app-1"}, None)
-    gone = workflow.submit_subscription(w["alice"], w["a"], w["prod"], name="t", configs=None)
+    gone = subscription_requests.submit_subscription(w["alice"], w["a"], w["prod"], name="t", configs=None)
     alter_subscription(w["prod"], "t", None, None)
-    assert workflow.approve_subscription(w["admin2"], gone.pk).state == "failed"
+    assert subscription_requests.approve_subscription(w["admin2"], gone.pk).state == "failed"
     assert "no client-metrics subscription" in SubscriptionRequest.objects.get(pk=gone.pk).failure
     with pytest.raises(InvalidRequest):
-        workflow.withdraw_subscription(w["alice"], 99999)
+        subscription_requests.withdraw_subscription(w["alice"], 99999)

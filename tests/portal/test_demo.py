@@ -16,7 +16,6 @@ from django.utils import timezone
 from demo.management.commands.demo_data import BOOST, DEMO_PASSWORD, PENDING, USERS
 from engine.config import QuotaEngine, namespace_for_broker
 from engine.desired import BrokerConfigStore, NamespaceState
-from quotas import push, workflow
 from quotas.choices import BudgetScope
 from quotas.models import (
     AuditEntry,
@@ -38,6 +37,8 @@ from quotas.models import (
     is_auditor,
     owning_tenant,
 )
+from quotas.push import target_push
+from quotas.workflow import quota_requests
 from tests.portal.brokers import queued_pushes
 from traffic.loadgen import DEMO_TOPIC_BURSTS, DEMO_TRAFFIC, STORM_IP
 
@@ -164,7 +165,7 @@ def test_demo_data_never_overwrites_what_the_demo_changed(engine_redis: redis.Re
     demo_data()
     admin = get_user_model().objects.get(username="demo-admin")
     pending = QuotaRequest.objects.get(state="submitted")
-    workflow.approve(admin, pending.pk)
+    quota_requests.approve(admin, pending.pk)
     prod = Cluster.objects.get(name="prod")
     entity = QuotaEntity.objects.get(cluster=prod, user=None, client_id="search-query")
     entity.quota_values.update(value=30.0)  # an admin's own change in the demo
@@ -195,7 +196,7 @@ def test_the_first_push_of_each_broker_lands_everything(
     brokers = {(b.cluster_id, b.pk): b for b in Broker.objects.select_related("cluster")}
     assert sorted(queued) == sorted(brokers)  # one push per broker, however many versions were committed
     for cluster_pk, broker_pk in queued:  # what the worker runs
-        outcome = push.push_target(cluster_pk, broker_pk)
+        outcome = target_push.push_target(cluster_pk, broker_pk)
         assert outcome.mode == "full"
     for b in brokers.values():
         version = DesiredStateVersion.objects.get(cluster=b.cluster).version

@@ -18,8 +18,9 @@ from engine.monitor import entity_key
 from history import jobs
 from kafka_wire import CLIENT_METRICS_RESOURCE, MATCH_EXACT, SOURCE_CLIENT_METRICS, AdminClient
 from pipeline.recorded import MATERIAL_FRACTION
-from quotas import push, tasks
+from quotas import tasks
 from quotas.models import Cluster
+from quotas.push import target_push
 from traffic.kafka_clients import DEMO_KAFKA_TRAFFIC
 
 pytestmark = pytest.mark.django_db
@@ -50,7 +51,7 @@ def test_prod_is_the_real_cluster_with_its_quotas_and_the_principals_credentials
     )
     assert Cluster.objects.get(name="staging").connector == "engine"  # both connectors in the demo
 
-    push.push_target(kafka_demo.pk, None)
+    target_push.push_target(kafka_demo.pk, None)
 
     for node in kafka_cluster.nodes:
         with AdminClient(node.address("PLAINTEXT")) as client:
@@ -71,7 +72,7 @@ def test_prod_is_the_real_cluster_with_its_quotas_and_the_principals_credentials
 def test_the_demo_clients_are_throttled_by_kafka_and_the_monitor_shows_it(
     kafka_demo: Cluster, engine_redis: redis.Redis, settings: Any, tmp_path: Any
 ) -> None:
-    push.push_target(kafka_demo.pk, None)
+    target_push.push_target(kafka_demo.pk, None)
     settings.QUOTAS_LIVE_SOURCES = "prod=client"  # the clients feed prod's live samples (default: Prometheus)
 
     call_command("kafka_traffic", duration=15, status_every=60, stdout=io.StringIO())

@@ -19,7 +19,6 @@ from django.test import Client
 
 from engine.config import KEY_SEP, EntityRef, namespace_for_broker
 from engine.desired import NamespaceState
-from quotas import push, workflow
 from quotas.choices import QuotaScope
 from quotas.connectors.base import PushError
 from quotas.models import (
@@ -31,7 +30,9 @@ from quotas.models import (
     QuotaRequest,
     Tenant,
 )
+from quotas.push import reconcile, target_push
 from quotas.tasks import heal
+from quotas.workflow import quota_requests
 
 from .brokers import push_everywhere, set_quota
 from .people import make_user, roles
@@ -70,7 +71,7 @@ def drifted(w: dict[str, Any]) -> Broker:
     w["redis"].hdel(config, EntityRef(user="svc-a-2").field() + KEY_SEP + CBR)  # missing
     w["redis"].hset(state.stores[1].hash_key, "1|max.connections", "10")  # extra, on the broker's own config
     broker = w["prod"].brokers.get(broker_id=1)
-    assert push.reconcile_target(w["prod"], broker, mode="report").status == "drift"
+    assert reconcile.reconcile_target(w["prod"], broker, mode="report").status == "drift"
     return broker
 
 
@@ -148,7 +149,7 @@ def test_drift_page_shows_each_target_against_desired_state(w: dict[str, Any]) -
     set_quota(w["prod"], "svc-a-1", 1000, PBR)
     for broker in Broker.objects.filter(cluster=w["prod"]):
         try:
-            push.push_target(w["prod"].pk, broker.pk)
+            target_push.push_target(w["prod"].pk, broker.pk)
         except PushError:
             pass
     set_quota(w["prod"], "svc-a-1", 2000, PBR)  # version 2, pushed nowhere yet
@@ -166,7 +167,7 @@ def test_drift_page_shows_each_target_against_desired_state(w: dict[str, Any]) -
 
     push_everywhere_but = [b for b in Broker.objects.filter(cluster=w["prod"]) if b.broker_id != 2]
     for broker in push_everywhere_but:
-        push.push_target(w["prod"].pk, broker.pk)
+        target_push.push_target(w["prod"].pk, broker.pk)
     rows = targets(browser(w["auditor"]).get("/drift/"))
     assert rows["broker 0"][1:5] == ["2", "yes", "0", "0"]
 
@@ -222,7 +223,7 @@ def test_drift_is_shown_then_healed_from_the_page(w: dict[str, Any], queue: Cele
     healed = AuditEntry.objects.filter(action="drift_healed", cluster=w["prod"])
     assert healed.count() == 3 and {e.actor_name for e in healed} == {"root"}
     assert set(Drift.objects.values_list("resolution", flat=True)) == {"healed"}
-    assert push.reconcile_target(w["prod"], broker, mode="report").status == "in-sync"
+    assert reconcile.reconcile_target(w["prod"], broker, mode="report").status == "in-sync"
 
 
 def test_reapply_is_refused_to_auditors_and_members(w: dict[str, Any], queue: CeleryQueue) -> None:
@@ -266,13 +267,13 @@ def push_table(response: Any) -> list[list[str]]:
 
 
 def test_request_page_shows_its_pushes(w: dict[str, Any]) -> None:
-    request = workflow.submit(w["alice"], w["a"], w["prod"], user="svc-a-1", client_id=None, key=PBR, value=1000)
+    request = quota_requests.submit(w["alice"], w["a"], w["prod"], user="svc-a-1", client_id=None, key=PBR, value=1000)
     alice = browser(w["alice"])
     page = alice.get(f"/requests/{request.pk}/")
     assert "Nothing to push: this request has not changed the desired state." in text(page)
     assert push_table(page) == []
 
-    workflow.approve(w["admin"], request.pk)
+    quota_requests.approve(w["admin"], request.pk)
     page = alice.get(f"/requests/{request.pk}/")
     assert "Pushes to brokers" in text(page) and "Desired-state version 1 of prod" in text(page)
     assert push_table(page) == [[str(i), "Pending", "0", "—", "—", "—"] for i in range(3)]
@@ -282,7 +283,7 @@ def test_request_page_shows_its_pushes(w: dict[str, Any]) -> None:
     Broker.objects.filter(cluster=w["prod"], broker_id=2).update(engine_url=DEAD_REDIS)
     for broker in Broker.objects.filter(cluster=w["prod"]).order_by("broker_id"):
         try:
-            push.push_target(w["prod"].pk, broker.pk)
+            target_push.push_target(w["prod"].pk, broker.pk)
         except PushError:
             pass
     rows = push_table(alice.get(f"/requests/{request.pk}/"))
@@ -305,8 +306,8 @@ def test_request_page_shows_its_pushes(w: dict[str, Any]) -> None:
 
 
 def test_a_rejected_request_has_no_pushes(w: dict[str, Any]) -> None:
-    request = workflow.submit(w["alice"], w["a"], w["prod"], user="svc-a-1", client_id=None, key=PBR, value=1000)
-    workflow.reject(w["admin"], request.pk, "no")
+    request = quota_requests.submit(w["alice"], w["a"], w["prod"], user="svc-a-1", client_id=None, key=PBR, value=1000)
+    quota_requests.reject(w["admin"], request.pk, "no")
     page = browser(w["alice"]).get(f"/requests/{request.pk}/")
     assert "Nothing to push" in text(page) and push_table(page) == []
     assert not QuotaRequest.objects.filter(pk=request.pk, applied_version__isnull=False).exists()

@@ -27,9 +27,9 @@ from engine.config import namespace_for_broker
 from engine.connections import ConnectionConfig, RedisConnectionQuotas
 from engine.errors import ThrottlingQuotaExceeded
 from engine.monitor import latest, recent
-from quotas import workflow
 from quotas.models import Cluster, QuotaRequest
 from quotas.targets import targets_from_db
+from quotas.workflow import quota_requests
 from traffic.loadgen import STORM_IP, WAVE_PERIOD_S, Event, FakeClock, LoadGenerator
 
 from .brokers import push_everywhere
@@ -185,7 +185,7 @@ def test_a_pushed_quota_change_is_picked_up_and_changes_the_throttling(gen: Load
     assert any(e.throttle_ms > 0 for e in events(gen, "produce", "payments-api-1"))
     # an admin approves the pending request; the push lands; the generator hears it on pub/sub
     request = QuotaRequest.objects.get(state="submitted")
-    workflow.approve(get_user_model().objects.get(username="demo-admin"), request.pk)
+    quota_requests.approve(get_user_model().objects.get(username="demo-admin"), request.pk)
     push_everywhere(Cluster.objects.get(name="prod"))
     deadline = time.monotonic() + 5
     while not gen.poll_config(gen.clock()):  # only the namespaces announced on pub/sub (no periodic check yet)

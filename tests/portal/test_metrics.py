@@ -11,8 +11,8 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from quotas import workflow
 from quotas.models import Alteration, Cluster, OwnedName, Push, QuotaOp, Tenant, alter_client_quotas
+from quotas.workflow import quota_requests
 from tests.portal.people import make_user
 
 pytestmark = pytest.mark.django_db
@@ -35,7 +35,7 @@ def test_requests_pushes_latency_and_queues_are_counted(engine_redis: redis.Redi
     OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="svc-*")
     alice = make_user("alice")
     tenant.members.add(alice)
-    workflow.submit(alice, tenant, cluster, user="svc-1", client_id=None, key="producer_byte_rate", value=1024)
+    quota_requests.submit(alice, tenant, cluster, user="svc-1", client_id=None, key="producer_byte_rate", value=1024)
     alter_client_quotas(cluster, [Alteration([("user", "svc-2")], [QuotaOp("producer_byte_rate", 2048)])])
     now = timezone.now()
     Push.objects.create(cluster=cluster, version=90, state="applied", created=now, applied_at=now)

@@ -24,8 +24,8 @@ from django.utils import timezone
 from engine.monitor import Sampler, minutes_key
 from frontend.finders import PLOTLY_STATIC_PATH, PlotlyFinder
 from frontend.monitoring import Visibility, tags_for
-from quotas import workflow
 from quotas.models import Alteration, Drift, OwnedName, Push, QuotaEntity, QuotaOp, Tenant, audited_alter
+from quotas.workflow import quota_requests
 from tests.redis_keys import keys_cleared
 
 from .people import make_user, roles
@@ -227,7 +227,7 @@ def throttled_rows(response: Any) -> list[list[str]]:
 
 def test_overview_for_an_admin_shows_what_is_throttled_now_heatmap_pending_and_drift(w: dict[str, Any]) -> None:
     publish(w["redis"], overview_samples(now_ms()))
-    workflow.submit(w["alice"], w["a"], w["cluster"], user="svc-a-1", client_id=None, key=PBR, value=5000)
+    quota_requests.submit(w["alice"], w["a"], w["cluster"], user="svc-a-1", client_id=None, key=PBR, value=5000)
     broker = w["cluster"].brokers.get(broker_id=2)
     for key in ("k1", "k2"):
         Drift.objects.create(cluster=w["cluster"], broker=broker, kind="quota", resource="r", key=key,
@@ -351,8 +351,8 @@ def test_overview_with_10000_entities_caps_its_tables_and_queries_do_not_grow(w:
 
 
 def applied_request(w: dict[str, Any], applied_at: Any) -> Any:
-    req = workflow.submit(w["alice"], w["a"], w["cluster"], user="svc-a-1", client_id=None, key=PBR, value=5000)
-    workflow.approve(w["admin2"], req.pk)
+    req = quota_requests.submit(w["alice"], w["a"], w["cluster"], user="svc-a-1", client_id=None, key=PBR, value=5000)
+    quota_requests.approve(w["admin2"], req.pk)
     req.refresh_from_db()
     assert req.applied_version is not None
     pushes = Push.objects.filter(cluster=w["cluster"], version=req.applied_version)
@@ -404,9 +404,9 @@ def test_request_page_says_when_monitor_data_is_missing_or_the_change_has_not_la
     Push.objects.filter(version=req.applied_version).update(applied_at=timezone.now() - timedelta(seconds=30))
     page = text(browser(w["admin"]).get(f"/requests/{req.pk}/"))
     assert "the comparison needs whole minutes of the brokers' samples" in page  # landed just now
-    pending = workflow.submit(w["alice"], w["a"], w["cluster"], user="svc-a-2", client_id=None, key=PBR, value=10)
+    pending = quota_requests.submit(w["alice"], w["a"], w["cluster"], user="svc-a-2", client_id=None, key=PBR, value=10)
     assert "Once the change is applied, this compares" in text(browser(w["admin"]).get(f"/requests/{pending.pk}/"))
-    workflow.approve(w["admin2"], pending.pk)
+    quota_requests.approve(w["admin2"], pending.pk)
     page = text(browser(w["admin"]).get(f"/requests/{pending.pk}/"))
     assert "Not applied on every broker yet" in page
 

@@ -30,7 +30,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from portal.celery import app as celery_app
-from quotas import notify, push, tasks, workflow
+from quotas import notify, tasks
 from quotas.connectors.base import PushError
 from quotas.models import (
     Alteration,
@@ -47,6 +47,8 @@ from quotas.models import (
     alter_client_quotas,
     alter_subscription,
 )
+from quotas.push import target_push
+from quotas.workflow import errors, plan_requests, quota_requests, subscription_requests
 from tests.celery_worker import celery_queue_clean, worker_factory  # noqa: F401 (fixtures)
 from tests.waiting import wait_for
 
@@ -218,8 +220,8 @@ def w(engine_redis: redis.Redis) -> dict[str, Any]:
 
 
 def submitted(w: dict[str, Any], who: str = "alice", tenant: str = "a", user: str = "svc-a-1", **fields: Any) -> Any:
-    return workflow.submit(w[who], w[tenant], w["cluster"], user=user, client_id=None, key=PBR, value=MIB_1_5,
-                           **fields)
+    return quota_requests.submit(w[who], w[tenant], w["cluster"], user=user, client_id=None, key=PBR, value=MIB_1_5,
+                                 **fields)
 
 
 # ------------------------------------------------------------------ mail
@@ -266,7 +268,7 @@ def test_approving_mails_the_requester_approved_then_applied(
 ) -> None:
     request = submitted(w)  # outside the capture: its commit hook never runs, so no "waiting" mail
     with django_capture_on_commit_callbacks(execute=True):
-        workflow.approve(w["admin2"], request.pk, comment="fine for the launch")
+        quota_requests.approve(w["admin2"], request.pk, comment="fine for the launch")
     assert mailbox.subjects("alice@team-a.test") == [
         f"[Quota portal] Request #{request.pk} approved: producer_byte_rate = 1.5 MiB/s for svc-a-1 (all client-ids) "
         "on prod"
@@ -293,7 +295,7 @@ def test_rejecting_mails_the_requester_why(
 ) -> None:
     request = submitted(w)
     with django_capture_on_commit_callbacks(execute=True):
-        workflow.reject(w["admin"], request.pk, comment="too much for prod; ask for 1 MiB/s")
+        quota_requests.reject(w["admin"], request.pk, comment="too much for prod; ask for 1 MiB/s")
     (message,) = mailbox.to("alice@team-a.test")
     assert message["Subject"].startswith(f"[Quota portal] Request #{request.pk} rejected: ")
     assert "comment:  too much for prod; ask for 1 MiB/s" in body_of(message)
@@ -310,10 +312,10 @@ def test_a_push_refused_by_the_cluster_mails_failed(
         sasl_mechanism="SCRAM-SHA-256", sasl_username="portal-admin",
     )
     monkeypatch.delenv(kafka.password_env, raising=False)
-    request = workflow.submit(w["alice"], w["a"], kafka, user="svc-a-1", client_id=None, key=PBR, value=MIB_1_5)
-    workflow.approve(w["admin"], request.pk)  # no mail: this commit hook is not run
+    request = quota_requests.submit(w["alice"], w["a"], kafka, user="svc-a-1", client_id=None, key=PBR, value=MIB_1_5)
+    quota_requests.approve(w["admin"], request.pk)  # no mail: this commit hook is not run
     with django_capture_on_commit_callbacks(execute=True), pytest.raises(PushError) as refused:
-        push.push_target(kafka.pk, None)
+        target_push.push_target(kafka.pk, None)
     assert (refused.value.code, refused.value.retriable) == ("SASL_AUTHENTICATION_FAILED", False)
     assert QuotaRequest.objects.get(pk=request.pk).state == "failed"
     (message,) = mailbox.to("alice@team-a.test")
@@ -331,9 +333,9 @@ def test_people_without_an_email_get_none(
     w: dict[str, Any], mailbox: Inbox, queue: InlineQueue, django_capture_on_commit_callbacks: Any
 ) -> None:
     User.objects.exclude(username="alice2").update(email="")
-    request = workflow.submit(w["alice2"], w["a"], w["cluster"], user="svc-a-1", client_id=None, key=PBR, value=5)
+    request = quota_requests.submit(w["alice2"], w["a"], w["cluster"], user="svc-a-1", client_id=None, key=PBR, value=5)
     with django_capture_on_commit_callbacks(execute=True):
-        workflow.approve(w["admin"], request.pk)
+        quota_requests.approve(w["admin"], request.pk)
     assert mailbox.messages == []  # alice2 has no address
     done = notify.notify(request.pk, "submitted", w["alice2"].pk, "", "2026-01-01T00:00:00+00:00")
     assert done.mailed == [] and mailbox.messages == []  # nor have the admins now
@@ -346,10 +348,10 @@ def test_a_transaction_that_rolls_back_sends_nothing(
     request = submitted(w)
     with django_capture_on_commit_callbacks(execute=True) as hooks:
         with pytest.raises(RuntimeError), transaction.atomic():
-            workflow.approve(w["admin"], request.pk, comment="ok")
+            quota_requests.approve(w["admin"], request.pk, comment="ok")
             raise RuntimeError("something after the approval failed")
-        with pytest.raises(workflow.PermissionDenied):  # and a refused transition announces nothing either
-            workflow.approve(w["alice"], request.pk)
+        with pytest.raises(errors.PermissionDenied):  # and a refused transition announces nothing either
+            quota_requests.approve(w["alice"], request.pk)
     assert hooks == [] and queue.sent == [] and mailbox.messages == []
     assert QuotaRequest.objects.get(pk=request.pk).state == "submitted"
 
@@ -385,7 +387,7 @@ def test_webhook_body_and_signature_verify_with_the_secret(
     request = submitted(w, reason="launch")
     caplog.set_level(logging.DEBUG)
     with django_capture_on_commit_callbacks(execute=True):
-        workflow.approve(w["admin2"], request.pk, comment="go")
+        quota_requests.approve(w["admin2"], request.pk, comment="go")
     (headers, body, path), = receiver.calls
     assert path == "/hooks/quotas" and headers["Content-Type"] == "application/json"
     assert verify(SECRET, headers, body) and not verify("another secret", headers, body)
@@ -420,7 +422,7 @@ def test_a_receiver_failing_twice_is_retried_and_the_log_shows_three_attempts(
     hook(w, receiver.url)
     request = submitted(w)
     with django_capture_on_commit_callbacks(execute=True):
-        workflow.reject(w["admin"], request.pk, comment="no")
+        quota_requests.reject(w["admin"], request.pk, comment="no")
     assert len(receiver.calls) == 3
     assert len({h["X-Quotas-Delivery"] for h, _, _ in receiver.calls}) == 1  # one delivery, three attempts
     assert len({b for _, b, _ in receiver.calls}) == 1 and all(verify(SECRET, h, b) for h, b, _ in receiver.calls)
@@ -444,7 +446,7 @@ def test_a_404_is_not_retried(
     hook(w, receiver.url)
     request = submitted(w)
     with django_capture_on_commit_callbacks(execute=True):
-        workflow.reject(w["admin"], request.pk, comment="no")
+        quota_requests.reject(w["admin"], request.pk, comment="no")
     assert len(receiver.calls) == 1
     delivery = WebhookDelivery.objects.get()
     assert (delivery.state, delivery.attempts, delivery.status_code) == ("failed", 1, 404)
@@ -499,7 +501,7 @@ def test_webhooks_hear_their_tenant_and_their_events_only(
     with django_capture_on_commit_callbacks(execute=True):
         request = submitted(w)
     with django_capture_on_commit_callbacks(execute=True):
-        workflow.approve(w["admin"], request.pk)
+        quota_requests.approve(w["admin"], request.pk)
     with django_capture_on_commit_callbacks(execute=True):
         push_everywhere(w["cluster"])
     events = [json.loads(b)["event"] for _, b, _ in everything.calls]
@@ -515,7 +517,7 @@ def subscription_asked(w: dict[str, Any], **fields: Any) -> SubscriptionRequest:
     """team-a asks for a client-metrics subscription of its own clients (it owns client-ids app-*)."""
     OwnedName.objects.get_or_create(tenant=w["a"], entity_type="client-id", pattern="app-*")
     configs = {"metrics": "org.apache.kafka.producer.", "match": "client_id=app-1"}
-    return workflow.submit_subscription(
+    return subscription_requests.submit_subscription(
         w["alice"], w["a"], w["cluster"], name=fields.pop("name", "team-a-apps"), configs=configs, **fields
     )
 
@@ -565,7 +567,7 @@ def test_a_subscription_request_is_mailed_and_signed_like_a_quota_request(
     assert "asked by: alice" in text and "reason:   producer latency" in text and f"Decide at {link}" in text
 
     with django_capture_on_commit_callbacks(execute=True):
-        workflow.approve_subscription(w["admin2"], request.pk, comment="go")
+        subscription_requests.approve_subscription(w["admin2"], request.pk, comment="go")
     with django_capture_on_commit_callbacks(execute=True):
         push_everywhere(w["cluster"])  # every broker holds it: applied
     assert SubscriptionRequest.objects.get(pk=request.pk).state == "applied"
@@ -625,7 +627,7 @@ def test_a_plan_request_is_mailed_and_signed_with_its_kind_and_link(
     assert "asked by: alice" in text and "reason:   launch" in text and f"Decide at {link}" in text
 
     with django_capture_on_commit_callbacks(execute=True):
-        workflow.approve_plan(w["admin"], request.pk, comment="ok")
+        plan_requests.approve_plan(w["admin"], request.pk, comment="ok")
     with django_capture_on_commit_callbacks(execute=True):
         push_everywhere(w["cluster"])
     assert PlanRequest.objects.get(pk=request.pk).state == "applied"
@@ -654,17 +656,17 @@ def test_grouped_requests_rejected_or_failed_tell_the_requester_why(
     hook(w, receiver.url, events=["request.rejected", "request.failed", "request.withdrawn"])
     plan = plan_asked(w)
     with django_capture_on_commit_callbacks(execute=True):
-        workflow.reject_plan(w["admin"], plan.pk, "50 % is too much; ask for 20")
+        plan_requests.reject_plan(w["admin"], plan.pk, "50 % is too much; ask for 20")
     # deleting a subscription that is gone by the time it is approved: approved, then failed with the reason
     OwnedName.objects.get_or_create(tenant=w["a"], entity_type="client-id", pattern="app-*")
     alter_subscription(w["cluster"], "old", {"metrics": "*", "match": "client_id=app-1"}, None)
-    deleting = workflow.submit_subscription(w["alice"], w["a"], w["cluster"], name="old", configs=None)
+    deleting = subscription_requests.submit_subscription(w["alice"], w["a"], w["cluster"], name="old", configs=None)
     alter_subscription(w["cluster"], "old", None, None)
     with django_capture_on_commit_callbacks(execute=True):
-        workflow.approve_subscription(w["admin2"], deleting.pk)
+        subscription_requests.approve_subscription(w["admin2"], deleting.pk)
     withdrawn = subscription_asked(w, name="never-mind")
     with django_capture_on_commit_callbacks(execute=True):
-        workflow.withdraw_subscription(w["alice"], withdrawn.pk)
+        subscription_requests.withdraw_subscription(w["alice"], withdrawn.pk)
 
     subjects = mailbox.subjects("alice@team-a.test")
     assert [s.split(":")[0] for s in subjects] == [
@@ -693,15 +695,15 @@ def test_a_rolled_back_grouped_transition_sends_nothing(
     alter_client_quotas(w["cluster"], [Alteration([("user", "svc-a-1")], [QuotaOp("request_percentage", 80)])])
     with django_capture_on_commit_callbacks(execute=True) as hooks:
         with pytest.raises(RuntimeError), transaction.atomic():
-            workflow.approve_subscription(w["admin"], subscription.pk, comment="ok")
+            subscription_requests.approve_subscription(w["admin"], subscription.pk, comment="ok")
             raise RuntimeError("something after the approval failed")
-        with pytest.raises(workflow.PlanStaleError):  # approved, then refused in the same transaction: rolled back
-            workflow.approve_plan(w["admin"], plan.pk, comment="ok")
+        with pytest.raises(errors.PlanStaleError):  # approved, then refused in the same transaction: rolled back
+            plan_requests.approve_plan(w["admin"], plan.pk, comment="ok")
         with pytest.raises(RuntimeError), transaction.atomic():
-            workflow.reject_plan(w["admin2"], plan.pk, "no")
+            plan_requests.reject_plan(w["admin2"], plan.pk, "no")
             raise RuntimeError("something after the rejection failed")
-        with pytest.raises(workflow.PermissionDenied):  # and a refused transition announces nothing either
-            workflow.approve_subscription(w["alice"], subscription.pk)
+        with pytest.raises(errors.PermissionDenied):  # and a refused transition announces nothing either
+            subscription_requests.approve_subscription(w["alice"], subscription.pk)
     assert hooks == [] and queue.sent == [] and mailbox.messages == [] and receiver.calls == []
     assert not WebhookDelivery.objects.exists()
     assert SubscriptionRequest.objects.get(pk=subscription.pk).state == "submitted"

@@ -19,7 +19,6 @@ from rest_framework.test import APIClient
 
 from engine.config import KEY_SEP, EntityRef, namespace_for_broker
 from engine.desired import NamespaceState
-from quotas import push, workflow
 from quotas.choices import QuotaScope
 from quotas.connectors.base import PushError
 from quotas.models import (
@@ -30,6 +29,8 @@ from quotas.models import (
     QuotaRequest,
     Tenant,
 )
+from quotas.push import reconcile, resolve, target_push
+from quotas.workflow import quota_requests
 
 from .brokers import push_everywhere, set_quota
 from .people import api, make_user, roles
@@ -59,8 +60,8 @@ def w(engine_redis: redis.Redis) -> dict[str, Any]:
 
 def approved(w: dict[str, Any], value: float = 1000) -> QuotaRequest:
     """A request of alice's, approved by the other admin: its version is committed, its pushes pending."""
-    request = workflow.submit(w["alice"], w["a"], w["prod"], user="svc-a-1", client_id=None, key=PBR, value=value)
-    workflow.approve(w["admin2"], request.pk)
+    request = quota_requests.submit(w["alice"], w["a"], w["prod"], user="svc-a-1", client_id=None, key=PBR, value=value)
+    quota_requests.approve(w["admin2"], request.pk)
     request.refresh_from_db()
     return request
 
@@ -198,7 +199,7 @@ def test_request_detail_shows_a_broker_that_is_down(w: dict[str, Any]) -> None:
     outcomes = []
     for broker in Broker.objects.filter(cluster=w["prod"]).order_by("broker_id"):
         try:
-            outcomes.append(push.push_target(w["prod"].pk, broker.pk).changed)
+            outcomes.append(target_push.push_target(w["prod"].pk, broker.pk).changed)
         except PushError as e:
             outcomes.append(e.code)
     assert outcomes == [True, True, "BROKER_NOT_AVAILABLE"]
@@ -232,7 +233,7 @@ def drifted(w: dict[str, Any]) -> Broker:
     tamper(w)
     broker = w["prod"].brokers.get(broker_id=1)
     for b in w["prod"].brokers.all():
-        outcome = push.reconcile_target(w["prod"], b, mode="report")
+        outcome = reconcile.reconcile_target(w["prod"], b, mode="report")
         assert (outcome.status, outcome.differences) == (("drift", 4) if b == broker else ("in-sync", 0))
     return broker
 
@@ -268,10 +269,10 @@ def test_drift_is_found_listed_audited_and_healed(w: dict[str, Any]) -> None:
     assert all(e.comment.startswith("broker 1: ") for e in detected)
 
     # a second reconcile finds the same drift: no new rows, no new audit entries
-    assert push.reconcile_target(w["prod"], broker, mode="report").status == "drift"
+    assert reconcile.reconcile_target(w["prod"], broker, mode="report").status == "drift"
     assert len(results(auditor.get("/api/drift/"))) == 4 and detected.count() == 4
 
-    outcome = push.heal(w["prod"], broker, w["admin2"])
+    outcome = resolve.heal(w["prod"], broker, w["admin2"])
     assert outcome.mode == "force" and outcome.version == 2
     assert results(auditor.get("/api/drift/")) == []
     closed = results(auditor.get("/api/drift/", {"open": "false"}))
@@ -283,14 +284,14 @@ def test_drift_is_found_listed_audited_and_healed(w: dict[str, Any]) -> None:
     # the broker holds desired state again, and reconcile agrees
     held, items = broker_state(w, w["prod"], 1).read()
     assert held == 2 and items[("quota", EntityRef(user="svc-a-1").field(), PBR)] == "1000.0"
-    assert push.reconcile_target(w["prod"], broker, mode="report").status == "in-sync"
+    assert reconcile.reconcile_target(w["prod"], broker, mode="report").status == "in-sync"
 
 
 def test_drift_that_goes_away_converges(w: dict[str, Any]) -> None:
     broker = drifted(w)
     state = broker_state(w, w["prod"], 1)
     w["redis"].hset(state.stores[0].hash_key, quota_field("svc-a-1", PBR), "1000.0")  # put back by hand
-    push.reconcile_target(w["prod"], broker, mode="report")
+    reconcile.reconcile_target(w["prod"], broker, mode="report")
     rows = results(api(w["admin"]).get("/api/drift/", {"open": "false", "status": "different"}))
     assert [(r["entity"], r["resolution"]) for r in rows] == [("/config/users/svc-a-1", "converged")]
     assert len(results(api(w["admin"]).get("/api/drift/"))) == 3
@@ -344,7 +345,7 @@ def test_push_summary_per_target(w: dict[str, Any], django_assert_max_num_querie
     set_quota(w["prod"], "svc-a-1", 1000, PBR)
     for broker in Broker.objects.filter(cluster=w["prod"]):
         try:
-            push.push_target(w["prod"].pk, broker.pk)
+            target_push.push_target(w["prod"].pk, broker.pk)
         except PushError:
             pass
     set_quota(w["prod"], "svc-a-1", 2000, PBR)  # version 2: pushed nowhere yet
@@ -368,7 +369,7 @@ def test_push_summary_per_target(w: dict[str, Any], django_assert_max_num_querie
     assert down["last_error_at"]
 
     for broker in Broker.objects.filter(cluster=w["prod"], broker_id__in=(0, 1)):
-        push.push_target(w["prod"].pk, broker.pk)
+        target_push.push_target(w["prod"].pk, broker.pk)
     targets = {t["broker"]: t for t in auditor.get("/api/clusters/prod/pushes/summary/").json()["targets"]}
     assert (targets[0]["applied_version"], targets[0]["in_sync"], targets[0]["pending"]) == (2, True, 0)
     assert targets[0]["oldest_pending_at"] is None

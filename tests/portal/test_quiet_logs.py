@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 from portal.logs import ACCESS_LOGGER, QuietProbes, log_probes
-from quotas import notify, workflow
+from quotas import notify
 from quotas.models import Cluster, OwnedName, RequestState, Tenant
+from quotas.workflow import quota_requests
 from tests.portal.people import roles
 from tests.services import service_env, start_server
 from tests.waiting import wait_for
@@ -92,8 +93,8 @@ def test_a_mail_without_a_mail_server_is_logged_at_info(caplog: Any, settings: A
     tenant.members.add(people["alice"])
     OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="svc-a-*")
     cluster = Cluster.objects.create(name="prod")
-    request = workflow.submit(people["alice"], tenant, cluster, user="svc-a-1", client_id=None,
-                              key="producer_byte_rate", value=1024)
+    request = quota_requests.submit(people["alice"], tenant, cluster, user="svc-a-1", client_id=None,
+                                    key="producer_byte_rate", value=1024)
     settings.EMAIL_BACKEND = default.stdout.strip()  # what the worker sends with, not the tests' locmem
     with caplog.at_level(logging.DEBUG):
         sent = notify.send_mails(request, RequestState.REJECTED, people["admin"], "too much")

@@ -17,7 +17,6 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from rest_framework.test import APIClient
 
-from quotas import workflow
 from quotas.models import (
     Alteration,
     Approval,
@@ -30,6 +29,8 @@ from quotas.models import (
     Tenant,
     audited_alter,
 )
+from quotas.models.capacity import capacity_check
+from quotas.workflow import quota_requests
 
 from .people import make_user, roles
 
@@ -82,7 +83,7 @@ def entity_pk(cluster: Cluster, user: str | None = None, client_id: str | None =
 
 def submitted(w: dict[str, Any], who: str = "alice", **fields: Any) -> QuotaRequest:
     args = {"user": "svc-a-1", "client_id": None, "key": PBR, "value": 1000, **fields}
-    return workflow.submit(w[who], w["a"], w["cluster"], **args)
+    return quota_requests.submit(w[who], w["a"], w["cluster"], **args)
 
 
 def text(response: Any) -> str:
@@ -455,7 +456,7 @@ def test_auditor_cannot_submit(w: dict[str, Any]) -> None:
 def test_approval_queue_shows_capacity_and_is_for_admins_and_auditors(w: dict[str, Any]) -> None:
     big = submitted(w, value=4000)  # 4000 replaces 1000: (1000 + 3000 - 1000 + 4000) x 3 brokers > 10,000
     small = submitted(w, key="request_percentage", value=50)
-    warning = workflow.capacity_check(big).warning
+    warning = capacity_check(big).warning
     assert warning is not None
 
     admin = browser(w["admin"]).get("/approvals/")
@@ -608,8 +609,8 @@ def test_member_withdraws(w: dict[str, Any]) -> None:
 
 def test_request_list_is_scoped_and_filtered(w: dict[str, Any]) -> None:
     a = submitted(w)
-    b = workflow.submit(w["bob"], w["b"], w["cluster"], user="svc-b-1", client_id=None, key=PBR, value=10)
-    workflow.reject(w["admin"], b.pk, "no")
+    b = quota_requests.submit(w["bob"], w["b"], w["cluster"], user="svc-b-1", client_id=None, key=PBR, value=10)
+    quota_requests.reject(w["admin"], b.pk, "no")
 
     def ids(who: str, **params: str) -> set[str]:
         return {row[0] for row in parse(browser(w[who]).get("/requests/", params)).rows[1:]}
@@ -625,7 +626,7 @@ def test_request_list_is_scoped_and_filtered(w: dict[str, Any]) -> None:
 
 def test_audit_log_is_scoped_and_filtered(w: dict[str, Any]) -> None:
     a = submitted(w)
-    b = workflow.submit(w["bob"], w["b"], w["cluster"], user="svc-b-1", client_id=None, key=PBR, value=10)
+    b = quota_requests.submit(w["bob"], w["b"], w["cluster"], user="svc-b-1", client_id=None, key=PBR, value=10)
 
     def entries(who: str, **params: str) -> list[list[str]]:
         return [row for row in parse(browser(w[who]).get("/audit/", params)).rows if len(row) == 9][1:]

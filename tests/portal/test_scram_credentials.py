@@ -25,7 +25,7 @@ from kafka_wire import (
     SaslAuthenticationError,
     ScramCredentialError,
 )
-from quotas import push, scram
+from quotas import scram
 from quotas.choices import ConnectorKind
 from quotas.models import (
     Alteration,
@@ -40,6 +40,7 @@ from quotas.models import (
     audited_alter,
     effective_client_quotas,
 )
+from quotas.push import flags, target_push
 from tests.portal.people import api, make_user
 from tests.waiting import wait_for
 
@@ -256,7 +257,7 @@ def test_kafkas_refusals_and_failures_keep_their_names(w: dict[str, Any], monkey
 
     # one change of a principal at a time: a second one waits for the first, then gives up
     monkeypatch.setattr(scram, "LOCK_WAIT_S", 0.2)
-    with push.portal_lock(f"scram-lock:{w['kafka'].pk}:{user}", 10, 1):
+    with flags.portal_lock(f"scram-lock:{w['kafka'].pk}:{user}", 10, 1):
         busy = api(w["alice"]).post(url(w["kafka"]), {"user": user}, format="json")
     assert (busy.status_code, busy.json()["code"]) == (409, "CONCURRENT_TRANSACTIONS"), busy.json()
     assert not ScramCredential.objects.filter(user=user).exists()
@@ -397,7 +398,7 @@ def test_a_principal_made_here_connects_and_is_throttled_by_its_user_quota(
     Push.objects.create(cluster=cluster, broker=None, version=0, state=PushState.APPLIED)
     try:
         audited_alter(cluster, [Alteration([("user", principal)], [QuotaOp("producer_byte_rate", 1024)])], w["admin"])
-        outcome = push.push_target(cluster.pk, None)
+        outcome = target_push.push_target(cluster.pk, None)
         assert outcome.changed and outcome.mode == "delta"
         found = effective_client_quotas(cluster, principal, client_id)
         [effective] = [e for e in found if e.key == "producer_byte_rate"]

@@ -17,7 +17,6 @@ from django.test import Client
 from django.utils import timezone
 
 from engine.config import EntityRef
-from quotas import workflow
 from quotas.models import (
     Alteration,
     Approval,
@@ -33,8 +32,9 @@ from quotas.models import (
     Tenant,
     audited_alter,
 )
-from quotas.push import adopt
+from quotas.push.resolve import adopt
 from quotas.tasks import expire_boosts
+from quotas.workflow import quota_requests
 
 from .people import api, roles
 
@@ -146,9 +146,9 @@ def test_a_stale_request_is_rejected_as_superseded_in_one_call(w: dict[str, Any]
 
 def test_a_boost_a_value_from_no_value_and_an_adopted_change_make_a_request_stale(w: dict[str, Any]) -> None:
     pending = ask(w["alice"], "1.5 MiB/s")
-    boost = workflow.submit(w["alice2"], None, w["prod"], user="svc-a-1", client_id=None, key=PBR, value="4 MiB/s",
-                            expires_at=timezone.now() + timedelta(hours=1))
-    workflow.approve(w["admin"], boost.pk)
+    boost = quota_requests.submit(w["alice2"], None, w["prod"], user="svc-a-1", client_id=None, key=PBR,
+                                  value="4 MiB/s", expires_at=timezone.now() + timedelta(hours=1))
+    quota_requests.approve(w["admin"], boost.pk)
     stale = api(w["admin2"]).get(f"/api/requests/{pending['id']}/").json()["stale"]
     assert stale["message"] == f"submitted against 512 KiB/s; now 4 MiB/s since #{boost.pk}"
     QuotaRequest.objects.filter(pk=boost.pk).update(state="applied")  # as its push would have settled it
@@ -158,8 +158,8 @@ def test_a_boost_a_value_from_no_value_and_an_adopted_change_make_a_request_stal
 
     # a key with no value when it was asked for, which another request then set
     first = ask(w["alice"], "1 MiB/s", user="svc-a-3")
-    second = workflow.submit(w["alice2"], None, w["prod"], user="svc-a-3", client_id=None, key=PBR, value=700)
-    workflow.approve(w["admin"], second.pk)
+    second = quota_requests.submit(w["alice2"], None, w["prod"], user="svc-a-3", client_id=None, key=PBR, value=700)
+    quota_requests.approve(w["admin"], second.pk)
     stale = api(w["admin2"]).get(f"/api/requests/{first['id']}/").json()["stale"]
     assert stale["message"] == f"submitted against no value; now 700 B/s since #{second.pk}"
     assert stale["submitted_against"] == {"value": None, "budget_scope": None}
@@ -183,7 +183,7 @@ def test_a_grouped_plan_request_whose_values_moved_says_what_and_is_rejected_as_
     request_id = api(w["alice"]).post(f"/api/plans/{made.json()['id']}/apply/", {}, format="json").json()["request"]
     assert api(w["admin"]).get(f"/api/plan-requests/{request_id}/").json()["stale"] is None
     newcomer = ask(w["alice2"], "2 MiB/s")
-    workflow.approve(w["admin"], newcomer["id"])
+    quota_requests.approve(w["admin"], newcomer["id"])
 
     sentence = f"submitted against 512 KiB/s; now 2 MiB/s since #{newcomer['id']}"
     detail = api(w["admin2"]).get(f"/api/plan-requests/{request_id}/").json()
@@ -220,7 +220,7 @@ def test_a_grouped_plan_request_whose_values_moved_says_what_and_is_rejected_as_
 def test_the_pages_say_it_and_ask_for_the_confirmation(w: dict[str, Any]) -> None:
     pending = ask(w["alice"], "1.5 MiB/s")
     newcomer = ask(w["alice2"], "2 MiB/s")
-    workflow.approve(w["admin"], newcomer["id"])
+    quota_requests.approve(w["admin"], newcomer["id"])
     admin = Client()
     admin.force_login(w["admin2"])
     queue = admin.get("/approvals/").content.decode()
@@ -246,10 +246,10 @@ def test_requests_waiting_before_the_migration_get_the_value_the_audit_trail_say
     untouched = ask(w["alice"], "1.5 MiB/s")
     moved = ask(w["alice"], "1 MiB/s", user="svc-a-2")
     decided = ask(w["alice"], "3 MiB/s")
-    workflow.reject(w["admin"], decided["id"], "no")
+    quota_requests.reject(w["admin"], decided["id"], "no")
     QuotaRequest.objects.update(submitted_against=None)  # as before migration 0016
-    newer = workflow.submit(w["alice2"], None, w["prod"], user="svc-a-2", client_id=None, key=PBR, value=2048)
-    workflow.approve(w["admin"], newer.pk)
+    newer = quota_requests.submit(w["alice2"], None, w["prod"], user="svc-a-2", client_id=None, key=PBR, value=2048)
+    quota_requests.approve(w["admin"], newer.pk)
     QuotaRequest.objects.filter(pk=newer.pk).update(submitted_against=None)
 
     migration = importlib.import_module("quotas.migrations.0016_submitted_against")

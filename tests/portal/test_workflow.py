@@ -20,7 +20,6 @@ from django.db import connections
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from quotas import workflow
 from quotas.models import (
     Alteration,
     Approval,
@@ -34,7 +33,9 @@ from quotas.models import (
     Tenant,
     alter_client_quotas,
 )
+from quotas.models.capacity import capacity_check
 from quotas.tasks import expire_boosts
+from quotas.workflow import errors, quota_requests, transitions
 from tests.database import database_url, on_postgres
 from tests.waiting import wait_for
 
@@ -78,7 +79,7 @@ def ask(who: Any, **body: Any) -> Any:
 def submitted(w: dict[str, Any], **fields: Any) -> QuotaRequest:
     """A request of team-a's alice, through the workflow."""
     args = {"user": "svc-a-1", "client_id": None, "key": PBR, "value": 1000, **fields}
-    return workflow.submit(w["alice"], w["a"], w["cluster"], **args)
+    return quota_requests.submit(w["alice"], w["a"], w["cluster"], **args)
 
 
 def stored(cluster: Cluster, user: str | None = "svc-a-1", client_id: str | None = None, key: str = PBR):
@@ -202,7 +203,7 @@ def test_text_in_no_accepted_form_is_refused_naming_the_forms(world: dict[str, A
 
 def test_the_workflow_reads_units_too(world: dict[str, Any]) -> None:
     assert submitted(world, value="6 MiB/s").value == 6 * 1024**2
-    with pytest.raises(workflow.InvalidRequest, match="not a whole number of bytes") as refused:
+    with pytest.raises(errors.InvalidRequest, match="not a whole number of bytes") as refused:
         submitted(world, value="0.3 KiB/s")
     assert refused.value.field == "value"
 
@@ -217,7 +218,8 @@ def test_a_member_of_one_tenant_never_names_it(world: dict[str, Any]) -> None:
     body = {"cluster": "prod", "user": "svc-a-1", "key": PBR, "value": "1 MiB/s"}  # no tenant key at all
     response = api(world["alice"]).post("/api/requests/", body, format="json")
     assert response.status_code == 201 and response.json()["tenant"] == "team-a"
-    inferred = workflow.submit(world["bob"], None, world["cluster"], user="svc-b-1", client_id=None, key=PBR, value=10)
+    inferred = quota_requests.submit(world["bob"], None, world["cluster"], user="svc-b-1", client_id=None, key=PBR,
+                                     value=10)
     assert inferred.tenant == world["b"]
 
 
@@ -338,7 +340,7 @@ def test_a_decided_request_is_a_conflict(world: dict[str, Any], first: str, then
 
 def test_withdrawn_request_cannot_be_approved(world: dict[str, Any]) -> None:
     request = submitted(world)
-    workflow.withdraw(world["alice"], request.pk)
+    quota_requests.withdraw(world["alice"], request.pk)
     response = api(world["admin"]).post(f"/api/requests/{request.pk}/approve/", {}, format="json")
     assert_error(response, 409, "CONFLICT", "withdrawn")
     assert stored(world["cluster"]) is None
@@ -374,14 +376,14 @@ def test_an_auditor_cannot_withdraw_even_as_a_member(world: dict[str, Any]) -> N
 def test_an_expired_boost_cannot_be_approved(world: dict[str, Any]) -> None:
     now = timezone.now()
     request = submitted(world, expires_at=now + timedelta(hours=1), now=now)
-    with pytest.raises(workflow.InvalidRequest, match="has passed"):
-        workflow.approve(world["admin"], request.pk, now=now + timedelta(hours=2))
+    with pytest.raises(errors.InvalidRequest, match="has passed"):
+        quota_requests.approve(world["admin"], request.pk, now=now + timedelta(hours=2))
 
 
 def test_a_change_refused_by_the_desired_state_fails_the_request(world: dict[str, Any]) -> None:
     request = submitted(world)
     QuotaRequest.objects.filter(pk=request.pk).update(value=10.5)  # rules "changed" after submission
-    workflow.approve(world["admin"], request.pk)
+    quota_requests.approve(world["admin"], request.pk)
     request.refresh_from_db()
     assert request.state == "failed" and "fractional" in request.failure
     assert stored(world["cluster"]) is None and version(world["cluster"]) == 0
@@ -394,9 +396,9 @@ def test_the_conditional_update_refuses_a_stale_state(world: dict[str, Any]) -> 
     """The guard itself: a request read as submitted, decided by someone else before our UPDATE, is a conflict."""
     request = submitted(world)
     stale = QuotaRequest.objects.get(pk=request.pk)
-    workflow.approve(world["admin"], request.pk)
-    with pytest.raises(workflow.Conflict, match="was applying meanwhile"):
-        workflow._move(stale, "rejected")
+    quota_requests.approve(world["admin"], request.pk)
+    with pytest.raises(errors.Conflict, match="was applying meanwhile"):
+        transitions._move(stale, "rejected")
     assert QuotaRequest.objects.get(pk=request.pk).state == "applying"
 
 
@@ -414,9 +416,9 @@ def test_two_admins_approving_at_once_exactly_one_counts(world: dict[str, Any]) 
     def decide(name: str, verb: str) -> None:
         try:
             barrier.wait()
-            getattr(workflow, verb)(world[name], request.pk, "at once")
+            getattr(quota_requests, verb)(world[name], request.pk, "at once")
             outcomes[name] = "ok"
-        except workflow.Conflict as e:
+        except errors.Conflict as e:
             outcomes[name] = e.code
         finally:
             connections.close_all()
@@ -452,9 +454,9 @@ def test_on_postgresql_deciders_queued_behind_the_first_get_conflict(world: dict
     def decide(name: str, who: str, verb: str) -> None:
         try:
             args = (world[who], request.pk, "at once")
-            getattr(workflow, verb)(*args)
+            getattr(quota_requests, verb)(*args)
             outcomes[name] = "ok"
-        except workflow.WorkflowError as e:
+        except errors.WorkflowError as e:
             outcomes[name] = f"{e.code}: {e.message}"
         except Exception as e:  # a deadlock or serialization error would land here: the test names it
             outcomes[name] = f"{type(e).__name__}: {e}"
@@ -496,7 +498,7 @@ def test_boost_expiry_restores_the_previous_value(world: dict[str, Any]) -> None
     t0 = timezone.now()
     alter_client_quotas(world["cluster"], [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 500)])])
     boost = submitted(world, value=5000, expires_at=t0 + timedelta(hours=1), now=t0)
-    workflow.approve(world["admin"], boost.pk, now=t0)
+    quota_requests.approve(world["admin"], boost.pk, now=t0)
     assert stored(world["cluster"]) == 5000.0
     assert expire_boosts(now=t0 + timedelta(hours=2)) == []  # not on the brokers yet: nothing to expire
     push_everywhere(world["cluster"])
@@ -516,7 +518,7 @@ def test_boost_expiry_restores_the_previous_value(world: dict[str, Any]) -> None
 def test_boost_without_a_previous_value_removes_the_key(world: dict[str, Any]) -> None:
     t0 = timezone.now()
     boost = submitted(world, expires_at=t0 + timedelta(minutes=5), now=t0)
-    workflow.approve(world["admin"], boost.pk, now=t0)
+    quota_requests.approve(world["admin"], boost.pk, now=t0)
     push_everywhere(world["cluster"])
     expire_boosts(now=t0 + timedelta(minutes=5))
     assert stored(world["cluster"]) is None
@@ -526,7 +528,7 @@ def test_boost_without_a_previous_value_removes_the_key(world: dict[str, Any]) -
 def test_boost_expiry_leaves_a_value_changed_since(world: dict[str, Any]) -> None:
     t0 = timezone.now()
     boost = submitted(world, expires_at=t0 + timedelta(minutes=5), now=t0)
-    workflow.approve(world["admin"], boost.pk, now=t0)
+    quota_requests.approve(world["admin"], boost.pk, now=t0)
     push_everywhere(world["cluster"])
     alter_client_quotas(world["cluster"], [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 7000)])])
     expire_boosts(now=t0 + timedelta(minutes=5))
@@ -537,7 +539,7 @@ def test_boost_expiry_leaves_a_value_changed_since(world: dict[str, Any]) -> Non
 def _boost(world: dict[str, Any], value: int, until: Any, now: Any) -> QuotaRequest:
     """A boost of svc-a-1's producer rate, approved and on every broker."""
     request = submitted(world, value=value, expires_at=until, now=now)
-    workflow.approve(world["admin"], request.pk, now=now)
+    quota_requests.approve(world["admin"], request.pk, now=now)
     push_everywhere(world["cluster"])
     request.refresh_from_db()
     assert request.state == "applied"
@@ -708,7 +710,7 @@ def test_capacity_check_counts_client_id_defaults_per_client_id(world: dict[str,
         ],
     )
     request = submitted(world, user=None, client_id="app-a-3", value=700)
-    check = workflow.capacity_check(request)
+    check = capacity_check(request)
     assert check is not None and check.known == 3 and check.multiplier == 1
     # app-a-1 its own 1000; app-a-2 and (without the request) app-a-3 the default's 300 each
     assert (check.granted_without, check.granted_with) == (1600.0, 2000.0)
@@ -720,11 +722,11 @@ def test_capacity_check_counts_client_id_defaults_per_client_id(world: dict[str,
 def test_capacity_check_of_an_applied_request_puts_back_the_value_it_replaced(world: dict[str, Any]) -> None:
     alter_client_quotas(world["cluster"], [Alteration([("user", "<default>")], [QuotaOp(PBR, 400)])])
     request = submitted(world, value=1500)
-    workflow.approve(world["admin"], request.pk)
+    quota_requests.approve(world["admin"], request.pk)
     push_everywhere(world["cluster"])
     request.refresh_from_db()
     assert request.state == "applied" and request.previous_value is None
-    check = workflow.capacity_check(request)
+    check = capacity_check(request)
     assert check is not None
     # without it, svc-a-1 falls back to the <default> principal's 400
     assert (check.granted_without, check.granted_with) == (1200.0, 4500.0)
@@ -733,10 +735,10 @@ def test_capacity_check_of_an_applied_request_puts_back_the_value_it_replaced(wo
 def test_capacity_check_replaces_the_current_value_and_uses_egress_for_consumers(world: dict[str, Any]) -> None:
     alter_client_quotas(world["cluster"], [Alteration([("user", "svc-a-1")], [QuotaOp(CBR, 10_000)])])
     request = submitted(world, key=CBR, value=20_000)
-    check = workflow.capacity_check(request)
+    check = capacity_check(request)
     assert check is not None and check.capacity == 50_000
     assert (check.granted_without, check.granted_with, check.exceeds) == (30_000, 60_000, True)
-    assert workflow.capacity_check(submitted(world, key="request_percentage", value=50)) is None
+    assert capacity_check(submitted(world, key="request_percentage", value=50)) is None
 
 
 # ------------------------------------------------------------------ audit of direct alters
@@ -817,7 +819,7 @@ def test_a_tenant_with_requests_is_not_deleted(world: dict[str, Any]) -> None:
 
 def test_requests_endpoint_access(world: dict[str, Any]) -> None:
     mine = submitted(world)
-    theirs = workflow.submit(
+    theirs = quota_requests.submit(
         world["bob"], world["b"], world["cluster"], user="svc-b-1", client_id=None, key=PBR, value=10
     )
     assert names(api(world["alice"]).get("/api/requests/"), "id") == [mine.pk]
@@ -838,9 +840,9 @@ def test_requests_endpoint_access(world: dict[str, Any]) -> None:
 
 def test_audit_endpoint_access(world: dict[str, Any]) -> None:
     mine = submitted(world)
-    workflow.approve(world["admin"], mine.pk)
+    quota_requests.approve(world["admin"], mine.pk)
     push_everywhere(world["cluster"])
-    workflow.submit(world["bob"], world["b"], world["cluster"], user="svc-b-1", client_id=None, key=PBR, value=10)
+    quota_requests.submit(world["bob"], world["b"], world["cluster"], user="svc-b-1", client_id=None, key=PBR, value=10)
     alice = {e["tenant"] for e in api(world["alice"]).get("/api/audit/").json()["results"]}
     bob = [e["action"] for e in api(world["bob"]).get("/api/audit/").json()["results"]]
     assert alice == {"team-a"} and bob == ["submitted"]

@@ -13,7 +13,6 @@ import redis
 
 from devtools.redis_server import free_port
 from engine.budget_store import BudgetStore
-from quotas import push, workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import BUDGET_SCOPE, QUOTA, Delta, Item, PushError, Target
 from quotas.connectors.budget_scope import BudgetScopes, item_of
@@ -30,6 +29,8 @@ from quotas.models import (
     Tenant,
     alter_client_quotas,
 )
+from quotas.push import reconcile, resolve, target_push
+from quotas.workflow import quota_requests
 from tests.portal.people import make_user
 from tests.push.fake_kafka import FakeKafka
 
@@ -67,7 +68,7 @@ def test_a_push_writes_the_clusters_scope_and_kafka_keeps_the_value(
     alter(cluster, "alice", CBR, 1000)  # per broker: not in the scope
     alter(cluster, "bob", "request_percentage", 50, "cluster_wide")
 
-    outcome = push.push_target(cluster.pk, None)
+    outcome = target_push.push_target(cluster.pk, None)
 
     assert outcome.changed and outcome.mode == "full"
     assert scope_of(budget_redis, cluster) == {f"produce {ALICE}", f"request {BOB}"}
@@ -77,13 +78,13 @@ def test_a_push_writes_the_clusters_scope_and_kafka_keeps_the_value(
     # the next change is a delta: a value that stops being cluster-wide leaves the scope, the rest stays
     alter(cluster, "bob", "request_percentage", 50, "per_broker")
     version_before = scope_version(budget_redis, cluster)
-    assert push.push_target(cluster.pk, None).mode == "delta"
+    assert target_push.push_target(cluster.pk, None).mode == "delta"
     assert scope_of(budget_redis, cluster) == {f"produce {ALICE}"}
     assert scope_version(budget_redis, cluster) == version_before + 1  # one write: the plugin re-reads once
 
     # a push that changes no scope leaves the hash alone (its version too)
     alter(cluster, "alice", PBR, 4_000_000)
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
     assert scope_version(budget_redis, cluster) == version_before + 1
     assert scope_of(budget_redis, cluster) == {f"produce {ALICE}"}
 
@@ -95,12 +96,12 @@ def test_a_value_joins_the_scope_before_kafka_takes_it_and_leaves_after(
     each broker (joining), never the old budget on each broker (leaving)."""
     alter(cluster, "alice", PBR, 1000)
     alter(cluster, "bob", PBR, 9000, "cluster_wide")
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
     kafka.sent.clear()
     alter(cluster, "alice", PBR, 3000, "cluster_wide")  # alice joins
     alter(cluster, "bob", PBR, 3000, "per_broker")  # bob leaves
 
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
 
     [(entries, scope_while_kafka_wrote)] = kafka.sent
     assert scope_while_kafka_wrote == {f"produce {ALICE}", f"produce {BOB}"}
@@ -114,15 +115,15 @@ def test_a_push_whose_scope_cannot_be_written_is_retried_never_reported_applied(
     OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="alice")
     alice, root = make_user("alice"), make_user("root", staff=True)
     tenant.members.add(alice)
-    asked = workflow.submit(alice, tenant, cluster, user="alice", client_id=None, key=PBR, value=3000,
-                            budget_scope="cluster_wide")
-    request = workflow.approve(root, asked.pk)
+    asked = quota_requests.submit(alice, tenant, cluster, user="alice", client_id=None, key=PBR, value=3000,
+                                  budget_scope="cluster_wide")
+    request = quota_requests.approve(root, asked.pk)
     assert request.state == "applying"
     assert kafka.budgets is not None
     kafka.budgets = BudgetScopes(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.5)  # the engine's Redis is away
 
     with pytest.raises(PushError) as refused:
-        push.push_target(cluster.pk, None)
+        target_push.push_target(cluster.pk, None)
 
     assert refused.value.retriable and refused.value.code == "BUDGET_STORE_UNAVAILABLE"
     row = Push.objects.get(cluster=cluster, version=request.applied_version)
@@ -132,7 +133,7 @@ def test_a_push_whose_scope_cannot_be_written_is_retried_never_reported_applied(
     assert request.state == "applying"  # not applied: the brokers would treat the budget as per broker
 
     kafka.budgets = BudgetScopes(redis_url)  # it is back: the retry lands, idempotently
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
     assert scope_of(budget_redis, cluster) == {f"produce {ALICE}"}
     row.refresh_from_db()
     request.refresh_from_db()
@@ -146,14 +147,14 @@ def test_a_refused_kafka_write_leaves_no_value_shared_out_at_its_new_number(
     """Kafka refusing the write after the scope step: the scope holds the joining value at its old number (shared
     out: less than before, never more), and the retry completes it."""
     alter(cluster, "alice", PBR, 1000)
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
     alter(cluster, "alice", PBR, 3000, "cluster_wide")
     kafka.refuse = True
     with pytest.raises(PushError):
-        push.push_target(cluster.pk, None)
+        target_push.push_target(cluster.pk, None)
     assert kafka.quotas[Item(QUOTA, ALICE, PBR)] == "1000.0"
     kafka.refuse = False
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
     assert kafka.quotas[Item(QUOTA, ALICE, PBR)] == "3000.0"
     assert scope_of(budget_redis, cluster) == {f"produce {ALICE}"}
 
@@ -163,13 +164,13 @@ def test_reconcile_finds_a_scope_that_differs_and_re_applying_heals_it(
 ) -> None:
     alter(cluster, "alice", PBR, 3000, "cluster_wide")
     alter(cluster, "bob", PBR, 1000)
-    push.push_target(cluster.pk, None)
-    assert push.reconcile_target(cluster, None).status == "in-sync"
+    target_push.push_target(cluster.pk, None)
+    assert reconcile.reconcile_target(cluster, None).status == "in-sync"
 
     # someone's hand in Redis: alice's budget gone from the scope, bob's per-broker value made a budget
     BudgetStore(budget_redis, cluster.name).set_scope([f"produce {BOB}"])
 
-    outcome = push.reconcile_target(cluster, None, mode="report")
+    outcome = reconcile.reconcile_target(cluster, None, mode="report")
 
     assert (outcome.status, outcome.differences) == ("drift", 2)
     found = {(d.kind, d.resource, d.key, d.status, d.desired, d.actual) for d in Drift.objects.filter(cluster=cluster)}
@@ -178,14 +179,14 @@ def test_reconcile_finds_a_scope_that_differs_and_re_applying_heals_it(
         (BUDGET_SCOPE, BOB, PBR, "extra", None, "cluster_wide"),
     }
     assert {d.path for d in Drift.objects.filter(cluster=cluster)} == {"/config/users/alice", "/config/users/bob"}
-    with pytest.raises(push.NotAdoptable, match="re-apply desired state to write it back"):
-        push.adopt(cluster, list(Drift.objects.filter(cluster=cluster).values_list("pk", flat=True)),
-                   make_user("root", staff=True))
+    with pytest.raises(resolve.NotAdoptable, match="re-apply desired state to write it back"):
+        resolve.adopt(cluster, list(Drift.objects.filter(cluster=cluster).values_list("pk", flat=True)),
+                      make_user("root", staff=True))
 
-    push.heal(cluster, None, None)
+    resolve.heal(cluster, None, None)
 
     assert scope_of(budget_redis, cluster) == {f"produce {ALICE}"}
-    assert push.reconcile_target(cluster, None).status == "in-sync"
+    assert reconcile.reconcile_target(cluster, None).status == "in-sync"
     assert set(Drift.objects.filter(cluster=cluster).values_list("resolution", flat=True)) == {"healed"}
 
 
@@ -194,7 +195,7 @@ def test_a_full_push_of_a_cluster_without_budgets_creates_no_scope_hash(
 ) -> None:
     """No portal data, no hash: the plugin then answers exactly as Kafka's default callback."""
     alter(cluster, "alice", PBR, 1000)
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
     assert not budget_redis.exists(f"qb:{{{cluster.name}}}:scope")
 
 
@@ -224,18 +225,19 @@ def test_an_engine_clusters_brokers_take_the_scope_from_their_own_redis(budget_r
     alter(staging, "alice", PBR, 3000, "cluster_wide")
     alter(staging, "bob", PBR, 1000)
     for broker in staging.brokers.all():
-        outcome = push.push_target(staging.pk, broker.pk)
+        outcome = target_push.push_target(staging.pk, broker.pk)
         assert outcome.mode == "full" and outcome.changed
     assert scope_of(budget_redis, staging) == {f"produce {ALICE}"}
-    assert [push.reconcile_target(staging, b).status for b in staging.brokers.all()] == ["in-sync", "in-sync"]
+    assert [reconcile.reconcile_target(staging, b).status for b in staging.brokers.all()] == ["in-sync", "in-sync"]
 
     alter(staging, "alice", PBR, 3000, "per_broker")
-    push.push_target(staging.pk, staging.brokers.get(broker_id=1).pk)
+    target_push.push_target(staging.pk, staging.brokers.get(broker_id=1).pk)
     assert scope_of(budget_redis, staging) == set()
-    assert push.push_target(staging.pk, staging.brokers.get(broker_id=2).pk).mode == "delta"  # nothing left to do
+    b2 = staging.brokers.get(broker_id=2)
+    assert target_push.push_target(staging.pk, b2.pk).mode == "delta"  # nothing left to do
 
     budget_redis.hset(f"qb:{{{staging.name}}}:scope", f"fetch {BOB}", "cluster")  # a hand in Redis
-    outcome = push.reconcile_target(staging, staging.brokers.get(broker_id=1), mode="report")
+    outcome = reconcile.reconcile_target(staging, staging.brokers.get(broker_id=1), mode="report")
     assert (outcome.status, outcome.differences) == ("drift", 1)
     drift = Drift.objects.get(cluster=staging)
     assert (drift.kind, drift.key, drift.status, drift.broker.broker_id) == (BUDGET_SCOPE, CBR, "extra", 1)

@@ -13,11 +13,11 @@ from django.db import connection
 from django.utils import timezone
 
 from kafka_wire import MATCH_EXACT, AdminClient
-from quotas import push
 from quotas.choices import ConnectorKind
 from quotas.connector_registry import connector_for
 from quotas.connectors.base import Delta, Target
 from quotas.models import Alteration, Cluster, DesiredStateVersion, Push, PushState, QuotaOp, alter_client_quotas
+from quotas.push import dispatch
 from tests.celery_worker import Worker
 from tests.waiting import wait_for
 
@@ -85,7 +85,7 @@ def test_concurrent_commits_land_each_version_once_in_order_directly_or_through_
         assert sorted(committed) == list(range(1, THREADS * COMMITS + 1)) and last == THREADS * COMMITS
         rows = Push.objects.filter(cluster=cluster, version__gt=0)
         wait_for("every version's push row applied", lambda: not rows.exclude(state=PushState.APPLIED).exists(), 60)
-        push.wait_direct_pushes()
+        dispatch.wait_direct_pushes()
     finally:
         kafka.apply = original  # type: ignore[method-assign]
 
@@ -106,4 +106,4 @@ def test_concurrent_commits_land_each_version_once_in_order_directly_or_through_
     alter_client_quotas(cluster, [Alteration([("user", u)], [QuotaOp(PBR, remove=True)]) for u in users])
     first = kafka_cluster.nodes[0].address("PLAINTEXT")
     wait_for("the test's quotas removed", lambda: answered(first, users[0]) is None)
-    push.wait_direct_pushes()
+    dispatch.wait_direct_pushes()

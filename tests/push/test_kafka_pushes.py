@@ -17,7 +17,6 @@ from confluent_kafka.admin import NewTopic
 
 from engine.budget_store import BudgetStore
 from kafka_wire import BROKER_RESOURCE, MATCH_EXACT, AdminClient
-from quotas import push, workflow
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import Delta, PushError, Target
 from quotas.connectors.kafka import KafkaConnector
@@ -40,6 +39,8 @@ from quotas.models import (
     alter_client_quotas,
     alter_configs,
 )
+from quotas.push import reconcile, resolve, target_push
+from quotas.workflow import quota_requests
 from tests.portal.people import make_user
 from tests.waiting import wait_for
 
@@ -91,8 +92,8 @@ def approved_request(cluster: Cluster, user: str, value: float = 4000) -> QuotaR
     OwnedName.objects.create(tenant=tenant, entity_type="client-id", pattern="app")
     alice, admin = make_user(unique("alice")), make_user(unique("root"), staff=True)
     tenant.members.add(alice)
-    r = workflow.submit(alice, tenant, cluster, user=user, client_id="app", key=PBR, value=value)
-    return workflow.approve(admin, r.pk)
+    r = quota_requests.submit(alice, tenant, cluster, user=user, client_id="app", key=PBR, value=value)
+    return quota_requests.approve(admin, r.pk)
 
 
 def test_an_approved_quota_is_one_push_to_the_cluster_and_every_broker_answers_it(cluster: Cluster) -> None:
@@ -102,7 +103,7 @@ def test_an_approved_quota_is_one_push_to_the_cluster_and_every_broker_answers_i
     [row] = Push.objects.filter(cluster=cluster, version=request.applied_version)
     assert row.broker is None  # one target: the cluster
 
-    outcome = push.push_target(cluster.pk, None)
+    outcome = target_push.push_target(cluster.pk, None)
 
     assert outcome.target == f"{cluster.name}/cluster" and outcome.changed
     row.refresh_from_db()
@@ -117,11 +118,11 @@ def test_an_approved_quota_is_one_push_to_the_cluster_and_every_broker_answers_i
 def test_the_next_push_sends_what_changed_and_a_removal_leaves_every_broker(cluster: Cluster) -> None:
     user, other = unique("svc"), unique("svc")
     approved_request(cluster, user)
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
     alter_client_quotas(cluster, [Alteration([("user", other)], [QuotaOp(PBR, 10)])])
     alter_client_quotas(cluster, [Alteration([("user", user), ("client-id", "app")], [QuotaOp(PBR, remove=True)])])
 
-    outcome = push.push_target(cluster.pk, None)
+    outcome = target_push.push_target(cluster.pk, None)
 
     assert outcome.mode == "delta"
     for address in each_broker(cluster):
@@ -133,7 +134,7 @@ def test_broker_configs_reach_the_default_and_the_named_broker(cluster: Cluster)
     alter_configs(cluster, ConfigResource(broker_id=None), [ConfigOp("max.connections.per.ip", 5000)], None)
     alter_configs(cluster, ConfigResource(broker_id=2), [ConfigOp("leader.replication.throttled.rate", 10485760)], None)
     try:
-        push.push_target(cluster.pk, None)
+        target_push.push_target(cluster.pk, None)
         for b in cluster.brokers.order_by("broker_id"):
             with AdminClient(b.host) as client:
                 own = client.describe_configs([(BROKER_RESOURCE, str(b.broker_id), None)]).results[0]
@@ -145,7 +146,7 @@ def test_broker_configs_reach_the_default_and_the_named_broker(cluster: Cluster)
         alter_configs(
             cluster, ConfigResource(broker_id=2), [ConfigOp("leader.replication.throttled.rate", op="DELETE")], None
         )
-        push.push_target(cluster.pk, None)
+        target_push.push_target(cluster.pk, None)
 
 
 def test_kafkas_refusal_keeps_the_push_pending_and_the_retry_lands_once_it_can(
@@ -159,7 +160,7 @@ def test_kafkas_refusal_keeps_the_push_pending_and_the_retry_lands_once_it_can(
     version = TopicConfig.objects.get(cluster=cluster, topic=topic).cluster.desired_state.version
 
     with pytest.raises(PushError) as raised:
-        push.push_target(cluster.pk, None)
+        target_push.push_target(cluster.pk, None)
 
     assert (raised.value.code, raised.value.retriable) == ("UNKNOWN_TOPIC_OR_PARTITION", True)
     row = Push.objects.get(cluster=cluster, broker=None, version=version)
@@ -167,7 +168,7 @@ def test_kafkas_refusal_keeps_the_push_pending_and_the_retry_lands_once_it_can(
     admin = ConfluentAdmin({"bootstrap.servers": kafka_cluster.bootstrap()})
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)])[topic].result(30)
 
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
 
     row.refresh_from_db()
     assert (row.state, row.attempts, row.error_code) == ("applied", 2, "")
@@ -177,7 +178,7 @@ def test_kafkas_refusal_keeps_the_push_pending_and_the_retry_lands_once_it_can(
 def test_a_quota_set_directly_on_kafka_is_drift_that_an_admin_adopts(cluster: Cluster, bare_kafka: None) -> None:
     user, stranger = unique("svc"), unique("set-by-hand")
     approved_request(cluster, user)
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
     with AdminClient(each_broker(cluster)[0]) as client:  # kafka-configs behind the portal's back
         client.alter_client_quotas([({"user": stranger}, {PBR: 777.0})])
         client.alter_client_quotas([({"user": user, "client-id": "app"}, {PBR: 1.0})])
@@ -189,7 +190,7 @@ def test_a_quota_set_directly_on_kafka_is_drift_that_an_admin_adopts(cluster: Cl
         ),
     )
 
-    outcomes = push.reconcile_all(mode="report")
+    outcomes = reconcile.reconcile_all(mode="report")
 
     assert {o.target: o.status for o in outcomes if o.target.startswith(cluster.name)} == {
         f"{cluster.name}/cluster": "drift"
@@ -199,7 +200,7 @@ def test_a_quota_set_directly_on_kafka_is_drift_that_an_admin_adopts(cluster: Cl
     different = rows[(f'{{"client-id":"app","user":"{user}"}}', "different", "4000.0", "1.0")]
     admin = make_user(unique("root"), staff=True)
 
-    version = push.adopt(cluster, [extra.pk, different.pk], admin)
+    version = resolve.adopt(cluster, [extra.pk, different.pk], admin)
 
     assert QuotaValue.objects.get(entity__cluster=cluster, entity__user=stranger, key=PBR).value == 777
     assert QuotaValue.objects.get(entity__cluster=cluster, entity__user=user, entity__client_id="app").value == 1
@@ -210,23 +211,24 @@ def test_a_quota_set_directly_on_kafka_is_drift_that_an_admin_adopts(cluster: Cl
         (admin.username, f"/config/users/{stranger}"),
         (admin.username, f"/config/users/{user}/clients/app"),
     }
-    push.push_target(cluster.pk, None)  # the adopted version changes nothing on the cluster
-    assert {o.status for o in push.reconcile_all(mode="report") if o.target.startswith(cluster.name)} == {"in-sync"}
+    target_push.push_target(cluster.pk, None)  # the adopted version changes nothing on the cluster
+    outcomes = reconcile.reconcile_all(mode="report")
+    assert {o.status for o in outcomes if o.target.startswith(cluster.name)} == {"in-sync"}
     alter_client_quotas(cluster, [Alteration([("user", stranger)], [QuotaOp(PBR, remove=True)])])
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
 
 
 def test_drift_an_admin_does_not_want_is_removed_by_re_applying(cluster: Cluster, bare_kafka: None) -> None:
     stranger = unique("set-by-hand")
     alter_client_quotas(cluster, [Alteration([("user", unique("svc"))], [QuotaOp(PBR, 5000)])])
-    push.push_target(cluster.pk, None)
+    target_push.push_target(cluster.pk, None)
     with AdminClient(each_broker(cluster)[1]) as client:
         client.alter_client_quotas([({"user": stranger}, {PBR: 5.0})])
     wait_for("the quota set by hand on every broker", lambda: all(quotas_on(a, stranger) for a in each_broker(cluster)))
-    push.reconcile_all(mode="report")
+    reconcile.reconcile_all(mode="report")
     assert Drift.objects.filter(cluster=cluster, status="extra", resolved_at=None).count() == 1
 
-    push.heal(cluster, None, None)
+    resolve.heal(cluster, None, None)
 
     for address in each_broker(cluster):
         assert quotas_on(address, stranger) == {}
@@ -243,19 +245,19 @@ def test_a_cluster_wide_value_is_kafkas_value_and_the_engines_scope(
     store = BudgetStore(client, cluster.name)
     try:
         alter_client_quotas(cluster, [Alteration([("user", user)], [QuotaOp(PBR, 3000, scope="cluster_wide")])])
-        push.push_target(cluster.pk, None)
+        target_push.push_target(cluster.pk, None)
         for address in each_broker(cluster):
             assert quotas_on(address, user) == {(("user", user),): {PBR: 3000.0}}
         assert store.scope() == {f'produce {{"user":"{user}"}}'}
-        assert push.reconcile_target(cluster, None, mode="report").status == "in-sync"
+        assert reconcile.reconcile_target(cluster, None, mode="report").status == "in-sync"
 
         alter_client_quotas(cluster, [Alteration([("user", user)], [QuotaOp(PBR, 3000, scope="per_broker")])])
-        push.push_target(cluster.pk, None)
+        target_push.push_target(cluster.pk, None)
         assert store.scope() == set()
         for address in each_broker(cluster):
             assert quotas_on(address, user) == {(("user", user),): {PBR: 3000.0}}
         alter_client_quotas(cluster, [Alteration([("user", user)], [QuotaOp(PBR, remove=True)])])
-        push.push_target(cluster.pk, None)
+        target_push.push_target(cluster.pk, None)
     finally:
         client.delete(store.scope_key)
         client.close()
@@ -281,20 +283,20 @@ def test_a_cluster_behind_scram_is_pushed_with_the_password_from_the_environment
     alter_client_quotas(secured, [Alteration([("user", user)], [QuotaOp(PBR, 2048)])])
 
     with pytest.raises(PushError) as missing:
-        push.push_target(secured.pk, None)
+        target_push.push_target(secured.pk, None)
     assert (missing.value.code, missing.value.retriable) == ("SASL_AUTHENTICATION_FAILED", False)
     assert secured.password_env in missing.value.message
 
     monkeypatch.setenv(secured.password_env, "not-the-password")
     with pytest.raises(PushError) as refused:
-        push.push_target(secured.pk, None)
+        target_push.push_target(secured.pk, None)
     assert refused.value.code == "SASL_AUTHENTICATION_FAILED" and "not-the-password" not in str(refused.value)
 
     monkeypatch.setenv(secured.password_env, creds["password"])
-    outcome = push.push_target(secured.pk, None)
+    outcome = target_push.push_target(secured.pk, None)
 
     assert sorted(outcome.answers) == sorted(str(n.node_id) for n in kafka_cluster.nodes)
     for node in kafka_cluster.nodes:
         assert quotas_on(node.address("PLAINTEXT"), user) == {(("user", user),): {PBR: 2048.0}}
     alter_client_quotas(secured, [Alteration([("user", user)], [QuotaOp(PBR, remove=True)])])
-    push.push_target(secured.pk, None)
+    target_push.push_target(secured.pk, None)

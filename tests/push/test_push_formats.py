@@ -13,8 +13,9 @@ from celery import current_app
 
 from engine.config import namespace_for_broker
 from engine.desired import NamespaceState
-from quotas import push, push_format
+from quotas import push_format
 from quotas.models import Broker, Cluster
+from quotas.push import dispatch
 from quotas.tasks import survey_workers
 from tests.celery_worker import Worker
 from tests.portal.brokers import set_quota
@@ -54,13 +55,13 @@ def test_the_format_follows_the_live_workers_and_a_newer_one_waits_for_a_worker_
     # no survey yet (no worker answered one): the oldest format, one message per broker, which every version reads
     v1 = set_quota(cluster, "alice", 1000)
     assert sorted(queued(engine_redis)) == [
-        (push.PUSH_TASK, push_format.FORMAT_TARGET, [cluster.pk, pk]) for pk in (b0.pk, b1.pk, b2.pk)
+        (dispatch.PUSH_TASK, push_format.FORMAT_TARGET, [cluster.pk, pk]) for pk in (b0.pk, b1.pk, b2.pk)
     ]
     engine_redis.delete("celery")
     # a message from a portal newer than the worker, and one from a portal from before formats (no header)
-    current_app.send_task(push.PUSH_TASK, (cluster.pk, b0.pk, "a newer argument"), ignore_result=True,
+    current_app.send_task(dispatch.PUSH_TASK, (cluster.pk, b0.pk, "a newer argument"), ignore_result=True,
                           headers=push_format.headers(99))
-    current_app.send_task(push.PUSH_TASK, (cluster.pk, b1.pk), ignore_result=True)
+    current_app.send_task(dispatch.PUSH_TASK, (cluster.pk, b1.pk), ignore_result=True)
 
     w = worker_factory()
     wait_for("the older portal's message to be pushed", lambda: version_of(engine_redis, cluster, 1) == v1)
@@ -71,7 +72,7 @@ def test_the_format_follows_the_live_workers_and_a_newer_one_waits_for_a_worker_
     assert survey_workers() == push_format.PUSH_FORMAT
 
     v2 = set_quota(cluster, "bob", 500)
-    push.enqueue_pushes(cluster.pk, force=True)  # brokers 0 and 2 still hold the flags of the deleted messages
+    dispatch.enqueue_pushes(cluster.pk, force=True)  # brokers 0 and 2 still hold the flags of the deleted messages
     at_v2 = lambda: all(version_of(engine_redis, cluster, b) == v2 for b in range(3))  # noqa: E731
     wait_for("every broker at the last version", at_v2)
     assert "quotas.tasks.push_group[" in w.log.read_text()  # one group message, now every worker reads groups
@@ -80,4 +81,4 @@ def test_the_format_follows_the_live_workers_and_a_newer_one_waits_for_a_worker_
 
     w.stop()  # the newer message is not lost: it waits, as it came, for a worker that reads it
     waiting = [m for m in queued(engine_redis) if m[1] == 99]
-    assert waiting == [(push.PUSH_TASK, 99, [cluster.pk, b0.pk, "a newer argument"])]
+    assert waiting == [(dispatch.PUSH_TASK, 99, [cluster.pk, b0.pk, "a newer argument"])]

@@ -26,7 +26,7 @@ from quotas.models import (
     Drift,
     Push,
 )
-from quotas.push import target_of
+from quotas.push.address import target_of
 from quotas.tasks import heal, reconcile
 from tests.celery_worker import Worker
 from tests.portal.brokers import set_quota
@@ -216,16 +216,16 @@ def test_drift_behind_the_portals_back_is_found_and_healed(
 def test_a_burst_of_commits_is_drained_by_the_worker_every_version_once_and_in_order(
     worker_factory: Callable[..., Worker], cluster: Cluster, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import quotas.push
+    import quotas.push.dispatch
 
     w = worker_factory(QUOTAS_PUSH_DRAIN_S="1", QUOTAS_PUSH_GROUPS="1")
-    enqueue, enqueued = quotas.push.enqueue_pushes, []
+    enqueue, enqueued = quotas.push.dispatch.enqueue_pushes, []
 
     def counting(*args: Any, **kwargs: Any) -> int:  # observes only: the commit's push is enqueued unchanged
         enqueued.append(args)
         return enqueue(*args, **kwargs)
 
-    monkeypatch.setattr(quotas.push, "enqueue_pushes", counting)
+    monkeypatch.setattr(quotas.push.dispatch, "enqueue_pushes", counting)
     # the brokers' first pushes (made as each was added) cleared their flags at different times; commits until 20
     # of them were left to a drain (a commit seeing the worker's lease enqueues nothing), at most 3,000
     commits = 0

@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 
-from quotas import push
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import Delta, PushError
 from quotas.connectors.kafka import KafkaConnector
 from quotas.models import Cluster, DesiredStateVersion, OwnedName, Push, QuotaRequest, Tenant
+from quotas.models.desired import desired_state
+from quotas.push import address, target_push
 from tests.portal.people import make_user
 from tests.quotactl.conftest import ROOT_DIR, Ran, quotactl, token_for, unique
 from tests.waiting import wait_for
@@ -44,7 +45,7 @@ def pushed(cluster: Cluster) -> None:
     """Bring the Kafka cluster to desired state (the server may be pushing it already: then wait for that)."""
     version = DesiredStateVersion.objects.get(cluster=cluster).version
     try:
-        push.push_target(cluster.pk, None)
+        target_push.push_target(cluster.pk, None)
     except PushError as e:
         if e.code != "CONCURRENT_TRANSACTIONS":
             raise
@@ -61,8 +62,8 @@ def pushed_again(cluster: Cluster) -> None:
     connector = KafkaConnector()
     try:
         version = DesiredStateVersion.objects.get(cluster=cluster).version
-        delta = Delta(version, version, False, push.desired_state(cluster, None))
-        connector.apply(push.target_of(cluster, None), delta)
+        delta = Delta(version, version, False, desired_state(cluster, None))
+        connector.apply(address.target_of(cluster, None), delta)
     finally:
         connector.close()
 

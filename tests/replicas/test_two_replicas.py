@@ -26,8 +26,8 @@ from rest_framework.authtoken.models import Token
 from engine.config import namespace_for_broker
 from engine.desired import NamespaceState
 from engine.monitor import Sampler
-from quotas import workflow
 from quotas.models import Cluster, DesiredStateVersion, OwnedName, Push, QuotaRequest, Tenant
+from quotas.workflow import quota_requests
 from tests.celery_worker import Worker
 from tests.portal.people import roles
 from tests.services import Service, Socket, sample, service_env, session_cookie, start_relay, start_server
@@ -162,8 +162,8 @@ def test_two_replicas_and_two_workers_share_the_database_and_redis(
 
         # 200 approvals: half through each replica, both at once
         pks = [
-            workflow.submit(people["alice"], tenant, cluster, user=f"svc-r-{i}", client_id=None, key=PBR,
-                            value=2000 + i).pk
+            quota_requests.submit(people["alice"], tenant, cluster, user=f"svc-r-{i}", client_id=None, key=PBR,
+                                  value=2000 + i).pk
             for i in range(1, APPROVALS)
         ]
         answers: dict[int, int] = {}

@@ -26,7 +26,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from engine.entities import DEFAULT
-from quotas import workflow
 from quotas.choices import BudgetScope, ConnectorKind, QuotaScope
 from quotas.models import (
     ADMINS_GROUP,
@@ -50,6 +49,7 @@ from quotas.models import (
     audited_alter,
 )
 from quotas.models.client_metrics import alter_subscription
+from quotas.workflow import quota_requests
 from traffic.kafka_clients import DEMO_KAFKA_TRAFFIC, MECHANISM, demo_password
 from traffic.loadgen import KIB, MIB, STORM_IP
 
@@ -323,7 +323,7 @@ class Command(BaseCommand):
 
     def _submit(self, spec: dict[str, Any], clusters: dict[str, Cluster], users: dict[str, Any], reason: str,
                 expires_at: Any = None) -> QuotaRequest:
-        return workflow.submit(
+        return quota_requests.submit(
             users[spec["requester"]], Tenant.objects.get(name=spec["tenant"]), clusters[spec["cluster"]],
             user=spec["user"], client_id=spec["client_id"], key=spec["key"], value=spec["value"], reason=reason,
             expires_at=expires_at,
@@ -342,7 +342,7 @@ class Command(BaseCommand):
         if mine.filter(state__in=LIVE_BOOST_STATES).exists():
             return
         request = self._submit(BOOST, clusters, users, BOOST_REASON, timezone.now() + timedelta(minutes=minutes))
-        workflow.approve(users["demo-admin"], request.pk, comment="[demo] approved for the backfill")
+        quota_requests.approve(users["demo-admin"], request.pk, comment="[demo] approved for the backfill")
         request.refresh_from_db()
         self.done.append(
             f"boost #{request.pk} (approved, {request.state}, until {request.expires_at:%H:%M} UTC): "
@@ -354,7 +354,7 @@ class Command(BaseCommand):
     def _after_commit(self, clusters: list[Cluster]) -> list[str]:
         """The commit's own pushes (direct, in threads of this process) end before the command does: cut off at the
         interpreter's exit, they printed a traceback under the demo logins. Then the rest catches up."""
-        from quotas.push import wait_direct_pushes
+        from quotas.push.dispatch import wait_direct_pushes
 
         try:
             wait_direct_pushes()
@@ -366,7 +366,9 @@ class Command(BaseCommand):
         """After the commit: make sure a push is on its way to every broker not at its cluster's newest version."""
         from quotas.connector_registry import connector_for
         from quotas.connectors.base import PushError
-        from quotas.push import enqueue_pushes, portal_applied_version, target_of
+        from quotas.models.desired import portal_applied_version
+        from quotas.push.address import target_of
+        from quotas.push.dispatch import enqueue_pushes
 
         lines = []
         for cluster in clusters:
@@ -412,7 +414,7 @@ def kafka_settings() -> dict[str, str] | None:
 def _admin(cluster: Cluster) -> Any:
     """The portal's admin client to a Kafka cluster, as its pushes connect."""
     from kafka_wire import AdminClient
-    from quotas.push import kafka_credentials
+    from quotas.push.address import kafka_credentials
 
     creds = kafka_credentials(cluster)
     return AdminClient(cluster.bootstrap_servers, security_protocol=creds.security_protocol,

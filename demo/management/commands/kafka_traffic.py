@@ -27,7 +27,7 @@ from engine.monitor import Sampler
 from quotas.choices import ConnectorKind
 from quotas.management.live_sources import CLIENT, applied_stamp, live_source
 from quotas.models import Cluster, effective_client_quotas
-from quotas.push import kafka_credentials
+from quotas.push.address import kafka_credentials
 from traffic.kafka_clients import DEMO_KAFKA_TRAFFIC, KafkaTraffic
 
 #: quota type of a sample -> the key whose bound it carries

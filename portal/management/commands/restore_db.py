@@ -22,7 +22,7 @@ from django.db.migrations.executor import MigrationExecutor
 from portal import backups
 from quotas.models.audit import AuditAction, record
 from quotas.models.pushes import fence_restored
-from quotas.push import forget_in_sync
+from quotas.push.reconcile import forget_in_sync
 
 
 class Command(BaseCommand):

@@ -14,9 +14,9 @@ from quotas.api.serializers.fields import KEY_MAX, NAME_MAX, TEXT_MAX, QuotaValu
 from quotas.api.serializers.pushes import PushSerializer
 from quotas.choices import BudgetScope
 from quotas.models import Approval, Cluster, QuotaRequest, RequestState, Tenant
+from quotas.models.capacity import capacity_check
 from quotas.models.staleness import request_moved
 from quotas.queries import pushes_of_request
-from quotas.workflow import capacity_check
 
 
 class ApprovalSerializer(serializers.ModelSerializer):

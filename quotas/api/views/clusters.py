@@ -10,7 +10,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.api.errors import ApiError, ErrorSerializer
-from quotas import push
 from quotas.api.permissions import IsAdminOrReadOnly, IsAdminToReapply, SeesOperations
 from quotas.api.serializers.clusters import ClusterDetailSerializer, ClusterSerializer
 from quotas.api.serializers.pushes import (
@@ -22,6 +21,7 @@ from quotas.api.serializers.pushes import (
 )
 from quotas.api.views.base import ERRORS, get_cluster
 from quotas.models import Cluster
+from quotas.push import resolve
 from quotas.queries import push_summary
 from quotas.reapply import enqueue_heal, reapply_target
 
@@ -114,8 +114,8 @@ class ClusterViewSet(
         body.is_valid(raise_exception=True)
         ids = sorted(set(body.validated_data["drift"]))
         try:
-            version = push.adopt(target, ids, request.user)
-        except push.NotAdoptable as e:
+            version = resolve.adopt(target, ids, request.user)
+        except resolve.NotAdoptable as e:
             raise ApiError("INVALID_REQUEST", str(e), {"drift": [str(e)]}) from e
         return Response(AdoptResponseSerializer({"cluster": target.name, "version": version, "adopted": ids}).data)
 

@@ -13,7 +13,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.api.errors import ErrorSerializer
-from quotas import workflow
 from quotas.api.serializers.requests import (
     ApproveSerializer,
     DecisionSerializer,
@@ -24,6 +23,7 @@ from quotas.api.serializers.requests import (
 )
 from quotas.api.views.base import ERRORS, REQUEST_ROW_BYTES, SCOPED_ERRORS, MemoryBoundedListMixin
 from quotas.models import QuotaRequest, RequestState, sees_everything, tenants_of
+from quotas.workflow import quota_requests
 
 REQUEST_FILTERS = [
     OpenApiParameter("state", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=RequestState.values),
@@ -96,7 +96,7 @@ class QuotaRequestViewSet(
         body = QuotaRequestCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        created = workflow.submit(
+        created = quota_requests.submit(
             request.user,
             data["tenant"],
             data["cluster"],
@@ -125,7 +125,7 @@ class QuotaRequestViewSet(
     )
     @action(detail=True, methods=["post"])
     def withdraw(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.withdraw)
+        return self._decide(request, quota_requests.withdraw)
 
     @extend_schema(
         summary="Approve and apply to the desired state (admins; never one's own request)",
@@ -138,7 +138,7 @@ class QuotaRequestViewSet(
     )
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.approve, ApproveSerializer)
+        return self._decide(request, quota_requests.approve, ApproveSerializer)
 
     @extend_schema(
         summary="Reject, saying why in the comment (admins; never one's own request)",
@@ -150,4 +150,4 @@ class QuotaRequestViewSet(
     )
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
-        return self._decide(request, workflow.reject, RejectSerializer)
+        return self._decide(request, quota_requests.reject, RejectSerializer)
