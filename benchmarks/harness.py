@@ -52,6 +52,24 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
+def tree_sched_s(pid: int) -> tuple[float, float]:
+    """Seconds a process and its descendants ran on a CPU and waited in a run queue for one, every thread
+    (``/proc/<pid>/task/<tid>/schedstat``); (0, 0) elsewhere. Waiting is what a machine shared with other work
+    adds to every request's time."""
+    run = wait = 0.0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                fields = (task / "schedstat").read_text().split()
+                run, wait = run + int(fields[0]) / 1e9, wait + int(fields[1]) / 1e9
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError, IndexError):
+            continue  # gone, or not Linux
+    return run, wait
+
+
 def rss_max_mb(pid: int) -> float:
     """The peak resident memory of a process (VmHWM), MiB; NaN when it is gone or not on Linux."""
     try:

@@ -54,7 +54,15 @@ import time  # noqa: E402
 from typing import Any  # noqa: E402
 
 from benchmarks.fault_bench import setup_portal  # noqa: E402
-from benchmarks.harness import Replica, fresh_postgres, keep_template, run_bench, tree_cpu_s, wait_answers  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    Replica,
+    fresh_postgres,
+    keep_template,
+    run_bench,
+    tree_cpu_s,
+    tree_sched_s,
+    wait_answers,
+)
 from benchmarks.load_users import KINDS, Crowd, World  # noqa: E402
 from benchmarks.push_bench import migrate  # noqa: E402
 from benchmarks.soak import ERROR_LINE, demo_services  # noqa: E402
@@ -122,12 +130,18 @@ def change_rate(state: str, kib: int) -> str:
 
 
 class Cpu:
-    """CPU seconds of the replicas, the demo's services, PostgreSQL, Redis and this client, between two reads."""
+    """CPU seconds of the replicas, the demo's services, PostgreSQL, Redis and this client, between two reads; and
+    how long the replicas waited for a CPU while they had work."""
 
     def __init__(self, parts: dict[str, list[int]]) -> None:
         self.parts = parts
         self.t0, self.own0 = time.perf_counter(), time.process_time()
         self.start = {name: sum(tree_cpu_s(p) for p in pids) for name, pids in parts.items()}
+        self.sched0 = self.replicas_sched()
+
+    def replicas_sched(self) -> tuple[float, float]:
+        both = [tree_sched_s(p) for p in self.parts["replicas"]]
+        return sum(r for r, _ in both), sum(w for _, w in both)
 
     def cores(self) -> dict[str, float]:
         wall = time.perf_counter() - self.t0
@@ -135,6 +149,12 @@ class Cpu:
                for name, pids in self.parts.items()}
         out["client"] = round((time.process_time() - self.own0) / wall, 2)
         return out
+
+    def replicas_waiting(self) -> float | None:
+        """Of the time the replicas were runnable, the share spent waiting for a CPU (0: a CPU was always free)."""
+        (run0, wait0), (run1, wait1) = self.sched0, self.replicas_sched()
+        busy = (run1 - run0) + (wait1 - wait0)
+        return round((wait1 - wait0) / busy, 2) if busy > 0 else None
 
 
 def postgres_pid(pg: PostgresServer) -> list[int]:
@@ -156,12 +176,14 @@ def run_step(world: World, users: int, args: argparse.Namespace, cpu_parts: dict
     step = {
         "users": users, "held": not slow and errors == 0, "slow": slow, "errors": errors,
         "errors_by_kind": dict(rec.errors), "error_examples": rec.examples, "ws_frames": rec.frames,
-        "kinds": figures, "cpu_cores": cpu.cores(), "load_avg": round(os.getloadavg()[0], 2),
+        "kinds": figures, "cpu_cores": cpu.cores(), "replicas_waiting_for_cpu": cpu.replicas_waiting(),
+        "load_avg": round(os.getloadavg()[0], 2),
     }
     p = {k: f"{f['p50_ms']}/{f['p99_ms']}" for k, f in figures.items() if f["n"]}
     print(f"  {users:4d} people on {len(world.ports)} replica(s): {'held' if step['held'] else 'NOT held'}"
           f"{' (' + ', '.join(slow) + ')' if slow else ''}{f', {errors} errors' if errors else ''}; "
-          f"p50/p99 ms {p}; cpu {step['cpu_cores']}", flush=True)
+          f"p50/p99 ms {p}; cpu {step['cpu_cores']}, replicas waiting for a CPU "
+          f"{step['replicas_waiting_for_cpu']} of their runnable time, load {step['load_avg']}", flush=True)
     for example in rec.examples[:3]:
         print(f"    error: {example}", flush=True)
     return step
@@ -192,6 +214,8 @@ def search(world: World, args: argparse.Namespace, cpu_parts: dict[str, list[int
         "not_held_because": (first_not_held["slow"] + [f"{first_not_held['errors']} errors"] * bool(
             first_not_held["errors"])) if first_not_held else [],
         "at_max": {k: [f["p50_ms"], f["p99_ms"]] for k, f in at_max["kinds"].items()} if at_max else None,
+        "replicas_waiting_for_cpu": [s["replicas_waiting_for_cpu"] for s in steps],
+        "load_avg": [s["load_avg"] for s in steps],
         "steps": steps,
     }
 
@@ -299,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         for c in counts:
             r = results[c]
             print(f"{c} replica(s): {r['max_users']} people held (p99 < {args.p99_ms:g} ms, no error); first not "
-                  f"held: {r['first_not_held']} {r['not_held_because']}", flush=True)
+                  f"held: {r['first_not_held']} {r['not_held_because']}; replicas waiting for a CPU "
+                  f"{r['replicas_waiting_for_cpu']} of their runnable time at load {r['load_avg']}", flush=True)
         print(f"scaling over 1 replica: {summary['scaling']}; {summary['cpu_note']}", flush=True)
         return summary
 
