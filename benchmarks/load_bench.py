@@ -143,11 +143,11 @@ class Cpu:
         both = [tree_sched_s(p) for p in self.parts["replicas"]]
         return sum(r for r, _ in both), sum(w for _, w in both)
 
-    def cores(self) -> dict[str, float]:
-        wall = time.perf_counter() - self.t0
-        out = {name: round((sum(tree_cpu_s(p) for p in pids) - self.start[name]) / wall, 2)
-               for name, pids in self.parts.items()}
-        out["client"] = round((time.process_time() - self.own0) / wall, 2)
+    def seconds(self) -> dict[str, float]:
+        """CPU seconds of each part since the start, and ``wall``: the seconds elapsed."""
+        out = {name: sum(tree_cpu_s(p) for p in pids) - self.start[name] for name, pids in self.parts.items()}
+        out["client"] = time.process_time() - self.own0
+        out["wall"] = time.perf_counter() - self.t0
         return out
 
     def replicas_waiting(self) -> float | None:
@@ -169,6 +169,9 @@ def run_step(world: World, users: int, args: argparse.Namespace, cpu_parts: dict
     cpu = Cpu(cpu_parts)
     crowd = Crowd(world, users, args.think, seed=users)
     rec = asyncio.run(crowd.run(args.warmup, args.seconds))
+    used = cpu.seconds()
+    wall = used.pop("wall")
+    actions = sum(rec.actions.values())
     figures = rec.figures()
     slow = [f"{k} p99 {f['p99_ms']} ms" for k, f in figures.items() if f["p99_ms"] is not None
             and f["p99_ms"] >= args.p99_ms]
@@ -176,13 +179,18 @@ def run_step(world: World, users: int, args: argparse.Namespace, cpu_parts: dict
     step = {
         "users": users, "held": not slow and errors == 0, "slow": slow, "errors": errors,
         "errors_by_kind": dict(rec.errors), "error_examples": rec.examples, "ws_frames": rec.frames,
-        "kinds": figures, "cpu_cores": cpu.cores(), "replicas_waiting_for_cpu": cpu.replicas_waiting(),
+        "kinds": figures, "cpu_cores": {name: round(v / wall, 2) for name, v in used.items()},
+        "actions_per_s": round(actions / wall, 1),
+        # what an action costs the replicas whatever the machine's load: the figure a capacity estimate starts from
+        "replica_cpu_ms_per_action": round(used["replicas"] * 1000 / actions, 1) if actions else None,
+        "replicas_waiting_for_cpu": cpu.replicas_waiting(),
         "load_avg": round(os.getloadavg()[0], 2),
     }
     p = {k: f"{f['p50_ms']}/{f['p99_ms']}" for k, f in figures.items() if f["n"]}
     print(f"  {users:4d} people on {len(world.ports)} replica(s): {'held' if step['held'] else 'NOT held'}"
           f"{' (' + ', '.join(slow) + ')' if slow else ''}{f', {errors} errors' if errors else ''}; "
-          f"p50/p99 ms {p}; cpu {step['cpu_cores']}, replicas waiting for a CPU "
+          f"p50/p99 ms {p}; cpu {step['cpu_cores']}, {step['actions_per_s']} actions/s at "
+          f"{step['replica_cpu_ms_per_action']} ms of replica CPU each, replicas waiting for a CPU "
           f"{step['replicas_waiting_for_cpu']} of their runnable time, load {step['load_avg']}", flush=True)
     for example in rec.examples[:3]:
         print(f"    error: {example}", flush=True)
@@ -215,6 +223,7 @@ def search(world: World, args: argparse.Namespace, cpu_parts: dict[str, list[int
             first_not_held["errors"])) if first_not_held else [],
         "at_max": {k: [f["p50_ms"], f["p99_ms"]] for k, f in at_max["kinds"].items()} if at_max else None,
         "replicas_waiting_for_cpu": [s["replicas_waiting_for_cpu"] for s in steps],
+        "replica_cpu_ms_per_action": [s["replica_cpu_ms_per_action"] for s in steps],
         "load_avg": [s["load_avg"] for s in steps],
         "steps": steps,
     }
