@@ -171,7 +171,7 @@ def run_step(world: World, users: int, args: argparse.Namespace, cpu_parts: dict
     rec = asyncio.run(crowd.run(args.warmup, args.seconds))
     used = cpu.seconds()
     wall = used.pop("wall")
-    actions = sum(rec.actions.values())
+    actions = sum(n for kind, n in rec.actions.items() if kind != "health")  # the people's, not the probes'
     figures = rec.figures()
     slow = [f"{k} p99 {f['p99_ms']} ms" for k, f in figures.items() if f["p99_ms"] is not None
             and f["p99_ms"] >= args.p99_ms]
@@ -181,7 +181,8 @@ def run_step(world: World, users: int, args: argparse.Namespace, cpu_parts: dict
         "errors_by_kind": dict(rec.errors), "error_examples": rec.examples, "ws_frames": rec.frames,
         "kinds": figures, "cpu_cores": {name: round(v / wall, 2) for name, v in used.items()},
         "actions_per_s": round(actions / wall, 1),
-        # what an action costs the replicas whatever the machine's load: the figure a capacity estimate starts from
+        # what a person's action costs the replicas (the probes' CPU included) whatever the machine's load: the figure
+        # a capacity estimate starts from
         "replica_cpu_ms_per_action": round(used["replicas"] * 1000 / actions, 1) if actions else None,
         "replicas_waiting_for_cpu": cpu.replicas_waiting(),
         "load_avg": round(os.getloadavg()[0], 2),
