@@ -164,14 +164,26 @@ def postgres_pid(pg: PostgresServer) -> list[int]:
         return []
 
 
-def run_step(world: World, users: int, args: argparse.Namespace, cpu_parts: dict[str, list[int]]) -> dict[str, Any]:
-    """``users`` people on ``world``'s replicas for one step; its figures and verdict."""
+def idle_cores(world: World, args: argparse.Namespace, cpu_parts: dict[str, list[int]]) -> float:
+    """The cores the replicas use with no one on them (the probes, the relay's frames, the channel layer): what
+    each step's CPU is counted above."""
+    cpu = Cpu(cpu_parts)
+    asyncio.run(Crowd(world, 0, args.think, seed=0).run(0.0, args.idle))
+    used = cpu.seconds()
+    return used["replicas"] / used["wall"]
+
+
+def run_step(world: World, users: int, args: argparse.Namespace, cpu_parts: dict[str, list[int]],
+             idle: float) -> dict[str, Any]:
+    """``users`` people on ``world``'s replicas for one step; its figures and verdict. ``idle``: the replicas'
+    cores with no one on them."""
     cpu = Cpu(cpu_parts)
     crowd = Crowd(world, users, args.think, seed=users)
     rec = asyncio.run(crowd.run(args.warmup, args.seconds))
     used = cpu.seconds()
     wall = used.pop("wall")
     actions = sum(n for kind, n in rec.actions.items() if kind != "health")  # the people's, not the probes'
+    people_cores = used["replicas"] / wall - idle  # what the people cost the replicas, whatever the waiting
     figures = rec.figures()
     slow = [f"{k} p99 {f['p99_ms']} ms" for k, f in figures.items() if f["p99_ms"] is not None
             and f["p99_ms"] >= args.p99_ms]
@@ -181,9 +193,10 @@ def run_step(world: World, users: int, args: argparse.Namespace, cpu_parts: dict
         "errors_by_kind": dict(rec.errors), "error_examples": rec.examples, "ws_frames": rec.frames,
         "kinds": figures, "cpu_cores": {name: round(v / wall, 2) for name, v in used.items()},
         "actions_per_s": round(actions / wall, 1),
-        # what a person's action costs the replicas (the probes' CPU included) whatever the machine's load: the figure
-        # a capacity estimate starts from
-        "replica_cpu_ms_per_action": round(used["replicas"] * 1000 / actions, 1) if actions else None,
+        # what the people cost the replicas in CPU (above their idle use) does not depend on how long they waited
+        # for a CPU: a capacity estimate for a machine of the portal's own, by CPU alone
+        "replica_cpu_ms_per_action": round(people_cores * wall * 1000 / actions, 1) if actions else None,
+        "people_per_replica_core": round(users / people_cores, 1) if people_cores > 0.01 else None,
         "replicas_waiting_for_cpu": cpu.replicas_waiting(),
         "load_avg": round(os.getloadavg()[0], 2),
     }
@@ -191,7 +204,8 @@ def run_step(world: World, users: int, args: argparse.Namespace, cpu_parts: dict
     print(f"  {users:4d} people on {len(world.ports)} replica(s): {'held' if step['held'] else 'NOT held'}"
           f"{' (' + ', '.join(slow) + ')' if slow else ''}{f', {errors} errors' if errors else ''}; "
           f"p50/p99 ms {p}; cpu {step['cpu_cores']}, {step['actions_per_s']} actions/s at "
-          f"{step['replica_cpu_ms_per_action']} ms of replica CPU each, replicas waiting for a CPU "
+          f"{step['replica_cpu_ms_per_action']} ms of replica CPU each ({step['people_per_replica_core']} people per "
+          f"replica core), replicas waiting for a CPU "
           f"{step['replicas_waiting_for_cpu']} of their runnable time, load {step['load_avg']}", flush=True)
     for example in rec.examples[:3]:
         print(f"    error: {example}", flush=True)
@@ -200,17 +214,18 @@ def run_step(world: World, users: int, args: argparse.Namespace, cpu_parts: dict
 
 def search(world: World, args: argparse.Namespace, cpu_parts: dict[str, list[int]]) -> dict[str, Any]:
     """Step the people up until a step is not held, then try once halfway; the largest count held."""
+    idle = idle_cores(world, args, cpu_parts)
     steps: list[dict[str, Any]] = []
     held, failed = 0, None
     for users in args.users:
-        step = run_step(world, users, args, cpu_parts)
+        step = run_step(world, users, args, cpu_parts, idle)
         steps.append(step)
         if not step["held"]:
             failed = users
             break
         held = users
     if failed is not None and held and not args.quick and (held + failed) // 2 not in (held, failed):
-        step = run_step(world, (held + failed) // 2, args, cpu_parts)
+        step = run_step(world, (held + failed) // 2, args, cpu_parts, idle)
         steps.append(step)
         if step["held"]:
             held = step["users"]
@@ -224,7 +239,9 @@ def search(world: World, args: argparse.Namespace, cpu_parts: dict[str, list[int
             first_not_held["errors"])) if first_not_held else [],
         "at_max": {k: [f["p50_ms"], f["p99_ms"]] for k, f in at_max["kinds"].items()} if at_max else None,
         "replicas_waiting_for_cpu": [s["replicas_waiting_for_cpu"] for s in steps],
+        "replica_idle_cores": round(idle, 3),
         "replica_cpu_ms_per_action": [s["replica_cpu_ms_per_action"] for s in steps],
+        "people_per_replica_core": [s["people_per_replica_core"] for s in steps],
         "load_avg": [s["load_avg"] for s in steps],
         "steps": steps,
     }
@@ -248,11 +265,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds per step before measuring")
     parser.add_argument("--think", type=float, default=1.0, help="a member's mean pause between two actions, s")
     parser.add_argument("--p99-ms", type=float, default=500.0)
+    parser.add_argument("--idle", type=float, default=5.0, help="seconds of the replicas' idle CPU, per count")
     parser.add_argument("--quick", action="store_true", help="6 people on 1 and 2 replicas, 6 s each")
     parser.add_argument("--check", action="store_true", help="exit 1 unless some count was held without error")
     args = parser.parse_args(argv)
     if args.quick:
-        args.replicas, args.users, args.seconds, args.warmup = "1,2", "6", 6.0, 2.0
+        args.replicas, args.users, args.seconds, args.warmup, args.idle = "1,2", "6", 6.0, 2.0, 2.0
     args.replicas = [int(n) for n in args.replicas.split(",")]
     args.users = [int(n) for n in args.users.split(",")]
     return args
@@ -322,6 +340,10 @@ def main(argv: list[str] | None = None) -> int:
             "max_users_p99_500ms": {**best, "headline": best[headline]}, "headline_replicas": int(headline),
             "scaling": {c: round(best[c] / base, 2) if base else None for c in counts if c != "1"},
             "scaling_baseline": "people held on 1 replica, same run",
+            "people_per_replica_core": {c: next((v for v in reversed(results[c]["people_per_replica_core"])
+                                                 if v is not None), None) for c in counts},
+            "people_per_replica_core_is": "people one core of replica CPU serves above the replicas' idle use, by CPU "
+                                          "alone (no latency criterion), from each count's last step",
             "health_p99_ms_at_max": {c: (results[c]["at_max"] or {}).get("health", [None, None])[1] for c in counts},
             "errors": sum(errors_by_kind.values()), "errors_by_kind": errors_by_kind,
             "log_errors": log_errors(replicas, services),
