@@ -3,7 +3,8 @@
 1, 2 and 4 uvicorn replicas sharing one PostgreSQL and one Redis.
 
     .venv/bin/python benchmarks/load_bench.py [--replicas 1,2,4] [--users 5,10,20,40,80,160,320] [--seconds 20]
-                                              [--warmup 5] [--think 1.0] [--p99-ms 500] [--quick] [--check]
+                                              [--warmup 5] [--think 1.0] [--p99-ms 500] [--idle 5] [--quick]
+                                              [--check]
 
 Everything is started by the script and stopped on any exit: a Redis of its own, a project-local PostgreSQL with
 fsync on (``devtools.postgres``, ``.run/postgres-load-bench/``; a fresh database copied from a migrated template),
@@ -31,6 +32,11 @@ the last count held and the first not held. ``max_users_p99_500ms`` is the large
 the headline is 2 replicas' (one per core here); ``scaling`` is each count's over 1 replica's, same run. On this
 2-core machine 4 replicas, PostgreSQL, Redis, the worker, the relay, the load generator and this client all share
 the two cores: 4 replicas cannot be faster than 2 here, and the output says so (``cpu_note``).
+
+Each step also reports the share of their runnable time the replicas waited for a CPU (``/proc`` schedstat: near 1
+when other work holds the cores, and then the p99s measure that work more than the portal) and, against the
+replicas' idle CPU measured first (``--idle`` s with the probes alone), what the people cost them:
+``replica_cpu_ms_per_action`` and ``people_per_replica_core`` (by CPU alone), which do not depend on that wait.
 
 ``--quick``: 6 people on 1 and 2 replicas, 6 s each, no stepping (what the tests run). The last line is one JSON
 object.
