@@ -66,14 +66,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import argparse  # noqa: E402
-import hashlib  # noqa: E402
 import http.client  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
-import subprocess  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
@@ -89,7 +87,13 @@ from benchmarks.fault_kafka import (  # noqa: E402
     push_attempts,
     wait_kafka_pushes,
 )
-from benchmarks.harness import SessionProcess, run_bench  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    Replica,
+    fresh_postgres,
+    keep_template,
+    run_bench,
+    wait_answers,
+)
 from benchmarks.push_bench import (  # noqa: E402
     BROKERS,
     Worker,
@@ -101,7 +105,7 @@ from benchmarks.push_bench import (  # noqa: E402
     value_of,
 )
 from devtools.postgres import PostgresServer  # noqa: E402
-from devtools.redis_server import RUN_DIR, RedisServer, free_port  # noqa: E402
+from devtools.redis_server import RUN_DIR, RedisServer  # noqa: E402
 from engine.errors import EngineUnavailable  # noqa: E402
 
 NAME = "fault-bench"
@@ -124,32 +128,6 @@ class BeatWorker(Worker):
 
     def command(self) -> list[str]:
         return [*super().command(), "-B", "-s", str(self.log_path.parent / "celerybeat-schedule")]
-
-
-class Replica(SessionProcess):
-    """One uvicorn replica of the portal (``portal.asgi``) on its own port, sharing the database and Redis."""
-
-    def __init__(self, index: int, env: dict[str, str], run_dir: Path) -> None:
-        super().__init__(run_dir / f"replica-{index}.log")
-        self.env, self.port = {**os.environ, **env}, free_port()
-
-    def start(self) -> Replica:
-        cmd = [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port",
-               str(self.port), "--lifespan", "off", "--no-access-log", "--log-level", "warning"]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        return self
-
-    def answers(self) -> bool:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-            c.request("GET", "/healthz")
-            c.getresponse().read()
-            c.close()
-            return True
-        except OSError:
-            return False
 
 
 class Portal:
@@ -407,14 +385,6 @@ def kill_redis(server: RedisServer) -> None:
         server.proc = None
 
 
-def wait_answers(replica: Replica, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not replica.answers():
-        if replica.proc is None or replica.proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"replica on port {replica.port} did not come back:\n{replica.log_tail()}")
-        time.sleep(0.1)
-
-
 def newest_version(cluster_id: int) -> int:
     """The cluster's newest desired-state version (a fresh database connection: the server may have restarted)."""
     from django.db import close_old_connections, connection
@@ -473,50 +443,6 @@ def verify(brokers: list[RedisServer], approved: list[int]) -> dict[str, Any]:
             problems.append(f"broker-{b}: {why}")
         double += sum(1 for p, r in zip(history, history[1:], strict=False) if r.version <= p.version)
     return {"lost": lost, "double_applied": double, "problems": problems}
-
-
-def psql(pg: PostgresServer, sql: str) -> str:
-    """One statement on the server's ``postgres`` database; its output (tuples only)."""
-    done = pg._run("psql", "-h", str(pg.dir), "-p", str(pg.port), "-U", "quotas", "-d", "postgres",
-                   "-v", "ON_ERROR_STOP=1", "-tA", "-c", sql)
-    if done.returncode != 0:
-        raise RuntimeError(f"PostgreSQL refused {sql!r}: {done.stderr.strip()}")
-    return done.stdout.strip()
-
-
-def migrations_digest() -> str:
-    """What the migrated schema depends on: every migration file of the project."""
-    digest = hashlib.sha256()
-    for path in sorted(ROOT.glob("*/migrations/*.py")):
-        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def fresh_postgres(name: str) -> tuple[PostgresServer, bool]:
-    """The benchmark's project-local PostgreSQL with an empty database ``faultbench``: a copy of the migrated
-    template when the migrations have not changed since it was made (``migrate`` takes most of a quick run
-    otherwise), else an empty one to migrate. Returns the server and whether the copy is migrated already."""
-    pg = PostgresServer(name=name, database="postgres")
-    pg.start()
-    pg.database = CLUSTER
-    psql(pg, f'DROP DATABASE IF EXISTS "{CLUSTER}" WITH (FORCE)')
-    template = f"{CLUSTER}_{migrations_digest()}"
-    if psql(pg, f"SELECT 1 FROM pg_database WHERE datname = '{template}'") == "1":
-        psql(pg, f'CREATE DATABASE "{CLUSTER}" TEMPLATE "{template}"')
-        return pg, True
-    psql(pg, f'CREATE DATABASE "{CLUSTER}"')
-    return pg, False
-
-
-def keep_template(pg: PostgresServer) -> None:
-    """The freshly migrated database, kept as the template of the next runs (older templates dropped)."""
-    from django.db import connections
-
-    connections.close_all()
-    template = f"{CLUSTER}_{migrations_digest()}"
-    for old in psql(pg, f"SELECT datname FROM pg_database WHERE datname LIKE '{CLUSTER}\\_%'").split():
-        psql(pg, f'DROP DATABASE IF EXISTS "{old}"')
-    psql(pg, f'CREATE DATABASE "{template}" TEMPLATE "{CLUSTER}"')
 
 
 def setup_portal(database_url: str, redis_url: str) -> dict[str, str]:
@@ -639,12 +565,12 @@ def main(argv: list[str] | None = None) -> int:
             server.start()
             cleanups.append(server.stop)
         portal_redis, brokers = servers[0], servers[1:]
-        postgres, migrated = fresh_postgres(name)
+        postgres, migrated = fresh_postgres(name, CLUSTER)
         cleanups.append(postgres.stop)
         env = setup_portal(postgres.url, portal_redis.url)
         if not migrated:
             migrate()
-            keep_template(postgres)
+            keep_template(postgres, CLUSTER)
         from django.contrib.auth import get_user_model
         from rest_framework.authtoken.models import Token
 

@@ -50,7 +50,7 @@ from typing import Any  # noqa: E402
 import redis  # noqa: E402
 
 from benchmarks.api_bench import remove_database  # noqa: E402
-from benchmarks.harness import SessionProcess, run_bench  # noqa: E402
+from benchmarks.harness import Service, run_bench  # noqa: E402
 from benchmarks.push_bench import config_key, setup_django, states_of  # noqa: E402
 from devtools.redis_server import RUN_DIR, RedisServer, free_port  # noqa: E402
 
@@ -61,37 +61,18 @@ TARGET_GROWTH_PCT = 5.0
 ERROR_LINE = re.compile(r"\bERROR\b|Traceback \(most recent call last\)|CRITICAL")
 
 
-class Service(SessionProcess):
-    """One command of the portal in a session of its own, with its log."""
-
-    def __init__(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
-        super().__init__(DIR / f"{name}.log")
-        self.name, self.cmd, self.env = name, cmd, {**os.environ, **env}
-
-    def start(self) -> Service:
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        return self
-
-    def pids(self) -> list[int]:
-        """The process and its descendants (uvicorn's, Celery's pool and beat)."""
-        if self.proc is None:
-            return []
-        out, todo = [], [self.proc.pid]
-        while todo:
-            pid = todo.pop()
-            out.append(pid)
-            try:
-                for task in Path(f"/proc/{pid}/task").iterdir():
-                    todo += [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-        return out
-
-    def check(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"{self.name} exited with code {self.proc.returncode}:\n{self.log_tail()}")
+def demo_services(env: dict[str, str], run_dir: Path) -> list[Service]:
+    """What runs beside the portal in the demo: a Celery worker of the default queue with its beat, the relay of
+    live samples and the load generator of prod's and staging's traffic (not started)."""
+    celery = [sys.executable, "-m", "celery", "-A", "portal"]
+    manage = [sys.executable, "manage.py"]
+    return [
+        Service("worker", [*celery, "worker", "-B", "-s", str(run_dir / "celerybeat-schedule"), "--pool", "prefork",
+                           "-c", "1", "-Q", "celery", "-n", f"{run_dir.name}-{os.getpid()}@%h", "-l", "warning",
+                           "--without-heartbeat", "--without-gossip", "--without-mingle"], env, run_dir),
+        Service("relay", [*manage, "relay"], env, run_dir),
+        Service("loadgen", [*manage, "loadgen", "--cluster", "prod", "staging"], env, run_dir),
+    ]
 
 
 def rss_kib(pids: list[int]) -> int:
@@ -216,16 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         for step in (["migrate", "--no-input", "-v", "0"], ["demo_data"]):
             subprocess.run([*manage, *step], cwd=ROOT, env={**os.environ, **env}, check=True,
                            stdout=subprocess.DEVNULL)
-        celery = [sys.executable, "-m", "celery", "-A", "portal"]
         services = [
             Service("portal", [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1",
                                "--port", str(port), "--workers", "1", "--lifespan", "off", "--no-access-log",
-                               "--log-level", "warning"], env),
-            Service("worker", [*celery, "worker", "-B", "-s", str(DIR / "celerybeat-schedule"), "--pool", "prefork",
-                               "-c", "1", "-Q", "celery", "-n", f"soak-{os.getpid()}@%h", "-l", "warning",
-                               "--without-heartbeat", "--without-gossip", "--without-mingle"], env),
-            Service("relay", [*manage, "relay"], env),
-            Service("loadgen", [*manage, "loadgen", "--cluster", "prod", "staging"], env),
+                               "--log-level", "warning"], env, DIR),
+            *demo_services(env, DIR),
         ]
         for s in services:
             s.start()

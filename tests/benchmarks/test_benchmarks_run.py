@@ -114,6 +114,22 @@ def _budget_alloc(s: Summary) -> None:
     assert s["budgets"] == 1000 and s["target_met"] == (s["core_share_30"] <= 0.1)
 
 
+def _load(s: Summary) -> None:
+    assert s["replica_counts"] == [1, 2] and s["users_steps"] == [6]
+    held = s["max_users_p99_500ms"]
+    assert set(held) == {"1", "2", "headline"} and held["headline"] == held["2"] and s["headline_replicas"] == 2
+    assert set(s["scaling"]) == {"2"} and "1 replica" in s["scaling_baseline"] and "CPU" in s["cpu_note"]
+    assert s["errors"] == 0, s["errors_by_kind"]
+    steps = [step for c in ("1", "2") for step in s["by_replicas"][c]["steps"]]
+    assert [step["users"] for step in steps] == [6, 6]
+    for kind in s["kinds"]:  # every kind of person acted, on both replica counts taken together
+        assert sum(step["kinds"][kind]["actions"] for step in steps) > 0, kind
+    for step in steps:
+        for kind, f in step["kinds"].items():
+            assert f["n"] == 0 or f["p99_ms"] >= f["p50_ms"] > 0, (kind, f)
+    assert sum(step["ws_frames"] for step in steps) > 0  # the live sockets streamed samples
+
+
 QUICK = [
     Quick("benchmarks/engine_bench.py",
           ("--quick", "--seconds", "0.3", "--memory-entities", "5000", "--latency-n", "50"), _engine, redis=True),
@@ -138,6 +154,7 @@ QUICK = [
     Quick("benchmarks/otlp_bench.py", ("--quick", "--clients", "2", "--seconds", "1"),
           _otlp),
     Quick("benchmarks/budget_alloc_bench.py", ("--quick",), _budget_alloc),
+    Quick("benchmarks/load_bench.py", ("--quick",), _load),
 ]
 
 
