@@ -34,7 +34,9 @@ per broker; ``--no-kafka`` leaves it out). Approvals alternate between the engin
   every node has it in its metadata) and ``kafka_listener_refusing`` (one broker's SASL listener, as the portal
   reaches it, cut and refusing for 1-3 s while the broker runs on), ``kafka_controller_kill`` (the node leading the
   KRaft quorum killed, back after 1-3 s), ``kafka_node_disk_lost`` (a node killed, its data directory removed and
-  formatted again, started after 1-3 s: it rebuilds from the quorum before it answers).
+  formatted again, started after 1-3 s: it rebuilds from the quorum before it answers), ``kafka_password_rotated``
+  (the portal's SCRAM password changed in Kafka and its connections cut; the new secret reaches the file the workers
+  read 1-3 s later: meanwhile pushes fail with SASL_AUTHENTICATION_FAILED and are retried, ``auth_failures``).
   A fault due while an earlier one still has a part down brings that part back first. ``approval_ratio`` = faulted
   approvals/s / clean approvals/s; ``client_retries`` counts the client's retries by cause.
 * then it waits until every broker holds the newest desired-state version: ``converge_s`` from the end of the last
@@ -359,6 +361,11 @@ class Faults:
                 self.kafka.wipe(node_id)
             self._later(lambda: self.kafka.restart(node_id), self.rng.uniform(1.0, 3.0))  # type: ignore[union-attr]
             return
+        elif kind == "kafka_password_rotated":  # the portal's secret changed in Kafka; in its file 1-3 s later
+            assert self.kafka is not None
+            password = self.kafka.rotate()
+            self._later(lambda: self.kafka.install(password), self.rng.uniform(1.0, 3.0))  # type: ignore[union-attr]
+            return
         elif kind in ("broker_kill", "broker_restart_wiped", "broker_refusing"):
             broker = self.rng.choice(self.brokers)
             if kind == "broker_refusing":  # nothing listens on its port for 1-3 s: connections are refused
@@ -375,6 +382,14 @@ class Faults:
 
     def finish(self) -> None:
         self.settle()
+
+
+def auth_failures(log: Path) -> int:
+    """The worker's pushes Kafka refused the login of (SASL_AUTHENTICATION_FAILED, retried), from its log."""
+    try:
+        return sum("SASL_AUTHENTICATION_FAILED" in line for line in log.read_text(errors="replace").splitlines())
+    except OSError:
+        return 0
 
 
 def kill_redis(server: RedisServer) -> None:
@@ -535,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-kafka", dest="kafka", action="store_false",
                         help="the engine's brokers only: no Kafka cluster, no Kafka faults")
     parser.add_argument("--quick", action="store_true",
-                        help="44 approvals, one fault of each kind (11, or 9 without Kafka), 30 hostile")
+                        help="4 approvals per fault kind, one fault of each kind (14, or 9 without Kafka), 30 hostile")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     args = parser.parse_args(argv)
     kinds = KINDS if args.kafka else ENGINE_KINDS
@@ -577,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
         from quotas.models import Cluster, OwnedName, Tenant
 
         if kafka is not None:  # its super user's password, where the portal's processes read it
-            password = kafka.portal_env(Cluster(name=KAFKA_CLUSTER).password_env)
+            password = kafka.portal_env(Cluster(name=KAFKA_CLUSTER).password_env, run_dir / "kafka-password")
             env.update(password)
             os.environ.update(password)
 
@@ -673,6 +688,7 @@ def main(argv: list[str] | None = None) -> int:
                 "samples": kafka_sampler.samples, "reads": sum(kafka_sampler.reads.values()),
                 "unreachable_reads": kafka_sampler.unreachable,
                 "relay_cuts": sum(p.cut for p in kafka.proxies.values()),
+                "auth_failures": auth_failures(run_dir / "worker.log"),
                 **push_attempts(kafka_row.pk),
             }
             # zeros that count: the log holds every approval once and the sampler read every broker to the end

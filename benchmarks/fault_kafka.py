@@ -14,6 +14,11 @@ brokers show (issue 20: "one Kafka broker killed and restarted, a broker's liste
 * ``kafka_node_disk_lost``: one node killed, its data directory removed and formatted again with the cluster's id,
   started after 1-3 s with an empty log: it rebuilds the metadata log and its replicas from the quorum before it
   answers (it is back once every node has it in its metadata).
+* ``kafka_password_rotated``: the portal's SCRAM password changed in Kafka (AlterUserScramCredentials, past the
+  relays) and every relay's open connections cut, so the portal's next login uses the old secret and fails with a
+  typed ``SASL_AUTHENTICATION_FAILED`` (retried with backoff, nothing failed for good); 1-3 s later the new secret is
+  written to the file the workers read it from at each push (``QUOTAS_KAFKA_PASSWORD_<NAME>_FILE``, a mounted
+  secret rotated in place), and pushes go through again. ``auth_failures`` counts the portal's refused logins.
 * What the brokers hold is read past the relays (PLAINTEXT, each broker itself): DescribeClientQuotas of every
   ``user`` entity. Kafka keeps no version of ours, so order is read from the quotas themselves: the approvals are
   sequential, a push carries every change up to the cluster's newest version in one AlterClientQuotas, and the
@@ -28,7 +33,9 @@ brokers show (issue 20: "one Kafka broker killed and restarted, a broker's liste
 from __future__ import annotations
 
 import json
+import os
 import re
+import secrets
 import shutil
 import tempfile
 import threading
@@ -45,7 +52,10 @@ KEY = "producer_byte_rate"
 MECHANISM = "SCRAM-SHA-512"
 KAFKA_KINDS = (
     "kafka_broker_kill", "kafka_listener_refusing", "kafka_controller_kill", "kafka_node_disk_lost",
+    "kafka_password_rotated",
 )
+#: SCRAM's iteration count for a rotated password (Kafka's admin tools use 4096 by default).
+ITERATIONS = 8192
 DUMP_TOOL = "org.apache.kafka.tools.DumpLogSegments"
 BATCH_LINE = re.compile(r"^baseOffset: (\d+) ")
 RECORD_LINE = re.compile(r"^\| offset: (\d+) .* payload: (\{.*\})\s*$")
@@ -97,9 +107,37 @@ class KafkaTarget:
         """The portal's bootstrap servers: the relays."""
         return ",".join(f"127.0.0.1:{p.port}" for _, p in sorted(self.proxies.items()))
 
-    def portal_env(self, password_env: str) -> dict[str, str]:
-        """The super user's password where the portal's processes read it (``Cluster.password_env``)."""
-        return {password_env: self.kafka.admin_credentials()["password"]}
+    def portal_env(self, password_env: str, secret_file: Path) -> dict[str, str]:
+        """The super user's password where the portal's processes read it: a secret file (mode 0600) named by
+        ``<password_env>_FILE`` (``Cluster.kafka_password``), as a mounted secret that :meth:`rotate` changes."""
+        self.secret_file = secret_file
+        self.install(self.kafka.admin_credentials()["password"])
+        return {password_env + "_FILE": str(secret_file)}
+
+    def install(self, password: str) -> None:
+        """The new secret in place, atomically: a worker reads the old file or the new one, never half of one."""
+        part = self.secret_file.with_name(self.secret_file.name + ".new")
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(password + "\n")
+        os.replace(part, self.secret_file)
+
+    def rotate(self) -> str:
+        """The super user's password changed in Kafka (past the relays) and the portal's open connections cut (Kafka
+        keeps a session authenticated until it closes); returns the new password, for :meth:`install`."""
+        password = secrets.token_urlsafe(18)
+        for node_id in self.node_ids():  # any node that answers: the controller writes it to the metadata log
+            try:
+                self.client(node_id).alter_user_scram_credentials([(SUPER_USER, MECHANISM, ITERATIONS, password)])
+                break
+            except KafkaClientError:
+                continue
+        else:
+            raise KafkaError("no Kafka node took the rotated password")
+        for relay in self.proxies.values():
+            relay.refuse()
+            relay.accept()
+        return password
 
     def register(self) -> Any:
         """The portal's cluster row (SASL_PLAINTEXT, SCRAM, through the relays), registered as holding version 0 (its

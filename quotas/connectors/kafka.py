@@ -42,6 +42,7 @@ from kafka_wire import (
     AdminClient,
     KafkaBrokerError,
     KafkaClientError,
+    SaslAuthenticationError,
     raise_for_errors,
 )
 
@@ -442,4 +443,8 @@ def _check_config_resource(item: Item) -> None:
 
 
 def _push_error(error: KafkaClientError) -> PushError:
-    return PushError(error.code, error.message, retriable=error.retriable)
+    """The client's error as the push pipeline's. A refused login is retried (with the pipeline's backoff), unlike in
+    Kafka's own clients: the portal reads its secret again at each push, so a password rotated in Kafka before the
+    secret file goes through once the file has the new one, and nothing fails for good meanwhile."""
+    retriable = error.retriable or isinstance(error, SaslAuthenticationError)
+    return PushError(error.code, error.message, retriable=retriable)

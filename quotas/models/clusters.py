@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from django.core.validators import MinValueValidator, RegexValidator
@@ -89,6 +91,21 @@ class Cluster(models.Model):
     def password_env(self) -> str:
         """The environment variable holding the SCRAM password of ``sasl_username``."""
         return "QUOTAS_KAFKA_PASSWORD_" + self.name.upper().replace("-", "_")
+
+    def kafka_password(self) -> str | None:
+        """The SCRAM password of ``sasl_username``, read at each push: from the file named by ``<password_env>_FILE``
+        (a mounted secret, rotated in place), else from ``password_env``; None when neither holds one.
+
+        Read each time, so a rotated secret is used by the next push without restarting the workers; a file that
+        cannot be read counts as no password (the push then fails with a typed error naming both variables).
+        """
+        path = os.environ.get(self.password_env + "_FILE", "").strip()
+        if path:
+            try:
+                return Path(path).read_text(encoding="utf-8").rstrip("\r\n") or None
+            except (OSError, UnicodeDecodeError):
+                return None
+        return os.environ.get(self.password_env) or None
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Saved in a transaction: a new cluster's version row (``quotas.models.pushes``, on ``post_save``) is made

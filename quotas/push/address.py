@@ -3,8 +3,6 @@ through its bootstrap servers and credentials), and how audits name it."""
 
 from __future__ import annotations
 
-import os
-
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import Credentials, PushError, Target
 from quotas.models import Broker, Cluster
@@ -28,16 +26,17 @@ def kafka_bootstrap(cluster: Cluster) -> str:
 
 
 def kafka_credentials(cluster: Cluster) -> Credentials:
-    """The connector's credentials for a Kafka cluster; the password from the environment (never the database)."""
+    """The connector's credentials for a Kafka cluster; the password from the workers' environment or a secret file,
+    read at each push (never the database)."""
     if cluster.security_protocol == "PLAINTEXT":
         return Credentials()
-    password = os.environ.get(cluster.password_env)
+    password = cluster.kafka_password()
     if not cluster.sasl_mechanism or not cluster.sasl_username or not password:
         raise PushError(
             "SASL_AUTHENTICATION_FAILED",
             f"Cluster {cluster.name!r} uses {cluster.security_protocol}: it needs a SCRAM mechanism and user (the "
             f"cluster's settings) and the user's password in the environment variable {cluster.password_env} of the "
-            "portal's workers.",
+            f"portal's workers, or in a readable file named by {cluster.password_env}_FILE.",
             retriable=False,
         )
     return Credentials(cluster.security_protocol, cluster.sasl_mechanism, cluster.sasl_username, password)

@@ -202,7 +202,9 @@ def test_fault_benchmark_quick_run_injects_every_kind_and_loses_nothing() -> Non
     summary, _ = run_quick(["benchmarks/fault_bench.py", "--quick"], timeout_s=880)
     kinds = {"redis_restart", "redis_restart_wiped", "redis_outage", "worker_sigkill", "replica_kill",
              "postgres_restart", "broker_kill", "broker_restart_wiped", "broker_refusing", "kafka_broker_kill",
-             "kafka_listener_refusing", "kafka_controller_kill", "kafka_node_disk_lost"}
+             "kafka_listener_refusing", "kafka_controller_kill", "kafka_node_disk_lost", "kafka_password_rotated"}
     assert set(summary["fault_counts"]) == kinds, summary["fault_counts"]
     assert (summary["lost"], summary["double_applied"], summary["out_of_order"]) == (0, 0, 0), summary["problems"]
-    assert summary["by_target"]["kafka"]["unverified"] == [] and summary["converge_s"] <= 60
+    kafka = summary["by_target"]["kafka"]
+    assert kafka["unverified"] == [] and summary["converge_s"] <= 60
+    assert kafka["auth_failures"] > 0, kafka  # the rotation was felt: the old secret refused, then the new one used

@@ -9,6 +9,8 @@ directly on Kafka, which an admin adopts into desired state or removes by re-app
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -291,6 +293,7 @@ def test_a_cluster_behind_scram_is_pushed_with_the_password_from_the_environment
     with pytest.raises(PushError) as refused:
         target_push.push_target(secured.pk, None)
     assert refused.value.code == "SASL_AUTHENTICATION_FAILED" and "not-the-password" not in str(refused.value)
+    assert refused.value.retriable  # a secret rotated in Kafka before the portal's: retried until the new one is in
 
     monkeypatch.setenv(secured.password_env, creds["password"])
     outcome = target_push.push_target(secured.pk, None)
@@ -300,3 +303,39 @@ def test_a_cluster_behind_scram_is_pushed_with_the_password_from_the_environment
         assert quotas_on(node.address("PLAINTEXT"), user) == {(("user", user),): {PBR: 2048.0}}
     alter_client_quotas(secured, [Alteration([("user", user)], [QuotaOp(PBR, remove=True)])])
     target_push.push_target(secured.pk, None)
+
+
+def test_a_password_rotated_in_its_secret_file_is_used_by_the_next_push(
+    kafka_cluster: Any, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A mounted secret (``QUOTAS_KAFKA_PASSWORD_<NAME>_FILE``) wins over the variable and is read at each push, so a
+    password rotated in Kafka and then in the file goes through with no restart; in between, the push is refused as
+    retriable (nothing failed for good)."""
+    creds = kafka_cluster.admin_credentials()
+    secured = Cluster.objects.create(
+        name=unique("krotate"), connector=ConnectorKind.KAFKA,
+        bootstrap_servers=kafka_cluster.bootstrap("SASL_PLAINTEXT"), security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-512", sasl_username=creds["username"],
+    )
+    secret = tmp_path / "kafka-password"
+    secret.write_text("an-old-password\n")
+    monkeypatch.setenv(secured.password_env, creds["password"])  # the file wins over it
+    monkeypatch.setenv(secured.password_env + "_FILE", str(secret))
+    user = unique("svc")
+    alter_client_quotas(secured, [Alteration([("user", user)], [QuotaOp(PBR, 4096)])])
+
+    with pytest.raises(PushError) as refused:
+        target_push.push_target(secured.pk, None)
+    assert (refused.value.code, refused.value.retriable) == ("SASL_AUTHENTICATION_FAILED", True)
+    assert "an-old-password" not in str(refused.value)
+
+    secret.write_text(creds["password"] + "\n")  # the new secret in place: the next push reads it
+    target_push.push_target(secured.pk, None)
+    for node in kafka_cluster.nodes:
+        assert quotas_on(node.address("PLAINTEXT"), user) == {(("user", user),): {PBR: 4096.0}}
+
+    secret.unlink()  # a secret file that is gone: refused for good, naming both places
+    alter_client_quotas(secured, [Alteration([("user", user)], [QuotaOp(PBR, remove=True)])])
+    with pytest.raises(PushError) as missing:
+        target_push.push_target(secured.pk, None)
+    assert missing.value.retriable is False and f"{secured.password_env}_FILE" in missing.value.message
