@@ -36,7 +36,7 @@ per broker; ``--no-kafka`` leaves it out). Approvals alternate between the engin
   KRaft quorum killed, back after 1-3 s), ``kafka_node_disk_lost`` (a node killed, its data directory removed and
   formatted again, started after 1-3 s: it rebuilds from the quorum before it answers), ``kafka_password_rotated``
   (the portal's SCRAM password changed in Kafka and its connections cut; the new secret reaches the file the workers
-  read 1-3 s later: meanwhile pushes fail with SASL_AUTHENTICATION_FAILED and are retried, ``auth_failures``).
+  read once a push met the old one: meanwhile pushes fail with SASL_AUTHENTICATION_FAILED and are retried).
   A fault due while an earlier one still has a part down brings that part back first. ``approval_ratio`` = faulted
   approvals/s / clean approvals/s; ``client_retries`` counts the client's retries by cause.
 * then it waits until every broker holds the newest desired-state version: ``converge_s`` from the end of the last
@@ -363,8 +363,8 @@ class Faults:
             return
         elif kind == "kafka_password_rotated":  # the portal's secret changed in Kafka; in its file 1-3 s later
             assert self.kafka is not None
-            password = self.kafka.rotate()
-            self._later(lambda: self.kafka.install(password), self.rng.uniform(1.0, 3.0))  # type: ignore[union-attr]
+            password, delay = self.kafka.rotate(), self.rng.uniform(1.0, 3.0)
+            self._later(lambda: self.kafka.install_once_refused(password, delay), 0.0)  # type: ignore[union-attr]
             return
         elif kind in ("broker_kill", "broker_restart_wiped", "broker_refusing"):
             broker = self.rng.choice(self.brokers)
@@ -382,14 +382,6 @@ class Faults:
 
     def finish(self) -> None:
         self.settle()
-
-
-def auth_failures(log: Path) -> int:
-    """The worker's pushes Kafka refused the login of (SASL_AUTHENTICATION_FAILED, retried), from its log."""
-    try:
-        return sum("SASL_AUTHENTICATION_FAILED" in line for line in log.read_text(errors="replace").splitlines())
-    except OSError:
-        return 0
 
 
 def kill_redis(server: RedisServer) -> None:
@@ -688,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
                 "samples": kafka_sampler.samples, "reads": sum(kafka_sampler.reads.values()),
                 "unreachable_reads": kafka_sampler.unreachable,
                 "relay_cuts": sum(p.cut for p in kafka.proxies.values()),
-                "auth_failures": auth_failures(run_dir / "worker.log"),
+                "auth_failures": kafka.auth_failures,
                 **push_attempts(kafka_row.pk),
             }
             # zeros that count: the log holds every approval once and the sampler read every broker to the end

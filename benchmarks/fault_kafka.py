@@ -16,9 +16,10 @@ brokers show (issue 20: "one Kafka broker killed and restarted, a broker's liste
   answers (it is back once every node has it in its metadata).
 * ``kafka_password_rotated``: the portal's SCRAM password changed in Kafka (AlterUserScramCredentials, past the
   relays) and every relay's open connections cut, so the portal's next login uses the old secret and fails with a
-  typed ``SASL_AUTHENTICATION_FAILED`` (retried with backoff, nothing failed for good); 1-3 s later the new secret is
-  written to the file the workers read it from at each push (``QUOTAS_KAFKA_PASSWORD_<NAME>_FILE``, a mounted
-  secret rotated in place), and pushes go through again. ``auth_failures`` counts the portal's refused logins.
+  typed ``SASL_AUTHENTICATION_FAILED`` (retried with backoff, nothing failed for good); once a push has been refused
+  (at least 1-3 s later, at most 20 s) the new secret is written to the file the workers read it from at each push
+  (``QUOTAS_KAFKA_PASSWORD_<NAME>_FILE``, a mounted secret rotated in place), and pushes go through again.
+  ``auth_failures`` counts the rotations whose old secret a push met.
 * What the brokers hold is read past the relays (PLAINTEXT, each broker itself): DescribeClientQuotas of every
   ``user`` entity. Kafka keeps no version of ours, so order is read from the quotas themselves: the approvals are
   sequential, a push carries every change up to the cluster's newest version in one AlterClientQuotas, and the
@@ -72,6 +73,9 @@ class KafkaTarget:
             server_properties=self._advertised,
         )
         self._clients: dict[int, AdminClient] = {}
+        self.cluster_id = 0
+        #: rotations whose old secret the portal's pushes met (and were refused with) before the new one was in place
+        self.auth_failures = 0
         #: held while a node is started again; stop() takes it, so no restart starts a JVM after the cluster stopped
         self._nodes_lock = threading.Lock()
         self._stopped = False
@@ -113,6 +117,25 @@ class KafkaTarget:
         self.secret_file = secret_file
         self.install(self.kafka.admin_credentials()["password"])
         return {password_env + "_FILE": str(secret_file)}
+
+    def install_once_refused(self, password: str, delay_s: float, limit_s: float = 20.0) -> None:
+        """The new secret in place ``delay_s`` after the rotation, and not before the portal's pushes have met the
+        old one (a Push row holding SASL_AUTHENTICATION_FAILED, counted in ``auth_failures``), as an operator who
+        rotates in Kafka first and updates the secret once an alert says so; after ``limit_s`` it goes in anyway."""
+        from django.db import close_old_connections
+
+        from quotas.models import Push
+
+        started = time.monotonic()
+        time.sleep(delay_s)
+        while time.monotonic() - started < limit_s:
+            close_old_connections()
+            refused = Push.objects.filter(cluster_id=self.cluster_id, error_code="SASL_AUTHENTICATION_FAILED")
+            if refused.exists():
+                self.auth_failures += 1
+                break
+            time.sleep(0.1)
+        self.install(password)
 
     def install(self, password: str) -> None:
         """The new secret in place, atomically: a worker reads the old file or the new one, never half of one."""
@@ -156,6 +179,7 @@ class KafkaTarget:
             )
             Push.objects.create(cluster=cluster, broker=None, version=0, state=PushState.APPLIED,
                                 applied_at=timezone.now())
+        self.cluster_id = cluster.pk
         return cluster
 
     # -- faults ----------------------------------------------------------------------------------------------------
