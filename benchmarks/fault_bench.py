@@ -2,7 +2,7 @@
 """Approvals under faults (issue 20): nothing lost, nothing applied twice, never out of order, and how long to
 converge; then hostile input against the API, against valid requests of the same run.
 
-    .venv/bin/python benchmarks/fault_bench.py [--approvals 1000] [--faults 100] [--seed 20] [--hostile 600]
+    .venv/bin/python benchmarks/fault_bench.py [--approvals 1000] [--faults 140] [--seed 20] [--hostile 600]
                                                [--no-kafka] [--quick] [--check]
 
 Everything is started by the benchmark and stopped on any exit: the portal's redis-server (Celery's queue, the
@@ -21,7 +21,7 @@ per broker; ``--no-kafka`` leaves it out). Approvals alternate between the engin
   answers 5xx for the other one, with backoff; a submit retried after a dropped connection first looks for itself
   (its unique ``reason``), an approve retried after one accepts 409 when the request is approved.
 * faulted: ``--approvals`` more, while ``--faults`` faults are injected at approval indexes drawn by a seeded random
-  schedule (``--seed``), each of a kind drawn from the same generator:
+  schedule (``--seed``), every kind as often as the number allows, in an order drawn from the same generator:
   ``redis_restart`` (the portal's Redis: SIGTERM, restarted on its port with its data), ``redis_restart_wiped``
   (its data files removed before the restart: the queue loses its messages), ``redis_outage`` (down for 1-3 s while
   approvals go on), ``worker_sigkill`` (SIGKILL of the worker while pushes run; restarted at once, its
@@ -384,6 +384,14 @@ class Faults:
         self.settle()
 
 
+def schedule(kinds: tuple[str, ...], n: int, rng: random.Random) -> list[str]:
+    """``n`` fault kinds in a seeded order, every kind as often as ``n`` allows (``n // len(kinds)`` times each, the
+    rest drawn without repeats), so a full run faces each kind the same number of times."""
+    drawn = list(kinds) * (n // len(kinds)) + rng.sample(kinds, n % len(kinds))
+    rng.shuffle(drawn)
+    return drawn
+
+
 def kill_redis(server: RedisServer) -> None:
     """SIGKILL a Redis the benchmark started: no shutdown save, what it acknowledged is in its AOF already."""
     if server.proc is not None:
@@ -536,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--approvals", type=int, default=1000)
     parser.add_argument("--clean", type=int, default=200, help="approvals of the no-fault baseline")
-    parser.add_argument("--faults", type=int, default=100)
+    parser.add_argument("--faults", type=int, default=140, help="faults, each kind as often as this allows "
+                        "(140: ten of each of the 14 kinds; without Kafka, 15 or 16 of each of 9)")
     parser.add_argument("--seed", type=int, default=20)
     parser.add_argument("--hostile", type=int, default=600)
     parser.add_argument("--no-kafka", dest="kafka", action="store_false",
@@ -630,8 +639,8 @@ def main(argv: list[str] | None = None) -> int:
             at = {args.clean + (n + 1) * args.approvals // (len(drawn) + 1): [k] for n, k in enumerate(drawn)}
         else:
             at = {}
-            for _ in range(args.faults):
-                at.setdefault(rng.randrange(args.clean, total), []).append(rng.choice(kinds))
+            for kind in schedule(kinds, args.faults, rng):
+                at.setdefault(rng.randrange(args.clean, total), []).append(kind)
         parts = {"redis": portal_redis, "brokers": brokers, "worker": worker, "replicas": replicas,
                  "postgres": postgres, "kafka": kafka}
         faults = Faults(parts, rng)

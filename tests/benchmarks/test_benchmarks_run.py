@@ -1,8 +1,8 @@
 """The benchmarks run end to end and report every figure their issues ask for.
 
 One parametrized test runs each benchmark's quick mode and checks the shape of its last line (one JSON object):
-timings belong to the benchmark, not to tests. The benchmarks that need the session's Kafka cluster have a test of
-their own, so that only they ask for it.
+timings belong to the benchmark, not to tests. The quick runs go two at a time (``Lanes``). The benchmarks that
+need the session's Kafka cluster have a test of their own, so that only they ask for it.
 """
 
 from __future__ import annotations
@@ -167,19 +167,83 @@ def run_quick(argv: list[str], timeout_s: float = 280) -> tuple[Summary, subproc
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc
 
 
-@pytest.mark.timeout(600)
+class Lanes:
+    """The quick runs two at a time: each test starts its own run (if not started yet) and the next selected one, then
+    waits for its own. Most of a quick run is waiting for its services, so two lanes take about half the time; each
+    run's output goes to a file (a pipe nobody reads would stall it)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.runs: dict[str, tuple[subprocess.Popen[bytes], Path, Path]] = {}
+
+    def start(self, quick: Quick, request: pytest.FixtureRequest) -> None:
+        if str(quick) in self.runs or (quick.java and java_binary() is None):
+            return
+        argv = [quick.script, *quick.args]
+        if quick.redis:
+            argv += ["--redis-url", request.getfixturevalue("redis_url")]
+        out, err = self.tmp / f"{quick}.out", self.tmp / f"{quick}.err"
+        with open(out, "wb") as o, open(err, "wb") as e:
+            proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=o, stderr=e)
+        self.runs[str(quick)] = (proc, out, err)
+
+    def result(self, quick: Quick) -> tuple[Summary, str]:
+        """The run's summary (its exit status must be 0, its last line one JSON object) and its stderr."""
+        proc, out, err = self.runs.pop(str(quick))
+        try:
+            proc.wait(timeout=quick.timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.terminate()  # SIGTERM: the benchmark stops the services it started (benchmarks/harness.run_bench)
+            proc.wait(timeout=60)
+            pytest.fail(f"{quick} did not end within {quick.timeout_s:g} s:\n{err.read_text(errors='replace')[-2000:]}")
+        stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+        assert proc.returncode == 0, stderr[-2000:] + stdout[-2000:]
+        return json.loads(stdout.strip().splitlines()[-1]), stderr
+
+    def stop(self) -> None:
+        """Runs started for tests that did not get to wait for them (a failure, an interrupted session)."""
+        for proc, _, _ in self.runs.values():
+            proc.terminate()
+        for proc, _, _ in self.runs.values():
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.runs.clear()
+
+
+@pytest.fixture(scope="module")
+def lanes(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    lanes = Lanes(tmp_path_factory.mktemp("quick"))
+    yield lanes
+    lanes.stop()
+
+
+def _next_quick(request: pytest.FixtureRequest) -> Quick | None:
+    """The quick run of the next selected test of this table, if any."""
+    items = request.session.items
+    here = items.index(request.node)
+    for item in items[here + 1:]:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and isinstance(callspec.params.get("quick"), Quick):
+            return callspec.params["quick"]
+    return None
+
+
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("quick", QUICK, ids=str)
-def test_quick_run_reports_its_figures(quick: Quick, request: pytest.FixtureRequest) -> None:
+def test_quick_run_reports_its_figures(quick: Quick, request: pytest.FixtureRequest, lanes: Lanes) -> None:
     if quick.java and java_binary() is None:
         reason = f"{quick} needs Java for Spark (no JAVA_HOME and no java on the PATH)"
         print(f"SKIP: {reason}", file=sys.stderr)
         pytest.skip(reason)
-    argv = [quick.script, *quick.args]
-    if quick.redis:
-        argv += ["--redis-url", request.getfixturevalue("redis_url")]
-    summary, proc = run_quick(argv, quick.timeout_s)
+    lanes.start(quick, request)
+    following = _next_quick(request)
+    if following is not None:
+        lanes.start(following, request)
+    summary, stderr = lanes.result(quick)
     if quick.stderr_has:
-        assert quick.stderr_has in proc.stderr
+        assert quick.stderr_has in stderr
     quick.check(summary)
 
 
