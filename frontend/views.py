@@ -456,8 +456,8 @@ def drift_reapply(request: HttpRequest) -> HttpResponse:
         raise Refused(403, REAPPLY_ADMINS_ONLY)
     form = ReapplyForm(request.POST)
     if not form.is_valid():
-        field, errors = next(iter(form.errors.items()))
-        raise Refused(400, f"{field}: {errors[0]}")
+        field, problems = next(iter(form.errors.items()))
+        raise Refused(400, f"{field}: {problems[0]}")
     name = form.cleaned_data["cluster"]
     cluster = Cluster.objects.select_related("desired_state").filter(name=name).first()
     if cluster is None:
