@@ -290,8 +290,10 @@ final class BudgetCoordinator {
             }
             reports.add(new Report(s, field, demand, full));
             if (LOG.isTraceEnabled()) {
-                LOG.trace("quota budgets: {} rate {} demand {} enforced {} saturated {}", s.sensor().budgetId(), rate,
-                        demand, enforced, full);
+                LOG.trace("quota budgets: {} rate {} demand {} enforced {} saturated {} throttle {} quiet {} muted {}",
+                        s.sensor().budgetId(), rate, demand, enforced, full, throttle,
+                        s.lastRequestMs() < 0 ? -1 : now - s.lastRequestMs(),
+                        mutedUntil == Long.MIN_VALUE ? -1 : mutedUntil - now);
             }
         }
         boolean scopeChanged = false;
