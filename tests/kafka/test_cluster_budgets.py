@@ -80,9 +80,8 @@ def test_a_producer_over_three_leaders_is_held_to_the_budget_not_three_times_it(
     assert sum(s["s"] for s in shares.values()) <= budget * 1.0001
     assert kafka > 2.0, f"Kafka's per-broker meaning lets the same value through about 3 times: {kafka:.2f} B"
     # Kafka delivers a throttled client's limit in bursts of up to a window's allowance (and holds it back as long):
-    # over 40 s that is up to 11 / 40 of B above. Below, the budget has delivered down to 0.65 B in a CI run where
-    # Kafka's own split gave 0.93 B (issue 28 keeps that open): the floor here catches a collapse (0.05 B before
-    # the silence rule), not that gap.
+    # over 40 s that is up to 11 / 40 of B above. Below, the floor catches a collapse: 0.05 B before the silence
+    # rule, 0.06 B under CPU load before the predicted mute (docs/internals/cluster-budgets-protocol.md).
     slack = KAFKA_WINDOW_S / seconds + 0.05
     assert held <= 1 + slack, f"the budget lets {held:.2f} B through (Kafka's split {kafka_split:.2f} B)"
     assert held >= 0.5 * kafka_split, f"the budget delivers {held:.2f} B, Kafka's split {kafka_split:.2f} B"

@@ -73,6 +73,22 @@ final class BudgetCoordinator {
      */
     static final long SILENT_MS = 2000;
 
+    /**
+     * How long Kafka mutes the clients of a sensor whose windowed rate reached {@code rate} under {@code limit}
+     * (ms): {@code (rate - limit) / limit} of its throttle window, unbounded (Kafka's {@code QuotaUtils.throttleTime}
+     * for produce and fetch). 0 when the rate is within the limit.
+     */
+    static long muteMs(double rate, double limit, double throttleWindowSeconds) {
+        if (!(limit > 0) || !(rate > limit)) {
+            return 0;
+        }
+        return (long) Math.ceil((rate - limit) / limit * throttleWindowSeconds * 1000);
+    }
+
+    /** The last request of a sensor and how long Kafka may mute its clients after it (ms, the request's clock). */
+    private record Mute(long requestMs, long untilMs) {
+    }
+
     /** The sensors Kafka has now (those the hot path handed tags out for, still registered). */
     interface SensorSource {
         List<SensorBudget> sensors();
@@ -145,6 +161,7 @@ final class BudgetCoordinator {
     private final Map<SensorKey, DemandEstimator> estimators = new HashMap<>();
     private final Set<SensorKey> saturated = new java.util.HashSet<>();
     private final Map<SensorKey, Integer> falling = new HashMap<>();
+    private final Map<SensorKey, Mute> mutes = new HashMap<>();
     private long lastSuccessMs = Long.MIN_VALUE;
     private boolean failing;
 
@@ -243,9 +260,14 @@ final class BudgetCoordinator {
             // Silence is only evidence once Kafka would have let its clients speak: a mute lasts about as long as the
             // window takes to bring the rate back to the limit, so a sensor still measuring more than half of its
             // limit may be muted yet, however long its silence (cutting it then mutes it for longer still).
+            // Nor is silence evidence before the mute Kafka gave the last request can have ended: a mute longer
+            // than the window empties the window (the rate falls under half the limit while the clients wait) and
+            // can outlast twice the mean throttle; a release then cuts the share to the floor, and the backlog the
+            // client sends when it may is throttled against the floor for minutes (0.06 B delivered under load).
+            long mutedUntil = mutedUntil(s, rate, enforced);
             boolean silent = s.lastRequestMs() >= 0 && now - s.lastRequestMs() > Math.max(SILENT_MS, 2 * throttle)
-                    && rate < FALLING * enforced;
-            boolean muted = throttle > 0 && !silent;
+                    && now > mutedUntil + SILENT_MS && rate < FALLING * enforced;
+            boolean muted = (throttle > 0 || now <= mutedUntil) && !silent;
             if (muted) {
                 demand = Math.max(demand, rate);
             }
@@ -268,8 +290,10 @@ final class BudgetCoordinator {
             }
             reports.add(new Report(s, field, demand, full));
             if (LOG.isTraceEnabled()) {
-                LOG.trace("quota budgets: {} rate {} demand {} enforced {} saturated {}", s.sensor().budgetId(), rate,
-                        demand, enforced, full);
+                LOG.trace("quota budgets: {} rate {} demand {} enforced {} saturated {} throttle {} quiet {} muted {}",
+                        s.sensor().budgetId(), rate, demand, enforced, full, throttle,
+                        s.lastRequestMs() < 0 ? -1 : now - s.lastRequestMs(),
+                        mutedUntil == Long.MIN_VALUE ? -1 : mutedUntil - now);
             }
         }
         boolean scopeChanged = false;
@@ -323,8 +347,29 @@ final class BudgetCoordinator {
             estimators.keySet().retainAll(keep);
             saturated.retainAll(keep);
             falling.keySet().retainAll(keep);
+            mutes.keySet().retainAll(keep);
         }
         return scopeChanged;
+    }
+
+    /**
+     * Until when (ms) Kafka may mute the sensor's clients after their last request: the longest mute its rate over
+     * the limit enforced implies, over every round since that request (a round's rate is read after the request
+     * was recorded; the window only loses samples after it). {@code Long.MIN_VALUE} when no request is known.
+     */
+    private long mutedUntil(SensorBudget s, double rate, double enforced) {
+        long request = s.lastRequestMs();
+        if (request < 0) {
+            mutes.remove(s.sensor());
+            return Long.MIN_VALUE;
+        }
+        long until = request + muteMs(rate, enforced, settings.throttleWindowSeconds());
+        Mute was = mutes.get(s.sensor());
+        if (was != null && was.requestMs() == request) {
+            until = Math.max(until, was.untilMs());
+        }
+        mutes.put(s.sensor(), new Mute(request, until));
+        return until;
     }
 
     private List<String> keys(List<Report> reports) {

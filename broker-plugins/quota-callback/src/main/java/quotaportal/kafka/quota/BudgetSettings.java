@@ -78,6 +78,15 @@ record BudgetSettings(
         return (double) (quotaWindowNum - 1) * quotaWindowSizeSeconds;
     }
 
+    /**
+     * The span Kafka divides a quota violation by when it throttles (seconds): its quota window whole, {@code
+     * quota.window.num * quota.window.size.seconds}, once a sensor is older than that. A request that brings the
+     * rate to R over a limit L is throttled for {@code (R - L) / L} of it.
+     */
+    double throttleWindowSeconds() {
+        return (double) quotaWindowNum * quotaWindowSizeSeconds;
+    }
+
     private void check() {
         if (intervalMs < 10) {
             throw new ConfigException(INTERVAL_MS, intervalMs, "at least 10 ms");

@@ -270,6 +270,53 @@ class LeaseStateMachineTest {
     }
 
     @Test
+    void aSensorIsNotSilentBeforeTheMuteKafkaGaveItsLastRequestCanHaveEnded() {
+        clock.set(100_000);
+        redis.shares.put(ALICE.budgetId(), "1000");
+        measured.put(ALICE, 960.0);
+        round();
+        round();
+        // a burst took the window to 2.5 times the limit: Kafka mutes the clients for 1.5 windows (16.5 s), though
+        // its mean throttle (many small ones before) is 3 s
+        long request = clock.get();
+        lastRequests.put(ALICE, request);
+        throttles.put(ALICE, 3_000.0);
+        measured.put(ALICE, 2_500.0);
+        round();
+        // the window empties while they wait: silent for longer than twice the mean throttle, the rate far under
+        // half the limit, and still muted (a cut to the floor now would throttle the backlog for minutes)
+        measured.put(ALICE, 100.0);
+        while (clock.get() <= request + 16_500 + BudgetCoordinator.SILENT_MS) {
+            round();
+            assertEquals("1", redis.lastArgs().get(9), "muted at " + (clock.get() - 1_000 - request) + " ms");
+            assertEquals(100.0, Double.parseDouble(redis.lastArgs().get(8)), 1e-6, "it wants what it measures");
+        }
+        // Kafka's mean throttle has left its window too: the predicted mute alone holds the share
+        throttles.put(ALICE, 0.0);
+        lastRequests.put(ALICE, clock.get() - 10_000);
+        request = clock.get() - 10_000;
+        measured.put(ALICE, 2_500.0);
+        round();
+        measured.put(ALICE, 100.0);
+        round();
+        assertEquals("1", redis.lastArgs().get(9), "no throttle metric, but its mute (16.5 s) is not over");
+        // silent past the mute and two seconds: its clients left
+        clock.set(request + 16_500 + BudgetCoordinator.SILENT_MS + 1);
+        round();
+        assertEquals("0", redis.lastArgs().get(9));
+        assertEquals(0.0, Double.parseDouble(redis.lastArgs().get(8)));
+    }
+
+    @Test
+    void aMuteIsTheRateOverTheLimitTimesKafkasWindow() {
+        assertEquals(16_500, BudgetCoordinator.muteMs(2_500, 1_000, 11));
+        assertEquals(0, BudgetCoordinator.muteMs(1_000, 1_000, 11));
+        assertEquals(0, BudgetCoordinator.muteMs(900, 1_000, 11));
+        // a limit cut to a twentieth throttles a client at its old rate for 19 windows
+        assertEquals(209_000, BudgetCoordinator.muteMs(1_000, 50, 11));
+    }
+
+    @Test
     void aNewValueOfBIsBOverLiveBrokersUntilTheNextRound() {
         redis.shares.put(ALICE.budgetId(), "1800");
         round();
