@@ -6,7 +6,7 @@
                                                [--no-live] [--whatif] [--quick] [--check]
 
 Sizes are entities x brokers (default 1000x3, 10000x3, 100000x3, 100000x30, 100000x100; ``--quick`` 1000x3,
-10000x3, 10000x30). Each size is a world of ``benchmarks/worlds.py`` (``overview_bench``'s, at that size): one
+10000x3, 1000x30). Each size is a world of ``benchmarks/worlds.py`` (``overview_bench``'s, at that size): one
 engine cluster of that many brokers with the entities and their values, 5 tenants each owning ~1% of the users
 and client-ids, an admin and a member of one tenant; its latest hash holds ~1.5 sensors per entity, each sampled
 on 3 of the brokers (the leaders its clients reach); every broker is pushed to desired state. Then, in this
@@ -16,9 +16,10 @@ process (server time through Django's test client, as ``overview_bench``; no net
 * ``overview_admin`` / ``overview_member``: ``GET /monitor/``; ``entities_admin`` / ``entities_member``:
   ``GET /entities/`` (first page); ``api_admin`` / ``api_member``: the first page (50) of
   ``POST /api/clusters/<c>/client-quotas/describe`` (``{}``: every entity);
-* ``sampler``: one broker's ``Sampler.tick`` (collect from the engine's sensors, publish) with usage recorded for
-  the clients sampled on that broker;
-* ``reconcile``: one ``reconcile_all`` pass (every broker described and compared with desired state; in sync);
+* ``sampler``: one broker's ``Sampler.tick`` (collect from the engine's sensors, publish; both printed) with usage
+  recorded for the clients sampled on that broker (a cycle is due every second);
+* ``reconcile``: a ``reconcile_all`` pass (every broker described and compared with desired state; in sync),
+  median of 2 (``--quick``: 1);
 * ``landing``: ``land_stream`` of the samples firehose after ``--landing-seconds`` seconds of every broker's
   ticks, scaled to seconds per minute of traffic;
 * ``live``: ``benchmarks/monitor_bench.py`` in a subprocess (``echo_cluster`` baseline and ``relay_cluster``) with
@@ -80,7 +81,7 @@ from devtools.redis_server import RUN_DIR, RedisServer  # noqa: E402
 
 BENCH_DIR = RUN_DIR / "scale-bench"
 FULL_SIZES = "1000x3,10000x3,100000x3,100000x30,100000x100"
-QUICK_SIZES = "1000x3,10000x3,10000x30"
+QUICK_SIZES = "1000x3,10000x3,1000x30"
 ENTITIES = "/entities/"
 DESCRIBE = f"/api/clusters/{CLUSTER}/client-quotas/describe"
 PAGES = ("trivial", "overview_admin", "overview_member", "entities_admin", "entities_member", "api_admin",
@@ -174,14 +175,18 @@ def measure_sampler(client: redis.Redis, world: World, ticks: int = 3) -> dict[s
     for user, client_id in active:
         sampler.touch(user, client_id, now)
     sampler.tick()
-    xs, published = [], 0
-    for _ in range(ticks):
+    xs, collect, published = [], [], 0
+    for _ in range(ticks):  # tick() = publish(collect()), timed in its two parts
         t0 = time.perf_counter()
-        published = sampler.tick()
+        now = int(time.time() * 1000)
+        samples = sampler.collect(now)
+        t1 = time.perf_counter()
+        published = sampler.publish(samples, now)
         xs.append((time.perf_counter() - t0) * 1000)
+        collect.append((t1 - t0) * 1000)
     if published == 0:
         raise RuntimeError(f"{world.label}: the sampler published nothing")
-    return {"median_ms": statistics.median(xs), "samples": published}
+    return {"median_ms": statistics.median(xs), "collect_ms": statistics.median(collect), "samples": published}
 
 
 def measure_reconcile(passes: int = 2) -> dict[str, Any]:
@@ -309,11 +314,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default=None, help=f"entities x brokers, comma-separated (default {FULL_SIZES}; "
                         f"--quick {QUICK_SIZES})")  # fmt: skip
-    parser.add_argument("--requests", type=int, default=None, help="measured rounds per page (default 10; --quick 3)")
+    parser.add_argument("--requests", type=int, default=None, help="measured rounds per page (default 10; --quick 2)")
     parser.add_argument("--warmup", type=int, default=None, help="rounds before measuring (default 2; --quick 1)")
     parser.add_argument("--sockets", type=int, default=None, help="live sockets (default 100; --quick 10)")
     parser.add_argument("--live-seconds", type=float, default=None, help="live window (default 5; --quick 2)")
-    parser.add_argument("--landing-seconds", type=int, default=None, help="traffic landed (default 10; --quick 2)")
+    parser.add_argument("--landing-seconds", type=int, default=None, help="traffic landed (default 10; --quick 1)")
     parser.add_argument("--no-live", dest="live", action="store_false", help="leave the live stream out")
     parser.add_argument("--whatif", action="store_true", help="also time a what-if preview (Spark), once")
     parser.add_argument("--quick", action="store_true", help="small sizes, few rounds: a smoke test")
@@ -322,11 +327,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     q = args.quick
     args.sizes = [tuple(int(x) for x in s.lower().split("x")) for s in (args.sizes or (QUICK_SIZES if q else
                   FULL_SIZES)).split(",")]  # fmt: skip
-    args.requests = args.requests or (3 if q else 10)
+    args.requests = args.requests or (2 if q else 10)
     args.warmup = args.warmup if args.warmup is not None else (1 if q else 2)
     args.sockets = args.sockets or (10 if q else 100)
     args.live_seconds = args.live_seconds or (2.0 if q else 5.0)
-    args.landing_seconds = args.landing_seconds or (2 if q else 10)
+    args.landing_seconds = args.landing_seconds or (1 if q else 10)
     # the live stream at every entity count (--quick: the smallest; each run starts a portal of its own)
     counts = sorted({e for e, _ in args.sizes})
     args.live_at = set(counts[:1] if q else counts)
@@ -344,6 +349,10 @@ def report_size(row: dict[str, Any]) -> None:
         if f not in ms:
             continue
         extra = f"  shows {row['shown'][f]:,}" if f in row["shown"] else ""
+        if f == "sampler":
+            sam = row["sampler"]
+            extra = (f"  (broker 1: {sam['samples']:,} samples a tick; collect {sam['collect_ms']:.1f} ms, publish "
+                     f"{sam['median_ms'] - sam['collect_ms']:.1f} ms)")  # fmt: skip
         if f == "live_p99":
             live = row["live"]
             extra = (f"  (echo baseline p99 {live['baseline_ms']:.0f} ms: {ms[f] / live['baseline_ms']:.2f} x; "
@@ -375,12 +384,14 @@ def run(args: argparse.Namespace, server: RedisServer, stack: list[Callable[[], 
         with override_settings(ROOT_URLCONF=URLCONF, ALLOWED_HOSTS=["*"]):
             pages, seen = measure_pages(world, args.requests, args.warmup)
         ms = {p: r["median_ms"] for p, r in pages.items()}
-        ms["sampler"] = measure_sampler(client, world)["median_ms"]
-        ms["reconcile"] = measure_reconcile()["median_ms"]
+        sampler = measure_sampler(client, world)
+        ms["sampler"] = sampler["median_ms"]
+        ms["reconcile"] = measure_reconcile(1 if args.quick else 2)["median_ms"]
         ms["landing_per_min"] = measure_landing(client, world, args.landing_seconds, work / "landing")["median_ms"]
         row: dict[str, Any] = {"size": f"{entities}x{brokers}", "entities": entities, "brokers": brokers,
                                "ms": ms, "shown": seen, "build_s": world.build_s, "push_s": push_s,
-                               "values": world.values, "fields": client.hlen(f"mon:{{{CLUSTER}}}:latest")}  # fmt: skip
+                               "values": world.values, "fields": client.hlen(f"mon:{{{CLUSTER}}}:latest"),
+                               "sampler": sampler}  # fmt: skip
         if args.live and entities in args.live_at:
             args.live_at.discard(entities)  # once per entity count: monitor_bench has 3 brokers of its own
             live = measure_live(entities, args.sockets, args.live_seconds)
