@@ -343,7 +343,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def report_size(row: dict[str, Any]) -> None:
     ms, base = row["ms"], row["ms"]["trivial"]
     print(f"size {row['size']:<11} built in {row['build_s']:.1f} s ({row['values']:,} values, {row['fields']:,} "
-          f"latest fields, pushed to {row['brokers']} brokers in {row['push_s']:.1f} s); load {os.getloadavg()[0]:.1f}",
+          f"latest fields, pushed to {row['brokers']} brokers in {row['push_s']:.1f} s, "
+          f"{row['push_retried']} retried); load {os.getloadavg()[0]:.1f}",
           flush=True)  # fmt: skip
     for f in ("trivial", *FIGURES):
         if f not in ms:
@@ -380,7 +381,7 @@ def run(args: argparse.Namespace, server: RedisServer, stack: list[Callable[[], 
     rows: list[dict[str, Any]] = []
     for entities, brokers in args.sizes:
         world = worlds.build(entities, brokers)
-        push_s, _version = push_all()
+        push_s, retried = push_all()
         with override_settings(ROOT_URLCONF=URLCONF, ALLOWED_HOSTS=["*"]):
             pages, seen = measure_pages(world, args.requests, args.warmup)
         ms = {p: r["median_ms"] for p, r in pages.items()}
@@ -391,7 +392,7 @@ def run(args: argparse.Namespace, server: RedisServer, stack: list[Callable[[], 
         row: dict[str, Any] = {"size": f"{entities}x{brokers}", "entities": entities, "brokers": brokers,
                                "ms": ms, "shown": seen, "build_s": world.build_s, "push_s": push_s,
                                "values": world.values, "fields": client.hlen(f"mon:{{{CLUSTER}}}:latest"),
-                               "sampler": sampler}  # fmt: skip
+                               "sampler": sampler, "push_retried": retried}  # fmt: skip
         if args.live and entities in args.live_at:
             args.live_at.discard(entities)  # once per entity count: monitor_bench has 3 brokers of its own
             live = measure_live(entities, args.sockets, args.live_seconds)

@@ -89,20 +89,31 @@ class Worlds:
         return World(entities, brokers, plan, values, samples, latest, build_s, publish_s)
 
 
-def push_all() -> tuple[float, int]:
+def push_all(attempts: int = 3) -> tuple[float, int]:
     """Every broker of the cluster brought to desired state (version 1, every entity) by the portal's push;
-    returns the seconds it took and the version. The world's rows were bulk-inserted, which bumps no version."""
+    returns the seconds it took and how many pushes were retried (a retriable failure, e.g. the engine's Redis
+    not answering within its timeout under a whole state of 100k entities, is retried as the worker would).
+    The world's rows were bulk-inserted, which bumps no version: it is set here."""
+    from quotas.connectors.base import PushError
     from quotas.models import Cluster, DesiredStateVersion
     from quotas.push import push_target
 
     cluster = Cluster.objects.get(name=CLUSTER)
     DesiredStateVersion.objects.update_or_create(cluster=cluster, defaults={"version": 1})
-    t0 = time.perf_counter()
+    t0, retried = time.perf_counter(), 0
     for broker in cluster.brokers.order_by("broker_id"):
-        outcome = push_target(cluster.pk, broker.pk, force=True)
+        for attempt in range(attempts):
+            try:
+                outcome = push_target(cluster.pk, broker.pk, force=True)
+                break
+            except PushError as e:
+                if not e.retriable or attempt == attempts - 1:
+                    raise
+                retried += 1
+                print(f"push          broker {broker.broker_id}: {e} (retried)", flush=True)
         if outcome.version != 1:
             raise RuntimeError(f"broker {broker.broker_id}: pushed {outcome!r}")
-    return time.perf_counter() - t0, 1
+    return time.perf_counter() - t0, retried
 
 
 def engine_sensors(client: redis.Redis, world: World, broker_id: int) -> tuple[Any, list[tuple[str, str]]]:
