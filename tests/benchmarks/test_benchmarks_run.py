@@ -157,7 +157,7 @@ QUICK = [
     Quick("benchmarks/budget_alloc_bench.py", ("--quick",), _budget_alloc),
     Quick("benchmarks/scale_bench.py",
           ("--quick", "--sizes", "1000x3,2000x3,1000x6", "--sockets", "4", "--live-seconds", "1", "--requests", "1"),
-          _scale),
+          _scale, timeout_s=580),  # ~40 s on a quiet machine, nearly 3 min at load 19
 ]
 
 
