@@ -114,9 +114,15 @@ def quota_types_of(rng: random.Random) -> list[str]:
     return types
 
 
-def make_samples(tags: list[str], now_ms: int, seed: int = 4) -> dict[int, list[dict[str, Any]]]:
-    """Per broker, one sample per (quota type, sensor) with realistic values, as ``Sampler.collect`` makes them."""
+def make_samples(
+    tags: list[str], now_ms: int, seed: int = 4, brokers: int = BROKERS, spread: int | None = None
+) -> dict[int, list[dict[str, Any]]]:
+    """Per broker, one sample per (quota type, sensor) with realistic values, as ``Sampler.collect`` makes them.
+
+    ``spread``: on how many of the ``brokers`` each sensor is sampled (its clients reach the leaders of their
+    partitions: consecutive brokers from one picked at random); None: on every broker."""
     rng = random.Random(seed)
+    spread = brokers if spread is None else min(spread, brokers)
     sensors = []
     for e in tags:
         throttled = rng.random() < THROTTLED_SHARE
@@ -127,11 +133,15 @@ def make_samples(tags: list[str], now_ms: int, seed: int = 4) -> dict[int, list[
                 bound = float(rng.choice((1, 2, 5, 10)))
             else:
                 bound = float(rng.choice((1, 2, 4, 8, 16, 64)) * 1_048_576) if rng.random() < 0.9 else None
-            sensors.append((e, q, bound, throttled))
+            first = rng.randrange(brokers) if spread < brokers else 0  # no draw otherwise: the same data as before
+            on = {(first + k) % brokers + 1 for k in range(spread)}
+            sensors.append((e, q, bound, throttled, on))
     out: dict[int, list[dict[str, Any]]] = {}
-    for b in range(1, BROKERS + 1):
+    for b in range(1, brokers + 1):
         samples = []
-        for e, q, bound, throttled in sensors:
+        for e, q, bound, throttled, on in sensors:
+            if b not in on:
+                continue
             s: dict[str, Any] = {"t": now_ms, "c": CLUSTER, "b": b, "q": q, "e": e, "bound": bound}
             if q == "controller_mutation":
                 s.update(tokens=-rng.uniform(1, 20) if throttled else rng.uniform(0, 10), rate=None, util=None)
@@ -165,8 +175,11 @@ def setup_django(db_path: Path, redis_url: str) -> None:
     django.setup()
 
 
-def build_database(entities: int, redis_url: str) -> tuple[list[tuple[str | None, str | None]], int]:
-    """Migrate; the cluster, its brokers, the entities and values; tenants owning patterns; the two users."""
+def build_database(
+    entities: int, redis_url: str, brokers: int = BROKERS, migrate: bool = True
+) -> tuple[list[tuple[str | None, str | None]], int]:
+    """Migrate (unless ``migrate`` is off: a migrated copy); the cluster, its brokers, the entities and values;
+    tenants owning patterns; the two users."""
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import transaction
@@ -175,7 +188,8 @@ def build_database(entities: int, redis_url: str) -> tuple[list[tuple[str | None
     from quotas.choices import EntityType
     from quotas.models import Broker, Cluster, OwnedName, QuotaEntity, QuotaValue, Tenant
 
-    call_command("migrate", interactive=False, verbosity=0)
+    if migrate:
+        call_command("migrate", interactive=False, verbosity=0)
     plan, _population = plan_entities(entities)
     rng = random.Random(2)
     with transaction.atomic():
@@ -184,7 +198,7 @@ def build_database(entities: int, redis_url: str) -> tuple[list[tuple[str | None
         )
         Broker.objects.bulk_create(
             Broker(cluster=cluster, broker_id=i, host=f"broker-{i}:9092", engine_url=redis_url)
-            for i in range(1, BROKERS + 1)
+            for i in range(1, brokers + 1)
         )
         rows = QuotaEntity.objects.bulk_create(
             [QuotaEntity(cluster=cluster, user=u, client_id=c) for u, c in plan], batch_size=2000
@@ -213,6 +227,7 @@ class LatestHash:
     def __init__(self, client: redis.Redis, samples: dict[int, list[dict[str, Any]]]) -> None:
         self.client = client
         self.samples = samples
+        self._lead_ms = 0
 
     def publish(self) -> float:
         from engine.monitor import Sampler
@@ -223,17 +238,22 @@ class LatestHash:
             for s in samples:
                 s["t"] = now
             Sampler(self.client, CLUSTER, b, managers={}).publish(samples, now)
+        self._lead_ms = int((time.perf_counter() - t0) * 1000)  # the first refresh's lead (see refresh)
         return time.perf_counter() - t0
 
     def refresh(self) -> None:
-        """Every field again with ``t`` = now (what the samplers' next ticks would leave in the hash)."""
-        now = int(time.time() * 1000)
+        """Every field again with ``t`` = now (what the samplers' next ticks would leave in the hash). Writing
+        hundreds of thousands of fields takes seconds: ``t`` is ahead by what the last refresh took, so the page
+        read right after finds them fresh (it shows the last 10 s), as it would behind samplers that keep up."""
+        t0 = time.perf_counter()
+        now = int(time.time() * 1000) + self._lead_ms
         mapping = {}
         for samples in self.samples.values():
             for s in samples:
                 s["t"] = now
                 mapping[f"{s['b']}|{s['q']}|{s['e']}"] = json.dumps(s)
         self.client.hset(latest_key(CLUSTER), mapping=mapping)
+        self._lead_ms = int((time.perf_counter() - t0) * 1000)
 
 
 # ---- measuring -------------------------------------------------------------------------------------------
@@ -259,23 +279,24 @@ def get(client: Any, path: str) -> tuple[float, Any]:
     return ms, resp
 
 
-def context_of(client: Any, path: str) -> tuple[Any, dict[str, Any]]:
-    """One request whose page context is kept (the overview's ``page()`` call wrapped; no test instrumentation,
-    which would copy every template's context on every request)."""
+def context_of(client: Any, path: str, views: Any = None) -> tuple[Any, dict[str, Any]]:
+    """One request whose page context is kept (the ``page()`` call of the views' module wrapped, by default the
+    overview's; no test instrumentation, which would copy every template's context on every request)."""
     from frontend import monitor_views
 
+    views = views or monitor_views
     seen: dict[str, Any] = {}
-    real = monitor_views.page
+    real = views.page
 
     def keep(request: Any, template: str, context: Any = None, status: int = 200) -> Any:
         seen.update(context or {})
         return real(request, template, context, status)
 
-    monitor_views.page = keep
+    views.page = keep
     try:
         _ms, resp = get(client, path)
     finally:
-        monitor_views.page = real
+        views.page = real
     return resp, seen
 
 

@@ -130,7 +130,21 @@ def member_tenants(user: AnyUser) -> list[Tenant]:
 
 def owned_by_any(tenants: Iterable[Tenant], user: str | None, client_id: str | None) -> bool:
     """Whether one of the tenants owns the entity (``entity_owned_by``): what a member may ask for and see."""
-    return any(entity_owned_by(t, user, client_id) is None for t in tenants)
+    return any(entity_owned(t, user, client_id) for t in tenants)
+
+
+def entity_owned(tenant: Tenant, user: str | None, client_id: str | None) -> bool:
+    """Whether the tenant may ask for this user/client-id entity: ``entity_refusal`` is None, decided without
+    writing the refusal (the overview decides this for every sensor a member's clusters sample)."""
+    from engine.entities import DEFAULT
+
+    if user is None and client_id is None:
+        return False
+    if user == DEFAULT or (user is None and client_id == DEFAULT):
+        return False
+    if user is not None and not tenant.owns(EntityType.USER, user):
+        return False
+    return client_id is None or client_id == DEFAULT or tenant.owns(EntityType.CLIENT_ID, client_id)
 
 
 def quota_visible(tenants: Iterable[Tenant], user: str | None, client_id: str | None, ip: str | None = None) -> bool:

@@ -130,6 +130,23 @@ def _load(s: Summary) -> None:
     assert sum(step["ws_frames"] for step in steps) > 0  # the live sockets streamed samples
 
 
+def _scale(s: Summary) -> None:
+    assert s["sizes"] == ["1000x3", "2000x3", "1000x6"]
+    figures = ("trivial", "overview_admin", "overview_member", "entities_admin", "entities_member", "api_admin",
+               "api_member", "sampler", "reconcile", "landing_per_min")
+    for size in s["sizes"]:
+        positive(s["ms"][size], *figures)
+        assert s["shown"][size]["overview_admin"] == s["shown"][size]["entities_admin"] == int(size.split("x")[0])
+        assert 0 < s["shown"][size]["overview_member"] < s["shown"][size]["overview_admin"]
+    assert list(s["live"]) == ["1000x3"] and s["ms"]["1000x3"]["live_p99"] > 0  # --quick: the smallest size only
+    assert [(g["from"], g["to"]) for g in s["growth"]["entities"]] == [("1000x3", "2000x3")]
+    assert [(g["from"], g["to"]) for g in s["growth"]["brokers"]] == [("1000x3", "1000x6")]
+    assert set(s["growth"]["entities"][0]["exponents"]) == set(figures[1:])
+    assert set(s["goals"]) == {"linear_in_entities", "member_costs_what_it_shows", "flat_in_brokers",
+                               "overview_admin_ms", "overview_member_ms", "live_p99_ms"}
+    assert s["kafka_describe"] == "left out" and s["target_met"] == all(s["goals"].values())
+
+
 QUICK = [
     Quick("benchmarks/engine_bench.py",
           ("--quick", "--seconds", "0.3", "--memory-entities", "5000", "--latency-n", "50"), _engine, redis=True),
@@ -155,6 +172,9 @@ QUICK = [
           _otlp),
     Quick("benchmarks/budget_alloc_bench.py", ("--quick",), _budget_alloc),
     Quick("benchmarks/load_bench.py", ("--quick",), _load),
+    Quick("benchmarks/scale_bench.py",
+          ("--quick", "--sizes", "1000x3,2000x3,1000x6", "--sockets", "4", "--live-seconds", "1", "--requests", "1"),
+          _scale, timeout_s=580),  # ~40 s on a quiet machine, nearly 3 min at load 19
 ]
 
 

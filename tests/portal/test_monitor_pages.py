@@ -24,7 +24,17 @@ from django.utils import timezone
 from engine.monitor import Sampler, minutes_key
 from frontend.finders import PLOTLY_STATIC_PATH, PlotlyFinder
 from frontend.monitoring import Visibility, tags_for
-from quotas.models import Alteration, Drift, OwnedName, Push, QuotaEntity, QuotaOp, Tenant, audited_alter
+from quotas.models import (
+    Alteration,
+    Drift,
+    OwnedName,
+    Push,
+    QuotaEntity,
+    QuotaOp,
+    Tenant,
+    audited_alter,
+    owned_by_any,
+)
 from quotas.workflow import quota_requests
 from tests.redis_keys import keys_cleared
 
@@ -201,6 +211,26 @@ def test_visibility_decides_once_per_tags(w: dict[str, Any]) -> None:
     assert len(queries) == 0  # the tenants and their patterns were loaded once, up front
     assert decisions[:4] == [True, False, False, False]
     assert tags_for("svc a@x", None) == "svc%20a%40x:" and tags_for(None, "app") == ":app"
+
+
+def test_a_member_sees_the_entities_its_tenants_may_ask_for(w: dict[str, Any]) -> None:
+    """The overview decides ownership without writing refusals: the same entities as ``entity_refusal`` allows."""
+    from engine.entities import DEFAULT
+    from quotas.models.tenants import entity_refusal
+
+    names = [None, DEFAULT, "svc-a-1", "svc-a-", "svc-b-1", "app-a-1", "svc-a-1*", "other"]
+    tenants = list(Tenant.objects.prefetch_related("owned_names"))
+    vis = Visibility.of(w["alice"])
+    decided = 0
+    for user in names:
+        for client_id in names:
+            before = any(entity_refusal(t, user, client_id) is None for t in tenants)
+            assert owned_by_any(tenants, user, client_id) == before, (user, client_id)
+            if user not in (None, DEFAULT) and client_id not in (None, DEFAULT):  # a sensor's tags name both
+                alice = entity_refusal(Tenant.objects.get(name="team-a"), user, client_id) is None
+                assert vis.may_see(tags_for(user, client_id)) == alice, (user, client_id)
+                decided += alice
+    assert decided == 3  # svc-a-1, svc-a- and svc-a-1* with app-a-1: the check tells owned from not
 
 
 # ------------------------------------------------------------------ the overview
