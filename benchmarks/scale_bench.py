@@ -195,7 +195,7 @@ def measure_sampler(client: redis.Redis, world: World, ticks: int = 3) -> dict[s
 
 
 def measure_reconcile(passes: int = 2) -> dict[str, Any]:
-    from quotas.push import reconcile_all
+    from quotas.push.reconcile import reconcile_all
 
     xs, outcomes = [], []
     for _ in range(passes):

@@ -96,7 +96,7 @@ def push_all(attempts: int = 3) -> tuple[float, int]:
     The world's rows were bulk-inserted, which bumps no version: it is set here."""
     from quotas.connectors.base import PushError
     from quotas.models import Cluster, DesiredStateVersion
-    from quotas.push import push_target
+    from quotas.push.target_push import push_target
 
     cluster = Cluster.objects.get(name=CLUSTER)
     DesiredStateVersion.objects.update_or_create(cluster=cluster, defaults={"version": 1})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from kafka_wire import CLIENT_METRICS_RESOURCE, MATCH_EXACT, SOURCE_CLIENT_METRI
 from pipeline.recorded import MATERIAL_FRACTION
 from quotas import tasks
 from quotas.models import Cluster
+from quotas.models.client_metrics import alter_subscription
 from quotas.push import target_push
 from traffic.kafka_clients import DEMO_KAFKA_TRAFFIC
 
@@ -33,12 +35,19 @@ def fast_passwords(settings: Any) -> None:
 
 
 @pytest.fixture
-def kafka_demo(kafka_cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> Cluster:  # type: ignore[no-untyped-def]
-    """What scripts/run_portal.sh exports before demo_data: the SASL bootstrap servers and the portal's password."""
+def kafka_demo(kafka_cluster, engine_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:  # type: ignore[no-untyped-def]
+    """What scripts/run_portal.sh exports before demo_data: the SASL bootstrap servers and the portal's password.
+
+    Afterwards the demo's client-metrics subscription leaves the session's cluster (the portal's way: removed, then
+    pushed): it matches every producer, and the KIP-714 tests count which clients a subscription of theirs reaches.
+    """
     monkeypatch.setenv(KAFKA_ENV, kafka_cluster.bootstrap("SASL_PLAINTEXT"))
     monkeypatch.setenv("QUOTAS_KAFKA_PASSWORD_PROD", kafka_cluster.admin_credentials()["password"])
     call_command("demo_data", stdout=io.StringIO(), stderr=io.StringIO())
-    return Cluster.objects.get(name="prod")
+    cluster = Cluster.objects.get(name="prod")
+    yield cluster
+    alter_subscription(cluster, SUBSCRIPTION, None, None)
+    target_push.push_target(cluster.pk, None)
 
 
 def test_prod_is_the_real_cluster_with_its_quotas_and_the_principals_credentials(
