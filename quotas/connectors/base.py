@@ -12,7 +12,11 @@ The desired state of a target is a flat mapping ``Item -> text``:
 - ``budget-scope``: a quota value that is a cluster-wide budget (``resource`` and ``key`` as its ``quota`` item's,
   the value ``cluster_wide``; a per-broker value, Kafka's meaning, has none). Only a Kafka cluster's target holds
   them: its connector writes them to the cluster's scope hash in the engine's Redis, where the brokers' budget plugin
-  reads them (``quotas.connectors.budget_scope``).
+  reads them (``quotas.connectors.budget_scope``);
+- ``group``: a group quota (``resource`` the group's name, ``key`` ``spec``, the value the group's spec JSON:
+  members, order, values; ``engine.groups``) and ``exempt``: a principal no quota applies to (``resource`` its name,
+  ``key`` ``exempt``, the value ``exempt``). Like budget scopes, only a Kafka cluster's target holds them, in the same
+  scope hash.
 
 A push carries the version of the desired state it brings the target to, and either the whole state
 (``full``) or the items changed since the version the target holds (``base``), ``None`` meaning delete.
@@ -25,8 +29,12 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 QUOTA, BROKER, TOPIC, CLIENT_METRICS = "quota", "broker", "topic", "client-metrics"
-BUDGET_SCOPE = "budget-scope"
-KINDS = (QUOTA, BROKER, TOPIC, CLIENT_METRICS, BUDGET_SCOPE)
+BUDGET_SCOPE, GROUP, EXEMPT = "budget-scope", "group", "exempt"
+KINDS = (QUOTA, BROKER, TOPIC, CLIENT_METRICS, BUDGET_SCOPE, GROUP, EXEMPT)
+#: The kinds kept in a cluster's scope hash (the brokers' quota callback reads them), not sent to Kafka.
+SCOPE_KINDS = frozenset({BUDGET_SCOPE, GROUP, EXEMPT})
+#: The key of a ``group`` item and of an ``exempt`` item, and the value of the latter.
+GROUP_SPEC, EXEMPT_KEY = "spec", "exempt"
 #: The value of a ``budget-scope`` item.
 CLUSTER_WIDE = "cluster_wide"
 DEFAULT_BROKER_RESOURCE = ""
@@ -75,7 +83,7 @@ def portal_managed(item: Item) -> bool:
         return False
     if item.kind == TOPIC:
         return item.key in MANAGED_TOPIC_KEYS
-    return item.kind in (CLIENT_METRICS, BUDGET_SCOPE)
+    return item.kind == CLIENT_METRICS or item.kind in SCOPE_KINDS
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,10 @@ every broker), and one that stops being cluster-wide leaves it *after* (until th
 the old budget on every broker). Each step replaces the whole hash with one script (idempotent) and is skipped when
 the hash already says it, so a retried push writes nothing twice and the plugin re-reads the scope only when it
 changed.
+
+The same hash carries the cluster's group quotas (``group <spec JSON>``, ``engine.groups``) and exempt principals
+(``exempt <principal>``): items of kinds ``group`` and ``exempt``, moved with the same steps (a group joins before
+Kafka's write and leaves after it, like a budget).
 """
 
 from __future__ import annotations
@@ -28,9 +32,10 @@ from engine.budget_store import BudgetStore, scope_field
 from engine.budgets import BUDGET_TYPES
 from engine.entities import QuotaType
 from engine.errors import QuotaValidationError
+from engine.groups import GroupSpec
 from engine.redis_backend import connect
 
-from .base import BUDGET_SCOPE, CLUSTER_WIDE, Item, PushError, State
+from .base import BUDGET_SCOPE, CLUSTER_WIDE, EXEMPT, EXEMPT_KEY, GROUP, GROUP_SPEC, Item, PushError, State
 
 #: Quota key -> the quota type the plugin names it by (``produce``, ``fetch``, ``request``).
 TYPE_OF_BUDGET_KEY = {QuotaType(t).config_key: t for t in BUDGET_TYPES}
@@ -39,8 +44,22 @@ UNAVAILABLE = "BUDGET_STORE_UNAVAILABLE"
 _T = TypeVar("_T")
 
 
-def field_of(item: Item) -> str:
-    """The scope hash's field of a ``budget-scope`` item; PushError (not retriable) for a key that is never one."""
+def field_of(item: Item, value: str = CLUSTER_WIDE) -> str:
+    """The scope hash's field of a ``budget-scope``, ``group`` or ``exempt`` item with ``value``; PushError (not
+    retriable) for one that can never be written."""
+    if item.kind == GROUP:
+        try:
+            spec = GroupSpec.from_json(value)
+        except QuotaValidationError as e:
+            raise PushError("INVALID_REQUEST", f"Group {item.resource}: {e.message}", retriable=False) from e
+        if spec.name != item.resource:
+            raise PushError("INVALID_REQUEST", f"Group {item.resource}: its spec names {spec.name!r}.",
+                            retriable=False)
+        return f"{GROUP} {spec.to_json()}"
+    if item.kind == EXEMPT:
+        if not item.resource:
+            raise PushError("INVALID_REQUEST", "An exempt principal has a name.", retriable=False)
+        return f"{EXEMPT} {item.resource}"
     quota_type = TYPE_OF_BUDGET_KEY.get(item.key, item.key)
     try:
         return scope_field(quota_type, item.resource)
@@ -49,20 +68,49 @@ def field_of(item: Item) -> str:
                         retriable=False) from e
 
 
-def item_of(field: str) -> Item:
-    """The ``budget-scope`` item of a scope hash field (a field the portal would not write stays visible, as an
-    item of key ``unknown``, so reconcile reports it as extra)."""
-    quota_type, _, entity = field.partition(" ")
-    if quota_type in BUDGET_TYPES and entity:
-        return Item(BUDGET_SCOPE, entity, QuotaType(quota_type).config_key)
-    return Item(BUDGET_SCOPE, field, "unknown")
+def item_of(field: str) -> tuple[Item, str]:
+    """The item and value of a scope hash field (a field the portal would not write stays visible, as a
+    ``budget-scope`` item of key ``unknown``, so reconcile reports it as extra)."""
+    head, _, rest = field.partition(" ")
+    if head == GROUP and rest:
+        try:
+            spec = GroupSpec.from_json(rest)
+        except QuotaValidationError:
+            return Item(BUDGET_SCOPE, field, "unknown"), CLUSTER_WIDE
+        return Item(GROUP, spec.name, GROUP_SPEC), rest
+    if head == EXEMPT and rest:
+        return Item(EXEMPT, rest, EXEMPT_KEY), EXEMPT_KEY
+    if head in BUDGET_TYPES and rest:
+        return Item(BUDGET_SCOPE, rest, QuotaType(head).config_key), CLUSTER_WIDE
+    return Item(BUDGET_SCOPE, field, "unknown"), CLUSTER_WIDE
+
+
+def _group_name(field: str) -> str | None:
+    head, _, rest = field.partition(" ")
+    if head != GROUP:
+        return None
+    try:
+        return GroupSpec.from_json(rest).name
+    except QuotaValidationError:
+        return None
 
 
 def scope_after(held: Iterable[str], changes: Mapping[Item, str | None], full: bool) -> set[str]:
-    """The scope once ``changes`` (only ``budget-scope`` items) are applied to ``held``: exactly the changes' when
-    ``full``."""
+    """The scope hash's fields once ``changes`` (scope items only) are applied to ``held``: exactly the changes' when
+    ``full``. A group's item replaces whatever spec of that group the hash holds."""
     after = set() if full else set(held)
     for item, value in changes.items():
+        if item.kind == GROUP:
+            after -= {f for f in after if _group_name(f) == item.resource}
+            if value is not None:
+                after.add(field_of(item, value))
+            continue
+        if item.kind == EXEMPT:
+            if value is not None and value != EXEMPT_KEY:
+                raise PushError("INVALID_REQUEST", f"Exempt principal {item.resource} has the value {value!r}; only "
+                                f"{EXEMPT_KEY!r} (or a removal) is one.", retriable=False)
+            (after.add if value is not None else after.discard)(field_of(item))
+            continue
         name = field_of(item)
         if value is None:
             after.discard(name)
@@ -99,7 +147,9 @@ class BudgetScopes:
         scope_after(set(), scopes, full)
         held = self.held(cluster)
         after = scope_after(held, scopes, full)
-        return [held, held | after, after]
+        renamed = {_group_name(f) for f in after} - {None}
+        kept = {f for f in held if _group_name(f) not in renamed}  # a group's old spec gives way to its new one
+        return [held, kept | after, after]
 
     def _unavailable(self, cluster: str, doing: str, error: Exception) -> PushError:
         return PushError(
@@ -141,8 +191,8 @@ class BudgetScopes:
         return True
 
     def describe(self, cluster: str) -> State:
-        """The cluster's budget scopes as desired-state items."""
-        return {item_of(name): CLUSTER_WIDE for name in self.held(cluster)}
+        """The cluster's scope hash as desired-state items: budget scopes, groups and exempt principals."""
+        return dict(item_of(name) for name in self.held(cluster))
 
     def close(self) -> None:
         if self._client is not None and self._own:

@@ -20,7 +20,7 @@ from engine.config import cluster_namespace, namespace_for_broker
 from engine.desired import DELTA, FORCE, FULL, NamespaceState, NeedsFullState
 from engine.errors import EngineUnavailable, QuotaEngineError
 from engine.redis_backend import connect
-from quotas.connectors.base import BUDGET_SCOPE, Applied, Delta, Item, PushError, State, Target
+from quotas.connectors.base import SCOPE_KINDS, Applied, Delta, Item, PushError, State, Target
 from quotas.connectors.budget_scope import BudgetScopes
 
 
@@ -59,8 +59,8 @@ class EngineConnector:
 
     def apply(self, target: Target, delta: Delta) -> Applied:
         mode = FORCE if delta.force else FULL if delta.full else DELTA
-        changes = {i: v for i, v in delta.changes.items() if i.kind != BUDGET_SCOPE}
-        scopes = {i: v for i, v in delta.changes.items() if i.kind == BUDGET_SCOPE}
+        changes = {i: v for i, v in delta.changes.items() if i.kind not in SCOPE_KINDS}
+        scopes = {i: v for i, v in delta.changes.items() if i.kind in SCOPE_KINDS}
         if scopes and target.broker_id is None:
             raise PushError("INVALID_REQUEST", f"{target.label}: a cluster-wide namespace is one budget already; its "
                             "values take no budget scope.", retriable=False)

@@ -48,10 +48,10 @@ from kafka_wire import (
 
 from .base import (
     BROKER,
-    BUDGET_SCOPE,
     CLIENT_METRICS,
     DEFAULT_BROKER_RESOURCE,
     QUOTA,
+    SCOPE_KINDS,
     TOPIC,
     Applied,
     Credentials,
@@ -119,8 +119,8 @@ class KafkaConnector:
         engine's Redis in two steps around that (``quotas.connectors.budget_scope``): fields joining the scope
         before, fields leaving it after; a Redis that cannot be reached fails the push, retriably.
         """
-        changes: dict[Item, str | None] = {i: v for i, v in delta.changes.items() if i.kind != BUDGET_SCOPE}
-        scopes = {i: v for i, v in delta.changes.items() if i.kind == BUDGET_SCOPE}
+        changes: dict[Item, str | None] = {i: v for i, v in delta.changes.items() if i.kind not in SCOPE_KINDS}
+        scopes = {i: v for i, v in delta.changes.items() if i.kind in SCOPE_KINDS}
         _plan(changes)  # refuse a malformed delta before touching the broker
         budgets = self._budgets_of(target, scopes)
         client = self._client(target)

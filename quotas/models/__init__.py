@@ -32,6 +32,16 @@ from quotas.models.client_metrics import (
     match_owned_by,
 )
 from quotas.models.clusters import Broker, Cluster, Listener, push_wanted
+from quotas.models.group_changes import (
+    cluster_group_items,
+    create_group,
+    delete_group,
+    group_items,
+    set_exempt,
+    set_group_values,
+    update_members,
+)
+from quotas.models.groups import ExemptPrincipal, GroupKind, GroupOverlap, GroupValue, InvalidGroup, QuotaGroup
 from quotas.models.plans import Plan, PlanRequest, PlanStale, PlanState
 from quotas.models.pushes import (
     DRAIN_LEASE_S,
@@ -98,6 +108,19 @@ from quotas.models.webhooks import (
 )
 
 __all__ = [
+    "ExemptPrincipal",
+    "GroupKind",
+    "GroupOverlap",
+    "GroupValue",
+    "InvalidGroup",
+    "QuotaGroup",
+    "cluster_group_items",
+    "create_group",
+    "delete_group",
+    "group_items",
+    "set_exempt",
+    "set_group_values",
+    "update_members",
     "DRAIN_LEASE_S",
     "DRAIN_WINDOW_S",
     "ADMINS_GROUP",

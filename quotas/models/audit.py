@@ -49,6 +49,8 @@ class AuditAction(models.TextChoices):
     SCRAM_DELETED = "scram_deleted", "SCRAM credential deleted"
     WEBHOOK_CHANGED = "webhook_changed", "Tenant webhook created, changed, re-keyed or deleted"
     DATABASE_RESTORED = "database_restored", "Portal database restored from a backup; versions fenced"
+    GROUP_CHANGED = "group_changed", "Group quota created, its members changed, or deleted"
+    EXEMPT_CHANGED = "exempt_changed", "Principal made exempt from every quota, or no longer"
 
 
 class AuditEntry(models.Model):

@@ -11,6 +11,7 @@ from quotas.connectors.base import BROKER, BUDGET_SCOPE, CLIENT_METRICS, CLUSTER
 from quotas.models.broker_configs import BrokerConfig, TopicConfig
 from quotas.models.client_metrics import ClientMetricsSubscription
 from quotas.models.clusters import Broker, Cluster
+from quotas.models.group_changes import cluster_group_items
 from quotas.models.pushes import DesiredChange, Push, PushState
 from quotas.models.quotas import QuotaValue
 
@@ -49,6 +50,8 @@ def desired_state(cluster: Cluster, broker: Broker | None) -> State:
     for sub in ClientMetricsSubscription.objects.filter(cluster=cluster).order_by():
         for key, value in sub.configs.items():  # every broker runs every subscription
             state[Item(CLIENT_METRICS, sub.name, key)] = value
+    if whole:  # groups and exempt principals: only a Kafka cluster's quota callback enforces them
+        state.update(cluster_group_items(cluster))
     return state
 
 

@@ -21,8 +21,9 @@ from django.utils import timezone
 from engine.config import EntityRef
 from engine.entities import DEFAULT, entity_path
 from engine.errors import QuotaEngineError
+from engine.groups import group_of_field
 from quotas.choices import ConnectorKind, QuotaScope
-from quotas.connectors.base import BROKER, BUDGET_SCOPE, CLIENT_METRICS, KINDS, QUOTA, TOPIC, Item
+from quotas.connectors.base import BROKER, BUDGET_SCOPE, CLIENT_METRICS, EXEMPT, GROUP, KINDS, QUOTA, TOPIC, Item
 from quotas.models import rows
 from quotas.models.clusters import Broker, Cluster, push_wanted
 
@@ -278,6 +279,13 @@ class Drift(models.Model):
 def item_path(item: Item) -> str:
     """Kafka's config path of what an item configures: ``/config/users/alice``, ``/config/brokers/<default>``,
     ``/config/brokers/1``, ``/config/topics/t``, ``/config/client-metrics/name`` (a budget scope: its quota's)."""
+    if item.kind == GROUP:
+        return f"/groups/{item.resource}"
+    if item.kind == EXEMPT:
+        return f"exempt principal {item.resource}"
+    group = group_of_field(item.resource) if item.kind == BUDGET_SCOPE else None
+    if group is not None:
+        return f"/groups/{group}"
     if item.kind in (QUOTA, BUDGET_SCOPE):
         try:
             ref = EntityRef.from_field(item.resource)

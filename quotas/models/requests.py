@@ -73,6 +73,11 @@ class QuotaRequest(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="quota_requests")
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="quota_requests")
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="quota_requests")
+    group = models.ForeignKey(
+        "quotas.QuotaGroup", null=True, blank=True, on_delete=models.SET_NULL, related_name="requests",
+        help_text="A group quota's request: the group (user and client_id then null).",
+    )
+    group_name = models.CharField(max_length=64, blank=True, help_text="The group's name (kept if it is deleted).")
     user = models.CharField(max_length=255, null=True, blank=True, help_text="Principal; '<default>' never.")
     client_id = models.CharField(max_length=255, null=True, blank=True)
     key = models.CharField(max_length=32, choices=QuotaKey.choices)
@@ -107,7 +112,8 @@ class QuotaRequest(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(value__gt=0), name="quotas_request_value_positive"),
             models.CheckConstraint(
-                condition=Q(user__isnull=False) | Q(client_id__isnull=False), name="quotas_request_names_entity"
+                condition=Q(user__isnull=False) | Q(client_id__isnull=False) | ~Q(group_name=""),
+                name="quotas_request_names_entity_or_group",
             ),
             models.CheckConstraint(condition=Q(state__in=RequestState.values), name="quotas_request_known_state"),
         ]
@@ -122,7 +128,9 @@ class QuotaRequest(models.Model):
 
     @property
     def entity(self) -> str:
-        """Kafka's config path of the entity, e.g. ``/config/users/alice/clients/app``."""
+        """Kafka's config path of the entity, e.g. ``/config/users/alice/clients/app``; a group's ``/groups/<name>``."""
+        if self.group_name:
+            return f"/groups/{self.group_name}"
         return entity_path(self.user, self.client_id)
 
     @property

@@ -128,6 +128,12 @@ def changed_by(cluster_id: int, entity: str, key: str, since: datetime) -> Chang
 
 def held_now(request: QuotaRequest) -> Held:
     """What the request's key holds in desired state now: (value, budget scope), (None, None) for no value."""
+    if request.group_name:
+        from quotas.models.groups import GroupValue
+
+        found = GroupValue.objects.filter(group_id=request.group_id, key=request.key)
+        pair = found.values_list("value", "budget_scope").first()
+        return (None, None) if pair is None else (pair[0], pair[1])
     row = (
         QuotaValue.objects.filter(
             entity__cluster_id=request.cluster_id, entity__user=request.user, entity__client_id=request.client_id,

@@ -13,6 +13,7 @@ from django.utils import timezone
 from engine.config import CLIENT_ID, USER, EntityRef
 from engine.entities import validate_quota_key, validate_quota_value
 from engine.errors import QuotaEngineError
+from engine.groups import GROUP_KEYS
 from engine.units import parse_quota_value
 from quotas.choices import BudgetScope
 from quotas.models import (
@@ -24,6 +25,8 @@ from quotas.models import (
     Decision,
     DesiredStateVersion,
     InvalidBudgetScope,
+    InvalidGroup,
+    QuotaGroup,
     QuotaOp,
     QuotaRequest,
     QuotaValue,
@@ -35,8 +38,10 @@ from quotas.models import (
     entity_owned_by,
     entity_refusal,
     record,
+    set_group_values,
     tenants_of,
 )
+from quotas.models.group_changes import check_group_value
 from quotas.models.requests import DecisionReason
 from quotas.models.staleness import against, request_moved
 from quotas.workflow.errors import BudgetScopeRefused, Conflict, InvalidRequest, PermissionDenied, StaleRequest
@@ -71,8 +76,10 @@ def submit(
     expires_at: datetime | None = None,
     now: datetime | None = None,
     budget_scope: str | None = None,
+    group: QuotaGroup | None = None,
 ) -> QuotaRequest:
-    """A tenant member asks for ``key = value`` on a user/client-id entity its tenant owns.
+    """A tenant member asks for ``key = value`` on a user/client-id entity its tenant owns (or of one of its tenant's
+    groups, ``group``: ``submit_group``).
 
     The engine's rules judge the entity and the value now, so an admin only ever decides on a change
     that can be applied; a value may be text in a form the key takes (``1.5 MiB/s``, ``engine.units``).
@@ -82,6 +89,9 @@ def submit(
     and the request records which, so the approver sees what approving sets.
     """
     _refuse_auditor(actor)
+    if group is not None:
+        return submit_group(actor, tenant, group, key=key, value=value, reason=reason, expires_at=expires_at,
+                            budget_scope=budget_scope)
     tenant = choose_tenant(actor, tenant, lambda t: entity_owned_by(t, user, client_id) is None)
     if user is None and client_id is None:
         raise InvalidRequest("Name a principal (user), a client-id, or both.", "user")
@@ -119,6 +129,36 @@ def submit(
             budget_scope=budget_scope or held[1] or BudgetScope.PER_BROKER,
             reason=reason,
             expires_at=expires_at,
+            submitted_against=against(held, key),
+        )
+        record(AuditAction.SUBMITTED, actor, request=request, after=RequestState.SUBMITTED, comment=reason)
+        announce(request, RequestState.SUBMITTED, actor, reason)
+    return request
+
+
+def submit_group(
+    actor: AbstractBaseUser, tenant: Tenant | None, group: QuotaGroup, *, key: str, value: object, reason: str = "",
+    expires_at: datetime | None = None, budget_scope: str | None = None,
+) -> QuotaRequest:
+    """A member of the group's tenant asks for ``key = value`` of the group (per broker or cluster-wide)."""
+    tenant = choose_tenant(actor, tenant or group.tenant)
+    if tenant.pk != group.tenant_id:
+        raise PermissionDenied(f"Group {group.name} belongs to tenant {group.tenant.name}, not {tenant.name}.", "group")
+    if expires_at is not None:
+        raise InvalidRequest("A group quota cannot be a time-boxed boost; ask for the value without expires_at.",
+                             "expires_at")
+    field = "value"
+    try:
+        checked = check_group_value(key, parse_quota_value(key, value) if key in GROUP_KEYS else value, budget_scope)
+    except InvalidGroup as e:
+        raise InvalidRequest(e.message, e.field or field) from e
+    except QuotaEngineError as e:
+        raise InvalidRequest(e.message, field) from e
+    with transaction.atomic():
+        held = _group_current(group, key)
+        request = QuotaRequest.objects.create(
+            tenant=tenant, cluster=group.cluster, requested_by=actor, group=group, group_name=group.name, key=key,
+            value=checked, budget_scope=budget_scope or held[1] or BudgetScope.PER_BROKER, reason=reason,
             submitted_against=against(held, key),
         )
         record(AuditAction.SUBMITTED, actor, request=request, after=RequestState.SUBMITTED, comment=reason)
@@ -209,7 +249,14 @@ def _current(cluster: Cluster, user: str | None, client_id: str | None, key: str
     return (None, None) if row is None else (row.value, row.budget_scope)
 
 
+def _group_current(group: QuotaGroup, key: str) -> tuple[float | None, str | None]:
+    row = group.values.filter(key=key).values_list("value", "budget_scope").first()
+    return (None, None) if row is None else (row[0], row[1])
+
+
 def _current_value(request: QuotaRequest) -> tuple[float | None, str | None]:
+    if request.group_name:
+        return _group_current(request.group, request.key) if request.group is not None else (None, None)
     return _current(request.cluster, request.user, request.client_id, request.key)
 
 
@@ -229,22 +276,33 @@ def apply(actor: AbstractBaseUser | None, request: QuotaRequest) -> None:
     with transaction.atomic():
         DesiredStateVersion.lock(request.cluster)  # the value replaced is read under the lock every change takes
         previous, previous_scope = _current_value(request)
-        change = _alteration(request, request.value, request.budget_scope)
         try:
             with transaction.atomic():
-                outcome = audited_alter(request.cluster, [change], actor, request=request)
-        except AlterationRejected as e:
+                version = _write(actor, request)
+        except (AlterationRejected, InvalidGroup) as e:
             _move(request, RequestState.FAILED, failure=e.message)
             record(AuditAction.FAILED, actor, request=request, before="approved", after="failed", comment=e.message)
             announce(request, RequestState.FAILED, actor, e.message)
             return
         _move(
             request, RequestState.APPLYING, previous_value=previous, previous_budget_scope=previous_scope,
-            applied_version=outcome.version,
+            applied_version=version,
         )
         record(AuditAction.APPLYING, actor, request=request, before="approved", after="applying",
-               comment=f"desired-state version {outcome.version}")
+               comment=f"desired-state version {version}")
         _settle(request)
+
+
+def _write(actor: AbstractBaseUser | None, request: QuotaRequest) -> int:
+    """Write the request's value into desired state; the version it made (or the current one: nothing changed)."""
+    if not request.group_name:
+        change = _alteration(request, request.value, request.budget_scope)
+        return audited_alter(request.cluster, [change], actor, request=request).version
+    if request.group is None:
+        raise InvalidGroup(f"Group {request.group_name} was deleted after the request was submitted.", "group")
+    version = set_group_values(actor, request.group, {request.key: (request.value, request.budget_scope)},
+                               request=request)
+    return version if version is not None else DesiredStateVersion.objects.get(cluster=request.cluster).version
 
 
 def _settle(request: QuotaRequest) -> None:

@@ -212,8 +212,8 @@ def test_a_scope_a_target_cannot_take_is_refused_before_kafka_is_asked(budget_re
 
 
 def test_a_field_the_portal_would_not_write_stays_visible() -> None:
-    assert item_of(f"fetch {ALICE}") == Item(BUDGET_SCOPE, ALICE, CBR)
-    assert item_of("nonsense") == Item(BUDGET_SCOPE, "nonsense", "unknown")
+    assert item_of(f"fetch {ALICE}") == (Item(BUDGET_SCOPE, ALICE, CBR), "cluster_wide")
+    assert item_of("nonsense") == (Item(BUDGET_SCOPE, "nonsense", "unknown"), "cluster_wide")
 
 
 def test_an_engine_clusters_brokers_take_the_scope_from_their_own_redis(budget_redis: redis.Redis) -> None:
