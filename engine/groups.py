@@ -154,6 +154,7 @@ __all__ = [
     "PREFIX_ALONE",
     "PREFIX_UNDER_PRINCIPAL",
     "PRINCIPALS",
+    "TAG_PREFIX",
     "check_name",
     "entity_field",
     "first_group",
