@@ -57,6 +57,8 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
     private final ConcurrentHashMap<String, String> sanitizedUsers = new ConcurrentHashMap<>();
     /** The sensors the hot path handed tags out for (only while coordinating). */
     private final ConcurrentHashMap<SensorKey, Tracked> handedOut = new ConcurrentHashMap<>();
+    /** Each group member's requests (only while coordinating). */
+    private final GroupMembers groupMembers = new GroupMembers();
     private final CountDownLatch roleKnown = new CountDownLatch(1);
     private final Object wake = new Object();
 
@@ -145,6 +147,7 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
             }
             mbeans = new BudgetMBeans();
             mbeans.registerCallback(c);
+            mbeans.groupMembers(groupMembers);
             c.listener(mbeans);
         }
         tracking = true;
@@ -231,6 +234,9 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
             }
             if (t != null) {
                 t.lastRequestMs = System.currentTimeMillis(); // Kafka asks for the tags on every request
+            }
+            if (GroupTable.isGroupTag(sensor.user())) {
+                groupMembers.count(sensor.user(), quotaType, user, clientId);
             }
         }
         return tags;
@@ -322,6 +328,10 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
         coordinator = new BudgetCoordinator(settings, redis, clockMs, null, this::liveSensors, rates);
         tracking = true;
         return coordinator;
+    }
+
+    GroupMembers groupMembers() {
+        return groupMembers;
     }
 
     QuotaTable table(ClientQuotaType type) {

@@ -9,10 +9,12 @@ import java.net.SocketTimeoutException;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.atomic.AtomicLong;
 
 import javax.management.MBeanServer;
 import javax.management.MBeanServerFactory;
+import javax.management.ObjectName;
 import javax.management.StandardMBean;
 
 import org.apache.kafka.common.security.auth.KafkaPrincipal;
@@ -181,5 +183,52 @@ class GroupQuotaCallbackTest {
         }
         assertEquals(tags("", "c"), tags(F, "root", "c"), "no group has a fetch value for root: Kafka's answer");
         assertEquals(tags("group@silver", ""), tags(P, "root", "c"), "no longer exempt: a member of silver");
+    }
+
+    @Test
+    void eachGroupMemberHasItsRequestCountsInJmx() throws Exception {
+        BudgetMBeans mbeans = new BudgetMBeans(server);
+        mbeans.groupMembers(plugin.groupMembers());
+        coordinator.listener(mbeans);
+        round();
+        tags(P, "svc-web", "c1");
+        tags(P, "svc-web", "c1");
+        tags(F, "svc-web", "c1");
+        tags(R, "svc-web", "c1"); // silver's: gold has no request value
+        tags(P, "svc-db", "");
+        tags(P, "alice", "c"); // alice's own produce value: not the group's sensor
+        round();
+        ObjectName web = new ObjectName("kafka.server:type=quota-budget-group,group=gold,user=svc-web,client-id=c1");
+        assertEquals(2L, server.getAttribute(web, "produce-requests"));
+        assertEquals(1L, server.getAttribute(web, "fetch-requests"));
+        assertEquals(0L, server.getAttribute(web, "request-requests"));
+        assertEquals(1L, server.getAttribute(new ObjectName("kafka.server:type=quota-budget-group,group=gold,"
+                + "user=svc-db"), "produce-requests"), "an empty client id is left out of the name, as Kafka does");
+        ObjectName silverWeb = new ObjectName("kafka.server:type=quota-budget-group,group=silver,user=svc-web,"
+                + "client-id=c1");
+        assertEquals(1L, server.getAttribute(silverWeb, "request-requests"));
+        ObjectName gold = new ObjectName("kafka.server:type=quota-budget-group,group=gold");
+        assertEquals(2, server.getAttribute(gold, "members"));
+        assertEquals(0L, server.getAttribute(gold, "untracked-requests"));
+
+        // at most MAX_MEMBERS members per group are tracked; the others' requests are counted together
+        for (int i = 0; i <= GroupMembers.MAX_MEMBERS; i++) {
+            tags(P, "svc-" + i, "c");
+        }
+        round();
+        assertEquals(GroupMembers.MAX_MEMBERS, server.getAttribute(gold, "members"));
+        assertEquals(3L, server.getAttribute(gold, "untracked-requests"));
+        assertEquals(GroupMembers.MAX_MEMBERS + 1, server.queryNames(
+                new ObjectName("kafka.server:type=quota-budget-group,group=gold,*"), null).size());
+
+        // a group gone takes its MBeans along; closing takes the rest
+        redis.version = "2";
+        redis.scope.remove(SILVER);
+        round();
+        assertFalse(server.isRegistered(silverWeb));
+        assertFalse(server.isRegistered(new ObjectName("kafka.server:type=quota-budget-group,group=silver")));
+        assertTrue(server.isRegistered(web));
+        mbeans.close();
+        assertEquals(Set.of(), server.queryNames(new ObjectName("kafka.server:type=quota-budget-group,*"), null));
     }
 }
