@@ -2,7 +2,8 @@
 
 Kafka's client quotas know a user, a client-id or both (8 levels); a group puts several clients behind one sensor.
 The brokers' quota callback enforces groups (``broker-plugins/quota-callback``); this module is the same rules in
-Python, for the portal's resolver, its checks and the scope hash the plugin reads them from.
+Python, for the portal's resolver, its checks, the scope hash the plugin reads them from, and the engine's own
+brokers (``GroupLayer``, consulted by the managers' resolution).
 
 Precedence, per quota type (``docs/capabilities/group-quotas.md``):
 
@@ -151,15 +152,13 @@ def first_group(groups: Sequence[GroupSpec], key: str, principal: str, client_id
     return None
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True)
 class GroupLayer:
     """A cluster's groups (``in_order``) and exempt principals, as its scope hash holds them: what the engine's
     resolution consults beside Kafka's 8 levels. An empty layer changes nothing."""
 
     groups: tuple[GroupSpec, ...] = ()
     exempt: frozenset[str] = frozenset()
-
-    __hash__ = None  # type: ignore[assignment]  # a spec's quotas are a dict
 
     @classmethod
     def from_scope(cls, fields: Iterable[str]) -> GroupLayer:
