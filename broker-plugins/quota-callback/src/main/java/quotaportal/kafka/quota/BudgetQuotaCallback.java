@@ -202,11 +202,15 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
     // -- Kafka's calls -------------------------------------------------------------------------------------------------
 
     /**
-     * The value and entity a sensor's tags resolve to: a group's value for its {@code group@<name>} tag (while the
-     * group is in the scope), else Kafka's (its {@link QuotaTable}); null for no quota.
+     * The value and entity a sensor's tags resolve to: none for an exempt principal's, a group's value for its
+     * {@code group@<name>} tag (while the group is in the scope), else Kafka's (its {@link QuotaTable}); null for no
+     * quota.
      */
     private QuotaTable.Resolved resolve(ClientQuotaType type, String user, String clientId) {
         BudgetCoordinator c = coordinator;
+        if (c != null && c.view().groups.exemptTag(user)) {
+            return null; // an exempt principal's own sensor
+        }
         if (c != null && GroupTable.isGroupTag(user)) {
             GroupTable.Group group = c.view().groups.byTag(user);
             Double value = group == null || !SensorKey.budgetable(type) ? null : group.quota(type);

@@ -13,6 +13,7 @@ import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.regex.Pattern;
 
+import org.apache.kafka.common.utils.internals.Sanitizer;
 import org.apache.kafka.server.quota.ClientQuotaType;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -25,9 +26,9 @@ import quotaportal.kafka.quota.QuotaTable.EntityKey;
  * client's metric tags. Immutable once parsed, except a bounded cache of memberships, so the request path reads it
  * without a lock.
  *
- * <p>Per quota type, for a principal P (raw) and a client id C: an exempt P gets tags {@code user="",client-id=""}
- * (no quota); else Kafka's own tags when the type's {@link QuotaTable} has a value at a level that names the
- * client; else the first group in ascending (order, name) that the client is a member of and that has a value of
+ * <p>Per quota type, for a principal P (raw) and a client id C: an exempt P gets a sensor of its own, tags
+ * {@code user=<P sanitized>,client-id=C}, with no quota; else Kafka's own tags when the level Kafka's precedence picks
+ * in the type's {@link QuotaTable} names the client; else the first group in ascending (order, name) that the client is a member of and that has a value of
  * the type ({@code user="group@<name>",client-id=""}: a sanitized Kafka user never holds a raw '@'); else Kafka's.
  * Groups never apply to controller mutations.
  */
@@ -85,6 +86,7 @@ final class GroupTable {
     private final List<Group> groups;
     private final Map<String, Group> byName;
     private final Set<String> exempt;
+    private final Set<String> exemptTags;
     /** Per client, the group that answers each budgetable type (index {@link #slot}), null entries for none. */
     private final ConcurrentHashMap<Client, Group[]> memberships = new ConcurrentHashMap<>();
 
@@ -98,6 +100,11 @@ final class GroupTable {
         }
         this.byName = Map.copyOf(names);
         this.exempt = Set.copyOf(exempt);
+        Set<String> sanitized = new HashSet<>();
+        for (String principal : exempt) {
+            sanitized.add(Sanitizer.sanitize(principal));
+        }
+        this.exemptTags = Set.copyOf(sanitized);
     }
 
     /** The groups and exempt principals among a scope's fields (the others are ignored; a malformed group too). */
@@ -174,6 +181,11 @@ final class GroupTable {
         return exempt.contains(principal);
     }
 
+    /** Whether a sensor's user tag is an exempt principal's (its sanitized name): that sensor has no quota. */
+    boolean exemptTag(String userTag) {
+        return userTag != null && !userTag.isEmpty() && exemptTags.contains(userTag);
+    }
+
     /** The group a {@code group@<name>} user tag names, or null (not a group tag, or a group no longer there). */
     Group byTag(String userTag) {
         return isGroupTag(userTag) ? byName.get(userTag.substring(TAG_PREFIX.length())) : null;
@@ -190,7 +202,9 @@ final class GroupTable {
     Map<String, String> metricTags(ClientQuotaType type, String principal, String sanitizedUser, String clientId,
                                    QuotaTable table) {
         if (exempt.contains(principal)) {
-            return tags("");
+            Map<String, String> own = tags(sanitizedUser);
+            own.put(QuotaTable.CLIENT_ID_TAG, clientId); // a sensor of its own: no other client shares its limit
+            return own;
         }
         if (groups.isEmpty() || !SensorKey.budgetable(type) || table.namesClient(sanitizedUser, clientId)) {
             return null;

@@ -248,18 +248,28 @@ final class QuotaTable {
     }
 
     /**
-     * Whether a value here names the client (not only a default names it): (user, client-id), (user, default
-     * client), (user), (default user, client-id) or (client-id). Such a value keeps Kafka's answer over a group's.
+     * Whether the value Kafka's precedence picks for the client names it: (user, client-id), (user, default client),
+     * (user), (default user, client-id) or (client-id), not a default. Such a value keeps Kafka's answer over a
+     * group's; a group wins over the defaults, also over a default that shadows a client-id's own value.
      */
     boolean namesClient(String sanitizedUser, String clientId) {
         if (quotaTypesEnabled == NO_QUOTAS) {
             return false;
         }
-        return quotas.containsKey(EntityKey.userClient(sanitizedUser, clientId))
-                || quotas.containsKey(new EntityKey(sanitizedUser, false, null, true))
-                || quotas.containsKey(EntityKey.user(sanitizedUser))
-                || quotas.containsKey(new EntityKey(null, true, clientId, false))
-                || quotas.containsKey(EntityKey.client(clientId));
+        // Kafka's precedence, levels 1 to 8: the first that holds a value decides, and it names the client unless it
+        // is one of the defaults (5, 6 and 8)
+        EntityKey[] levels = {
+            EntityKey.userClient(sanitizedUser, clientId), new EntityKey(sanitizedUser, false, null, true),
+            EntityKey.user(sanitizedUser), new EntityKey(null, true, clientId, false),
+            EntityKey.DEFAULT_USER_DEFAULT_CLIENT, EntityKey.DEFAULT_USER, EntityKey.client(clientId),
+            EntityKey.DEFAULT_CLIENT,
+        };
+        for (int i = 0; i < levels.length; i++) {
+            if (quotas.containsKey(levels[i])) {
+                return i != 4 && i != 5 && i != 7;
+            }
+        }
+        return false;
     }
 
     /** The value and entity a sensor's tags resolve to (Kafka's quotaLimit), or null when none applies. */

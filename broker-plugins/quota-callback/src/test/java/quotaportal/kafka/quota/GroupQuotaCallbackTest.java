@@ -110,9 +110,10 @@ class GroupQuotaCallbackTest {
     @Test
     void exemptThenKafkasNamingValuesThenGroupsInOrderThenKafkasDefaults() {
         round();
-        // a. an exempt principal: no quota of any type
+        // a. an exempt principal: a sensor of its own and no quota of any type, even with a value of its own
+        plugin.updateQuota(P, new KafkaQuotaEntity(new ClientQuotaManager.UserEntity("root"), null), 10);
         for (ClientQuotaType type : ClientQuotaType.values()) {
-            assertEquals(tags("", ""), tags(type, "root", "c"), type.toString());
+            assertEquals(tags("root", "c"), tags(type, "root", "c"), type.toString());
             assertNull(limit(type, "root", "c"), type.toString());
         }
         // b. a member with its own user value keeps Kafka's answer for that type ...
@@ -128,6 +129,10 @@ class GroupQuotaCallbackTest {
         assertEquals(500.0, limit(P, "web", "c"));
         assertEquals(tags("group@silver", ""), tags(R, "svc-web", "c"), "gold has no request value: silver's");
         assertEquals(50.0, limit(R, "svc-web", "c"));
+        // a client-id's own value that Kafka's precedence passes over for a default (level 6 before 7): the group
+        plugin.updateQuota(P, new KafkaQuotaEntity(null, new ClientQuotaManager.ClientIdEntity("shadow")), 9000);
+        assertEquals(tags("group@gold", ""), tags(P, "svc-web", "shadow"));
+        assertEquals(1000.0, limit(P, "svc-web", "shadow"));
         // d. no group has a value of the type: Kafka's own answer (here: no fetch quota at all)
         assertEquals(tags("", "c"), tags(F, "web", "c"));
         assertNull(limit(F, "web", "c"));
