@@ -32,7 +32,7 @@ def _cluster(name: str) -> Cluster:
 
 
 def _remove_label(principal: str) -> str:
-    return f"Remove the exemption of {principal}: quotas apply to it again"
+    return f"Stop exempting {principal}: its quotas apply again"
 
 
 def cluster_page(request: HttpRequest, cluster: Cluster, *, group_form: GroupForm | None = None,

@@ -49,12 +49,11 @@ class GroupForm(forms.Form):
                            help_text="Letters, digits, '.', '_' and '-'; unique on the cluster.")
     kind = forms.ChoiceField(label="Who is a member", choices=GroupKind.choices)
     principals = PrincipalsField(label="Principals", required=False,
-                                 help_text="A list-of-principals group: one a line, each owned by the tenant.")
+                                 help_text="One a line, each owned by the tenant.")
     client_id_prefix = forms.CharField(label="Client-id prefix", required=False, max_length=255,
-                                       help_text="A client-id prefix group: the prefix its clients' ids start with.")
+                                       help_text="What its clients' ids start with.")
     prefix_principal = forms.CharField(label="Only under principal (optional)", required=False, max_length=255,
-                                       help_text="A client-id prefix group of one principal of the tenant; empty: "
-                                       "of any principal.")
+                                       help_text="One principal of the tenant; empty: any principal.")
     description = forms.CharField(label="Description", required=False, max_length=200)
 
 
@@ -108,5 +107,5 @@ class ConfirmForm(forms.Form):
     confirm = forms.BooleanField(required=True, error_messages={"required": "Tick the box to confirm."})
 
     def __init__(self, *args: Any, label: str, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, label_suffix="", **kwargs)
         self.fields["confirm"].label = label

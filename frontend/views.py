@@ -34,7 +34,7 @@ from frontend.forms import (
     ReapplyForm,
     RequestFilterForm,
 )
-from frontend.monitoring import AROUND_MINUTES, request_effect, tags_for
+from frontend.monitoring import AROUND_MINUTES, request_effect, request_tags, tags_for
 from frontend.pages import (
     Refused,
     View,
@@ -261,7 +261,7 @@ def _request_context(request: HttpRequest, target: QuotaRequest) -> dict[str, An
     audit = visible_audit(request).filter(request=target).order_by("pk")
     submitted = target.state == RequestState.SUBMITTED
     pushes = pushes_of_request(target)
-    preview = history_services.preview_of_request(target)
+    preview = _preview(target)
     return {
         "preview": preview,
         "impact": history_services.summary(preview),
@@ -275,7 +275,7 @@ def _request_context(request: HttpRequest, target: QuotaRequest) -> dict[str, An
         "pushes": pushes,
         "effect": request_effect(target, pushes),
         "effect_minutes": AROUND_MINUTES,
-        "monitor_url": _monitor_url(target.cluster.name, tags_for(target.user, target.client_id)),
+        "monitor_url": _monitor_url(target.cluster.name, request_tags(target)),
         "own": target.requested_by_id == user.pk,
         "can_decide": submitted and is_admin(user) and target.requested_by_id != user.pk,
         "can_withdraw": submitted
@@ -287,6 +287,12 @@ def _request_context(request: HttpRequest, target: QuotaRequest) -> dict[str, An
 def _capacity(target: QuotaRequest) -> Any:
     """The request's capacity check; none for a group's value (the check adds up entities' values)."""
     return None if target.group_name else capacity_check(target)
+
+
+def _preview(target: QuotaRequest, version: str | None = None) -> Any:
+    """The request's impact preview; none for a group's value (a preview replays one entity's traffic), so a view
+    queues no preview of an entity that is not the group."""
+    return None if target.group_name else history_services.preview_of_request(target, version)
 
 
 def _monitor_url(cluster: str, tags: str) -> str:
@@ -349,7 +355,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     version = history_services.usage_version()
     rows = []
     for r in pending[:200]:
-        preview = history_services.preview_of_request(r, version)
+        preview = _preview(r, version)
         rows.append({
             "req": r,
             "moved": request_moved(r),

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from history.models import ImpactPreview
 from quotas.choices import BudgetScope, ConnectorKind
 from quotas.models import (
     AuditAction,
@@ -82,16 +83,18 @@ def test_the_cluster_page_lists_every_group_for_admins_and_auditors(w: dict[str,
         assert "principals svc-b-1, svc-b-2" in page
         assert "3 MiB/s" in page and "cluster-wide" in page
         assert "replicator" in page and "MirrorMaker 2" in page and "root" in page
-    assert 'id="group-form"' in text(browser(w["admin"]).get(CLUSTER_URL))
+    admin = text(browser(w["admin"]).get(CLUSTER_URL))
+    assert 'id="group-form"' in admin and 'id="exempt-form"' in admin and "Stop exempting replicator" in admin
     auditor = text(browser(w["auditor"]).get(CLUSTER_URL))
-    assert 'id="group-form"' not in auditor and 'id="exempt-form"' not in auditor and "Remove replicator" not in auditor
+    assert 'id="group-form"' not in auditor and 'id="exempt-form"' not in auditor
+    assert "Stop exempting replicator" not in auditor
 
 
 def test_a_member_sees_its_tenants_groups_only_and_the_exempt_list_read_only(w: dict[str, Any]) -> None:
     page = text(browser(w["bob"]).get(CLUSTER_URL))
     assert "team-b-svc" in page and "team-a-all" not in page
     assert "replicator" in page and "MirrorMaker 2" in page
-    assert 'id="group-form"' not in page and 'id="exempt-form"' not in page and "Remove replicator" not in page
+    assert 'id="group-form"' not in page and 'id="exempt-form"' not in page and "Stop exempting replicator" not in page
     assert browser(w["bob"]).post("/clusters/kprod/exempt/", {"action": "add", "principal": "x"}).status_code == 403
     assert browser(w["bob"]).post("/clusters/kprod/groups/", {"name": "x"}).status_code == 403
     assert not ExemptPrincipal.objects.filter(principal="x").exists()
@@ -292,7 +295,10 @@ def test_group_requests_show_as_their_group_in_the_request_pages(w: dict[str, An
         assert listed.status_code == 200 and link in text(listed)
         detail = browser(w[who]).get(f"/requests/{made.pk}/")
         assert detail.status_code == 200 and link in text(detail)
+        assert "group@team-a-all (all client-ids)" in text(detail), "the group's sensor, not an empty entity's"
+        assert "not a group's yet" in text(detail)
     assert link in text(browser(w["auditor"]).get("/approvals/"))
+    assert not ImpactPreview.objects.exists(), "no preview of an entity that is not the group is queued"
     assert browser(w["bob"]).get(f"/requests/{made.pk}/").status_code == 404
     quota_requests.approve(w["admin"], made.pk, "ok")
     decided = browser(w["alice"]).get(f"/requests/{made.pk}/")
