@@ -13,7 +13,7 @@ from typing import Any
 from django import forms
 
 from engine.groups import GROUP_KEYS
-from engine.units import BYTE_RATE_FORMS
+from engine.units import BYTE_RATE_FORMS, UnitError, parse_quota_value
 from quotas.choices import BudgetScope
 from quotas.models import GroupKind, Tenant
 
@@ -91,6 +91,17 @@ class GroupRequestForm(forms.Form):
     )
     reason = forms.CharField(label="Reason", required=False, widget=forms.Textarea(attrs={"rows": 2}),
                              help_text="What the admin reads.")
+
+    def clean(self) -> dict[str, Any]:
+        """A value in a form the key does not take says only what is wrong with it, as the request form does: the
+        field's help text lists the accepted forms, which the workflow's sentence repeats for API callers."""
+        cleaned = super().clean()
+        if cleaned.get("key") and cleaned.get("value"):
+            try:
+                parse_quota_value(cleaned["key"], cleaned["value"].strip())
+            except UnitError as e:
+                self.add_error("value", f"{e.problem}; write it in one of the forms listed above.")
+        return cleaned
 
 
 class ExemptForm(forms.Form):

@@ -303,3 +303,11 @@ def test_group_requests_show_as_their_group_in_the_request_pages(w: dict[str, An
     quota_requests.approve(w["admin"], made.pk, "ok")
     decided = browser(w["alice"]).get(f"/requests/{made.pk}/")
     assert decided.status_code == 200 and "Approved" in text(decided) and link in text(decided)
+
+
+def test_a_value_in_a_form_the_key_does_not_take_says_what_is_wrong_once(w: dict[str, Any]) -> None:
+    answer = browser(w["alice"]).post(GA_URL, {"action": "request", "key": PBR, "value": "2 MB/s"})
+    assert answer.status_code == 400
+    [message] = answer.context["request_form"].errors["value"]
+    assert message.startswith("'2 MB/s' is not a byte rate") and message.endswith("the forms listed above.")
+    assert text(answer).count("is not a byte rate") == 1
