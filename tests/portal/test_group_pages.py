@@ -88,6 +88,13 @@ def test_the_cluster_page_lists_every_group_for_admins_and_auditors(w: dict[str,
     auditor = text(browser(w["auditor"]).get(CLUSTER_URL))
     assert 'id="group-form"' not in auditor and 'id="exempt-form"' not in auditor
     assert "Stop exempting replicator" not in auditor
+    reader = browser(w["auditor"])
+    assert reader.post("/clusters/kprod/exempt/", {"action": "remove", "principal": "replicator",
+                                                   "confirm": "on"}).status_code == 403
+    made = reader.post("/clusters/kprod/groups/", {"tenant": "team-a", "name": "x", "kind": "tenant"})
+    assert made.status_code == 403
+    assert reader.post(GB_URL, {"action": "delete", "confirm": "on"}).status_code == 403
+    assert ExemptPrincipal.objects.filter(principal="replicator").exists() and QuotaGroup.objects.count() == 2
 
 
 def test_a_member_sees_its_tenants_groups_only_and_the_exempt_list_read_only(w: dict[str, Any]) -> None:
