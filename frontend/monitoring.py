@@ -27,6 +27,7 @@ import redis
 from django.conf import settings
 
 from engine.entities import TYPE_OF_KEY, sanitize
+from engine.groups import tag as group_tag
 from engine.monitor import CONNECTION, latest_key, minutes, split_tags
 from quotas.models import QuotaRequest, Tenant, member_tenants, owned_by_any, sees_everything
 
@@ -83,6 +84,13 @@ def tags_names(tags: str) -> tuple[str | None, str | None]:
 def tags_for(user: str | None, client_id: str | None) -> str:
     """The sensor tags of a (principal, client-id) entity: what its own quota's sensor is named."""
     return f"{sanitize(user) if user else ''}:{client_id or ''}"
+
+
+def request_tags(target: QuotaRequest) -> str:
+    """The sensor a request's value limits: its entity's, or its group's (``engine.groups.tag``, no client-id)."""
+    if target.group_name:
+        return f"{group_tag(target.group_name)}:"
+    return tags_for(target.user, target.client_id)
 
 
 @dataclass
@@ -370,7 +378,7 @@ class Effect:
 def request_effect(target: QuotaRequest, pushes: list[Any], client: redis.Redis | None = None) -> Effect:
     """The entity's minute rollups (every broker) in the ``AROUND_MINUTES`` before the first broker applied the
     request's version and after the last one did (``Push.applied_at``)."""
-    tags = tags_for(target.user, target.client_id)
+    tags = request_tags(target)
     quota_type = str(TYPE_OF_KEY.get(target.key, "produce"))
     effect = Effect(tags, quota_type, "not-applied")
     if target.applied_version is None:

@@ -4,7 +4,9 @@ from django.urls import path
 
 from frontend import (
     client_metrics_views,
+    cluster_views,
     credentials_views,
+    group_views,
     history_views,
     monitor_views,
     plan_views,
@@ -29,7 +31,10 @@ urlpatterns = [
     path("plan-requests/<int:pk>/reject/", plan_views.plan_request_reject, name="plan-request-reject"),
     path("audit/", views.audit_log, name="audit-log"),
     path("clusters/", views.cluster_list, name="cluster-list"),
-    path("clusters/<str:name>/", views.cluster_detail, name="cluster-detail"),
+    path("clusters/<str:name>/", cluster_views.cluster_detail, name="cluster-detail"),
+    path("clusters/<str:name>/groups/", cluster_views.group_create, name="group-create"),
+    path("clusters/<str:name>/exempt/", cluster_views.exempt_change, name="exempt-change"),
+    path("clusters/<str:cluster>/groups/<str:name>/", group_views.group_detail, name="group-detail"),
     path("clusters/<str:name>/client-metrics/", client_metrics_views.client_metrics, name="client-metrics"),
     path("tenants/", views.tenant_list, name="tenant-list"),
     path("credentials/", credentials_views.credentials, name="credentials"),

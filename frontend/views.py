@@ -34,7 +34,7 @@ from frontend.forms import (
     ReapplyForm,
     RequestFilterForm,
 )
-from frontend.monitoring import AROUND_MINUTES, request_effect, tags_for
+from frontend.monitoring import AROUND_MINUTES, request_effect, request_tags, tags_for
 from frontend.pages import (
     Refused,
     View,
@@ -46,7 +46,6 @@ from frontend.pages import (
     visible_requests,
 )
 from history import services as history_services
-from quotas.budgets import LEASE_MS, enforcement
 from quotas.models import (
     AuditAction,
     AuditEntry,
@@ -262,7 +261,7 @@ def _request_context(request: HttpRequest, target: QuotaRequest) -> dict[str, An
     audit = visible_audit(request).filter(request=target).order_by("pk")
     submitted = target.state == RequestState.SUBMITTED
     pushes = pushes_of_request(target)
-    preview = history_services.preview_of_request(target)
+    preview = _preview(target)
     return {
         "preview": preview,
         "impact": history_services.summary(preview),
@@ -270,19 +269,30 @@ def _request_context(request: HttpRequest, target: QuotaRequest) -> dict[str, An
         "approval": getattr(target, "approval", None),
         "transitions": [e for e in audit if e.action not in VALUE_ACTIONS],
         "audit": audit,
-        "capacity": capacity_check(target),
+        "capacity": _capacity(target),
         "moved": request_moved(target) if submitted else None,
         "submitted_against": submitted_against(target),
         "pushes": pushes,
         "effect": request_effect(target, pushes),
         "effect_minutes": AROUND_MINUTES,
-        "monitor_url": _monitor_url(target.cluster.name, tags_for(target.user, target.client_id)),
+        "monitor_url": _monitor_url(target.cluster.name, request_tags(target)),
         "own": target.requested_by_id == user.pk,
         "can_decide": submitted and is_admin(user) and target.requested_by_id != user.pk,
         "can_withdraw": submitted
         and not is_auditor(user)
         and (target.requested_by_id == user.pk or target.tenant.members.filter(pk=user.pk).exists()),
     }
+
+
+def _capacity(target: QuotaRequest) -> Any:
+    """The request's capacity check; none for a group's value (the check adds up entities' values)."""
+    return None if target.group_name else capacity_check(target)
+
+
+def _preview(target: QuotaRequest, version: str | None = None) -> Any:
+    """The request's impact preview; none for a group's value (a preview replays one entity's traffic), so a view
+    queues no preview of an entity that is not the group."""
+    return None if target.group_name else history_services.preview_of_request(target, version)
 
 
 def _monitor_url(cluster: str, tags: str) -> str:
@@ -345,11 +355,11 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     version = history_services.usage_version()
     rows = []
     for r in pending[:200]:
-        preview = history_services.preview_of_request(r, version)
+        preview = _preview(r, version)
         rows.append({
             "req": r,
             "moved": request_moved(r),
-            "capacity": capacity_check(r),
+            "capacity": _capacity(r),
             "preview": preview,
             "impact": history_services.summary(preview),
             "can_decide": is_admin(request.user) and r.requested_by_id != request.user.pk,
@@ -384,21 +394,6 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
     """Clusters (anyone signed in reads them, as the API); admins change them in the admin site."""
     clusters = Cluster.objects.select_related("desired_state").prefetch_related("brokers")
     return page(request, "frontend/cluster_list.html", {"clusters": clusters})
-
-
-@require_GET
-@portal_page
-def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
-    """One cluster: connector, scope, capacity, desired-state version, brokers and listeners, and whether its
-    cluster-wide budgets are enforced (``quotas.budgets``)."""
-    cluster = Cluster.objects.select_related("desired_state").filter(name=name).first()
-    if cluster is None:
-        raise not_found(f"Cluster {name!r}")
-    budgets = enforcement(cluster)
-    context = {"cluster": cluster, "brokers": cluster.brokers.all(), "listeners": cluster.listeners.all(),
-               "budgets": budgets, "lease_s": LEASE_MS // 1000,
-               "budget_rounds": sorted(budgets.rounds_ago_ms.items()) if budgets else []}
-    return page(request, "frontend/cluster_detail.html", context)
 
 
 @require_GET

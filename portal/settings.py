@@ -77,6 +77,8 @@ def refuse(message: str) -> NoReturn:
 
 
 PORTAL_NAME = "Quota portal"
+# Where the documentation site (mkdocs build) is served; the pages link to it. Empty: they name the page in docs/.
+QUOTAS_DOCS_URL = os.environ.get("QUOTAS_DOCS_URL", "")
 
 DEBUG = env_bool("DJANGO_DEBUG", default=False)
 

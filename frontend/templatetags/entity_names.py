@@ -2,7 +2,8 @@
 
     {% load entity_names %}
     {{ entity|entity_name }}  -> <span class="entity-name" title="/config/users/svc-a">svc-a (all client-ids)</span>
-    {{ req|entity_name }}          -> the same for anything with user, client_id (and ip) attributes
+    {{ req|entity_name }}          -> the same for anything with user, client_id (and ip) attributes; a group's
+                                      request: group <name> (/groups/<name> on hover)
     {{ "svc-a:app"|entity_name }}  -> a sensor's tags: <span ... title="svc-a:app">svc-a, client-id app</span>
     {{ "/config/clients/1"|entity_name }} -> a config path: client-id 1 (any principal)
     {{ entity|entity_text }}       -> the words alone (a page title, an attribute)
@@ -26,6 +27,9 @@ def named(value: object) -> tuple[str, str]:
         if value.startswith("/"):
             return display_path(value), value
         return display_tags(value), value
+    group = getattr(value, "group_name", "")
+    if group:  # a group's request: no principal nor client-id of its own
+        return f"group {group}", f"/groups/{group}"
     user, client_id, ip = (getattr(value, f, None) for f in ("user", "client_id", "ip"))
     return display_name(user, client_id, ip), entity_path(user, client_id, ip)
 
