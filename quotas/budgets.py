@@ -8,7 +8,8 @@ cluster's key space (``qb:{<cluster>}:brokers``, ``engine.budget_store``); the s
 - ``fallback``: a broker's round is older than the lease (Redis away, a broker down, a plugin stuck): it enforces
   its last shares, then budget / live brokers (never unlimited, never zero). Degraded, not down;
 - ``off``: no broker has ever reported: no plugin runs, so Kafka enforces each cluster-wide value on every broker
-  (brokers x the budget). Degraded only when the cluster holds cluster-wide values;
+  (brokers x the budget), and no group quota or exempt principal applies. Degraded only when the cluster holds
+  cluster-wide values, groups or exempt principals;
 - ``unknown``: the Redis holding the rounds could not be read.
 
 Read where the plugin writes: a Kafka cluster's ``QUOTAS_BUDGET_REDIS_URL`` (default the engine's Redis), an engine
@@ -29,7 +30,7 @@ from engine.budgets import BudgetParams
 from engine.redis_backend import connect
 from quotas.choices import BudgetScope, ConnectorKind, QuotaScope
 from quotas.connector_registry import budget_redis_url
-from quotas.models import Broker, Cluster, QuotaValue
+from quotas.models import Broker, Cluster, ExemptPrincipal, GroupValue, QuotaGroup, QuotaValue
 
 UNKNOWN = "unknown"
 STATES = (COORDINATED, FALLBACK, OFF)
@@ -56,6 +57,8 @@ class Enforcement:
     brokers: int  # registered brokers
     rounds_ago_ms: dict[int, int] = field(default_factory=dict)  # broker id -> how long ago its last round was
     error: str | None = None
+    groups: int = 0  # group quotas, which only the brokers' quota callback enforces
+    exempt: int = 0  # exempt principals, likewise
 
     @property
     def reporting(self) -> int:
@@ -65,7 +68,8 @@ class Enforcement:
     @property
     def degraded(self) -> bool:
         """Budgets are not shared out by demand: a broker falls back, or no plugin runs while budgets exist."""
-        return self.state == FALLBACK or (self.state in (OFF, UNKNOWN) and self.budgets > 0)
+        needed = self.budgets > 0 or self.groups > 0 or self.exempt > 0
+        return self.state == FALLBACK or (self.state in (OFF, UNKNOWN) and needed)
 
     @property
     def reason(self) -> str:
@@ -90,6 +94,10 @@ class Enforcement:
                 return (f"No broker's budget plugin has reported, so Kafka enforces each of the {n} on every broker "
                         "(up to brokers x the budget): install the plugin (client.quota.callback.class) or make the "
                         "values per_broker.")
+            if self.groups or self.exempt:
+                return (f"No broker's quota callback has reported, so its {self.groups} group quota(s) and "
+                        f"{self.exempt} exempt principal(s) are not enforced (members get Kafka's own quotas): install "
+                        "the plugin (client.quota.callback.class) on every broker.")
             return "No broker's budget plugin has reported; the cluster holds no cluster-wide value."
         return f"The Redis of the brokers' rounds could not be read ({self.error})."
 
@@ -98,6 +106,8 @@ class Enforcement:
             "state": self.state,
             "degraded": self.degraded,
             "cluster_wide_values": self.budgets,
+            "groups": self.groups,
+            "exempt_principals": self.exempt,
             "brokers": self.brokers,
             "reporting": self.reporting,
             "lease_ms": LEASE_MS,
@@ -137,6 +147,13 @@ def enforcements(clusters: Iterable[Cluster] | None = None) -> list[Enforcement]
         QuotaValue.objects.filter(entity__cluster_id__in=pks, budget_scope=BudgetScope.CLUSTER_WIDE)
         .values_list("entity__cluster_id").annotate(n=Count("pk")).order_by()
     )
+    for cluster_id, n in (GroupValue.objects.filter(group__cluster_id__in=pks, budget_scope=BudgetScope.CLUSTER_WIDE)
+                          .values_list("group__cluster_id").annotate(n=Count("pk")).order_by()):
+        budgets[cluster_id] = budgets.get(cluster_id, 0) + n  # a group's cluster-wide value is a budget too
+    groups = dict(QuotaGroup.objects.filter(cluster_id__in=pks).values_list("cluster_id").annotate(n=Count("pk"))
+                  .order_by())
+    exempt = dict(ExemptPrincipal.objects.filter(cluster_id__in=pks).values_list("cluster_id")
+                  .annotate(n=Count("pk")).order_by())
     brokers: dict[int, list[str]] = {pk: [] for pk in pks}
     for cluster_id, url in Broker.objects.filter(cluster_id__in=pks).values_list("cluster_id", "engine_url"):
         brokers[cluster_id].append(url)
@@ -149,7 +166,9 @@ def enforcements(clusters: Iterable[Cluster] | None = None) -> list[Enforcement]
             state = store.enforcement(now, LEASE_MS, brokers=registered or None)
             ago = {b: max(0, now - t) for b, t in store.broker_rounds().items()}
         except (redis.RedisError, OSError, ValueError) as e:
-            out.append(Enforcement(cluster.name, UNKNOWN, n, registered, error=f"{type(e).__name__}: {e}"))
+            out.append(Enforcement(cluster.name, UNKNOWN, n, registered, error=f"{type(e).__name__}: {e}",
+                                   groups=groups.get(cluster.pk, 0), exempt=exempt.get(cluster.pk, 0)))
             continue
-        out.append(Enforcement(cluster.name, state, n, registered, ago))
+        out.append(Enforcement(cluster.name, state, n, registered, ago, groups=groups.get(cluster.pk, 0),
+                               exempt=exempt.get(cluster.pk, 0)))
     return out

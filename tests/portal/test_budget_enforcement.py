@@ -149,3 +149,22 @@ def test_a_budget_redis_that_cannot_be_read_is_unknown_not_an_error(clusters: di
     figures = scrape()
     assert all(figures[("quotas_budget_enforcement", (("cluster", "kprod"), ("state", s)))] == 0
                for s in ("coordinated", "fallback", "off"))
+
+
+def test_groups_or_exempt_principals_without_the_callback_are_degraded(clusters: dict[str, Any]) -> None:
+    """Only the brokers' quota callback enforces a group or an exemption: with none reporting, they do nothing."""
+    from quotas.models import GroupKind, OwnedName, Tenant, create_group, set_exempt, set_group_values
+
+    tenant = Tenant.objects.create(name="team")
+    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="svc-*")
+    group = create_group(None, clusters["kprod"], tenant, "team", GroupKind.TENANT)
+    body = health()
+    assert body["status"] == "degraded"
+    assert "its 1 group quota(s) and 0 exempt principal(s) are not enforced" in body["degraded"]["budgets.kprod"]
+    set_group_values(None, group, {PBR: (3000.0, "cluster_wide")})
+    assert health()["budgets"]["kprod"]["cluster_wide_values"] == 1, "a group's cluster-wide value is a budget"
+    set_exempt(None, clusters["staging"], "replicator", True)
+    assert "budgets.staging" in health()["degraded"]
+    rounds(clusters["redis"], "kprod", 1, 2, 3)
+    rounds(clusters["redis"], "staging", 1, 2)
+    assert health()["status"] == "ok", "every broker's callback reports: enforced"

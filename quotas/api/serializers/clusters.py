@@ -153,8 +153,15 @@ class BudgetEnforcementSerializer(serializers.Serializer):
         "enforces its last shares, then budget / live brokers); off: no plugin ever reported (Kafka enforces each "
         "value on every broker); unknown: the Redis of the rounds could not be read.",
     )
-    degraded = serializers.BooleanField(help_text="fallback, or off/unknown while the cluster holds budgets.")
-    cluster_wide_values = serializers.IntegerField(help_text="Quota values of the cluster that are cluster-wide.")
+    degraded = serializers.BooleanField(
+        help_text="fallback, or off/unknown while the cluster holds budgets, groups or exempt principals."
+    )
+    cluster_wide_values = serializers.IntegerField(
+        help_text="Quota values of the cluster that are cluster-wide (its entities' and its groups')."
+    )
+    groups = serializers.IntegerField(help_text="Group quotas of the cluster: only the brokers' quota callback "
+                                      "enforces them.")
+    exempt_principals = serializers.IntegerField(help_text="Exempt principals of the cluster, likewise.")
     brokers = serializers.IntegerField(help_text="Registered brokers.")
     reporting = serializers.IntegerField(help_text="Brokers whose last round is within the lease.")
     lease_ms = serializers.IntegerField()
