@@ -17,7 +17,7 @@ from django.dispatch import receiver
 from engine.entities import validate_quota_value
 from engine.errors import QuotaValidationError
 from engine.groups import GROUP_KEYS, entity_field
-from quotas.choices import BudgetScope
+from quotas.choices import BudgetScope, ConnectorKind
 from quotas.connectors.base import BUDGET_SCOPE, CLUSTER_WIDE, EXEMPT, EXEMPT_KEY, GROUP, GROUP_SPEC, Item, State
 from quotas.models.audit import AuditAction, record
 from quotas.models.clusters import Cluster
@@ -162,6 +162,9 @@ def set_exempt(actor: AbstractBaseUser | None, cluster: Cluster, principal: str,
     """Make a principal exempt from every quota of the cluster, or not; False when it already was so."""
     if not principal or not principal.strip():
         raise InvalidGroup("Name the principal to exempt.", "principal")
+    if exempt and cluster.connector != ConnectorKind.KAFKA:
+        raise InvalidGroup(f"Cluster {cluster.name} is an engine cluster; exempt principals are read by the Kafka "
+                           "brokers' quota callback, so only a Kafka cluster has them.", "cluster")
     with transaction.atomic():
         lock = DesiredStateVersion.lock(cluster)
         row = ExemptPrincipal.objects.filter(cluster=cluster, principal=principal).first()
