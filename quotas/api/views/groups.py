@@ -82,9 +82,10 @@ def get_group(user: Any, cluster: Cluster, name: str) -> QuotaGroup:
 
 
 def only_fields_of(kind: str, data: dict[str, Any]) -> None:
-    """Refuse members given in a field another kind uses (InvalidGroup naming it), rather than dropping them."""
+    """Refuse members given in a field another kind uses (InvalidGroup naming it), rather than dropping them; an
+    empty one (a form's blank field) gives nothing and passes."""
     for field in ("principals", "client_id_prefix", "prefix_principal"):
-        if field in data and field not in MEMBER_FIELDS.get(kind, ()):
+        if data.get(field) and field not in MEMBER_FIELDS.get(kind, ()):
             if kind == GroupKind.TENANT:
                 message = (f"A tenant group holds the principals its tenant owns; it has no {field}: change the "
                            "tenant's user patterns instead.")
