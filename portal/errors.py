@@ -27,6 +27,7 @@ from rest_framework.response import Response
 from engine.errors import EngineUnavailable, QuotaEngineError
 from portal.api import errors as api_errors
 from portal.api.errors import ApiError, redis_unavailable, too_large
+from quotas.models.groups import GroupOverlap, InvalidGroup
 from quotas.outages import REDIS_DOWN
 from quotas.workflow.errors import WorkflowError
 
@@ -55,11 +56,16 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     """DRF's exception handler (``EXCEPTION_HANDLER``): the domain's errors made ``ApiError``, then the API's shape.
 
     The engine's typed errors (QuotaValidationError & co.) keep their Kafka code: 400, or 503
-    when Redis is unreachable. The workflow's refusals keep theirs (INVALID_REQUEST 400,
-    PERMISSION_DENIED 403, CONFLICT 409), with ``details`` naming the field to change when one is to blame.
+    when Redis is unreachable. A refused group keeps its code too: INVALID_GROUP 400, GROUP_OVERLAP 409 (another
+    group matches the same clients: a conflict with what exists). The workflow's refusals keep theirs
+    (INVALID_REQUEST 400, PERMISSION_DENIED 403, CONFLICT 409). Both have ``details`` naming the field to change
+    when one is to blame (``{"principals": ["..."]}``).
     Everything else is ``portal.api.errors.exception_handler``'s.
     """
-    if isinstance(exc, QuotaEngineError):
+    if isinstance(exc, InvalidGroup):
+        http = status.HTTP_409_CONFLICT if isinstance(exc, GroupOverlap) else status.HTTP_400_BAD_REQUEST
+        exc = ApiError(exc.code, exc.message, {exc.field: [exc.message]} if exc.field else None, status_code=http)
+    elif isinstance(exc, QuotaEngineError):
         http = status.HTTP_503_SERVICE_UNAVAILABLE if isinstance(exc, EngineUnavailable) else 400
         exc = ApiError(exc.code, exc.message, status_code=http)
     elif isinstance(exc, REDIS_DOWN):

@@ -512,6 +512,10 @@ SPECTACULAR_SETTINGS = {
         # the same two values, two meanings: a cluster's namespaces ("scope") and one quota value's budget scope
         "ScopeEnum": "quotas.choices.QuotaScope",
         "BudgetScopeEnum": "quotas.choices.BudgetScope",
+        # a quota group's kind (beside a push's and a delivery's "kind"), and the quota keys a group holds
+        "GroupKindEnum": "quotas.models.groups.GroupKind",
+        "GroupKeyEnum": "engine.groups.GROUP_KEYS",
+        "KeyEnum": "quotas.choices.QuotaKey",  # Kafka's five, as before groups added a second choice of keys
     },
 }
 

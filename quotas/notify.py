@@ -47,7 +47,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from engine.entities import display_name, display_path
+from engine.entities import display_path
 from engine.units import format_exact, format_quota_value
 from quotas.models import (
     DeliveryState,
@@ -153,7 +153,7 @@ def _line(label: str, value: object) -> str:
 def _quota_summary(request: QuotaRequest) -> str:
     value = format_quota_value(request.key, request.value)
     scope = " (cluster-wide)" if request.cluster_wide else ""
-    who = display_name(request.user, request.client_id)
+    who = request.display
     return f"{request.key} = {value}{scope} for {who} on {request.cluster.name}"
 
 
@@ -161,7 +161,7 @@ def _quota_details(request: QuotaRequest) -> list[str]:
     value = request.value
     lines = [
         _line("cluster", request.cluster.name),
-        _line("entity", f"{display_name(request.user, request.client_id)} ({request.entity})"),
+        _line("entity", f"{request.display} ({request.entity})"),
         _line("key", request.key),
         _line("value", f"{format_quota_value(request.key, value)} ({format_exact(request.key, value)})"),
         _line("scope", "cluster-wide (a budget for the sum over the brokers)" if request.cluster_wide
@@ -176,9 +176,10 @@ def _quota_details(request: QuotaRequest) -> list[str]:
 def _quota_fields(request: QuotaRequest) -> dict[str, Any]:
     return {
         "entity": request.entity,
-        "display": display_name(request.user, request.client_id),
+        "display": request.display,
         "user": request.user,
         "client_id": request.client_id,
+        "group": request.group_name or None,
         "key": request.key,
         "value": request.value,
         "value_human": format_quota_value(request.key, request.value),

@@ -90,6 +90,7 @@ class ErrorSerializer(serializers.Serializer):
     code = serializers.CharField(
         help_text="INVALID_REQUEST, INVALID_CONFIG, NOT_FOUND, PERMISSION_DENIED, NOT_AUTHENTICATED, CONFLICT, "
         "STALE_REQUEST and PLAN_STALE (409: the values a request was submitted against moved on), "
+        "INVALID_GROUP (400) and GROUP_OVERLAP (409: another group matches the same clients), "
         "RESOURCE_EXHAUSTED (503, retry after Retry-After seconds), REDIS_UNAVAILABLE and DATABASE_UNAVAILABLE "
         "(503, retriable), "
         "REQUEST_TOO_LARGE (413), METHOD_NOT_ALLOWED, "

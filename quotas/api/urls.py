@@ -4,7 +4,18 @@ from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from quotas.api import client_metrics, scram, webhooks
-from quotas.api.views import audit, client_quotas, clusters, configs, metrics, pushes, requests, tenants
+from quotas.api.views import (
+    audit,
+    client_quotas,
+    clusters,
+    configs,
+    exempt_principals,
+    groups,
+    metrics,
+    pushes,
+    requests,
+    tenants,
+)
 
 app_name = "quotas-api"
 
@@ -52,6 +63,19 @@ urlpatterns = [
         "clusters/<str:cluster>/scram-credentials/<str:user>/rotate/",
         scram.ScramCredentialRotateView.as_view(),
         name="scram-credentials-rotate",
+    ),
+    path("clusters/<str:cluster>/groups/", groups.GroupListView.as_view(), name="groups"),
+    path("clusters/<str:cluster>/groups/<str:group>/", groups.GroupDetailView.as_view(), name="group-detail"),
+    path("clusters/<str:cluster>/groups/<str:group>/values", groups.GroupValuesView.as_view(), name="group-values"),
+    path(
+        "clusters/<str:cluster>/exempt-principals/",
+        exempt_principals.ExemptPrincipalListView.as_view(),
+        name="exempt-principals",
+    ),
+    path(
+        "clusters/<str:cluster>/exempt-principals/<str:principal>/",
+        exempt_principals.ExemptPrincipalDetailView.as_view(),
+        name="exempt-principals-detail",
     ),
     path("metrics/memory", metrics.MemoryMetricsView.as_view(), name="memory-metrics"),
     path("clusters/<str:cluster>/effective-quota", client_quotas.EffectiveQuotaView.as_view(), name="effective-quota"),

@@ -28,7 +28,7 @@ from django.db.models import Q
 from django.dispatch import Signal
 from django.utils import timezone
 
-from engine.entities import entity_path
+from engine.entities import display_name, entity_path
 from quotas.choices import BudgetScope, QuotaKey
 from quotas.models.clusters import Cluster
 from quotas.models.tenants import Tenant
@@ -132,6 +132,13 @@ class QuotaRequest(models.Model):
         if self.group_name:
             return f"/groups/{self.group_name}"
         return entity_path(self.user, self.client_id)
+
+    @property
+    def display(self) -> str:
+        """The entity in words, as pages, mails and webhooks name it: ``svc-a (all client-ids)``, ``group payments``."""
+        if self.group_name:
+            return f"group {self.group_name}"
+        return display_name(self.user, self.client_id)
 
     @property
     def is_boost(self) -> bool:

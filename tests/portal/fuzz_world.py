@@ -20,13 +20,14 @@ from django.utils import timezone
 from access_tokens.models import AccessToken
 from history.models import ImpactPreview
 from plans.services import build_plan
-from quotas.choices import EntityType, QuotaScope
+from quotas.choices import ConnectorKind, EntityType, QuotaScope
 from quotas.models import (
     Alteration,
     AuditEntry,
     ClientMetricsSubscription,
     Cluster,
     Drift,
+    GroupKind,
     OwnedName,
     Push,
     QuotaOp,
@@ -36,6 +37,9 @@ from quotas.models import (
     Webhook,
     WebhookDelivery,
     alter_client_quotas,
+    create_group,
+    set_exempt,
+    set_group_values,
 )
 from quotas.models.broker_configs import ConfigOp, ConfigResource, alter_configs
 from quotas.workflow import plan_requests, quota_requests, subscription_requests
@@ -136,6 +140,17 @@ def build() -> dict[str, Any]:
     ScramCredential.objects.create(cluster=prod, user="svc-a-1", mechanism="SCRAM-SHA-512", iterations=4096,
                                    tenant=teams["a"], created_by=member, created_by_name="alice", rotated=now,
                                    rotated_by=member, rotated_by_name="alice")
+
+    # group quotas on a Kafka cluster (nothing listens at its address: a push there fails at once), a group's
+    # request, and exempt principals (one whose creator is deleted below: a null created_by)
+    kafka = Cluster.objects.create(name="kafka-prod", connector=ConnectorKind.KAFKA, bootstrap_servers="127.0.0.1:9")
+    group = create_group(admin, kafka, teams["a"], "team-a-all", GroupKind.TENANT)
+    set_group_values(admin, group, {"producer_byte_rate": (4 << 20, "cluster_wide")})
+    create_group(admin, kafka, teams["b"], "b-apps", GroupKind.CLIENT_PREFIX, client_id_prefix="app-b-")
+    quota_requests.submit(member, None, kafka, user=None, client_id=None, key="consumer_byte_rate", value=8192,
+                          group=group)
+    set_exempt(admin, kafka, "mm2-replicator", True, "MirrorMaker 2")
+    set_exempt(gone, kafka, "svc-monitor", True)
 
     # what only time and failures make: a system audit entry, pushes that failed or landed, drift
     AuditEntry.objects.create(action="expired", actor=None, actor_name="system", comment="a boost ended")

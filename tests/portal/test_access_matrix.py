@@ -29,16 +29,20 @@ from django.db import connection, transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from quotas.choices import EntityType
+from quotas.choices import ConnectorKind, EntityType
 from quotas.models import (
     Alteration,
     ClientMetricsSubscription,
     Cluster,
+    GroupKind,
     OwnedName,
     QuotaEntity,
     QuotaOp,
     Tenant,
     audited_alter,
+    create_group,
+    set_exempt,
+    set_group_values,
 )
 from quotas.models.webhooks import Webhook, WebhookDelivery
 from tests.celery_worker import CELERY_KEYS
@@ -47,6 +51,8 @@ from tests.portal.people import make_user
 from tests.redis_keys import delete_matching
 
 CLUSTER = "mx-prod"
+#: Group quotas and exempt principals exist on Kafka clusters only (nothing listens at its address).
+KAFKA_CLUSTER = "mx-kafka"
 
 # What the rows mean for the objects: A's names all hold "mxa", B's "mxb"; shared objects are the `<default>` quota
 # entities, the cluster itself, an admin's client-metrics subscription and a telemetry instance without a client id.
@@ -102,6 +108,18 @@ POST    /api/clusters/{cluster}/scram-credentials/                A       400   
 GET     /api/clusters/{cluster}/scram-credentials/{user}/         A       404     404     404     404     401
 DELETE  /api/clusters/{cluster}/scram-credentials/{user}/         A       400     403     400     403     401
 POST    /api/clusters/{cluster}/scram-credentials/{user}/rotate/  A       400     403     400     403     401
+
+GET     /api/clusters/{cluster}/groups/                           A       see     see     see     hide    401
+GET     /api/clusters/{cluster}/groups/                           B       see     see     hide    see     401
+POST    /api/clusters/{cluster}/groups/                           -       201     403     403     403     401
+GET     /api/clusters/{cluster}/groups/{group}/                   A       see     see     see     404     401
+GET     /api/clusters/{cluster}/groups/{group}/                   B       see     see     404     see     401
+PATCH   /api/clusters/{cluster}/groups/{group}/                   A       200     403     403     403     401
+DELETE  /api/clusters/{cluster}/groups/{group}/                   A       204     403     403     403     401
+POST    /api/clusters/{cluster}/groups/{group}/values             A       200     403     403     403     401
+GET     /api/clusters/{cluster}/exempt-principals/                shared  see     see     see     see     401
+POST    /api/clusters/{cluster}/exempt-principals/                -       201     403     403     403     401
+DELETE  /api/clusters/{cluster}/exempt-principals/{principal}/    shared  204     403     403     403     401
 
 GET     /api/clusters/{cluster}/usage-history/                    A       see     see     see     403     401
 GET     /api/clusters/{cluster}/usage-history/                    B       see     see     403     see     401
@@ -336,6 +354,13 @@ def world(django_db_setup: None, django_db_blocker: Any, redis_url: str) -> Iter
         ], admin)
         entities = {e.user: e for e in QuotaEntity.objects.filter(cluster=cluster)}
         w["entity"] = {"A": entities["svc-mxa-1"].pk, "B": entities["svc-mxb-1"].pk, "shared": entities["<default>"].pk}
+        kafka = Cluster.objects.create(name=KAFKA_CLUSTER, connector=ConnectorKind.KAFKA,
+                                       bootstrap_servers="127.0.0.1:9")
+        for tag in ("mxa", "mxb"):
+            group = create_group(admin, kafka, w[f"tenant-{tag}"], f"grp-{tag}", GroupKind.PRINCIPALS,
+                                 principals=[f"svc-{tag}-1"])
+            set_group_values(admin, group, {"producer_byte_rate": (4096, None)})
+        set_exempt(admin, kafka, "exempt-mx", True, "replicator")
         submit = quota_requests.submit
         req_a = submit(amy, None, cluster, user="svc-mxa-1", client_id=None, reason="why-mxa", **GOOD_QUOTA)
         req_b = submit(ben, None, cluster, user="svc-mxb-1", client_id=None, reason="why-mxb", **GOOD_QUOTA)
@@ -422,7 +447,9 @@ def url_of(row: Row, w: dict[str, Any]) -> str:
     tag, obj = _tag(row.obj), row.obj if row.obj in ("A", "B", "shared") else "A"
     first = row.path.strip("/").split("/")[1 if row.path.startswith("/api/") else 0]
     values = {
-        "cluster": CLUSTER,
+        "cluster": KAFKA_CLUSTER if "/groups/" in row.path or "/exempt-principals/" in row.path else CLUSTER,
+        "group": f"grp-{tag}",
+        "principal": "exempt-mx",
         "name": CLUSTER if row.path.startswith("/clusters/") else f"team-{tag}",
         "subscription": "sub-shared" if obj == "shared" else f"sub-{tag}",
         "user": f"svc-{tag}-1",
@@ -477,6 +504,14 @@ def body_of(row: Row) -> dict[str, Any] | None:
         return {"name": "sub-new", "configs": {**SUB, "match": "client_id=app-x-.*"}}
     if "/client-metrics/{subscription}/" in p:
         return {"configs": {**SUB, "match": f"client_id=app-{tag}-.*"}}
+    if p.endswith("/groups/"):
+        return {"name": "grp-new", "tenant": f"team-{tag}", "kind": "principals", "principals": [f"svc-{tag}-9"]}
+    if p.endswith("/groups/{group}/"):
+        return {"principals": [f"svc-{tag}-2"]}
+    if p.endswith("/values"):
+        return {"ops": [{"key": "producer_byte_rate", "value": 8192}]}
+    if p.endswith("/exempt-principals/"):
+        return {"principal": "svc-new", "reason": "matrix"}
     if "/scram-credentials/" in p:
         return {"user": f"svc-{tag}-1"} if p.endswith("scram-credentials/") else {}
     if p == "/api/tenants/":
@@ -520,6 +555,8 @@ def markers(row: Row, w: dict[str, Any]) -> list[str]:
         return [f"/entities/{w['entity']['shared']}/", "/config/users/<default>"]
     if "client-metrics" in row.path:
         return ["sub-shared"]
+    if "exempt-principals" in row.path:
+        return ["exempt-mx"]
     if first == "telemetry":
         return ["inst-shared"] if "{cluster}" in row.path else [CLUSTER]
     if first in ("clusters", "drift", "pushes"):

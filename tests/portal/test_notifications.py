@@ -402,6 +402,7 @@ def test_webhook_body_and_signature_verify_with_the_secret(
         "comment": "go", "time": sent["time"], "url": f"https://quotas.example/requests/{request.pk}/",
         "kind": "quota",  # added since there are other kinds
         "budget_scope": "per_broker",  # added with budget scopes: the rest is as it always was
+        "group": None,  # added with group quotas: a group request's group (user and client_id null then)
     }
     assert (delivery.kind, delivery.request_id, delivery.subscription_request_id, delivery.plan_request_id) == (
         "quota", request.pk, None, None

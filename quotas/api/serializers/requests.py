@@ -7,7 +7,6 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from engine.entities import display_name
 from engine.units import is_byte_rate
 from portal.api.errors import unknown_name
 from quotas.api.serializers.fields import KEY_MAX, NAME_MAX, TEXT_MAX, QuotaValueField, with_parsed_value
@@ -64,8 +63,12 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
     requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     entity = serializers.CharField(read_only=True, help_text="Kafka's config path of the entity.")
-    display = serializers.SerializerMethodField(
-        help_text="The entity in words, as the pages and mails name it: 'svc-a (all client-ids)'."
+    display = serializers.CharField(
+        read_only=True, help_text="The entity in words, as the pages and mails name it: 'svc-a (all client-ids)', "
+        "'group payments'."
+    )
+    group = serializers.SerializerMethodField(
+        help_text="A group quota's request: the group's name (user and client_id are null then); null otherwise."
     )
     approval = serializers.SerializerMethodField()
     stale = serializers.SerializerMethodField(
@@ -82,6 +85,7 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
             "requested_by",
             "user",
             "client_id",
+            "group",
             "entity",
             "display",
             "key",
@@ -102,8 +106,9 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
-    def get_display(self, obj: QuotaRequest) -> str:
-        return display_name(obj.user, obj.client_id)
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_group(self, obj: QuotaRequest) -> str | None:
+        return obj.group_name or None
 
     @extend_schema_field(ApprovalSerializer(allow_null=True))
     def get_approval(self, obj: QuotaRequest) -> dict[str, Any] | None:
@@ -181,12 +186,15 @@ class QuotaRequestDetailSerializer(QuotaRequestSerializer):
 
     @extend_schema_field(CapacitySerializer(allow_null=True))
     def get_capacity(self, obj: QuotaRequest) -> dict[str, Any] | None:
+        if obj.group_name:  # capacity_check counts the user/client-id entities' sensors; a group's is not one yet
+            return None
         check = capacity_check(obj)
         return None if check is None else CapacitySerializer(check).data
 
 
 class QuotaRequestCreateSerializer(serializers.Serializer):
-    """Submit a request: one key of one user/client-id entity of a cluster, for a tenant you are a member of."""
+    """Submit a request: one key of one user/client-id entity (or of one group) of a cluster, for a tenant you are a
+    member of."""
 
     tenant = serializers.SlugRelatedField(
         slug_field="name",
@@ -210,6 +218,11 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
         max_length=NAME_MAX,
         help_text="A client-id your tenant owns, or '<default>' under an owned user.",
     )
+    group = serializers.CharField(
+        required=False, allow_null=True, default=None, max_length=NAME_MAX,
+        help_text="A group of the cluster your tenant owns (GET /api/clusters/{cluster}/groups/), instead of user and "
+        "client_id: asks for the group's value (producer_byte_rate, consumer_byte_rate, request_percentage).",
+    )
     key = serializers.CharField(
         max_length=KEY_MAX, help_text="producer_byte_rate, consumer_byte_rate, request_percentage, ..."
     )
@@ -229,6 +242,8 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("group") is not None and (attrs.get("user") is not None or attrs.get("client_id") is not None):
+            raise serializers.ValidationError({"group": ["Name a group, or a user and/or client_id; not both."]})
         return with_parsed_value(attrs)
 
 

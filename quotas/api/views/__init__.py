@@ -10,6 +10,8 @@ are scoped like requests: a tenant member describes only the entities its tenant
 ``<default>`` ones), and asks for the effective quota of its own principals and client-ids only.
 Tenants, quota requests and the audit trail are scoped: admins and auditors see everything, a tenant
 member sees its tenants' rows only (others' rows answer NOT_FOUND, so their existence does not leak).
-Push status and drift are operational: admins and auditors read them (a member sees its own request's
-pushes on the request), and only admins re-apply desired state to a broker.
+Group quotas are scoped like tenants (a member sees its tenants' groups; admins change them); a cluster's exempt
+principals are read by everyone authenticated and changed by admins. Push status and drift are operational: admins and
+auditors read them (a member sees its own request's pushes on the request), and only admins re-apply desired state to a
+broker.
 """

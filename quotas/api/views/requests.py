@@ -12,7 +12,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.api.errors import ErrorSerializer
+from portal.api.errors import ApiError, ErrorSerializer
 from quotas.api.serializers.requests import (
     ApproveSerializer,
     DecisionSerializer,
@@ -22,14 +22,26 @@ from quotas.api.serializers.requests import (
     RejectSerializer,
 )
 from quotas.api.views.base import ERRORS, REQUEST_ROW_BYTES, SCOPED_ERRORS, MemoryBoundedListMixin
-from quotas.models import QuotaRequest, RequestState, sees_everything, tenants_of
+from quotas.api.views.groups import visible_groups
+from quotas.models import Cluster, QuotaGroup, QuotaRequest, RequestState, sees_everything, tenants_of
 from quotas.workflow import quota_requests
 
 REQUEST_FILTERS = [
     OpenApiParameter("state", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=RequestState.values),
     OpenApiParameter("tenant", OpenApiTypes.STR, OpenApiParameter.QUERY, description="A tenant's name."),
     OpenApiParameter("cluster", OpenApiTypes.STR, OpenApiParameter.QUERY, description="A cluster's name."),
+    OpenApiParameter("group", OpenApiTypes.STR, OpenApiParameter.QUERY, description="A group's name: its requests."),
 ]
+
+
+def _group(request: Request, cluster: Cluster, name: str) -> QuotaGroup:
+    """The group a request names, among those the caller may see (another tenant's is as unknown as none)."""
+    group = visible_groups(request.user, cluster).filter(name=name).first()
+    if group is None:
+        listed = f"/api/clusters/{cluster.name}/groups/"
+        message = f"No group named {name!r} on {cluster.name} that you may see; GET {listed} lists yours."
+        raise ApiError("INVALID_REQUEST", message, {"group": [message]})
+    return group
 
 
 @extend_schema_view(
@@ -60,7 +72,8 @@ class QuotaRequestViewSet(
         if not sees_everything(user):
             requests = requests.filter(tenant__in=tenants_of(user))
         params = self.request.query_params
-        for name, column in (("state", "state"), ("tenant", "tenant__name"), ("cluster", "cluster__name")):
+        for name, column in (("state", "state"), ("tenant", "tenant__name"), ("cluster", "cluster__name"),
+                             ("group", "group_name")):
             if params.get(name):
                 requests = requests.filter(**{column: params[name]})
         return requests
@@ -87,7 +100,10 @@ class QuotaRequestViewSet(
             "value comes back on its own; overlapping boosts of one entity stack, and the last to end gives back the "
             "value from before the first. `budget_scope` asks for a cluster-wide budget (the sum over the brokers) "
             "or a per-broker value; left out, the request keeps the scope the value has, and says which it recorded "
-            "(400 INVALID_BUDGET_SCOPE, details.budget_scope, for a scope the value cannot have)."
+            "(400 INVALID_BUDGET_SCOPE, details.budget_scope, for a scope the value cannot have). `group` (a group "
+            "of `cluster` the tenant owns) instead of user/client_id asks for one of the group's values, per broker "
+            "or cluster-wide; a group's value is never a boost (400 INVALID_REQUEST, details.expires_at), and a "
+            "group the caller may not see is refused as unknown (400 INVALID_REQUEST, details.group)."
         ),
         request=QuotaRequestCreateSerializer,
         responses={201: QuotaRequestSerializer, **ERRORS},
@@ -96,10 +112,12 @@ class QuotaRequestViewSet(
         body = QuotaRequestCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
+        group = None if data["group"] is None else _group(request, data["cluster"], data["group"])
         created = quota_requests.submit(
             request.user,
             data["tenant"],
             data["cluster"],
+            group=group,
             user=data["user"],
             client_id=data["client_id"],
             key=data["key"],
