@@ -230,6 +230,11 @@ GET     /audit/                                                   B       see   
 GET     /clusters/                                                shared  see     see     see     see     login
 GET     /clusters/{name}/                                         shared  see     see     see     see     login
 GET     /clusters/{name}/client-metrics/                          A       see     see     see     hide    login
+POST    /clusters/{name}/groups/                                  -       400     403     403     403     login
+POST    /clusters/{name}/exempt/                                  -       400     403     403     403     login
+GET     /clusters/{cluster}/groups/{name}/                        A       see     see     see     404     login
+GET     /clusters/{cluster}/groups/{name}/                        B       see     see     404     see     login
+POST    /clusters/{cluster}/groups/{name}/                        A       400     400     400     404     login
 GET     /clusters/{name}/client-metrics/                          B       see     see     hide    see     login
 GET     /tenants/                                                 A       see     see     see     hide    login
 GET     /tenants/                                                 B       see     see     hide    see     login
@@ -450,7 +455,9 @@ def url_of(row: Row, w: dict[str, Any]) -> str:
         "cluster": KAFKA_CLUSTER if "/groups/" in row.path or "/exempt-principals/" in row.path else CLUSTER,
         "group": f"grp-{tag}",
         "principal": "exempt-mx",
-        "name": CLUSTER if row.path.startswith("/clusters/") else f"team-{tag}",
+        "name": f"grp-{tag}" if row.path.startswith("/clusters/{cluster}/groups/")
+        else KAFKA_CLUSTER if row.path.startswith("/clusters/{name}/groups/") or "/exempt/" in row.path
+        else CLUSTER if row.path.startswith("/clusters/") else f"team-{tag}",
         "subscription": "sub-shared" if obj == "shared" else f"sub-{tag}",
         "user": f"svc-{tag}-1",
         "instance": "inst-shared" if obj == "shared" else f"inst-{tag}",

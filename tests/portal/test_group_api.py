@@ -41,7 +41,7 @@ EXEMPT = "/api/clusters/kprod/exempt-principals/"
 def w() -> dict[str, Any]:
     """A Kafka cluster and an engine cluster; tenants pay (amy, and pat in both) and ord (ben); a group of each."""
     kafka = Cluster.objects.create(name="kprod", connector=ConnectorKind.KAFKA)
-    engine = Cluster.objects.create(name="eng", connector=ConnectorKind.ENGINE)
+    engine = Cluster.objects.create(name="eng", connector=ConnectorKind.ENGINE, scope="cluster_wide")
     people = {"admin": make_user("root", staff=True), "auditor": make_user("audit", groups=("auditors",)),
               "amy": make_user("amy"), "ben": make_user("ben"), "pat": make_user("pat")}
     tenants = {}
@@ -249,11 +249,12 @@ def test_a_group_that_cannot_be_made_is_refused_naming_the_field(w: dict[str, An
     assert version(w["kafka"]) == start
 
 
-def test_an_engine_cluster_has_no_groups_and_no_exempt_principals(w: dict[str, Any]) -> None:
+def test_a_one_namespace_engine_cluster_has_no_groups_and_no_exempt_principals(w: dict[str, Any]) -> None:
+    """Its brokers share every sensor and read no scope hash (a per-broker engine cluster takes groups)."""
     c = w["c"]["admin"]
     body = refused(c.post("/api/clusters/eng/groups/", {"name": "g", "tenant": "pay", "kind": "tenant"},
                           format="json"), 400, "INVALID_GROUP", "cluster")
-    assert "engine cluster" in body["message"]
+    assert "one cluster-wide namespace" in body["message"]
     refused(c.post("/api/clusters/eng/exempt-principals/", {"principal": "mm2"}, format="json"), 400,
             "INVALID_GROUP", "cluster")
 
