@@ -26,6 +26,8 @@ from quotas.models import (
     set_exempt,
     set_group_values,
 )
+from quotas.models.capacity import capacity_check
+from quotas.workflow.quota_requests import approve, submit
 from tests.portal.people import api, make_user
 
 pytestmark = pytest.mark.django_db
@@ -152,3 +154,51 @@ def test_the_resolver_reads_the_groups_in_a_fixed_number_of_queries(kafka: Clust
         set_group_values(None, create_group(None, kafka, other, f"p{i}", GroupKind.CLIENT_PREFIX,
                                             client_id_prefix=f"p{i}-"), {CBR: (1.0, None)})
     assert queries() == one
+
+
+def test_a_group_counts_once_in_the_capacity_check_not_once_per_member(kafka: Cluster, tenant: Tenant) -> None:
+    kafka.capacity_in_bytes_per_s = 10**6
+    kafka.save()
+    alter_client_quotas(kafka, [
+        Alteration([("user", None)], [QuotaOp(PBR, 100)]),
+        Alteration([("user", "svc-pay-1")], [QuotaOp(CBR, 1)]),  # members the quotas name, behind the group
+        Alteration([("user", "svc-pay-2")], [QuotaOp(CBR, 1)]),
+        Alteration([("user", "svc-pay-4")], [QuotaOp(PBR, 50)]),  # a member with its own value: its own sensor
+        Alteration([("user", "svc-pay-5")], [QuotaOp(PBR, 70)]),  # exempt: nothing
+        Alteration([("user", "svc-orders")], [QuotaOp(CBR, 1)]),  # not a member: the <default> user
+    ])
+    set_exempt(None, kafka, "svc-pay-5", True)
+    group = create_group(None, kafka, tenant, "payments", GroupKind.TENANT)
+    member, admin = make_user("mia"), make_user("root", staff=True)
+    tenant.members.add(member)
+    request = submit(member, None, kafka, user=None, client_id=None, key=PBR, value=1000, group=group)
+    check = capacity_check(request)
+    # without: svc-pay-1, svc-pay-2 and svc-orders on the <default> user (3 x 100), svc-pay-4 50, x 3 brokers
+    assert check.granted_without == (3 * 100 + 50) * 3
+    # with: the group once (1000) for its two members, svc-orders on the default, svc-pay-4 its own, x 3 brokers
+    assert check.granted_with == (1000 + 100 + 50) * 3
+    assert check.groups == ("/groups/payments",) and check.budgets == ()
+    assert "1 group once each" in check.counted and "/groups/payments" in check.counted
+    shares = {d.entity: (d.applies_to, d.applies_to_without) for d in check.defaults}
+    assert shares == {"/config/users/<default>": (1, 3)}, "the group takes its members off the <default> user"
+
+    wide = submit(member, None, kafka, user=None, client_id=None, key=PBR, value=2000, group=group,
+                  budget_scope=BudgetScope.CLUSTER_WIDE)
+    check = capacity_check(wide)
+    assert check.granted_with == (100 + 50) * 3 + 2000, "a cluster-wide group budget counts once"
+    assert check.budgets == ("/groups/payments",) and check.budget_with == 2000
+
+    approve(admin, request.pk)
+    request.refresh_from_db()
+    request.state = "applied"  # the push is not under test: the check of an applied request puts back what it replaced
+    request.save()
+    check = capacity_check(request)
+    assert (check.granted_without, check.granted_with) == ((3 * 100 + 50) * 3, (1000 + 100 + 50) * 3)
+    # another request's check now counts the group as it is
+    other = submit(member, None, kafka, user="svc-pay-1", client_id=None, key=PBR, value=10)
+    check = capacity_check(other)
+    assert check.granted_without == (1000 + 100 + 50) * 3
+    assert check.granted_with == (1000 + 10 + 100 + 50) * 3, "svc-pay-1 named: its own sensor, the group stays one"
+
+    body = api(admin).get(f"/api/requests/{request.pk}/").json()
+    assert body["capacity"]["groups"] == ["/groups/payments"]
