@@ -26,7 +26,7 @@ from quotas.models import (
     set_exempt,
     set_group_values,
 )
-from quotas.models.capacity import capacity_check
+from quotas.models.capacity import capacity_between, capacity_check
 from quotas.workflow.quota_requests import approve, submit
 from tests.portal.people import api, make_user
 
@@ -202,3 +202,18 @@ def test_a_group_counts_once_in_the_capacity_check_not_once_per_member(kafka: Cl
 
     body = api(admin).get(f"/api/requests/{request.pk}/").json()
     assert body["capacity"]["groups"] == ["/groups/payments"]
+    browser = Client()
+    browser.force_login(admin)
+    page = browser.get(f"/requests/{wide.pk}/").content.decode()
+    assert 'data-figure="groups"' in page and "/groups/payments" in page
+
+
+def test_a_plans_check_counts_the_clusters_groups_as_they_are(kafka: Cluster, tenant: Tenant) -> None:
+    set_group_values(None, create_group(None, kafka, tenant, "payments", GroupKind.TENANT), {PBR: (1000.0, None)})
+    set_group_values(None, create_group(None, kafka, tenant, "fast", GroupKind.CLIENT_PREFIX, client_id_prefix="f-"),
+                     {PBR: (400.0, BudgetScope.CLUSTER_WIDE)})
+    without = {("svc-pay-1", None): 10.0}
+    with_ = {**without, ("svc-orders", None): 20.0}
+    check = capacity_between(kafka, PBR, without, with_)
+    assert (check.granted_without, check.granted_with) == ((1000 + 10) * 3 + 400, (1000 + 10 + 20) * 3 + 400)
+    assert check.groups == ("/groups/payments", "/groups/fast") and check.budgets == ("/groups/fast",)
