@@ -85,10 +85,10 @@ def test_group_proposals_that_cannot_be_replayed_are_refused(spark, tmp_path: Pa
     write_landing(spark, root, "usage", _records(), "t_ms")
     code, err = _run(spark, capsys, root, "--value", "5", "--user", "svc-pay-1")
     assert code == 2 and "not both" in err["message"]
-    code, err = whatif.main(["--root", str(root), "--cluster", "prod", "--group", GROUP.to_json(), "--key",
-                             "controller_mutation_rate", "--value", "5"], spark=spark), None
-    assert code == 2 and "holds producer_byte_rate" in json.loads(capsys.readouterr().err.strip().splitlines()[-1])[
-        "error"]["message"]
+    code = whatif.main(["--root", str(root), "--cluster", "prod", "--group", GROUP.to_json(), "--key",
+                        "controller_mutation_rate", "--value", "5"], spark=spark)
+    err = json.loads(capsys.readouterr().err.strip().splitlines()[-1])["error"]
+    assert code == 2 and "holds producer_byte_rate" in err["message"]
     nobody = GroupSpec("nobody", 0, users=("svc-absent",), quotas={PBR: 1.0})
     code = whatif.main(["--root", str(root), "--cluster", "prod", "--group", nobody.to_json(), "--key", PBR,
                         "--value", "5"], spark=spark)
