@@ -1,6 +1,7 @@
 """History API: impact previews of proposed quotas, and an entity's hourly usage history.
 
-- ``POST /api/previews/`` ``{"cluster", "user", "client_id", "key", "value"}``: the preview of the proposal on
+- ``POST /api/previews/`` ``{"cluster", "user", "client_id", "key", "value"}`` (or ``"group"`` instead of the
+  entity: a group's value, replayed over its members' traffic together): the preview of the proposal on
   the usage landed now; 200 with the cached one when it is finished, else 202 while a worker computes it. Poll
   ``GET /api/previews/<id>/`` for ``state`` (queued, running, done, failed), ``progress`` (0..1), ``stage``, and at
   the end ``result`` (pipeline.whatif's figures and advice) or ``error`` (``{"code", "message"}``).
@@ -23,12 +24,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from history import services
+from history.group_previews import check_group_proposal
 from history.models import ImpactPreview
 from portal.api.errors import ApiError, ErrorSerializer
 from quotas.api.params import int_param
 from quotas.api.serializers.fields import KEY_MAX, QuotaValueField, with_parsed_value
 from quotas.api.views.base import get_cluster
 from quotas.choices import BUDGET_KEYS, BudgetScope
+from quotas.models import QuotaGroup
 from telemetry_ui.live.monitoring import check_tags, load_viewer
 
 ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
@@ -52,9 +55,16 @@ class PreviewCreateSerializer(serializers.Serializer):
         choices=BudgetScope.choices, default=BudgetScope.PER_BROKER,
         help_text="per_broker (Kafka's meaning) or cluster_wide (a budget for the sum over the cluster's brokers).",
     )
+    group = serializers.CharField(
+        max_length=64, required=False, allow_null=True, default=None,
+        help_text="A group of the cluster, instead of user/client_id: its value replayed over its members' recorded "
+        "traffic together (one sensor, as the brokers enforce it).",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = with_parsed_value(attrs)
+        if attrs["group"] is not None and (attrs["user"] is not None or attrs["client_id"] is not None):
+            raise serializers.ValidationError({"group": "Give a group or an entity (user / client_id), not both."})
         if attrs["scope"] == BudgetScope.CLUSTER_WIDE and attrs["key"] not in BUDGET_KEYS:
             raise serializers.ValidationError({"scope": f"A {attrs['key']} quota cannot be cluster-wide; only "
                                                f"{', '.join(BUDGET_KEYS)} can."})
@@ -64,12 +74,16 @@ class PreviewCreateSerializer(serializers.Serializer):
 class PreviewSerializer(serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
     error = serializers.SerializerMethodField(help_text="{code, message} when it failed, else null.")
+    group = serializers.SerializerMethodField(help_text="The group whose value is previewed, else null.")
 
     class Meta:
         model = ImpactPreview
-        fields = ["id", "cluster", "user", "client_id", "key", "value", "scope", "state", "progress", "stage", "result",
-                  "error", "data_version", "created", "updated"]
+        fields = ["id", "cluster", "user", "client_id", "group", "key", "value", "scope", "state", "progress", "stage",
+                  "result", "error", "data_version", "created", "updated"]
         read_only_fields = fields
+
+    def get_group(self, obj: ImpactPreview) -> str | None:
+        return obj.group_name or None
 
     def get_error(self, obj: ImpactPreview) -> dict[str, str] | None:
         return {"code": obj.error_code, "message": obj.error_message} if obj.error_code else None
@@ -99,9 +113,16 @@ class PreviewViewSet(mixins.RetrieveModelMixin, viewsets.GenericViewSet):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         cluster = get_cluster(data["cluster"])
-        value = services.check_proposal(request.user, data["user"], data["client_id"], data["key"], data["value"])
+        group = None
+        if data["group"] is not None:
+            group = QuotaGroup.objects.select_related("tenant").filter(cluster=cluster, name=data["group"]).first()
+            if group is None:
+                raise ApiError("NOT_FOUND", f"Cluster {cluster.name} has no group {data['group']!r}.", status_code=404)
+            value = check_group_proposal(request.user, group, data["key"], data["value"])
+        else:
+            value = services.check_proposal(request.user, data["user"], data["client_id"], data["key"], data["value"])
         preview = services.ensure_preview(request.user, cluster, data["user"], data["client_id"], data["key"], value,
-                                          scope=data["scope"])
+                                          scope=data["scope"], group=group)
         code = status.HTTP_200_OK if preview.finished else status.HTTP_202_ACCEPTED
         return Response(PreviewSerializer(preview).data, status=code)
 

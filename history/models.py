@@ -13,6 +13,7 @@ from django.db.models import Q
 from engine.entities import entity_path
 from quotas.choices import BudgetScope, QuotaKey
 from quotas.models.clusters import Cluster
+from quotas.models.groups import QuotaGroup
 
 
 class PreviewState(models.TextChoices):
@@ -35,7 +36,17 @@ class ImpactPreview(models.Model):
         max_length=16, choices=BudgetScope.choices, default=BudgetScope.PER_BROKER,
         help_text="per_broker (Kafka's meaning) or cluster_wide: replayed as one budget for all brokers.",
     )
-    proposal = models.CharField(max_length=64, help_text="SHA-256 of (cluster, user, client-id, key, value, scope).")
+    group = models.ForeignKey(
+        QuotaGroup, null=True, blank=True, on_delete=models.SET_NULL, related_name="impact_previews",
+        help_text="A group value's preview: the group (user and client_id then null).",
+    )
+    group_name = models.CharField(max_length=64, blank=True, help_text="The group's name (kept if it is deleted).")
+    group_spec = models.TextField(
+        blank=True, help_text="The group's members as replayed (engine.groups.GroupSpec JSON, no values)."
+    )
+    proposal = models.CharField(
+        max_length=64, help_text="SHA-256 of (cluster, user, client-id, key, value, scope[, group spec])."
+    )
     data_version = models.CharField(max_length=64, help_text="The landed usage this preview replays.")
     state = models.CharField(max_length=16, choices=PreviewState.choices, default=PreviewState.QUEUED)
     progress = models.FloatField(default=0.0, help_text="0..1, while it runs.")
@@ -61,6 +72,8 @@ class ImpactPreview(models.Model):
 
     @property
     def entity(self) -> str:
+        if self.group_name:
+            return f"/groups/{self.group_name}"
         return entity_path(self.user, self.client_id)
 
     @property

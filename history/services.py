@@ -26,11 +26,12 @@ from engine.config import CLIENT_ID, USER, EntityRef
 from engine.entities import DEFAULT, entity_path, validate_quota_value
 from engine.monitor import CONNECTION
 from engine.units import unit_label
+from history.group_previews import earlier_than_group, members_of
 from history.jobs import ROLLUPS_NICE, JobFailed, run, run_warm
 from history.models import ImpactPreview, PreviewState, UsageRollup
 from history.preview_text import recorded_per_broker, where_from
 from quotas.choices import BudgetScope
-from quotas.models import Cluster, QuotaRequest, QuotaValue, RequestState
+from quotas.models import Cluster, QuotaGroup, QuotaRequest, QuotaValue, RequestState
 from quotas.models.tenants import entity_owned_by, member_tenants, owned_by_any, sees_everything
 from quotas.workflow.errors import PermissionDenied
 
@@ -54,12 +55,15 @@ CLAIM_STALE_S = 120
 
 
 def proposal_of(cluster: Cluster, user: str | None, client_id: str | None, key: str, value: float,
-                scope: str = BudgetScope.PER_BROKER) -> str:
+                scope: str = BudgetScope.PER_BROKER, group_spec: str = "") -> str:
     """The cache key of a proposal (the same entity, key, value and scope are the same proposal; the advice's
-    target is part of the answer too)."""
+    target is part of the answer too). A group's proposal is its members' (``group_spec``): a member joining or
+    leaving makes it another one."""
     fields: list[Any] = [cluster.name, user, client_id, key, float(value), settings.QUOTAS_ADVICE_TARGET]
     if scope != BudgetScope.PER_BROKER:  # the per-broker proposals keep the keys they were cached under
         fields.append(str(scope))
+    if group_spec:
+        fields.append(["group", group_spec])
     text = json.dumps(fields)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -101,21 +105,26 @@ def check_proposal(actor: AbstractBaseUser, user: str | None, client_id: str | N
 def may_see_preview(actor: AbstractBaseUser, preview: ImpactPreview) -> bool:
     if sees_everything(actor):
         return True
+    if preview.group_name:
+        tenant = preview.group.tenant_id if preview.group is not None else None
+        return tenant in {t.pk for t in member_tenants(actor)}
     return owned_by_any(member_tenants(actor), preview.user, preview.client_id)
 
 
 def ensure_preview(
     actor: AbstractBaseUser | None, cluster: Cluster, user: str | None, client_id: str | None, key: str, value: float,
-    version: str | None = None, scope: str = BudgetScope.PER_BROKER,
+    version: str | None = None, scope: str = BudgetScope.PER_BROKER, group: QuotaGroup | None = None,
 ) -> ImpactPreview:
     """The preview of this proposal on the usage landed now: the cached one, or a new one being computed.
 
     A failure that asking again cannot change on the same data (no history, a bad proposal, a missing or corrupt
     file) is cached too; any other failure is run again after ``RETRY_AFTER_S``, and a preview whose worker
     vanished (no heartbeat for ``CLAIM_STALE_S``) at once. ``version``: ``usage_version()``, when known.
-    ``scope``: ``cluster_wide`` replays the value as a budget for the sum over brokers.
+    ``scope``: ``cluster_wide`` replays the value as a budget for the sum over brokers. ``group``: a group's value,
+    replayed over its members' traffic together (``user`` and ``client_id`` None).
     """
-    proposal, version = proposal_of(cluster, user, client_id, key, value, scope), version or usage_version()
+    spec = members_of(group) if group is not None else ""
+    proposal, version = proposal_of(cluster, user, client_id, key, value, scope, spec), version or usage_version()
     found = ImpactPreview.objects.filter(proposal=proposal, data_version=version).first()
     if found is not None:
         age = (timezone.now() - found.updated).total_seconds()
@@ -135,6 +144,7 @@ def ensure_preview(
         with transaction.atomic():
             created = ImpactPreview.objects.create(
                 cluster=cluster, user=user, client_id=client_id, key=key, value=value, scope=scope,
+                group=group, group_name=group.name if group is not None else "", group_spec=spec,
                 proposal=proposal, data_version=version,
                 requested_by=actor if actor is not None and actor.is_authenticated else None,
             )
@@ -170,8 +180,12 @@ def preview_of_request(request: QuotaRequest, version: str | None = None) -> Imp
     within ``QUOTAS_PREVIEW_MAX_AGE_S`` (landing brings new data every minute; the form's button asks for a fresh
     one). Otherwise, while the request waits for a decision, one is computed on the data landed now.
     """
+    group = request.group if request.group_name else None
+    if request.group_name and group is None:  # the group was deleted: its last preview, if any
+        return ImpactPreview.objects.filter(cluster=request.cluster, group_name=request.group_name,
+                                            key=request.key, value=request.value).order_by("-pk").first()
     proposal = proposal_of(request.cluster, request.user, request.client_id, request.key, request.value,
-                           request.budget_scope)
+                           request.budget_scope, members_of(group) if group is not None else "")
     newest = ImpactPreview.objects.filter(proposal=proposal).order_by("-pk").first()
     if request.state != RequestState.SUBMITTED:
         return newest
@@ -185,7 +199,7 @@ def preview_of_request(request: QuotaRequest, version: str | None = None) -> Imp
         ):
             return newest
     return ensure_preview(None, request.cluster, request.user, request.client_id, request.key, request.value, version,
-                          scope=request.budget_scope)
+                          scope=request.budget_scope, group=group)
 
 
 #: Held while the rollups job runs (history.tasks.rollups): one run at a time.
@@ -252,6 +266,8 @@ def run_preview(pk: int) -> dict[str, Any]:
         args.append(f"--user={preview.user}")  # one argument: a name may start with '-'
     if preview.client_id is not None:
         args.append(f"--client-id={preview.client_id}")
+    if preview.group_spec:
+        args.append(f"--group={preview.group_spec}")
     if preview.scope != BudgetScope.PER_BROKER:
         args += ["--scope", preview.scope]
     try:
@@ -334,7 +350,10 @@ def _overlaps(mine: str | None, theirs: str | None) -> bool:
 def earlier_quotas(preview: ImpactPreview) -> list[str]:
     """The cluster's entities with this key that Kafka would apply before the proposed one to some of the
     clients the preview replays (an earlier precedence level that can match them): for those clients the
-    preview shows a quota they would not get."""
+    preview shows a quota they would not get. For a group: the values at levels naming a client that can name a
+    member (they beat any group)."""
+    if preview.group_spec:
+        return earlier_than_group(preview.cluster_id, preview.key, preview.group_spec)
     mine = _level(preview.user, preview.client_id)
     rows = QuotaValue.objects.filter(entity__cluster=preview.cluster_id, entity__ip__isnull=True, key=preview.key)
     found = []

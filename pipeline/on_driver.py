@@ -55,15 +55,17 @@ def local_folder(root: str) -> Path | None:
 
 
 def read_local_usage(root: str, cluster: str, quota_type: str, user: str | None,
-                     client_id: str | None) -> pd.DataFrame | None:
+                     client_id: str | None, *, everyone: bool = False) -> pd.DataFrame | None:
     """The records ``governed(load_usage(...), blank=False)`` selects, read on the driver from a local landing area
     (pyarrow: no Spark action, the filters pushed to the files' row groups), ``seq`` their order in the files taken by
     name (the landed order); None when no usage file was landed. Files and folders starting with ``_`` or ``.`` are
-    never read, as ``pipeline.session.read_dataset`` reads them."""
+    never read, as ``pipeline.session.read_dataset`` reads them. ``everyone``: every record of the cluster and quota
+    type (a group's members are picked from them by name), the entity then naming nothing."""
     folder = local_folder(root)
     if folder is None or not (folder / "usage").is_dir():
         return None
-    check_entity(user, client_id)
+    if not everyone:
+        check_entity(user, client_id)
     try:
         found = ds.dataset(str(folder / "usage"), format="parquet", partitioning="hive")
         files = sorted(found.files)

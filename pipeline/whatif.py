@@ -2,6 +2,7 @@
 
     python -m pipeline.whatif --root R --cluster C [--user U] [--client-id X] --key producer_byte_rate --value V \
         [--advice-target 0.01] [--scope per_broker|cluster_wide]
+    python -m pipeline.whatif --root R --cluster C --group '<GroupSpec JSON>' --key producer_byte_rate --value V
 
 Reads ``<root>/usage/``: the records of the key's quota type that the entity's quota governs (``pipeline.usage``:
 a part left out shares one sensor, a ``<default>`` part gives each client its own), replays them per broker
@@ -18,8 +19,11 @@ Spark action) and the same figures computed there with the same functions (``pip
 ``driver`` or ``executors``; ``--distributed`` forces the latter); ``stages_s`` says how long each part took.
 ``--advice-target`` adds ``pipeline.advice``'s right-sizing for the same records. ``--scope cluster_wide`` replays
 the value as a cluster-wide budget instead (``pipeline.budget_replay``: each sensor's records on all brokers together,
-with shares that follow demand as the broker plugin hands them out) and adds ``delivered_over_budget``. Progress goes
-to stderr as JSON lines (``pipeline.progress``).
+with shares that follow demand as the broker plugin hands them out) and adds ``delivered_over_budget``. ``--group``
+(a group's spec, ``engine.groups.GroupSpec.to_json``) replays a group's value instead of an entity's: the records of
+every name in the landing data the spec matches, together through the group's one sensor (``pipeline.group_members``),
+per broker or, with ``--scope cluster_wide``, as one budget. Progress goes to stderr as JSON lines
+(``pipeline.progress``).
 
 An entity with no usage records but with samples from Prometheus (a real Kafka cluster: Kafka's own sensors at the
 scrape interval, ``pipeline.usage.sampled_usage``) is replayed from those, as even traffic over each sample's
@@ -49,7 +53,7 @@ from dataclasses import dataclass
 import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from engine.budgets import BUDGET_TYPES
@@ -60,6 +64,7 @@ from .advice import METHOD, advise_usage
 from .demand import QUEUE_TIME, estimate, queue_demand, queue_growth
 from .errors import BadArguments, NoHistory
 from .figures import FIGURES
+from .group_members import entity_of, members_frame, members_spark, one_sensor_frame, one_sensor_spark, parse_group
 from .on_driver import (
     advise_on_driver,
     budget_on_driver,
@@ -110,6 +115,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--advice-target", type=float, help="also advise the quota keeping throttled time under this")
     p.add_argument("--scope", choices=["per_broker", "cluster_wide"], default="per_broker",
                    help="per_broker (Kafka's meaning, the default) or cluster_wide (a budget for the sum over brokers)")
+    p.add_argument("--group", help="a group's spec (JSON): replay its members' records together, instead of an entity")
     p.add_argument("--distributed", action="store_true",
                    help="replay on the executors even when the records fit the driver (see DRIVER_MAX_BYTES)")
     args = p.parse_args(argv)
@@ -117,7 +123,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         raise BadArguments(f"--value must be a finite number, got {args.value!r}.")
     if args.advice_target is not None and not (0.0 <= args.advice_target < 1.0):
         raise BadArguments(f"--advice-target is a fraction in [0, 1), got {args.advice_target!r}.")
-    check_entity(args.user, args.client_id)
+    args.group_spec = None
+    if args.group is not None:
+        if args.user is not None or args.client_id is not None:
+            raise BadArguments("Give --group or an entity (--user / --client-id), not both.")
+        args.group_spec = parse_group(args.group, args.key)
+    else:
+        check_entity(args.user, args.client_id)
     args.quota_type, args.value = check_proposal(args.key, args.value)
     if args.scope == "cluster_wide" and args.quota_type not in BUDGET_TYPES:
         raise BadArguments(f"{args.key} cannot be cluster-wide; only producer_byte_rate, consumer_byte_rate and "
@@ -129,9 +141,31 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _entity_words(args: argparse.Namespace) -> str:
+    if args.group_spec is not None:
+        return f"the members of group {args.group_spec.name!r}"
     parts = [f"user {args.user!r}" if args.user is not None else "",
              f"client-id {args.client_id!r}" if args.client_id is not None else ""]
     return ", ".join(p for p in parts if p)
+
+
+def _entity(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """The config entity the proposed value is set on: the entity's, or the group's sensor."""
+    return entity_of(args.group_spec) if args.group_spec is not None else (args.user, args.client_id)
+
+
+def _governed(rows: DataFrame, args: argparse.Namespace) -> DataFrame:
+    """The records the proposal governs (Spark), their names kept: the entity's, or the group's members'."""
+    if args.group_spec is None:
+        return governed(rows, args.cluster, args.quota_type, args.user, args.client_id, blank=False)
+    mine = rows.where((F.col("cluster") == args.cluster) & (F.col("quota_type") == args.quota_type))
+    return members_spark(mine, args.group_spec)
+
+
+def _shared(rows: DataFrame, args: argparse.Namespace) -> DataFrame:
+    """The governed records grouped by the sensor they share (Spark)."""
+    if args.group_spec is not None:
+        return one_sensor_spark(rows, args.group_spec)
+    return share_sensors(rows, args.user, args.client_id)
 
 
 @dataclass
@@ -154,23 +188,24 @@ def _on_driver(spark: SparkSession, args: argparse.Namespace, progress: Progress
                stages: dict[str, float]) -> _Replayed:
     """The entity's records read on the driver, and everything computed there (``fits_driver``); Spark only for a
     cluster known by its Prometheus samples alone (spread into records as ``sampled_usage`` does)."""
-    entity = (args.user, args.client_id)
+    entity, group = _entity(args), args.group_spec
     started = time.perf_counter()
     with progress.spark_action(spark, "reading the landed history", 0.02, 0.4):
-        rows, basis = read_local_usage(args.root, args.cluster, args.quota_type, args.user, args.client_id), \
-            resolution("usage")
+        rows, basis = read_local_usage(args.root, args.cluster, args.quota_type, args.user, args.client_id,
+                                       everyone=group is not None), resolution("usage")
+        if rows is not None and group is not None:
+            rows = members_frame(rows, group)
         if rows is None or rows.empty:
             # no usage records (a real cluster watched through Prometheus): Kafka's sensors at the scrape interval
             sampled = sampled_usage(spark, args.root, args.cluster, args.quota_type)
             if sampled is not None:
                 records, res_ms = sampled
-                rows = collect_records(governed(records, args.cluster, args.quota_type, args.user, args.client_id,
-                                                blank=False))
+                rows = collect_records(_governed(records, args))
                 basis = resolution("prometheus", res_ms)
             elif rows is None:
                 load_usage(spark, args.root)  # raises the typed error of the missing usage
     valid = valid_records(rows)
-    good = shared_sensors(valid, args.user, args.client_id)
+    good = one_sensor_frame(valid, group) if group is not None else shared_sensors(valid, args.user, args.client_id)
     stages["read"] = time.perf_counter() - started
     progress.report("replaying the history", 0.45)
     if args.scope == "cluster_wide":
@@ -197,7 +232,7 @@ def _on_executors(spark: SparkSession, args: argparse.Namespace, progress: Progr
     usage = load_usage_if_any(spark, args.root)
     selected = None
     if usage is not None:
-        selected = governed(usage, args.cluster, args.quota_type, args.user, args.client_id, blank=False).cache()
+        selected = _governed(usage, args).cache()
     basis = resolution("usage")
     if selected is None or selected.isEmpty():
         # no usage records (a real cluster watched through Prometheus): Kafka's sensors at the scrape interval
@@ -206,13 +241,12 @@ def _on_executors(spark: SparkSession, args: argparse.Namespace, progress: Progr
             if selected is not None:
                 selected.unpersist()
             records, res_ms = sampled
-            selected = governed(records, args.cluster, args.quota_type, args.user, args.client_id,
-                                blank=False).cache()
+            selected = _governed(records, args).cache()
             basis = resolution("prometheus", res_ms)
         elif selected is None:
             load_usage(spark, args.root)  # raises the typed error of the missing usage
-    entity = (args.user, args.client_id)
-    good = share_sensors(valid_usage(selected), args.user, args.client_id)
+    entity = _entity(args)
+    good = _shared(valid_usage(selected), args)
     replay_end = 0.6 if args.advice_target is not None else 0.95
     with progress.spark_action(spark, "replaying the history", 0.05, replay_end):
         # the figures (p99 above all) are over every governed record, all clients and brokers together
@@ -265,6 +299,7 @@ def job(spark: SparkSession, args: argparse.Namespace, progress: Progress | None
         "history_from_ms": s["history_from_ms"], "history_to_ms": s["history_to_ms"],
         "closed_loop": not args.open_loop, "skipped_records": replayed.skipped, "per_broker": s["per_broker"],
         "resolution": basis, "scope": args.scope, "replayed_on": "driver" if driver else "executors",
+        "group": args.group_spec.name if args.group_spec is not None else None,
         **{name: s[name] for name in FIGURES},
     }
     if args.scope == "cluster_wide":

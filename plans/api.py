@@ -103,7 +103,7 @@ class PlanChangeSerializer(serializers.Serializer):
         allow_null=True,
         help_text="Byte-rate keys: the cluster's granted total without and with the whole plan "
         "{key, capacity, granted_without, granted_with, exceeds, warning, counted, budgets, budget_with, "
-        "budget_without}: per-broker values x brokers, cluster-wide budgets once.",
+        "budget_without, groups}: per-broker values x brokers, cluster-wide budgets once, each group once.",
     )
     warnings = serializers.ListField(child=serializers.CharField())
 

@@ -124,7 +124,7 @@ def _capacity(check: Any) -> dict[str, Any]:
         "granted_with": check.granted_with, "exceeds": check.exceeds, "warning": check.warning,
         "counted": check.counted, "brokers": check.brokers, "multiplier": check.multiplier, "known": check.known,
         "scope": check.scope, "budgets": list(check.budgets), "budget_with": check.budget_with,
-        "budget_without": check.budget_without,
+        "budget_without": check.budget_without, "groups": list(check.groups),
         "defaults": [{"entity": d.entity, "value": d.value, "applies_to": d.applies_to,
                       "applies_to_without": d.applies_to_without} for d in check.defaults],
     }

@@ -1,8 +1,9 @@
 """The capacity check an approver decides on: what a byte-rate change does to a cluster's granted total.
 
-Counted as Kafka enforces it: each known entity gets the quota of Kafka's precedence, each sensor once, a per-broker
-value x the cluster's brokers, a cluster-wide budget once. Read-only over desired state; the approval pages, the API
-and the plans use it.
+Counted as Kafka enforces it: each known entity gets the quota of the precedence (Kafka's 8 levels, with the groups
+and exempt principals of ``docs/capabilities/group-quotas.md``), each sensor once, a per-broker value x the cluster's
+brokers, a cluster-wide budget once. A group with a value is one sensor, counted once, however many members share it.
+Read-only over desired state; the approval pages, the API and the plans use it.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.entities import DEFAULT, PRECEDENCE, ClientEntity, QuotaOverrides, entity_path
+from engine.groups import NAMING_LEVELS
 from engine.units import format_byte_rate, format_exact
 from quotas.choices import BudgetScope, QuotaScope
 from quotas.models.clusters import Cluster
+from quotas.models.group_lookup import ClusterGroups, cluster_groups
 from quotas.models.quotas import QuotaEntity, QuotaValue
 from quotas.models.requests import QuotaRequest, RequestState
 
@@ -46,7 +49,9 @@ class CapacityCheck:
     name, and the request's): each gets the quota Kafka applies to it (8-level precedence), and each sensor
     counts once, so a ``<default>`` counts once for every known entity it applies to (``defaults``). A per-broker
     value counts x ``multiplier`` (the cluster's brokers: Kafka enforces it on each); a cluster-wide budget counts
-    once (its brokers share it out), ``budgets`` naming those that supplied a sensor with the request.
+    once (its brokers share it out), ``budgets`` naming those that supplied a sensor with the request. A group's
+    value is one sensor whatever its members (``groups``: those counted with the request, as ``/groups/<name>``;
+    a cluster-wide one is among ``budgets`` too); an exempt principal counts nothing.
     """
 
     key: str
@@ -61,6 +66,7 @@ class CapacityCheck:
     budgets: tuple[str, ...] = ()
     budget_with: float = 0.0
     budget_without: float = 0.0
+    groups: tuple[str, ...] = ()
 
     @property
     def exceeds(self) -> bool:
@@ -88,8 +94,14 @@ class CapacityCheck:
         return (
             f"Over {self.known} known entit{'y' if self.known == 1 else 'ies'} (the principal/client-id combinations "
             f"this cluster's quotas name, and the request's), each with the quota Kafka applies to it, each sensor "
-            f"once{'; ' + shares if shares else ''}; {per}."
+            f"once{'; ' + shares if shares else ''}{self._groups_text()}; {per}."
         )
+
+    def _groups_text(self) -> str:
+        if not self.groups:
+            return ""
+        return (f"; {len(self.groups)} group{'s' if len(self.groups) != 1 else ''} once each, whatever their members "
+                f"(one sensor each: {', '.join(self.groups)})")
 
     @property
     def warning(self) -> str | None:
@@ -118,12 +130,15 @@ def _known_pairs(entities: Iterable[Pair]) -> set[tuple[str, str]]:
 @dataclass(frozen=True)
 class Granted:
     """What the known pairs are granted: bytes/s of per-broker values (per broker) and of cluster-wide budgets (in
-    all), how many sensors each entity supplied, and the cluster-wide entities that supplied one."""
+    all), how many sensors each entity supplied, the cluster-wide entities that supplied one, and the groups counted
+    (names, in order) with those of them that are cluster-wide."""
 
     per_broker: float
     cluster_wide: float
     supplied: Counter[Pair]
     budgets: tuple[Pair, ...]
+    groups: tuple[str, ...] = ()
+    group_budgets: tuple[str, ...] = ()
 
     def total(self, multiplier: int) -> float:
         """Bytes/s the cluster carries: per-broker values on each of ``multiplier`` brokers, budgets once."""
@@ -131,7 +146,8 @@ class Granted:
 
 
 def granted_total(
-    values: dict[Pair, float], known: Iterable[tuple[str, str]], cluster_wide: Iterable[Pair] = ()
+    values: dict[Pair, float], known: Iterable[tuple[str, str]], cluster_wide: Iterable[Pair] = (),
+    groups: ClusterGroups | None = None, key: str = "",
 ) -> Granted:
     """The bytes/s granted to the known (principal, client-id) pairs, as Kafka resolves them, and how many sensors
     each entity supplied.
@@ -139,13 +155,22 @@ def granted_total(
     Each pair gets the quota of the most specific level holding one (``QuotaOverrides``, the engine's 8 levels);
     pairs sharing a sensor (a user-level quota covers all its clients) count once. Pairs no quota applies to add
     nothing. A sensor whose value is cluster-wide (its entity in ``cluster_wide``) counts apart: once for the cluster.
+
+    With ``groups`` (the cluster's, their values of ``key``): an exempt principal adds nothing; a pair that no level
+    naming it holds a value for and that is a member of a group holding one is behind the group's sensor, not the
+    defaults'; each group holding a value counts once (a member or none: its value is granted to whoever joins).
     """
+    groups = groups or ClusterGroups()
     overrides = QuotaOverrides()
     for (user, client_id), value in values.items():
         overrides.update(ClientEntity(user, client_id), value)
     sensors: dict[str, tuple[float, Pair]] = {}
     for user, client_id in known:
+        if user in groups.exempt:
+            continue
         resolved = overrides.resolve(user, client_id)
+        if resolved.level not in NAMING_LEVELS and groups.first(key, user, client_id) is not None:
+            continue  # the group's sensor, counted once below
         if resolved.bound is None or resolved.level is None:
             continue
         u, c = PRECEDENCE[resolved.level - 1]
@@ -155,7 +180,11 @@ def granted_total(
     once = [bound for bound, entity in sensors.values() if entity in budgets]
     each = [bound for bound, entity in sensors.values() if entity not in budgets]
     used = tuple(sorted((pair for pair in supplied if pair in budgets), key=lambda pair: entity_path(*pair)))
-    return Granted(sum(each), sum(once), supplied, used)
+    holding = groups.holding(key) if key else []
+    shared = [g.name for g in holding if groups.scope(g.name, key) == BudgetScope.CLUSTER_WIDE]
+    once += [g.quotas[key] for g in holding if g.name in shared]
+    each += [g.quotas[key] for g in holding if g.name not in shared]
+    return Granted(sum(each), sum(once), supplied, used, tuple(g.name for g in holding), tuple(shared))
 
 
 def capacity_check(request: QuotaRequest) -> CapacityCheck | None:
@@ -168,14 +197,10 @@ def capacity_check(request: QuotaRequest) -> CapacityCheck | None:
     """
     if request.key not in CAPACITY_FIELD:
         return None
+    if request.group_name:
+        return _group_capacity_check(request)
     cluster = request.cluster
-    rows = QuotaValue.objects.filter(entity__cluster=cluster, entity__ip__isnull=True, key=request.key)
-    values: dict[Pair, float] = {}
-    budgets: set[Pair] = set()
-    for u, c, v, scope in rows.values_list("entity__user", "entity__client_id", "value", "budget_scope"):
-        values[(u, c)] = v
-        if scope == BudgetScope.CLUSTER_WIDE:
-            budgets.add((u, c))
+    values, budgets = _cluster_values(cluster, request.key)
     mine: Pair = (request.user, request.client_id)
     with_, without = dict(values), dict(values)
     budgets_with, budgets_without = set(budgets), set(budgets)
@@ -196,20 +221,53 @@ def capacity_check(request: QuotaRequest) -> CapacityCheck | None:
     )
 
 
+def _cluster_values(cluster: Cluster, key: str) -> tuple[dict[Pair, float], set[Pair]]:
+    """The cluster's values of ``key`` (entity -> value) and the entities whose value is cluster-wide."""
+    rows = QuotaValue.objects.filter(entity__cluster=cluster, entity__ip__isnull=True, key=key)
+    values: dict[Pair, float] = {}
+    budgets: set[Pair] = set()
+    for u, c, v, scope in rows.values_list("entity__user", "entity__client_id", "value", "budget_scope"):
+        values[(u, c)] = v
+        if scope == BudgetScope.CLUSTER_WIDE:
+            budgets.add((u, c))
+    return values, budgets
+
+
+def _group_capacity_check(request: QuotaRequest) -> CapacityCheck:
+    """A group request's check: the cluster's quotas as they are, its groups with the group's value and without it
+    (for an applied request, the value and scope it replaced), as an entity's request is checked."""
+    values, budgets = _cluster_values(request.cluster, request.key)
+    groups = cluster_groups(request.cluster)
+    with_ = groups.with_value(request.group_name, request.key, request.value, request.budget_scope)
+    without = groups
+    if request.state == RequestState.APPLIED:
+        without = groups.with_value(request.group_name, request.key, request.previous_value,
+                                    request.previous_budget_scope)
+    return capacity_between(request.cluster, request.key, values, values, cluster_wide_without=budgets,
+                            cluster_wide_with=budgets, groups_without=without, groups_with=with_)
+
+
 def capacity_between(
     cluster: Cluster, key: str, without: dict[Pair, float], with_: dict[Pair, float], extra: Iterable[Pair] = (),
     *, cluster_wide_without: Iterable[Pair] = (), cluster_wide_with: Iterable[Pair] = (),
+    groups_without: ClusterGroups | None = None, groups_with: ClusterGroups | None = None,
 ) -> CapacityCheck:
     """The cluster's granted total of a byte-rate key for two sets of its quotas (entity -> value): without and
     with a change (one request, or a whole plan). Counted over the known entities (those the cluster's quotas
-    name, plus ``extra`` and every entity of either set), each with the quota Kafka's precedence gives it: a
-    per-broker value x the cluster's brokers, a cluster-wide one (its entity in ``cluster_wide_*``) once."""
+    name, the principals its groups list, plus ``extra`` and every entity of either set), each with the quota the
+    precedence gives it: a per-broker value x the cluster's brokers, a cluster-wide one (its entity in
+    ``cluster_wide_*``) once; a group holding a value one sensor. ``groups_*``: the cluster's groups without and
+    with the change (read once from the cluster when None: the change leaves them as they are)."""
+    if groups_without is None or groups_with is None:
+        current = cluster_groups(cluster)
+        groups_without, groups_with = groups_without or current, groups_with or current
     brokers = cluster.brokers.count()
     multiplier = max(brokers, 1) if cluster.scope == QuotaScope.PER_BROKER else 1
     entities = QuotaEntity.objects.filter(cluster=cluster, ip__isnull=True).values_list("user", "client_id")
-    known = _known_pairs([*entities, *extra, *with_, *without])
-    granted_with = granted_total(with_, known, cluster_wide_with)
-    granted_without = granted_total(without, known, cluster_wide_without)
+    listed = [(u, None) for g in (*groups_without.groups, *groups_with.groups) for u in g.users]
+    known = _known_pairs([*entities, *listed, *extra, *with_, *without])
+    granted_with = granted_total(with_, known, cluster_wide_with, groups_with, key)
+    granted_without = granted_total(without, known, cluster_wide_without, groups_without, key)
     defaults = tuple(
         DefaultShare(entity_path(*pair), with_.get(pair), granted_with.supplied.get(pair, 0),
                      granted_without.supplied.get(pair, 0))
@@ -226,7 +284,9 @@ def capacity_between(
         granted_with=granted_with.total(multiplier),
         known=len(known),
         defaults=defaults,
-        budgets=tuple(entity_path(*pair) for pair in granted_with.budgets),
+        budgets=(*(entity_path(*pair) for pair in granted_with.budgets),
+                 *(f"/groups/{name}" for name in granted_with.group_budgets)),
         budget_with=granted_with.cluster_wide,
         budget_without=granted_without.cluster_wide,
+        groups=tuple(f"/groups/{name}" for name in granted_with.groups),
     )

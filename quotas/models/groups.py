@@ -93,12 +93,14 @@ class QuotaGroup(models.Model):
         under = f" of principal {self.prefix_principal}" if self.prefix_principal else ""
         return f"client-ids starting {self.client_id_prefix!r}{under}"
 
-    def spec(self, values: dict[str, float] | None = None) -> GroupSpec:
-        """The group as the brokers take it (``values``: its quotas; read from the database when None)."""
+    def spec(self, values: dict[str, float] | None = None, patterns: list[str] | None = None) -> GroupSpec:
+        """The group as the brokers take it (``values``: its quotas; ``patterns``: a tenant group's tenant's user
+        patterns; each read from the database when None)."""
         if values is None:
             values = {v.key: v.value for v in self.values.all()}
         if self.kind == GroupKind.TENANT:
-            patterns = self.tenant.owned_names.filter(entity_type=EntityType.USER).values_list("pattern", flat=True)
+            if patterns is None:
+                patterns = self.tenant.owned_names.filter(entity_type=EntityType.USER).values_list("pattern", flat=True)
             return GroupSpec(self.name, order_of(PRINCIPALS, None), patterns=tuple(patterns), quotas=values)
         if self.kind == GroupKind.PRINCIPALS:
             return GroupSpec(self.name, order_of(PRINCIPALS, None), users=tuple(self.principals), quotas=values)

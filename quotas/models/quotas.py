@@ -36,10 +36,13 @@ from engine.entities import (
     validate_quota_value,
 )
 from engine.errors import QuotaEngineError, QuotaValidationError
+from engine.groups import NAMING_LEVELS
+from engine.groups import tag as group_tag
 from quotas.choices import BUDGET_KEYS, BudgetScope, ConnectorKind, MatchType, QuotaKey, QuotaScope
 from quotas.connectors.base import BUDGET_SCOPE, CLUSTER_WIDE, QUOTA, Item
 from quotas.models import rows
 from quotas.models.clusters import Cluster
+from quotas.models.group_lookup import cluster_groups
 from quotas.models.pushes import DesiredStateVersion
 
 #: Kafka's entity type -> the QuotaEntity column that holds its name.
@@ -540,7 +543,9 @@ class EffectiveQuota:
     """The value of one key that applies to a client, where it comes from and what was passed over.
 
     ``level`` is 1..8 for client quotas (Kafka's precedence) and 1 (the ip) or 2 (``<default>`` ip)
-    for connection_creation_rate; ``skipped`` are the more specific levels that hold no value.
+    for connection_creation_rate; ``skipped`` are the more specific levels that hold no value. A group's value
+    (``group``) has no level: it comes after the levels that name the client (all skipped) and before Kafka's
+    defaults (``beaten``: those holding a value). An exempt principal (``exempt``) gets no quota and no walk.
     """
 
     key: str
@@ -550,17 +555,26 @@ class EffectiveQuota:
     skipped: list[tuple[int, str]]
     tags: str | None = None  # the sensor tags "user:client-id" the engine records into
     budget_scope: str | None = None  # the value's: per_broker or cluster_wide (None: no value applies)
+    group: str | None = None  # the group whose value applies (``level`` is then None: a group is no Kafka level)
+    exempt: bool = False  # the principal is exempt: no quota applies, whatever the levels and groups hold
+    beaten: list[tuple[int, str]] = field(default_factory=list)  # default levels holding a value a group won over
 
 
 def effective_client_quotas(cluster: Cluster, user: str, client_id: str) -> list[EffectiveQuota]:
-    """For each client key, the engine's resolution (``QuotaOverrides.resolve``) over the cluster's rows, with the
-    budget scope of the value that applies (a cluster-wide value is a budget the brokers share out).
+    """For each client key, the precedence of ``docs/capabilities/group-quotas.md`` over the cluster's rows: an
+    exempt principal gets no quota; else the engine's resolution (``QuotaOverrides.resolve``) when it picks a level
+    that names the client; else the first group the client is a member of that holds a value of the key; else
+    Kafka's defaults. With the budget scope of the value that applies (a cluster-wide value is a budget the brokers
+    share out). The cluster's groups and exempt principals are read once (``cluster_groups``: a few queries).
 
     Only the (at most 8) entities that can match are read, so the cost does not grow with the cluster:
     one OR term per entity shape, each naming the cluster and its shape's columns, so each term is a lookup
     in that shape's partial unique index (SQLite: MULTI-INDEX OR) instead of a scan of the cluster's rows.
     Unordered: the precedence, not the row order, decides.
     """
+    groups = cluster_groups(cluster)
+    if user in groups.exempt:
+        return [EffectiveQuota(qt.config_key, None, None, None, [], exempt=True) for qt in QuotaType]
     users, clients = [user, DEFAULT], [client_id, DEFAULT]
     shapes = (
         Q(cluster=cluster, user__in=users, client_id__in=clients)
@@ -590,6 +604,18 @@ def effective_client_quotas(cluster: Cluster, user: str, client_id: str) -> list
         # Kafka's quotaLimit probed after choosing the sensor tags, which leaves out e.g. 1 and 2 for level 3)
         stop = r.level if r.level is not None else 9
         limits = overrides[qt].limits
+        group = groups.first(qt.config_key, user, client_id) if r.level not in NAMING_LEVELS else None
+        if group is not None:
+            # every level that names the client holds nothing; the group beats the defaults that hold a value
+            skipped = [(lv, path(lv)) for lv in sorted(NAMING_LEVELS)]
+            beaten = [(lv, path(lv)) for lv in range(stop, 9)
+                      if lv not in NAMING_LEVELS and level_entity(lv, su, client_id) in limits]
+            answer.append(EffectiveQuota(
+                qt.config_key, group.quotas[qt.config_key], None, f"/groups/{group.name}", skipped,
+                f"{group_tag(group.name)}:", groups.scope(group.name, qt.config_key), group=group.name,
+                beaten=beaten,
+            ))
+            continue
         skipped = [(lv, path(lv)) for lv in range(1, stop) if level_entity(lv, su, client_id) not in limits]
         source = path(r.level) if r.level is not None else None
         scope = scopes.get((qt, level_entity(r.level, su, client_id))) if r.level is not None else None

@@ -177,9 +177,12 @@ class EffectiveQuotaSerializer(serializers.Serializer):
 
     value = serializers.FloatField(allow_null=True, help_text="null: no quota applies (unlimited).")
     level = serializers.IntegerField(
-        allow_null=True, help_text="1..8 (Kafka's precedence, most specific first); for an ip 1 = the ip, 2 = default."
+        allow_null=True, help_text="1..8 (Kafka's precedence, most specific first); for an ip 1 = the ip, 2 = default; "
+        "null when no quota applies or a group's does."
     )
-    entity = serializers.CharField(allow_null=True, help_text="The config path that supplied the value.")
+    entity = serializers.CharField(
+        allow_null=True, help_text="The config path that supplied the value, or /groups/<name> for a group's."
+    )
     skipped = SkippedLevelSerializer(many=True)
     tags = serializers.CharField(allow_null=True, help_text="user:client-id tags of the sensor the engine records.")
     budget_scope = serializers.ChoiceField(
@@ -187,6 +190,19 @@ class EffectiveQuotaSerializer(serializers.Serializer):
         allow_null=True,
         help_text="What the value means: per_broker (the limit on each broker) or cluster_wide (a budget for the sum "
         "over the cluster's brokers, which they share out); null when no quota applies.",
+    )
+    group = serializers.CharField(
+        allow_null=True,
+        help_text="The group whose value applies (entity /groups/<name>, tags group@<name>:, level null): no level "
+        "that names the client holds a value, and the group's wins over Kafka's defaults (beaten). null otherwise.",
+    )
+    exempt = serializers.BooleanField(
+        help_text="true: the principal is exempt on this cluster, so no quota applies to it (value, level and "
+        "entity null), whatever the levels and groups hold."
+    )
+    beaten = SkippedLevelSerializer(
+        many=True, help_text="When a group's value applies: Kafka's default levels (5, 6, 8) that hold a value the "
+        "group's won over. Empty otherwise."
     )
 
     def to_representation(self, instance: EffectiveQuota) -> dict[str, Any]:
@@ -197,6 +213,9 @@ class EffectiveQuotaSerializer(serializers.Serializer):
             "skipped": [{"level": lv, "entity": path} for lv, path in instance.skipped],
             "tags": instance.tags,
             "budget_scope": instance.budget_scope,
+            "group": instance.group,
+            "exempt": instance.exempt,
+            "beaten": [{"level": lv, "entity": path} for lv, path in instance.beaten],
         }
 
 

@@ -157,6 +157,11 @@ class CapacitySerializer(serializers.Serializer):
         child=serializers.CharField(),
         help_text="The cluster-wide budgets that supply a sensor with the request (config paths): counted once.",
     )
+    groups = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The groups holding a value of the key with the request (/groups/<name>): each one sensor, counted "
+        "once however many members share it (x brokers when per broker; a cluster-wide one is among budgets too).",
+    )
     budget_with = serializers.FloatField(help_text="Of granted_with, the cluster-wide budgets' part (counted once).")
     budget_without = serializers.FloatField(help_text="Of granted_without, the cluster-wide budgets' part.")
     capacity = serializers.IntegerField(allow_null=True, help_text="The cluster's capacity; null = unknown.")

@@ -182,8 +182,11 @@ class EffectiveQuotaView(APIView):
         summary="The quota that applies to a user and client-id, or to an ip",
         description=(
             "For user + client_id: each client key's value, the precedence level (1..8) and config path that "
-            "supplied it, and the more specific levels that hold nothing. For ip: connection_creation_rate from "
-            "the ip itself (level 1) or the `<default>` ip (level 2). Tenant members ask only for a principal and "
+            "supplied it, and the more specific levels that hold nothing. A group's value applies when no level "
+            "naming the client holds one (`group`, entity `/groups/<name>`, level null, `beaten`: the defaults it "
+            "won over); an exempt principal gets no quota at all (`exempt`: true). For ip: "
+            "connection_creation_rate from the ip itself (level 1) or the `<default>` ip (level 2). Tenant members "
+            "ask only for a principal and "
             "client-id their tenants own (403 PERMISSION_DENIED otherwise, and for an ip)."
         ),
         parameters=[CLUSTER_PARAM, EffectiveQuerySerializer],
