@@ -285,14 +285,13 @@ def _request_context(request: HttpRequest, target: QuotaRequest) -> dict[str, An
 
 
 def _capacity(target: QuotaRequest) -> Any:
-    """The request's capacity check; none for a group's value (the check adds up entities' values)."""
-    return None if target.group_name else capacity_check(target)
+    """The request's capacity check (a group's value counts as its one sensor)."""
+    return capacity_check(target)
 
 
 def _preview(target: QuotaRequest, version: str | None = None) -> Any:
-    """The request's impact preview; none for a group's value (a preview replays one entity's traffic), so a view
-    queues no preview of an entity that is not the group."""
-    return None if target.group_name else history_services.preview_of_request(target, version)
+    """The request's impact preview (a group's replays its members' traffic together)."""
+    return history_services.preview_of_request(target, version)
 
 
 def _monitor_url(cluster: str, tags: str) -> str:

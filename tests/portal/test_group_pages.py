@@ -303,9 +303,10 @@ def test_group_requests_show_as_their_group_in_the_request_pages(w: dict[str, An
         detail = browser(w[who]).get(f"/requests/{made.pk}/")
         assert detail.status_code == 200 and link in text(detail)
         assert "group@team-a-all (all client-ids)" in text(detail), "the group's sensor, not an empty entity's"
-        assert "not a group's yet" in text(detail)
+        assert 'data-figure="groups"' in text(detail), "the capacity check counts the group's one sensor"
     assert link in text(browser(w["auditor"]).get("/approvals/"))
-    assert not ImpactPreview.objects.exists(), "no preview of an entity that is not the group is queued"
+    previews = list(ImpactPreview.objects.values_list("group_name", "user", "client_id"))
+    assert previews and all(p == ("team-a-all", None, None) for p in previews), f"the group's preview: {previews}"
     assert browser(w["bob"]).get(f"/requests/{made.pk}/").status_code == 404
     quota_requests.approve(w["admin"], made.pk, "ok")
     decided = browser(w["alice"]).get(f"/requests/{made.pk}/")

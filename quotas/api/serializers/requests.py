@@ -191,8 +191,6 @@ class QuotaRequestDetailSerializer(QuotaRequestSerializer):
 
     @extend_schema_field(CapacitySerializer(allow_null=True))
     def get_capacity(self, obj: QuotaRequest) -> dict[str, Any] | None:
-        if obj.group_name:  # capacity_check counts the user/client-id entities' sensors; a group's is not one yet
-            return None
         check = capacity_check(obj)
         return None if check is None else CapacitySerializer(check).data
 
