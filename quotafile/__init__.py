@@ -55,10 +55,13 @@ from engine.entities import validate_quota_value as _validate_value
 from engine.errors import QuotaEngineError
 from engine.units import BINARY_UNITS, BYTE_RATE_KEYS, format_quota_value, parse_quota_value
 from kip714.subscriptions import INTERVAL_MS_DEFAULT, validate_subscription
+from quotafile import groups as _groups
+from quotafile.groups import EXEMPT, GROUP, Group
 
 API_VERSION = "quotas/v1"
 KIND = "ClusterQuotas"
-TOP_KEYS = ("apiVersion", "kind", "cluster", "quotas", "brokerConfigs", "topicConfigs", "clientMetrics")
+TOP_KEYS = ("apiVersion", "kind", "cluster", "quotas", "brokerConfigs", "topicConfigs", "clientMetrics", "groups",
+            "exemptPrincipals")
 ENTITY_KEYS = (USER, CLIENT_ID, IP)
 #: Quota keys in the order files list them.
 KEY_ORDER = tuple(QUOTA_KEYS)
@@ -129,7 +132,7 @@ class QuotaState:
     A section that is None is not part of it (left out of the file). ``lines`` maps a place of the file
     (``("quotas", entity)``, ``("quotas", entity, key)``, ``("brokerConfigs", broker, key)``, ...) to its line.
     ``cluster_wide`` holds the (entity, key) of the quota values that are cluster-wide budgets (the others are per
-    broker).
+    broker). ``groups`` and ``exempt`` (principal -> reason) are ``quotafile.groups``'.
     """
 
     cluster: str
@@ -138,6 +141,8 @@ class QuotaState:
     broker_configs: dict[str, dict[str, str]] | None = None
     topic_configs: dict[str, dict[str, str]] | None = None
     client_metrics: dict[str, Subscription] | None = None
+    groups: dict[str, Group] | None = None
+    exempt: dict[str, str] | None = None  # principal -> reason
     lines: dict[tuple[Any, ...], int] = field(default_factory=dict)
 
     def line(self, *place: Any) -> int | None:
@@ -300,6 +305,10 @@ def _read_document(r: _Reader, root: yaml.Node) -> QuotaState:
         state.topic_configs = _read_configs(r, given["topicConfigs"][1], state, "topicConfigs")
     if "clientMetrics" in given:
         state.client_metrics = _read_subscriptions(r, given["clientMetrics"][1], state)
+    if "groups" in given:
+        state.groups = _groups.read_groups(r, given["groups"][1], state)
+    if "exemptPrincipals" in given:
+        state.exempt = _groups.read_exempt(r, given["exemptPrincipals"][1], state)
     return state
 
 
@@ -577,6 +586,10 @@ def write(state: QuotaState) -> str:
             }
             for name, sub in sorted(state.client_metrics.items())
         ]
+    if state.groups is not None:
+        doc["groups"] = [_groups.group_doc(state.groups[name]) for name in sorted(state.groups)]
+    if state.exempt is not None:
+        doc["exemptPrincipals"] = _groups.exempt_doc(state.exempt)
     return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
 
 
@@ -610,6 +623,8 @@ class Change:
             out["old_display"] = None if self.old is None else format_quota_value(self.key, self.old)
             out["new_display"] = None if self.new is None else format_quota_value(self.key, self.new)
             out["old_scope"], out["new_scope"] = self.old_scope, self.new_scope
+        elif self.section in (GROUP, EXEMPT):
+            _groups.change_display(self, out)
         return out
 
 
@@ -686,6 +701,7 @@ def diff(current: QuotaState, desired: QuotaState, prune: bool = False,
             for action, key, before, after in _keyed_diff(old_c, new_c, prune and allowed(CLIENT_METRICS, name)):
                 changes.append(Change(action, CLIENT_METRICS, {CLIENT_METRICS: name}, key, before, after,
                                       f"/config/client-metrics/{name}", (3, name, key)))
+    changes.extend(_groups.diff_groups(current, desired, prune, allowed))
     changes.sort(key=lambda c: c.order)
     return changes
 
@@ -893,5 +909,6 @@ def json_schema() -> dict[str, Any]:
                     },
                 },
             },
+            **_groups.schema(lambda key: scoped(number if key == "request_percentage" else byte_rate)),
         },
     }
