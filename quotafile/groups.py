@@ -22,11 +22,11 @@ from typing import Any
 
 import yaml
 
-import quotafile as _qf  # the package's reader and writer helpers, used at call time (this module is imported by it)
 from engine.entities import validate_quota_value
 from engine.errors import QuotaEngineError
 from engine.groups import GROUP_KEYS, check_name
 from engine.units import format_quota_value, parse_quota_value
+from quotafile import common as _qf
 
 GROUP, EXEMPT = "group", "exempt"
 #: The change of a group's membership (``add``: the group is created, ``remove``: deleted) and of its description.
@@ -295,7 +295,7 @@ def exempt_doc(exempt: dict[str, str]) -> list[dict[str, str]]:
 # ------------------------------------------------------------------ comparing
 
 
-def diff_groups(current: Any, desired: Any, prune: bool, allowed: Any) -> list[Any]:
+def diff_groups(current: Any, desired: Any, prune: bool, allowed: Any) -> list[_qf.Change]:
     """The changes of groups and exempt principals (``Change`` of sections ``group`` and ``exempt``), by name."""
     changes = []
     if desired.groups is not None:
@@ -333,14 +333,16 @@ def diff_groups(current: Any, desired: Any, prune: bool, allowed: Any) -> list[A
             action = _qf.ADD if b is None else _qf.REMOVE if a is None else _qf.CHANGE
             changes.append(_qf.Change(action, EXEMPT, {"principal": principal}, EXEMPT, b, a,
                                       f"/users/{principal}", (5, principal)))
+    for c in changes:
+        change_display(c, c.shown)
     return changes
 
 
-def _group_change(action: str, name: str, key: str, old: Any, new: Any, rank: int, **scopes: Any) -> Any:
+def _group_change(action: str, name: str, key: str, old: Any, new: Any, rank: int, **scopes: Any) -> _qf.Change:
     return _qf.Change(action, GROUP, {GROUP: name}, key, old, new, f"/groups/{name}", (4, name, rank, key), **scopes)
 
 
-def change_display(change: Any, out: dict[str, Any]) -> None:
+def change_display(change: _qf.Change, out: dict[str, Any]) -> None:
     """A group change's ``old_display``/``new_display`` (and scopes) and ``reach``; an exempt change's ``reach``."""
     if change.section == EXEMPT:
         out["reach"] = (f"No quota applies to the clients of principal {change.entity['principal']} any more (its "
