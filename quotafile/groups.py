@@ -345,6 +345,9 @@ def _group_change(action: str, name: str, key: str, old: Any, new: Any, rank: in
 def change_display(change: _qf.Change, out: dict[str, Any]) -> None:
     """A group change's ``old_display``/``new_display`` (and scopes) and ``reach``; an exempt change's ``reach``."""
     if change.section == EXEMPT:
+        for side in ("old", "new"):
+            reason = getattr(change, side)
+            out[f"{side}_display"] = None if reason is None else "exempt" + (f" ({reason})" if reason else "")
         out["reach"] = (f"No quota applies to the clients of principal {change.entity['principal']} any more (its "
                         "own, its groups' and the defaults)." if change.old is None else
                         f"The clients of principal {change.entity['principal']} get their quotas again."

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import redis
 import yaml
+from django.test import Client
 
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import BUDGET_SCOPE, EXEMPT, GROUP
@@ -163,6 +164,12 @@ exemptPrincipals:
     assert "fall back to their own quotas" in changes[("/groups/ops-tools", "members")]["reach"]
     assert "No quota applies to the clients of principal inter-broker" in \
         changes[("/users/inter-broker", "exempt")]["reach"]
+
+    page = Client()
+    page.force_login(w["admin"])
+    shown = page.get(f"/plans/{body['id']}/").content.decode()
+    assert "principals svc-pay-1, svc-pay-2" in shown and "exempt (MirrorMaker 2)" in shown
+    assert "No quota applies to the clients of principal inter-broker" in shown  # each change's reach
 
     before = version(w["kpay"])
     applied = api(w["admin"]).post(f"/api/plans/{body['id']}/apply/", {}, format="json")
