@@ -21,7 +21,7 @@ from quotas.connectors.base import Item
 from quotas.models.audit import AuditAction, scope_audit
 from quotas.models.clusters import Cluster
 from quotas.models.group_changes import cluster_group_items
-from quotas.models.groups import ExemptPrincipal, GroupKind, InvalidGroup, QuotaGroup, check_group
+from quotas.models.groups import ExemptPrincipal, GroupKind, GroupOverlap, InvalidGroup, QuotaGroup, check_group
 from quotas.models.requests import QuotaRequest
 from quotas.models.tenants import Tenant
 
@@ -83,6 +83,14 @@ def check_groups(cluster: Cluster, desired: quotafile.QuotaState,
         return errors
     held = {g.name: g for g in QuotaGroup.objects.filter(cluster=cluster)}
     tenants = {t.name: t for t in Tenant.objects.filter(name__in={g.tenant for g in (desired.groups or {}).values()})}
+    after = file_groups(cluster)  # the groups once the plan is applied: an overlap the plan itself ends is none
+    for c in changes:
+        if c.section == GROUP and c.key == MEMBERS:
+            name = c.entity[GROUP]
+            if c.new is None:
+                after.pop(name, None)
+            else:
+                after[name] = desired.groups[name]
     for c in changes:
         if c.section != GROUP or c.key != MEMBERS or c.new is None:
             continue
@@ -97,9 +105,28 @@ def check_groups(cluster: Cluster, desired: quotafile.QuotaState,
         try:
             check_group(cluster, tenant, group.name, group.kind, list(group.principals), group.client_id_prefix,
                         group.prefix_principal, exclude_pk=existing.pk if existing else None)
+        except GroupOverlap as e:
+            if _overlaps(after, group):  # else the plan moves members between groups: apply frees them first
+                errors.append(quotafile.FileError(line, "members", e.message))
         except InvalidGroup as e:
             errors.append(quotafile.FileError(line, "members", e.message))
     return errors
+
+
+def _overlaps(groups: Mapping[str, Group], group: Group) -> bool:
+    """Whether another group would match the same clients as ``group`` in a way the order cannot decide
+    (``check_group``'s overlaps, over the groups as the plan leaves them)."""
+    for other in groups.values():
+        if other.name == group.name or other.kind != group.kind:
+            continue
+        if group.kind == GroupKind.TENANT and other.tenant == group.tenant:
+            return True
+        if group.kind == PRINCIPALS and set(other.principals) & set(group.principals):
+            return True
+        if group.kind == GroupKind.CLIENT_PREFIX and (other.client_id_prefix, other.prefix_principal) == (
+                group.client_id_prefix, group.prefix_principal):
+            return True
+    return False
 
 
 def member_refusal(tenant: Tenant, change: quotafile.Change, current: quotafile.QuotaState) -> str | None:
@@ -160,7 +187,14 @@ def write_groups(cluster: Cluster, changes: list[Body]) -> tuple[dict[Item, str 
     tenants = {t.name: t for t in Tenant.objects.filter(
         name__in={c["new"]["tenant"] for c in changes if c["key"] == MEMBERS and c["new"]})}
     members = [c for c in changes if c["section"] == GROUP and c["key"] == MEMBERS]
-    for c in sorted(members, key=lambda c: c["new"] is not None):  # deletions first: they free names and principals
+    def order(c: Body) -> int:  # deletions, then member changes in place: they free names and principals
+        held = rows.get(c["entity"][GROUP])
+        in_place = held is not None and c["new"] is not None and (c["new"]["kind"], c["new"]["tenant"]) == (
+            held.kind, held.tenant.name)
+        return 0 if c["new"] is None else 1 if in_place else 2
+
+    deleted = set()
+    for c in sorted(members, key=order):
         name = c["entity"][GROUP]
         group = rows.get(name)
         if c["new"] is None or (group is not None and (c["new"]["kind"], c["new"]["tenant"]) !=
@@ -168,6 +202,7 @@ def write_groups(cluster: Cluster, changes: list[Body]) -> tuple[dict[Item, str 
             kept = _delete(group, audits, audit=c["new"] is None) if group is not None else []
             if c["new"] is None:
                 rows.pop(name, None)
+                deleted.add(name)
                 continue
             rows[name] = _create(cluster, tenants, name, c["new"], audits, c["old"])
             for key, value, scope in kept:
@@ -185,8 +220,8 @@ def write_groups(cluster: Cluster, changes: list[Body]) -> tuple[dict[Item, str 
             audits.append({"action": AuditAction.GROUP_CHANGED, "tenant": group.tenant, "entity": group.path,
                            "key": "", "before": {"members": before_text}, "after": {"members": group.members_text()}})
     for c in changes:
-        if c["section"] != GROUP or c["key"] not in (DESCRIPTION, *GROUP_KEYS):
-            continue
+        if c["section"] != GROUP or c["key"] not in (DESCRIPTION, *GROUP_KEYS) or c["entity"][GROUP] in deleted:
+            continue  # a deleted group's values went with it (its audit entry lists them)
         group = rows[c["entity"][GROUP]]
         if c["key"] == DESCRIPTION:
             group.description = c["new"] or ""

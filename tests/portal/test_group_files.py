@@ -54,7 +54,8 @@ def w(engine_redis: redis.Redis) -> dict[str, Any]:
         kpay.brokers.create(broker_id=i, host=f"b{i}:9092")
     group = create_group(w["admin"], kpay, pay, "payments", "tenant")
     set_group_values(w["admin"], group, {PBR: (3 * MiB, "cluster_wide"), CBR: (8 * MiB, None)})
-    create_group(w["admin"], kpay, ops, "ops-tools", "principals", principals=["ops-a"])
+    tools = create_group(w["admin"], kpay, ops, "ops-tools", "principals", principals=["ops-a"])
+    set_group_values(w["admin"], tools, {CBR: (MiB, None)})
     set_exempt(w["admin"], kpay, "replicator", True, "MirrorMaker 2")
     alter_client_quotas(kpay, [Alteration([("user", "svc-pay-1")], [QuotaOp(PBR, MiB)])])
     w.update(pay=pay, ops=ops, kpay=kpay, group=group)
@@ -82,7 +83,7 @@ def test_the_export_writes_groups_and_exempt_principals_and_planning_it_unchange
 ) -> None:
     doc = yaml.safe_load(export(api(w["admin"])))
     assert doc["groups"] == [
-        {"name": "ops-tools", "tenant": "ops", "members": {"principals": ["ops-a"]}},
+        {"name": "ops-tools", "tenant": "ops", "members": {"principals": ["ops-a"]}, CBR: "1 MiB/s"},
         {"name": "payments", "tenant": "payments", "members": {"tenant": True},
          PBR: {"value": "3 MiB/s", "budgetScope": "cluster_wide"}, CBR: "8 MiB/s"},
     ]
@@ -150,6 +151,7 @@ exemptPrincipals:
     changes = {(c["path"], c["key"]): c for c in body["changes"]}
     assert {k: c["action"] for k, c in changes.items()} == {
         ("/groups/ops-tools", "members"): "remove",
+        ("/groups/ops-tools", CBR): "remove",
         ("/groups/pay-apps", "members"): "add",
         ("/groups/pay-apps", "request_percentage"): "add",
         ("/groups/payments", "members"): "change",
@@ -216,6 +218,19 @@ def test_a_group_the_cluster_cannot_take_names_its_line(w: dict[str, Any], secti
     body = plan(api(w["admin"]), HEAD + section, status=400)
     [error] = body["errors"]
     assert error["line"] == line and fragment in error["message"], error
+
+
+def test_a_plan_may_move_a_principal_between_groups(w: dict[str, Any]) -> None:
+    text = export(api(w["admin"])).replace("{principals: [ops-a]}", "{principals: [ops-b]}")
+    text = text.replace("groups:\n", "groups:\n- {name: aa-ops, tenant: ops, members: {principals: [ops-a]}}\n")
+    body = plan(api(w["admin"]), text)  # aa-ops comes first by name, yet takes ops-a only once ops-tools let it go
+    applied = api(w["admin"]).post(f"/api/plans/{body['id']}/apply/", {}, format="json")
+    assert applied.status_code == 200, applied.content
+    held = dict(QuotaGroup.objects.filter(cluster=w["kpay"], tenant=w["ops"]).values_list("name", "principals"))
+    assert held == {"aa-ops": ["ops-a"], "ops-tools": ["ops-b"]}
+    clash = text.replace("{principals: [ops-b]}", "{principals: [ops-a]}")
+    [error] = plan(api(w["admin"]), clash, status=400)["errors"]
+    assert "Principal ops-a is in group" in error["message"]
 
 
 def test_an_engine_clusters_file_cannot_hold_groups(w: dict[str, Any]) -> None:
