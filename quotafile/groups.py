@@ -132,6 +132,8 @@ def read_groups(r: Any, node: yaml.Node, state: Any) -> dict[str, Group]:
         if "description" in fields:
             description = r.scalar(fields["description"][1], "description")
             group.description = "" if description is None else str(description)
+            if len(group.description) > 200:
+                r.error(fields["description"][1], "description", "A description is at most 200 characters.")
         if "members" not in fields:
             r.error(item, "members", f"Group {name!r} has no members; write members: {MEMBER_FORMS}.")
         else:

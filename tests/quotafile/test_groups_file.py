@@ -129,6 +129,8 @@ def test_a_file_without_the_sections_leaves_them_alone_and_removable_limits_prun
          "budgetScope is per_broker or cluster_wide"),
         ("groups:\n  - {name: g, tenant: t, members: {tenant: true}}\n  - {name: g, tenant: t, members: {tenant: "
          "true}}\n", 6, "name", "listed twice (line 5)"),
+        ("groups:\n  - name: g\n    tenant: t\n    members: {tenant: true}\n    description: " + "x" * 201 + "\n", 8,
+         "description", "at most 200 characters"),
         ("exemptPrincipals:\n  - {reason: x}\n", 5, "principal", "has no principal"),
         ("exemptPrincipals:\n  - a\n  - a\n", 6, "principal", "listed twice"),
     ],
