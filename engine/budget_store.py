@@ -21,6 +21,7 @@ from .budgets import BUDGET_TYPES, BudgetParams
 from .config import EntityRef
 from .entities import DEFAULT, Resolution, level_entity
 from .errors import QuotaValidationError
+from .groups import entity_field
 
 DEFAULT_PARAMS = BudgetParams()
 BUDGET_LUA = (Path(__file__).parent / "lua" / "budget_share.lua").read_text()
@@ -63,7 +64,11 @@ def scope_field(quota_type: str, entity_field: str) -> str:
 
 def scope_field_of(quota_type: str, r: Resolution) -> str | None:
     """The scope field of the config entity that supplied a resolution's bound (None: no quota applies)."""
-    if r.level is None or quota_type not in BUDGET_TYPES:
+    if quota_type not in BUDGET_TYPES:
+        return None
+    if r.group is not None:
+        return f"{quota_type} {entity_field(r.group)}"
+    if r.level is None:
         return None
     e = level_entity(r.level, r.user_tag, r.client_tag)
     user = e.user if e.user in (None, DEFAULT) else urllib.parse.unquote(e.user)  # tags carry Kafka's sanitized name

@@ -179,6 +179,8 @@ class Resolution:
     bound: float | None
     level: int | None  # 1..8 of the entity that supplied the bound, None when no quota applies
     skipped: tuple[int, ...] = ()
+    group: str | None = None  # the group whose value is the bound (``engine.groups``), level None then
+    exempt: bool = False  # an exempt principal: no quota, whatever is configured
 
     @property
     def tags(self) -> str:

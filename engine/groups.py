@@ -2,7 +2,8 @@
 
 Kafka's client quotas know a user, a client-id or both (8 levels); a group puts several clients behind one sensor.
 The brokers' quota callback enforces groups (``broker-plugins/quota-callback``); this module is the same rules in
-Python, for the portal's resolver, its checks and the scope hash the plugin reads them from.
+Python, for the portal's resolver, its checks, the scope hash the plugin reads them from, and the engine's own
+brokers (``GroupLayer``, consulted by the managers' resolution).
 
 Precedence, per quota type (``docs/capabilities/group-quotas.md``):
 
@@ -19,12 +20,16 @@ empty client-id (a sanitized user never holds a raw ``@``); its value, when clus
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
+from .entities import QuotaOverrides, Resolution, sanitize
 from .errors import QuotaValidationError
+
+log = logging.getLogger(__name__)
 
 #: The quota keys a group can hold: those the brokers' callback enforces (a controller mutation quota is applied by
 #: the controller, which has no groups).
@@ -147,13 +152,64 @@ def first_group(groups: Sequence[GroupSpec], key: str, principal: str, client_id
     return None
 
 
+@dataclass(frozen=True)
+class GroupLayer:
+    """A cluster's groups (``in_order``) and exempt principals, as its scope hash holds them: what the engine's
+    resolution consults beside Kafka's 8 levels. An empty layer changes nothing."""
+
+    groups: tuple[GroupSpec, ...] = ()
+    exempt: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_scope(cls, fields: Iterable[str]) -> GroupLayer:
+        """The groups and exempt principals among a scope hash's fields (``group <spec>``, ``exempt <principal>``);
+        a spec that does not parse is skipped with a warning, as the brokers' callback skips it."""
+        groups, exempt = [], set()
+        for f in fields:
+            head, _, rest = f.partition(" ")
+            if head == "exempt" and rest:
+                exempt.add(rest)
+            elif head == "group" and rest:
+                try:
+                    groups.append(GroupSpec.from_json(rest))
+                except QuotaValidationError as e:
+                    log.warning("Skipping a group the scope hash holds: %s", e.message)
+        return cls(tuple(in_order(groups)), frozenset(exempt))
+
+    def __bool__(self) -> bool:
+        return bool(self.groups or self.exempt)
+
+    def holds(self, key: str) -> bool:
+        """Whether some group has a value of ``key`` (then the quota type is enforced even with no Kafka value)."""
+        return any(key in g.quotas for g in self.groups)
+
+    def resolve(self, overrides: QuotaOverrides, key: str, user: str, client_id: str) -> Resolution:
+        """The precedence of ``docs/capabilities/group-quotas.md`` for one quota type (``key``) of a client.
+
+        An exempt principal records on its own sensor (its sanitized name and client-id) with no bound; a client
+        whose Kafka answer is a level that names it keeps that answer; else the first group with a value of the
+        type bounds the group's sensor (tags ``group@<name>:``); else Kafka's answer (the defaults, or nothing).
+        """
+        if user in self.exempt:
+            return Resolution(sanitize(user), client_id, None, None, exempt=True)
+        r = overrides.resolve(user, client_id)
+        if r.level in NAMING_LEVELS:
+            return r
+        g = first_group(self.groups, key, user, client_id)
+        if g is None:
+            return r
+        return Resolution(tag(g.name), "", g.quotas[key], None, r.skipped, group=g.name)
+
+
 __all__ = [
     "GROUP_KEYS",
+    "GroupLayer",
     "GroupSpec",
     "NAMING_LEVELS",
     "PREFIX_ALONE",
     "PREFIX_UNDER_PRINCIPAL",
     "PRINCIPALS",
+    "TAG_PREFIX",
     "check_name",
     "entity_field",
     "first_group",

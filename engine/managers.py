@@ -17,6 +17,7 @@ from typing import NamedTuple, Protocol
 from .decisions import NO_EXPIRY, SERVER_TIME, TRACK_THROTTLE, Decision, Kind, Op, Outcome, check_sampling
 from .entities import ClientEntity, QuotaOverrides, QuotaType, Resolution
 from .errors import EngineUnavailable, QuotaValidationError, ThrottlingQuotaExceeded
+from .groups import GroupLayer
 from .javamath import DOUBLE_MAX, LONG_MAX_AS_DOUBLE, java_round, to_int
 from .sensor_keys import sensor_key
 
@@ -131,12 +132,16 @@ class ClientQuotaManager:
         # sensor tags -> this broker's share of a cluster-wide budget, which then bounds the sensor
         self.shares: dict[str, float] = {}
         self.unshared: Callable[[Resolution], float | None] | None = None
+        # the cluster's groups and exempt principals (None: none, Kafka's resolution alone)
+        self.groups: GroupLayer | None = None
+        # a group once held a value of this type: as Kafka's mask, only ever OR-ed in
+        self._grouped = False
 
     # ---- configuration ----
 
     @property
     def quotas_enabled(self) -> bool:
-        return self.overrides.types_enabled != 0
+        return self.overrides.types_enabled != 0 or self._grouped
 
     def update_quota(self, user: str | None, client_id: str | None, bound: float | None) -> None:
         """Set (or with ``None`` remove) the limit of a config entity; usage is never reset."""
@@ -153,6 +158,15 @@ class ClientQuotaManager:
             self.shares, self.unshared = dict(shares), unshared
             self._resolved.clear()
 
+    def set_groups(self, layer: GroupLayer) -> None:
+        """Resolve with these groups and exempt principals from now on (an empty layer: Kafka's levels alone);
+        usage is never reset."""
+        wanted = layer if layer else None
+        if wanted != self.groups:
+            self.groups = wanted
+            self._grouped = self._grouped or layer.holds(self.quota_type.config_key)
+            self._resolved.clear()
+
     def _lookup(self, user: str, client_id: str) -> tuple[bytes, float, Resolution, str, int]:
         """The sensor and bound of a (user, client-id), resolved once per config version."""
         hit = self._resolved.get((user, client_id))
@@ -165,9 +179,16 @@ class ClientQuotaManager:
             hit = self._resolved[(user, client_id)] = (key.encode(), bound, r, r.tags, slot)
         return hit
 
+    def configured(self, user: str, client_id: str) -> Resolution:
+        """Kafka's resolution, with the groups and exempt principals when the cluster has any: the bound as
+        configured (a cluster-wide budget whole, not this broker's share)."""
+        if self.groups is None:
+            return self.overrides.resolve(user, client_id)
+        return self.groups.resolve(self.overrides, self.quota_type.config_key, user, client_id)
+
     def resolve(self, user: str, client_id: str) -> Resolution:
-        """Kafka's resolution, with a budgeted sensor's bound replaced by this broker's share of the budget."""
-        r = self.overrides.resolve(user, client_id)
+        """``configured``, with a budgeted sensor's bound replaced by this broker's share of the budget."""
+        r = self.configured(user, client_id)
         if r.bound is None or not (self.shares or self.unshared):
             return r
         share = self.shares.get(r.tags)

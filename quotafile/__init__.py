@@ -17,7 +17,7 @@ One YAML document per cluster::
       orders: {leader.replication.throttled.replicas: "0:1,1:2"}
     clientMetrics:                            # KIP-714 subscriptions
       - {name: basic, metrics: [org.apache.kafka.producer.], intervalMs: 60000, match: [client_id=app-1]}
-    groups:                                   # group quotas (Kafka clusters; ``quotafile.groups``)
+    groups:                                   # group quotas (``quotafile.groups``)
       - {name: payments, tenant: payments, members: {tenant: true}, consumer_byte_rate: 8 MiB/s}
     exemptPrincipals:                         # principals no quota applies to
       - {principal: replicator, reason: MirrorMaker 2}

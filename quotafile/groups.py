@@ -2,7 +2,7 @@
 
 ::
 
-    groups:                                   # one quota for several clients (a Kafka cluster's; by name)
+    groups:                                   # one quota for several clients, by name
       - name: payments
         tenant: payments                      # the tenant that owns the group
         members: {tenant: true}               # or {principals: [a, b]}, or {clientIdPrefix: "pay-", principal: x}
@@ -387,7 +387,7 @@ def schema(value: Any) -> dict[str, Any]:
     return {
         "groups": {
             "type": ["array", "null"],
-            "description": "Group quotas (Kafka clusters): one quota shared by several clients.",
+            "description": "Group quotas: one quota shared by several clients (Kafka and per-broker engine clusters).",
             "items": {
                 "type": "object",
                 "required": ["name", "tenant", "members"],

@@ -4,7 +4,10 @@ Each engine broker (``traffic.loadgen``) notes what every sensor recorded and wh
 second it runs the same round as the portal's ``ClientQuotaCallback`` on a Kafka broker: it reports the demand of
 each sensor whose quota is cluster-wide (``engine.budget_store``, the scope the portal pushed) and bounds
 those sensors by the shares it gets back (``ClientQuotaManager.set_shares``). A round that fails keeps the last
-shares for the lease, then falls back to budget / brokers, as the plugin does. No Django here.
+shares for the lease, then falls back to budget / brokers, as the plugin does. The same scope hash carries the
+cluster's groups and exempt principals: each time a round reads a new scope, every manager of the broker resolves
+with them (``ClientQuotaManager.set_groups``, ``engine.groups.GroupLayer``), and a group's cluster-wide value is
+reported and shared like any budget. No Django here.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from engine.budget_store import BudgetReport, BudgetStore, budget_id, scope_fiel
 from engine.budgets import BUDGET_TYPES, BudgetParams
 from engine.entities import QuotaType, Resolution
 from engine.errors import EngineUnavailable
+from engine.groups import GroupLayer
 from engine.managers import ClientQuotaManager
 
 log = logging.getLogger(__name__)
@@ -43,6 +47,7 @@ class BrokerBudgets:
     ) -> None:
         self.store = store
         self.broker_id = broker_id
+        self.all_managers = dict(managers)
         self.managers = {q: m for q, m in managers.items() if str(q) in BUDGET_TYPES}
         self.brokers = max(1, brokers)
         self.params = params or BudgetParams()
@@ -74,7 +79,7 @@ class BrokerBudgets:
             if t - u[2] > FORGET_MS:
                 del self.used[(q, user, client_id)]
                 continue
-            r = self.managers[q].overrides.resolve(user, client_id)  # the budget itself, not this broker's share
+            r = self.managers[q].configured(user, client_id)  # the budget itself, not this broker's share
             field = scope_field_of(str(q), r)
             used, u[0] = u[0], 0.0
             if field is None or (self.scope_version is not None and field not in self.scope):
@@ -95,6 +100,9 @@ class BrokerBudgets:
         if answer.scope is not None:
             self.scope = set(answer.scope)
             self._unshared = {q: self._fallback_of(str(q)) for q in self.managers}
+            groups = GroupLayer.from_scope(self.scope)
+            for m in self.all_managers.values():  # an exempt principal has no quota of any type
+                m.set_groups(groups)
         self.scope_version = answer.scope_version
         shares: dict[QuotaType, dict[str, float]] = {q: {} for q in self.managers}
         for (q, tags), share in zip(keys, answer.shares, strict=True):

@@ -12,6 +12,7 @@ from quotas.models.broker_configs import BrokerConfig, TopicConfig
 from quotas.models.client_metrics import ClientMetricsSubscription
 from quotas.models.clusters import Broker, Cluster
 from quotas.models.group_changes import cluster_group_items
+from quotas.models.groups import takes_groups
 from quotas.models.pushes import DesiredChange, Push, PushState
 from quotas.models.quotas import QuotaValue
 
@@ -50,7 +51,7 @@ def desired_state(cluster: Cluster, broker: Broker | None) -> State:
     for sub in ClientMetricsSubscription.objects.filter(cluster=cluster).order_by():
         for key, value in sub.configs.items():  # every broker runs every subscription
             state[Item(CLIENT_METRICS, sub.name, key)] = value
-    if whole:  # groups and exempt principals: only a Kafka cluster's quota callback enforces them
+    if takes_groups(cluster):  # a Kafka cluster's quota callback or a per-broker engine cluster's brokers
         state.update(cluster_group_items(cluster))
     return state
 

@@ -21,7 +21,7 @@ from quotas.choices import BudgetScope
 from quotas.connectors.base import BUDGET_SCOPE, CLUSTER_WIDE, EXEMPT, EXEMPT_KEY, GROUP, GROUP_SPEC, Item, State
 from quotas.models.audit import AuditAction, record
 from quotas.models.clusters import Cluster
-from quotas.models.groups import ExemptPrincipal, GroupKind, InvalidGroup, QuotaGroup, check_group
+from quotas.models.groups import ExemptPrincipal, GroupKind, InvalidGroup, QuotaGroup, check_group, check_takes_groups
 from quotas.models.pushes import DesiredStateVersion
 from quotas.models.requests import QuotaRequest
 from quotas.models.tenants import OwnedName, Tenant
@@ -162,6 +162,8 @@ def set_exempt(actor: AbstractBaseUser | None, cluster: Cluster, principal: str,
     """Make a principal exempt from every quota of the cluster, or not; False when it already was so."""
     if not principal or not principal.strip():
         raise InvalidGroup("Name the principal to exempt.", "principal")
+    if exempt:
+        check_takes_groups(cluster, "exempt principals")
     with transaction.atomic():
         lock = DesiredStateVersion.lock(cluster)
         row = ExemptPrincipal.objects.filter(cluster=cluster, principal=principal).first()

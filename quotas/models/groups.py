@@ -1,4 +1,4 @@
-"""Group quotas and exempt principals of a Kafka cluster: the tables and their rules.
+"""Group quotas and exempt principals of a cluster: the tables and their rules.
 
 A group is a named set of clients on one cluster sharing one quota: the principals its tenant owns (kept in step with
 the tenant's patterns), an explicit list of principals, or a client-id prefix (optionally under one principal). Its
@@ -6,7 +6,8 @@ values (``GroupValue``) are produce, fetch and request-percentage quotas, per br
 principal is one no quota applies to (inter-broker, replicators, the portal's own user).
 
 Neither exists in Kafka's own quota configs: the brokers' quota callback reads them from the cluster's scope hash
-(``engine.groups``; items of kinds ``group`` and ``exempt`` of the desired state). The precedence is
+(``engine.groups``; items of kinds ``group`` and ``exempt`` of the desired state), and so do a per-broker engine
+cluster's brokers (``traffic.engine_budgets``). The precedence is
 ``engine.groups``'s and ``docs/capabilities/group-quotas.md``'s.
 """
 
@@ -26,7 +27,7 @@ from engine.groups import (
     check_name,
     order_of,
 )
-from quotas.choices import BudgetScope, ConnectorKind, EntityType
+from quotas.choices import BudgetScope, ConnectorKind, EntityType, QuotaScope
 from quotas.models.clusters import Cluster
 from quotas.models.tenants import Tenant
 
@@ -145,6 +146,22 @@ class ExemptPrincipal(models.Model):
         return f"{self.cluster.name}: {self.principal} (exempt)"
 
 
+def takes_groups(cluster: Cluster) -> bool:
+    """Whether the cluster's brokers enforce groups and exempt principals: a Kafka cluster's quota callback, or a
+    per-broker engine cluster's brokers (the same rounds read the same scope hash)."""
+    return cluster.connector == ConnectorKind.KAFKA or cluster.scope == QuotaScope.PER_BROKER
+
+
+def check_takes_groups(cluster: Cluster, what: str = "group quotas") -> None:
+    """InvalidGroup (field ``cluster``) for a cluster whose brokers cannot enforce groups or exempt principals."""
+    if not takes_groups(cluster):
+        raise InvalidGroup(
+            f"Cluster {cluster.name} is an engine cluster with one cluster-wide namespace, whose brokers share every "
+            f"sensor and read no scope hash, so it cannot have {what}; a per-broker cluster (Kafka or engine) can.",
+            "cluster",
+        )
+
+
 def check_group(
     cluster: Cluster,
     tenant: Tenant,
@@ -160,11 +177,7 @@ def check_group(
         check_name(name)
     except QuotaValidationError as e:
         raise InvalidGroup(e.message, "name") from None
-    if cluster.connector != ConnectorKind.KAFKA:
-        raise InvalidGroup(
-            f"Cluster {cluster.name} is an engine cluster; group quotas are enforced by the Kafka brokers' quota "
-            "callback, so only a Kafka cluster has them.", "cluster"
-        )
+    check_takes_groups(cluster)
     others = QuotaGroup.objects.filter(cluster=cluster).exclude(pk=exclude_pk)
     if others.filter(name=name).exists():
         raise InvalidGroup(f"Cluster {cluster.name} has a group {name!r} already; pick another name.", "name")
@@ -209,4 +222,6 @@ __all__ = [
     "InvalidGroup",
     "QuotaGroup",
     "check_group",
+    "check_takes_groups",
+    "takes_groups",
 ]

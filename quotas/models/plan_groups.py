@@ -16,12 +16,21 @@ from engine.config import EntityRef
 from engine.entities import DEFAULT, entity_path
 from engine.groups import GROUP_KEYS, NAMING_LEVELS
 from quotafile.groups import DESCRIPTION, EXEMPT, GROUP, MEMBERS, PRINCIPALS, Group, members_text
-from quotas.choices import BudgetScope, ConnectorKind, EntityType
+from quotas.choices import BudgetScope, EntityType
 from quotas.connectors.base import Item
 from quotas.models.audit import AuditAction, scope_audit
 from quotas.models.clusters import Cluster
 from quotas.models.group_changes import cluster_group_items
-from quotas.models.groups import ExemptPrincipal, GroupKind, GroupOverlap, InvalidGroup, QuotaGroup, check_group
+from quotas.models.groups import (
+    ExemptPrincipal,
+    GroupKind,
+    GroupOverlap,
+    InvalidGroup,
+    QuotaGroup,
+    check_group,
+    check_takes_groups,
+    takes_groups,
+)
 from quotas.models.requests import QuotaRequest
 from quotas.models.tenants import Tenant
 
@@ -30,8 +39,9 @@ Body = Mapping[str, Any]
 
 
 def has_groups(cluster: Cluster) -> bool:
-    """Only a Kafka cluster has groups and exempt principals (its brokers' quota callback enforces them)."""
-    return cluster.connector == ConnectorKind.KAFKA
+    """Whether the cluster's brokers enforce groups and exempt principals (``takes_groups``: a Kafka cluster, or a
+    per-broker engine cluster); a file of another leaves both sections out."""
+    return takes_groups(cluster)
 
 
 def file_groups(cluster: Cluster, visible: Callable[[str], bool] | None = None) -> dict[str, Group]:
@@ -72,14 +82,18 @@ def value_now(state: quotafile.QuotaState, change: Body) -> tuple[Any, str | Non
 def check_groups(cluster: Cluster, desired: quotafile.QuotaState,
                  changes: Iterable[quotafile.Change]) -> list[quotafile.FileError]:
     """Judge the file's new groups and member changes by ``check_group`` (tenant, members, overlaps), and refuse
-    groups and exempt principals on an engine cluster; returns the errors with their lines."""
+    groups and exempt principals on a cluster that cannot take them (``check_takes_groups``); returns the errors
+    with their lines."""
     errors: list[quotafile.FileError] = []
     if not has_groups(cluster):
-        for section, attr in (("groups", "groups"), ("exemptPrincipals", "exempt")):
+        for section, attr, what in (("groups", "groups", "group quotas"),
+                                    ("exemptPrincipals", "exempt", "exempt principals")):
             if getattr(desired, attr):
-                errors.append(quotafile.FileError(desired.line(section), section, (
-                    f"Cluster {cluster.name} is an engine cluster; group quotas and exempt principals are enforced "
-                    "by the Kafka brokers' quota callback, so only a Kafka cluster has them. Leave the section out.")))
+                try:
+                    check_takes_groups(cluster, what)
+                except InvalidGroup as e:
+                    errors.append(quotafile.FileError(desired.line(section), section,
+                                                      f"{e.message} Leave the section out."))
         return errors
     held = {g.name: g for g in QuotaGroup.objects.filter(cluster=cluster)}
     tenants = {t.name: t for t in Tenant.objects.filter(name__in={g.tenant for g in (desired.groups or {}).values()})}

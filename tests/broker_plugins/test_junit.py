@@ -25,6 +25,9 @@ REPORTS = [ROOT / "broker-plugins" / m / "target" / "surefire-reports" for m in 
 EXPECTED = {
     "quotaportal.kafka.quota.DefaultPrecedenceEquivalenceTest",
     "quotaportal.kafka.quota.DemandEstimatorTest",
+    "quotaportal.kafka.quota.GlobTest",
+    "quotaportal.kafka.quota.GroupQuotaCallbackTest",
+    "quotaportal.kafka.quota.GroupTableTest",
     "quotaportal.kafka.quota.LeaseStateMachineTest",
     "quotaportal.kafka.quota.RealRedisScriptTest",
 }

@@ -233,12 +233,16 @@ def test_a_plan_may_move_a_principal_between_groups(w: dict[str, Any]) -> None:
     assert "Principal ops-a is in group" in error["message"]
 
 
-def test_an_engine_clusters_file_cannot_hold_groups(w: dict[str, Any]) -> None:
-    Cluster.objects.create(name="eng")
+def test_a_one_namespace_engine_clusters_file_cannot_hold_groups(w: dict[str, Any]) -> None:
+    Cluster.objects.create(name="eng", scope="cluster_wide")
     assert "groups" not in yaml.safe_load(api(w["admin"]).get("/api/clusters/eng/state.yaml").content)
-    text = ("apiVersion: quotas/v1\nkind: ClusterQuotas\ncluster: eng\nexemptPrincipals: [replicator]\n")
+    text = "apiVersion: quotas/v1\nkind: ClusterQuotas\ncluster: eng\nexemptPrincipals: [replicator]\n"
     [error] = plan(api(w["admin"]), text, status=400, cluster="eng")["errors"]
-    assert error["line"] == 4 and "only a Kafka cluster has them" in error["message"]
+    assert error["line"] == 4 and "cannot have exempt principals" in error["message"], error
+    Cluster.objects.create(name="eng-pb")  # a per-broker engine cluster takes them, as its brokers enforce them
+    assert yaml.safe_load(api(w["admin"]).get("/api/clusters/eng-pb/state.yaml").content)["groups"] == []
+    body = plan(api(w["admin"]), text.replace("cluster: eng", "cluster: eng-pb"), cluster="eng-pb")
+    assert [(c["path"], c["action"]) for c in body["changes"]] == [("/users/replicator", "add")]
 
 
 def test_a_member_changes_only_its_tenants_groups_and_never_exempt_principals(w: dict[str, Any]) -> None:

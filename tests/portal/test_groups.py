@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from engine.groups import GroupSpec, entity_field, first_group, in_order
-from quotas.choices import BudgetScope, ConnectorKind
+from quotas.choices import BudgetScope, ConnectorKind, QuotaScope
 from quotas.connectors.base import BUDGET_SCOPE, EXEMPT, GROUP, Item
 from quotas.models import (
     AuditAction,
@@ -99,9 +99,11 @@ def test_each_value_change_is_one_version_and_audited_as_the_groups(kafka: Clust
 
 
 def test_groups_are_refused_where_they_cannot_be_enforced_or_would_be_ambiguous(kafka: Cluster, tenant: Tenant) -> None:
-    engine = Cluster.objects.create(name="eng", connector=ConnectorKind.ENGINE)
-    with pytest.raises(InvalidGroup, match="engine cluster"):
-        create_group(None, engine, tenant, "g", GroupKind.TENANT)
+    shared = Cluster.objects.create(name="eng", connector=ConnectorKind.ENGINE, scope=QuotaScope.CLUSTER_WIDE)
+    with pytest.raises(InvalidGroup, match="engine cluster with one cluster-wide namespace"):
+        create_group(None, shared, tenant, "g", GroupKind.TENANT)
+    with pytest.raises(InvalidGroup, match="cannot have exempt principals"):
+        set_exempt(None, shared, "replicator", True)
     with pytest.raises(InvalidGroup, match="does not own principal 'svc-orders'"):
         create_group(None, kafka, tenant, "g", GroupKind.PRINCIPALS, principals=["svc-orders"])
     with pytest.raises(InvalidGroup, match="1 to 64 letters"):

@@ -65,3 +65,22 @@ def test_a_bound_is_read_again_as_soon_as_a_change_lands_on_the_brokers(settings
     assert bounds(sensor) == 1000.0  # within the same second: looked at once a second
     bounds._tick = 0.0
     assert bounds(sensor) == 3000.0  # the poll after it landed
+
+
+@pytest.mark.django_db
+def test_a_groups_sensor_is_bounded_by_the_groups_value() -> None:
+    """The brokers' quota callback puts a group's members behind one sensor tagged ``user=group@<name>``: its bound
+    is the group's value (a member's own sensor keeps its own)."""
+    from observe.kafka_quotas import Entity
+    from quotas.management.commands.prometheus_source import Bounds
+    from quotas.models import GroupKind, OwnedName, Tenant, create_group, set_group_values
+
+    cluster = Cluster.objects.create(name="lsrc-groups", connector="kafka", bootstrap_servers="127.0.0.1:9")
+    tenant = Tenant.objects.create(name="lsrc-team")
+    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="svc-*")
+    group = create_group(None, cluster, tenant, "team", GroupKind.TENANT)
+    set_group_values(None, group, {"producer_byte_rate": (4096.0, "cluster_wide")})
+    bounds = Bounds(cluster)
+    assert bounds(Entity("produce", "group@team:", "group@team", None)) == 4096.0
+    assert bounds(Entity("fetch", "group@team:", "group@team", None)) is None, "the group holds no fetch value"
+    assert bounds(Entity("produce", "group@other:", "group@other", None)) is None

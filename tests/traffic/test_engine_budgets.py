@@ -8,15 +8,17 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from engine.budget_store import BudgetStore, scope_field
+from engine.budget_store import BudgetStore, budget_id, scope_field
 from engine.budgets import BudgetParams
 from engine.config import AlterOp, EntityRef, QuotaEngine, namespace_for_broker
-from engine.entities import QuotaType
+from engine.entities import DEFAULT, QuotaType
+from engine.groups import PRINCIPALS, GroupSpec, entity_field, order_of
 from engine.managers import UsageRecord
 from engine.redis_backend import connect
 from traffic.engine_budgets import BrokerBudgets
 
 BUDGET = 100_000.0
+PBR = "producer_byte_rate"
 T0 = 1_700_000_000_000
 _clusters = itertools.count()
 
@@ -131,3 +133,68 @@ def test_before_any_round_told_the_scope_a_failing_round_changes_no_limit(cluste
     budgets.note(QuotaType.PRODUCE, "", "app", 1_000.0, 0, T0)
     budgets.round(T0 + 60_000)
     assert engine.managers[QuotaType.PRODUCE].quota("", "app")[0] == BUDGET and budgets.state == "off"
+
+
+GROUP = GroupSpec("pay", order_of(PRINCIPALS, None), users=("svc-pay-1", "svc-pay-2"), quotas={PBR: BUDGET})
+
+
+def _group_brokers(name: str, client: redis.Redis, wide: bool) -> list[tuple[QuotaEngine, BrokerBudgets]]:
+    """Two engine brokers whose scope hash holds the group ``pay`` (cluster-wide or not) and an exempt principal."""
+    out = []
+    for broker in (1, 2):
+        engine = QuotaEngine(client, namespace_for_broker(name, broker))
+        engine.store.alter([AlterOp(EntityRef(user=DEFAULT), PBR, 1000)])  # a default, which the group beats
+        engine.refresh()
+        out.append((engine, BrokerBudgets(BudgetStore(client, name), broker, engine.managers, 2)))
+    fields = [f"group {GROUP.to_json()}", "exempt replicator"]
+    BudgetStore(client, name).set_scope(fields + ([scope_field("produce", entity_field("pay"))] if wide else []))
+    return out
+
+
+def _members(brokers: list, seconds: int) -> list[float]:
+    """svc-pay-1 on broker 1 and svc-pay-2 on broker 2, each asking 300 KB/s and waiting out its throttles; bytes per
+    second the two brokers took together."""
+    ready, taken = [0, 0], []
+    for s in range(seconds):
+        took = 0.0
+        for ms in range(0, 1000, 33):
+            t = T0 + s * 1000 + ms
+            for i, (engine, budgets) in enumerate(brokers):
+                if t < ready[i]:
+                    continue
+                user = f"svc-pay-{i + 1}"
+                r = engine.managers[QuotaType.PRODUCE].record_many([UsageRecord(user, "app", 10_000.0, t)])[0]
+                budgets.note(QuotaType.PRODUCE, user, "app", 10_000.0, r.throttle_ms, t)
+                took += 10_000.0
+                ready[i] = t + r.throttle_ms
+        taken.append(took)
+        for _engine, b in brokers:
+            b.round(T0 + (s + 1) * 1000)
+    return taken
+
+
+def test_a_cluster_wide_group_budget_is_shared_between_the_engine_brokers(cluster: tuple[str, redis.Redis]) -> None:
+    name, client = cluster
+    brokers = _group_brokers(name, client, wide=True)
+    taken = _members(brokers, seconds=40)
+    shares = [e.managers[QuotaType.PRODUCE].quota(f"svc-pay-{i + 1}", "app") for i, (e, _b) in enumerate(brokers)]
+    assert [tags for _share, tags in shares] == ["group@pay:", "group@pay:"]
+    assert sum(share for share, _tags in shares) == pytest.approx(BUDGET, rel=0.01), "the shares add up to the budget"
+    # both members of both brokers are held together to the group's budget, not to one each per broker
+    assert sum(taken[20:]) / 20 == pytest.approx(BUDGET, rel=0.15)
+    assert BudgetStore(client, name).shares(budget_id("produce", "group@pay", "")).keys() == {1, 2}
+
+
+def test_the_rounds_give_every_manager_the_groups_and_exempt_principals(cluster: tuple[str, redis.Redis]) -> None:
+    name, client = cluster
+    brokers = _group_brokers(name, client, wide=False)
+    engine = brokers[0][0]
+    assert engine.managers[QuotaType.PRODUCE].quota("svc-pay-1", "app") == (1000.0, "svc-pay-1:"), "no round yet"
+    for _e, b in brokers:
+        b.round(T0)
+    assert engine.managers[QuotaType.PRODUCE].quota("svc-pay-1", "app") == (BUDGET, "group@pay:"), "per broker"
+    taken = _members(brokers, seconds=20)
+    assert sum(taken[10:]) / 10 == pytest.approx(2 * BUDGET, rel=0.15), "a per-broker value holds on each broker"
+    for q in QuotaType:  # an exempt principal has no quota of any type, the mutation quota included
+        assert engine.managers[q].resolve("replicator", "mirror").exempt
+    assert engine.managers[QuotaType.PRODUCE].record("replicator", "mirror", 1e9, T0).throttle_ms == 0

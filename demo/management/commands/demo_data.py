@@ -38,8 +38,10 @@ from quotas.models import (
     ConfigOp,
     ConfigResource,
     DesiredStateVersion,
+    GroupKind,
     Listener,
     OwnedName,
+    QuotaGroup,
     QuotaOp,
     QuotaRequest,
     QuotaValue,
@@ -47,6 +49,9 @@ from quotas.models import (
     Tenant,
     alter_configs,
     audited_alter,
+    create_group,
+    set_exempt,
+    set_group_values,
 )
 from quotas.models.client_metrics import alter_subscription
 from quotas.workflow import quota_requests
@@ -107,6 +112,12 @@ BUDGETS: tuple[tuple[tuple[tuple[str, str], ...], str, float], ...] = (
     ((("user", "svc-payments-ledger"),), "producer_byte_rate", 1 * MIB),
 )
 
+#: Group quotas of the Kafka prod (the brokers' quota callback enforces them): name -> (tenant, key, value, scope).
+#: analytics' loader produces 256 KiB/s; its tenant's principals together get 192 KiB/s over the whole cluster.
+GROUPS: dict[str, tuple[str, str, float, str]] = {
+    "analytics": ("analytics", "producer_byte_rate", 192 * KIB, BudgetScope.CLUSTER_WIDE),
+}
+
 #: Broker configs: broker id (None = every broker, Kafka's <default>) -> key -> value.
 BROKER_CONFIGS: dict[int | None, dict[str, str]] = {
     None: {
@@ -153,6 +164,7 @@ class Command(BaseCommand):
             if clusters[KAFKA_CLUSTER].connector == ConnectorKind.KAFKA:
                 self._principals(clusters[KAFKA_CLUSTER])
                 self._subscription(clusters[KAFKA_CLUSTER], users["demo-admin"])
+                self._groups(clusters[KAFKA_CLUSTER], users["demo-admin"])
             self._pending_request(clusters, users)
             self._boost(clusters, users, options["boost_minutes"])
             pushes: list[str] = []
@@ -288,6 +300,20 @@ class Command(BaseCommand):
                            audit={"comment": "demo data"})
         self.done.append(f"{cluster.name}: client-metrics subscription {SUBSCRIPTION} "
                          f"({SUBSCRIPTION_CONFIGS['metrics']} every {SUBSCRIPTION_CONFIGS['interval.ms']} ms)")
+
+    def _groups(self, cluster: Cluster, admin: Any) -> None:
+        """The demo's group quotas, and the portal's own Kafka user exempt from every quota (as Kafka's brokers are)."""
+        for name, (tenant, key, value, scope) in GROUPS.items():
+            group = QuotaGroup.objects.filter(cluster=cluster, name=name).first()
+            if group is None:
+                group = create_group(admin, cluster, Tenant.objects.get(name=tenant), name, GroupKind.TENANT,
+                                     description="[demo] the tenant's principals together")
+                set_group_values(admin, group, {key: (value, scope)}, comment="demo data")
+                self.done.append(f"{cluster.name}: group {name} (tenant {tenant}'s principals) {key}={_num(value)}"
+                                 " (cluster-wide)")
+        if cluster.sasl_username and set_exempt(admin, cluster, cluster.sasl_username, True,
+                                                "the portal's own admin user"):
+            self.done.append(f"{cluster.name}: {cluster.sasl_username} exempt from every quota")
 
     def _quotas(self, cluster: Cluster, admin: Any) -> None:
         """Every demo quota that has no value yet, in one AlterClientQuotas batch (one version, audited)."""

@@ -113,7 +113,8 @@ class ClusterSerializer(serializers.ModelSerializer):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """The database check, said before it fails: Kafka brokers cannot share one namespace. And a cluster holding
-        cluster-wide budgets does not become one engine namespace (whose values take no budget scope)."""
+        cluster-wide budgets, groups or exempt principals does not become one engine namespace (whose values take no
+        budget scope and whose brokers read no scope hash)."""
         connector = attrs.get("connector", getattr(self.instance, "connector", ConnectorKind.ENGINE))
         scope = attrs.get("scope", getattr(self.instance, "scope", QuotaScope.PER_BROKER))
         if connector == ConnectorKind.KAFKA and scope == QuotaScope.CLUSTER_WIDE:
@@ -127,6 +128,13 @@ class ClusterSerializer(serializers.ModelSerializer):
                     f"Cluster {self.instance.name!r} has {budgets.count()} cluster-wide quota value(s), which its "
                     "brokers share out; a cluster_wide engine cluster has one namespace and no budget scopes: make "
                     "them per_broker first (AlterClientQuotas with budget_scope per_broker)."
+                )})
+            groups = self.instance.quota_groups.count() + self.instance.exempt_principals.count()
+            if groups:
+                raise serializers.ValidationError({"scope": (
+                    f"Cluster {self.instance.name!r} has {groups} group(s) or exempt principal(s), which its brokers "
+                    "read from the cluster's scope hash; a cluster_wide engine cluster has one namespace and no scope "
+                    "hash: delete them first."
                 )})
         return attrs
 

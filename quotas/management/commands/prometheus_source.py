@@ -26,12 +26,13 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from engine.groups import TAG_PREFIX
 from engine.monitor import CONNECTION
 from observe.kafka_quotas import Entity, Naming, PrometheusSource, SamplePublisher, SourceLoop
 from observe.prometheus import PrometheusClient, PrometheusError
 from quotas.choices import ConnectorKind
 from quotas.management.live_sources import PROMETHEUS, applied_stamp, live_source
-from quotas.models import Cluster, effective_client_quotas, effective_ip_quota
+from quotas.models import Cluster, GroupValue, effective_client_quotas, effective_ip_quota
 
 #: quota type of a sample -> the key whose bound it carries
 KEY_OF = {
@@ -64,6 +65,10 @@ class Bounds:
             except ValueError:
                 return None
         key = KEY_OF.get(entity.quota_type)
+        user = entity.user or ""
+        if user.startswith(TAG_PREFIX) and not entity.client_id:  # a group's sensor (the quota callback's tags)
+            row = GroupValue.objects.filter(group__cluster=self.cluster, group__name=user[len(TAG_PREFIX):], key=key)
+            return row.values_list("value", flat=True).first()
         found = {q.key: q for q in effective_client_quotas(self.cluster, entity.user or "", entity.client_id or "")}
         q = found.get(key) if key else None
         # the resolver names the sensor it bounds: a bound for other tags (a sensor Kafka keeps after the quotas

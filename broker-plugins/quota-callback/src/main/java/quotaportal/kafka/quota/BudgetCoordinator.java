@@ -117,20 +117,27 @@ final class BudgetCoordinator {
     record Limit(EntityKey entity, double budget, double value, double demand) {
     }
 
-    /** What the hot path reads: immutable, swapped whole. */
+    /**
+     * What the hot path reads: immutable, swapped whole (the groups with the cluster-wide values of the same scope,
+     * so that a group's budget is never read as per broker for a moment).
+     */
     static final class View {
-        static final View EMPTY = new View(Map.of(), Map.of(), 1, State.FALLBACK);
+        static final View EMPTY = new View(Map.of(), Map.of(), 1, State.FALLBACK, GroupTable.EMPTY);
 
         final Map<TypedEntity, String> clusterWide;
         final Map<SensorKey, Limit> limits;
         final int live;
         final State state;
+        /** The scope's quota groups and exempt principals: none until the first successful round. */
+        final GroupTable groups;
 
-        View(Map<TypedEntity, String> clusterWide, Map<SensorKey, Limit> limits, int live, State state) {
+        View(Map<TypedEntity, String> clusterWide, Map<SensorKey, Limit> limits, int live, State state,
+             GroupTable groups) {
             this.clusterWide = clusterWide;
             this.limits = limits;
             this.live = live;
             this.state = state;
+            this.groups = groups;
         }
     }
 
@@ -305,8 +312,10 @@ final class BudgetCoordinator {
             }
             scopeChanged = !scopeKnown || !reply.scopeVersion().equals(scopeVersion);
             Map<TypedEntity, String> clusterWide = before.clusterWide;
+            GroupTable groups = before.groups;
             if (scopeChanged) {
                 clusterWide = parseScope(reply.scope());
+                groups = GroupTable.parse(reply.scope());
                 scopeVersion = reply.scopeVersion();
                 scopeKnown = true;
             }
@@ -325,7 +334,7 @@ final class BudgetCoordinator {
                 LOG.info("quota budgets: Redis answers again ({} budgets); coordinating", reports.size());
                 failing = false;
             }
-            publish(now, live, clusterWide);
+            publish(now, live, clusterWide, groups);
         } catch (Exception e) {
             failedRounds.incrementAndGet();
             lastError = e.toString();
@@ -334,7 +343,7 @@ final class BudgetCoordinator {
                 LOG.warn("quota budgets: a round with the engine's Redis failed ({}); keeping the last shares for the "
                         + "lease ({} ms), then budget / live brokers", e, settings.leaseMs());
             }
-            publish(now, live, before.clusterWide);
+            publish(now, live, before.clusterWide, before.groups); // the last known scope and groups
         } finally {
             lastRoundMs = (System.nanoTime() - started) / 1_000_000;
         }
@@ -429,7 +438,7 @@ final class BudgetCoordinator {
     }
 
     /** Each cluster-wide sensor's limit now; a reset for every quota type whose limits moved. */
-    private void publish(long now, List<SensorBudget> live, Map<TypedEntity, String> clusterWide) {
+    private void publish(long now, List<SensorBudget> live, Map<TypedEntity, String> clusterWide, GroupTable groups) {
         boolean leased = lastSuccessMs != Long.MIN_VALUE && now - lastSuccessMs <= settings.leaseMs();
         State next = leased ? State.COORDINATED : State.FALLBACK;
         if (next != state) {
@@ -462,7 +471,7 @@ final class BudgetCoordinator {
             limits.put(s.sensor(), new Limit(s.entity(), s.budget(), value, estimator == null ? 0 : estimator.last()));
         }
         View before = view;
-        View after = new View(clusterWide, Collections.unmodifiableMap(limits), brokers, next);
+        View after = new View(clusterWide, Collections.unmodifiableMap(limits), brokers, next, groups);
         Set<ClientQuotaType> moved = EnumSet.noneOf(ClientQuotaType.class);
         long movedCount = 0;
         for (Map.Entry<SensorKey, Limit> e : limits.entrySet()) {
@@ -481,6 +490,8 @@ final class BudgetCoordinator {
             // sensors nobody reported yet answer B or B / live from the scope: every budget type may have moved
             moved.addAll(List.of(ClientQuotaType.PRODUCE, ClientQuotaType.FETCH, ClientQuotaType.REQUEST));
         }
+        // a group's value or members, or the exempt principals, changed: the limits of Kafka's sensors may have
+        moved.addAll(before.groups.changed(groups));
         view = after;
         sharesMoved.addAndGet(movedCount);
         for (ClientQuotaType type : moved) {

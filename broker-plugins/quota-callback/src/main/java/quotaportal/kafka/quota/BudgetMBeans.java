@@ -2,8 +2,10 @@ package quotaportal.kafka.quota;
 
 import java.lang.management.ManagementFactory;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.Set;
 import java.util.function.Supplier;
 
 import javax.management.Attribute;
@@ -17,6 +19,7 @@ import javax.management.MBeanInfo;
 import javax.management.MBeanServer;
 import javax.management.ObjectName;
 
+import org.apache.kafka.server.quota.ClientQuotaType;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -31,6 +34,10 @@ import org.slf4j.LoggerFactory;
  *       liveBrokers, lastError
  *   kafka.server:type=quota-budget,quota-type=Produce|Fetch|Request,user=U,client-id=C     (one per budget)
  *       share (the limit this broker enforces), demand (its estimate), budget (B), live-brokers
+ *   kafka.server:type=quota-budget-group,group=G                                           (one per quota group)
+ *       members (members tracked), untracked-requests (requests of members past the cap)
+ *   kafka.server:type=quota-budget-group,group=G,user=U,client-id=C                      (one per member seen)
+ *       produce-requests, fetch-requests, request-requests (requests the group's tags answered, per quota type)
  * </pre>
  *
  * Per-budget names follow Kafka's own quota sensors: the sanitized user and the client id as tags, a tag left out
@@ -42,6 +49,8 @@ final class BudgetMBeans implements BudgetCoordinator.Listener {
 
     private final MBeanServer server;
     private final Map<SensorKey, Budget> budgets = new HashMap<>();
+    private final Map<String, GroupBeans> groups = new HashMap<>();
+    private GroupMembers members;
     private ObjectName callbackName;
 
     BudgetMBeans() {
@@ -56,6 +65,24 @@ final class BudgetMBeans implements BudgetCoordinator.Listener {
     static ObjectName budgetName(SensorKey sensor) {
         return JmxRates.quotaName("kafka.server:type=quota-budget,quota-type=" + SensorKey.kafkaGroup(sensor.type()),
                 sensor);
+    }
+
+    /** The per-member request counts to export with each round's groups. */
+    synchronized void groupMembers(GroupMembers counts) {
+        this.members = counts;
+    }
+
+    /** The name of a group's MBean, or with a member (a tag left out when empty) of its member's. */
+    static ObjectName groupName(String group, GroupMembers.Member member) {
+        String prefix = "kafka.server:type=quota-budget-group,group=" + group;
+        if (member == null) {
+            try {
+                return new ObjectName(prefix);
+            } catch (JMException e) {
+                throw new IllegalArgumentException(prefix, e);
+            }
+        }
+        return JmxRates.quotaName(prefix, new SensorKey(ClientQuotaType.PRODUCE, member.user(), member.clientId()));
     }
 
     /** The callback's MBean: the coordinator's state and counters ("off" without a coordinator). */
@@ -114,6 +141,67 @@ final class BudgetMBeans implements BudgetCoordinator.Listener {
             unregister(e.getValue().name);
             return true;
         });
+        if (members != null) {
+            publishGroups(view.groups);
+        }
+    }
+
+    /** An MBean per group of the scope and per member the request path counted; those of groups gone go. */
+    private void publishGroups(GroupTable table) {
+        Set<String> names = new HashSet<>();
+        for (GroupTable.Group g : table.groups()) {
+            names.add(g.name());
+        }
+        members.retain(names);
+        groups.entrySet().removeIf(e -> {
+            if (names.contains(e.getKey())) {
+                return false;
+            }
+            e.getValue().unregisterAll();
+            return true;
+        });
+        for (String name : names) {
+            GroupBeans beans = groups.get(name);
+            if (beans == null) {
+                beans = new GroupBeans();
+                groups.put(name, beans);
+            }
+            GroupMembers.Group counts = members.groups().get(name);
+            if (beans.name == null || beans.counts != counts) {
+                // (again) for the counts the request path holds now
+                beans.unregisterAll();
+                beans.counts = counts;
+                GroupMembers.Group c = counts;
+                Map<String, Attr> attrs = new LinkedHashMap<>();
+                attrs.put("members", new Attr(Integer.class, () -> c == null ? 0 : c.members.size()));
+                attrs.put("untracked-requests", new Attr(Long.class, () -> c == null ? 0L : c.untracked.sum()));
+                beans.name = tryRegister(groupName(name, null), "A quota group on this broker", attrs);
+            }
+            if (counts == null) {
+                continue;
+            }
+            for (Map.Entry<GroupMembers.Member, GroupMembers.Counts> e : counts.members.entrySet()) {
+                if (!beans.members.containsKey(e.getKey())) {
+                    GroupMembers.Counts c = e.getValue();
+                    Map<String, Attr> attrs = new LinkedHashMap<>();
+                    attrs.put("produce-requests", new Attr(Long.class, () -> c.produce.sum()));
+                    attrs.put("fetch-requests", new Attr(Long.class, () -> c.fetch.sum()));
+                    attrs.put("request-requests", new Attr(Long.class, () -> c.request.sum()));
+                    beans.members.put(e.getKey(), tryRegister(groupName(name, e.getKey()),
+                            "A quota group member's requests on this broker", attrs));
+                }
+            }
+        }
+    }
+
+    private ObjectName tryRegister(ObjectName name, String description, Map<String, Attr> attrs) {
+        try {
+            register(name, new ReadOnly(description, attrs));
+            return name;
+        } catch (JMException e) {
+            LOG.warn("quota budgets: cannot register {}: {}", name, e.toString());
+            return null;
+        }
     }
 
     synchronized void close() {
@@ -121,6 +209,10 @@ final class BudgetMBeans implements BudgetCoordinator.Listener {
             unregister(b.name);
         }
         budgets.clear();
+        for (GroupBeans g : groups.values()) {
+            g.unregisterAll();
+        }
+        groups.clear();
         if (callbackName != null) {
             unregister(callbackName);
             callbackName = null;
@@ -151,6 +243,22 @@ final class BudgetMBeans implements BudgetCoordinator.Listener {
         ObjectName name;
         volatile BudgetCoordinator.Limit limit;
         volatile int live;
+    }
+
+    /** A group's MBeans: its own and its members'. */
+    private final class GroupBeans {
+        ObjectName name;
+        GroupMembers.Group counts;
+        final Map<GroupMembers.Member, ObjectName> members = new HashMap<>();
+
+        void unregisterAll() {
+            unregister(name);
+            name = null;
+            for (ObjectName m : members.values()) {
+                unregister(m);
+            }
+            members.clear();
+        }
     }
 
     private record Attr(Class<?> type, Supplier<Object> value) {

@@ -8,6 +8,7 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.function.LongSupplier;
 
 import org.apache.kafka.common.Cluster;
 import org.apache.kafka.common.Node;
@@ -35,7 +36,10 @@ import quotaportal.kafka.quota.QuotaTable.EntityKey;
  * ({@link QuotaTable}). With it, a quota value the portal marked cluster-wide (the scope, in the engine's Redis) is a
  * budget B for the sum over all brokers: each broker enforces its share of B, which a background thread takes from
  * the engine every {@code quota.budget.interval.ms} ({@link BudgetCoordinator}); when Redis is away the shares are
- * kept for the lease, then B / live brokers. Kafka still measures and throttles with its own sensors.
+ * kept for the lease, then B / live brokers. Kafka still measures and throttles with its own sensors. The scope
+ * also carries the portal's quota groups and exempt principals ({@link GroupTable}): they apply from the first
+ * successful round on (until then a member gets Kafka's own answer) and the last known ones are kept while Redis
+ * is away.
  *
  * <p>The methods Kafka calls on its request path ({@link #quotaMetricTags}, {@link #quotaLimit},
  * {@link #quotaResetRequired}) read memory only: concurrent maps and volatile snapshots, no lock held across I/O.
@@ -53,6 +57,8 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
     private final ConcurrentHashMap<String, String> sanitizedUsers = new ConcurrentHashMap<>();
     /** The sensors the hot path handed tags out for (only while coordinating). */
     private final ConcurrentHashMap<SensorKey, Tracked> handedOut = new ConcurrentHashMap<>();
+    /** Each group member's requests (only while coordinating). */
+    private final GroupMembers groupMembers = new GroupMembers();
     private final CountDownLatch roleKnown = new CountDownLatch(1);
     private final Object wake = new Object();
 
@@ -141,6 +147,7 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
             }
             mbeans = new BudgetMBeans();
             mbeans.registerCallback(c);
+            mbeans.groupMembers(groupMembers);
             c.listener(mbeans);
         }
         tracking = true;
@@ -184,7 +191,7 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
                 continue;
             }
             t.missing = 0;
-            QuotaTable.Resolved r = tables.get(sensor.type()).resolve(sensor.user(), sensor.clientId());
+            QuotaTable.Resolved r = resolve(sensor.type(), sensor.user(), sensor.clientId());
             if (r != null) {
                 out.add(new SensorBudget(sensor, r.entity(), r.bound(), t.lastRequestMs));
             }
@@ -194,9 +201,34 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
 
     // -- Kafka's calls -------------------------------------------------------------------------------------------------
 
+    /**
+     * The value and entity a sensor's tags resolve to: none for an exempt principal's, a group's value for its
+     * {@code group@<name>} tag (while the group is in the scope), else Kafka's (its {@link QuotaTable}); null for no
+     * quota.
+     */
+    private QuotaTable.Resolved resolve(ClientQuotaType type, String user, String clientId) {
+        BudgetCoordinator c = coordinator;
+        if (c != null && c.view().groups.exemptTag(user)) {
+            return null; // an exempt principal's own sensor
+        }
+        if (c != null && GroupTable.isGroupTag(user)) {
+            GroupTable.Group group = c.view().groups.byTag(user);
+            Double value = group == null || !SensorKey.budgetable(type) ? null : group.quota(type);
+            return value == null ? null : new QuotaTable.Resolved(group.entity(), value);
+        }
+        return tables.get(type).resolve(user, clientId);
+    }
+
     @Override
     public Map<String, String> quotaMetricTags(ClientQuotaType quotaType, KafkaPrincipal principal, String clientId) {
-        Map<String, String> tags = tables.get(quotaType).metricTags(sanitize(principal.getName()), clientId);
+        String user = sanitize(principal.getName());
+        BudgetCoordinator c = coordinator;
+        GroupTable groups = c == null ? GroupTable.EMPTY : c.view().groups;
+        Map<String, String> tags = groups.isEmpty() ? null
+                : groups.metricTags(quotaType, principal.getName(), user, clientId, tables.get(quotaType));
+        if (tags == null) {
+            tags = tables.get(quotaType).metricTags(user, clientId);
+        }
         if (tracking && SensorKey.budgetable(quotaType)) {
             SensorKey sensor = new SensorKey(quotaType, tags.get(QuotaTable.USER_TAG), tags.get(QuotaTable.CLIENT_ID_TAG));
             Tracked t = handedOut.get(sensor);
@@ -207,6 +239,9 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
             if (t != null) {
                 t.lastRequestMs = System.currentTimeMillis(); // Kafka asks for the tags on every request
             }
+            if (GroupTable.isGroupTag(sensor.user())) {
+                groupMembers.count(sensor.user(), quotaType, user, clientId);
+            }
         }
         return tags;
     }
@@ -215,7 +250,7 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
     public Double quotaLimit(ClientQuotaType quotaType, Map<String, String> metricTags) {
         String user = metricTags.get(QuotaTable.USER_TAG);
         String clientId = metricTags.get(QuotaTable.CLIENT_ID_TAG);
-        QuotaTable.Resolved resolved = tables.get(quotaType).resolve(user, clientId);
+        QuotaTable.Resolved resolved = resolve(quotaType, user, clientId);
         if (resolved == null) {
             return null;
         }
@@ -288,6 +323,19 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
 
     BudgetCoordinator coordinator() {
         return coordinator;
+    }
+
+    /** Coordinates as a broker does after its role is known, but with no background thread: the test runs rounds. */
+    BudgetCoordinator coordinate(BudgetSettings settings, BudgetRedis redis, LongSupplier clockMs, JmxRates rates) {
+        this.settings = settings;
+        this.rates = rates;
+        coordinator = new BudgetCoordinator(settings, redis, clockMs, null, this::liveSensors, rates);
+        tracking = true;
+        return coordinator;
+    }
+
+    GroupMembers groupMembers() {
+        return groupMembers;
     }
 
     QuotaTable table(ClientQuotaType type) {

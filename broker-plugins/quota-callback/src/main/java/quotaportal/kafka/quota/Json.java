@@ -1,5 +1,7 @@
 package quotaportal.kafka.quota;
 
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 
@@ -87,6 +89,25 @@ final class Json {
         }
     }
 
+    /**
+     * Any JSON value (a scope's group definition): objects as maps (keys sorted by code point), arrays as lists,
+     * numbers as {@link Double}, booleans, strings and null; throws {@link IllegalArgumentException} when the text
+     * is not one JSON value.
+     */
+    static Object parse(String text) {
+        Parser p = new Parser(text);
+        try {
+            Object out = p.value();
+            p.skipSpace();
+            if (p.pos != text.length()) {
+                throw new IllegalArgumentException("text after the value at " + p.pos);
+            }
+            return out;
+        } catch (IndexOutOfBoundsException | NumberFormatException e) {
+            throw new IllegalArgumentException("not JSON: " + e.getMessage(), e);
+        }
+    }
+
     private static final class Parser {
         final String s;
         int pos;
@@ -139,6 +160,74 @@ final class Json {
                     throw new IllegalArgumentException("expected , or } at " + (pos - 1));
                 }
             }
+        }
+
+        Object value() {
+            skipSpace();
+            char c = s.charAt(pos);
+            if (c == '{') {
+                Map<String, Object> out = new TreeMap<>(Json::compareCodePoints);
+                pos++;
+                skipSpace();
+                if (s.charAt(pos) == '}') {
+                    pos++;
+                    return out;
+                }
+                while (true) {
+                    skipSpace();
+                    String key = string();
+                    expect(':');
+                    out.put(key, value());
+                    if (!more('}')) {
+                        return out;
+                    }
+                }
+            }
+            if (c == '[') {
+                List<Object> out = new ArrayList<>();
+                pos++;
+                skipSpace();
+                if (s.charAt(pos) == ']') {
+                    pos++;
+                    return out;
+                }
+                while (true) {
+                    out.add(value());
+                    if (!more(']')) {
+                        return out;
+                    }
+                }
+            }
+            if (c == '"') {
+                return string();
+            }
+            for (String word : new String[] {"true", "false", "null"}) {
+                if (s.startsWith(word, pos)) {
+                    pos += word.length();
+                    return word.equals("null") ? null : Boolean.valueOf(word);
+                }
+            }
+            int start = pos;
+            while (pos < s.length() && "+-0123456789.eE".indexOf(s.charAt(pos)) >= 0) {
+                pos++;
+            }
+            if (start == pos) {
+                throw new IllegalArgumentException("expected a value at " + pos);
+            }
+            return Double.valueOf(s.substring(start, pos));
+        }
+
+        /** After a member: true at ',' (another follows), false at {@code close}. */
+        private boolean more(char close) {
+            skipSpace();
+            char c = s.charAt(pos++);
+            if (c == close) {
+                return false;
+            }
+            if (c != ',') {
+                throw new IllegalArgumentException("expected , or " + close + " at " + (pos - 1));
+            }
+            return true;
         }
 
         String string() {

@@ -28,6 +28,8 @@ final class QuotaTable {
     static final String USER_TAG = "user";
     static final String CLIENT_ID_TAG = "client-id";
     static final String DEFAULT_NAME = "<default>";
+    /** The key of a quota group's entity field: {@code {"group":"<name>"}}. */
+    static final String GROUP_KEY = "group";
 
     // Kafka's quotaTypesEnabled bits: which levels have at least one value
     static final int NO_QUOTAS = 0;
@@ -37,12 +39,22 @@ final class QuotaTable {
 
     /**
      * One config entity of Kafka's quota configs: a user level (a sanitized user name, or the default) and/or a
-     * client-id level (a client id, or the default); {@code null} name and no default = the level is absent.
+     * client-id level (a client id, or the default); {@code null} name and no default = the level is absent. Or,
+     * with {@code group} set (and no level), one of the portal's quota groups ({@link GroupTable}), whose values
+     * live in the scope, not in Kafka's configs.
      */
-    record EntityKey(String user, boolean defaultUser, String clientId, boolean defaultClient) {
+    record EntityKey(String user, boolean defaultUser, String clientId, boolean defaultClient, String group) {
         static final EntityKey DEFAULT_USER = new EntityKey(null, true, null, false);
         static final EntityKey DEFAULT_CLIENT = new EntityKey(null, false, null, true);
         static final EntityKey DEFAULT_USER_DEFAULT_CLIENT = new EntityKey(null, true, null, true);
+
+        EntityKey(String user, boolean defaultUser, String clientId, boolean defaultClient) {
+            this(user, defaultUser, clientId, defaultClient, null);
+        }
+
+        static EntityKey group(String name) {
+            return new EntityKey(null, false, null, false, name);
+        }
 
         static EntityKey user(String sanitizedUser) {
             return new EntityKey(sanitizedUser, false, null, false);
@@ -94,6 +106,9 @@ final class QuotaTable {
          * (the user desanitized), {@code <default>} for a default.
          */
         String field() {
+            if (group != null) {
+                return Json.object(Map.of(GROUP_KEY, group));
+            }
             Map<String, String> out = new TreeMap<>();
             if (hasUser()) {
                 out.put(USER_TAG, defaultUser ? DEFAULT_NAME : Sanitizer.desanitize(user));
@@ -109,6 +124,10 @@ final class QuotaTable {
             Map<String, String> parts = Json.parseFlatObject(field);
             if (parts == null || parts.isEmpty()) {
                 return null;
+            }
+            if (parts.containsKey(GROUP_KEY)) {
+                String name = parts.get(GROUP_KEY);
+                return parts.size() == 1 && name != null ? group(name) : null;
             }
             String user = null;
             boolean defaultUser = false;
@@ -226,6 +245,31 @@ final class QuotaTable {
         tags.put(USER_TAG, userTag);
         tags.put(CLIENT_ID_TAG, clientIdTag);
         return tags;
+    }
+
+    /**
+     * Whether the value Kafka's precedence picks for the client names it: (user, client-id), (user, default client),
+     * (user), (default user, client-id) or (client-id), not a default. Such a value keeps Kafka's answer over a
+     * group's; a group wins over the defaults, also over a default that shadows a client-id's own value.
+     */
+    boolean namesClient(String sanitizedUser, String clientId) {
+        if (quotaTypesEnabled == NO_QUOTAS) {
+            return false;
+        }
+        // Kafka's precedence, levels 1 to 8: the first that holds a value decides, and it names the client unless it
+        // is one of the defaults (5, 6 and 8)
+        EntityKey[] levels = {
+            EntityKey.userClient(sanitizedUser, clientId), new EntityKey(sanitizedUser, false, null, true),
+            EntityKey.user(sanitizedUser), new EntityKey(null, true, clientId, false),
+            EntityKey.DEFAULT_USER_DEFAULT_CLIENT, EntityKey.DEFAULT_USER, EntityKey.client(clientId),
+            EntityKey.DEFAULT_CLIENT,
+        };
+        for (int i = 0; i < levels.length; i++) {
+            if (quotas.containsKey(levels[i])) {
+                return i != 4 && i != 5 && i != 7;
+            }
+        }
+        return false;
     }
 
     /** The value and entity a sensor's tags resolve to (Kafka's quotaLimit), or null when none applies. */

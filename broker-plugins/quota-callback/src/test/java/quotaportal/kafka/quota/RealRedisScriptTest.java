@@ -185,4 +185,42 @@ class RealRedisScriptTest {
                 List.of("4", "10000", "0.05", "0.2", "", "7"));
         assertEquals(List.of(), reply.scope());
     }
+
+    @Test
+    void aGroupsClusterWideBudgetIsSharedThroughTheScript() throws Exception {
+        String gold = GroupTableTest.group("gold", 1, false, "\"svc-*\"", null, "\"producer_byte_rate\":3000.0", "");
+        try (Jedis jedis = jedis()) {
+            jedis.hset("qb:{" + cluster + "}:scope", Map.of("#version", "1", gold, "cluster",
+                    "produce {\"group\":\"gold\"}", "cluster", "exempt root", "cluster"));
+        }
+        javax.management.MBeanServer server = javax.management.MBeanServerFactory.newMBeanServer();
+        BudgetQuotaCallback plugin = new BudgetQuotaCallback();
+        JedisBudgetRedis redis = new JedisBudgetRedis(url, 2_000);
+        connections.add(redis);
+        AtomicLong clock = new AtomicLong(1_000_000_000L);
+        BudgetCoordinator c = plugin.coordinate(BudgetSettings.from(Map.of("node.id", "5", "quota.budget.redis.url",
+                url, "quota.budget.cluster", cluster)), redis, clock::get, new JmxRates(server));
+        c.liveBrokers(3);
+        c.runRound();
+        var principal = new org.apache.kafka.common.security.auth.KafkaPrincipal("User", "svc-web");
+        Map<String, String> tags = plugin.quotaMetricTags(ClientQuotaType.PRODUCE, principal, "app");
+        assertEquals(Map.of("user", "group@gold", "client-id", ""), tags);
+        assertEquals(1000.0, plugin.quotaLimit(ClientQuotaType.PRODUCE, tags), "B / live brokers before a share");
+        SensorKey sensor = new SensorKey(ClientQuotaType.PRODUCE, "group@gold", "");
+        server.registerMBean(new javax.management.StandardMBean(new GroupQuotaCallbackTest.SensorMBean() {
+        }, GroupQuotaCallbackTest.SensorMBean.class), JmxRates.sensorName(sensor)); // Kafka made the sensor
+        clock.addAndGet(1_000);
+        c.runRound();
+        String held;
+        try (Jedis jedis = jedis()) {
+            held = jedis.hget("qb:{" + cluster + "}:b:" + sensor.budgetId(), "s:5");
+        }
+        assertEquals("produce {\"client-id\":\"\",\"user\":\"group@gold\"}", sensor.budgetId());
+        assertTrue(held != null, "the script holds broker 5's share of the group's budget");
+        assertEquals(Double.parseDouble(held), plugin.quotaLimit(ClientQuotaType.PRODUCE, tags));
+        assertEquals(BudgetCoordinator.State.COORDINATED, c.state(), c.lastError());
+        assertEquals(null, plugin.quotaLimit(ClientQuotaType.PRODUCE, plugin.quotaMetricTags(ClientQuotaType.PRODUCE,
+                new org.apache.kafka.common.security.auth.KafkaPrincipal("User", "root"), "app")), "exempt");
+        plugin.close();
+    }
 }
