@@ -9,13 +9,15 @@
     quotactl groups delete   --cluster C NAME
     quotactl exempt list|add|remove --cluster C [PRINCIPAL] [--reason R]
 
-VALUE takes units (``3MiB/s``); SCOPE is per_broker or cluster_wide (left out: the scope the value has). Each
-command is one change of the cluster's desired state (a quota file changes many at once: ``quotactl plan``).
+VALUE takes binary units for byte rates (``3MiB/s``); SCOPE is per_broker or cluster_wide (left out: the scope the
+value has). Each command is one change of the cluster's desired state (a quota file changes many at once:
+``quotactl plan``).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import urllib.parse
 from typing import Any
 
@@ -78,7 +80,7 @@ def ops_of(sets: list[str], unsets: list[str] | None = None) -> list[dict[str, A
         value, _, scope = rest.partition(":")
         if scope and scope not in SCOPE_TEXT:
             raise Usage(f"a scope is per_broker or cluster_wide, not {scope!r}")
-        ops.append({"key": _key(key), "value": _number(value), "budget_scope": scope or None})
+        ops.append({"key": _key(key), "value": _number(key, value), "budget_scope": scope or None})
     ops.extend({"key": _key(key), "value": None, "budget_scope": None} for key in unsets or [])
     if not ops:
         raise Usage("name a change: --set KEY=VALUE[:SCOPE] or --unset KEY")
@@ -91,14 +93,20 @@ def _key(key: str) -> str:
     return key
 
 
-def _number(text: str) -> int | float | str:
-    """A plain number as a number; a value with a unit (``3MiB/s``) as text, which the portal reads."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            continue
-    return text.strip()
+#: Binary units of a byte rate, as the quota file and the request form take them.
+UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+_VALUE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KkMmGg][Ii])?([Bb])?(/[Ss])?\s*$")
+
+
+def _number(key: str, text: str) -> int | float:
+    """A value as the portal's group API takes it: a number (a byte rate may carry a binary unit, ``3MiB/s``)."""
+    found = _VALUE.match(text)
+    unit = ((found.group(2) or "") + (found.group(3) or "")).lower() if found else ""
+    if found is None or (unit and key == "request_percentage") or unit not in UNITS:
+        raise Usage(f"{key} takes a number{' with a unit such as 3MiB/s' if key != 'request_percentage' else ''}, "
+                    f"not {text!r}")
+    value = float(found.group(1)) * UNITS[unit]
+    return int(value) if value.is_integer() else value
 
 
 def _rows(answer: Any) -> list[dict[str, Any]]:
@@ -172,7 +180,7 @@ def run(portal: Portal, args: argparse.Namespace, out: Out, err: Out) -> int:
         g = portal.post(cluster_path(c, "groups/"), body)
         out.line(f"Created group {args.name} on cluster {c}: {members_text(g or body)}.")
     elif args.action == "set":
-        answer = portal.post(_group_path(c, args.name, "values"), ops_of(args.sets, args.unset)) or {}
+        answer = portal.post(_group_path(c, args.name, "values"), {"ops": ops_of(args.sets, args.unset)}) or {}
         version = answer.get("version") if isinstance(answer, dict) else None
         said = f" (desired-state version {version})" if version else ""
         out.line(f"Set the values of group {args.name} on cluster {c}{said}.")

@@ -86,12 +86,14 @@ def test_export_plan_and_apply_print_groups_and_exempt_principals(portal_url: st
 
 def test_a_group_value_takes_units_and_a_scope_and_refuses_other_keys() -> None:
     assert ops_of(["producer_byte_rate=3MiB/s:cluster_wide", "request_percentage=50"], ["consumer_byte_rate"]) == [
-        {"key": PBR, "value": "3MiB/s", "budget_scope": "cluster_wide"},
+        {"key": PBR, "value": 3 * MiB, "budget_scope": "cluster_wide"},
         {"key": "request_percentage", "value": 50, "budget_scope": None},
         {"key": CBR, "value": None, "budget_scope": None},
     ]
     for bad, said in ((["controller_mutation_rate=1"], "a group holds"), (["producer_byte_rate"], "KEY=VALUE"),
-                      (["producer_byte_rate=1:global"], "per_broker or cluster_wide")):
+                      (["producer_byte_rate=1:global"], "per_broker or cluster_wide"),
+                      (["producer_byte_rate=3 MB/s"], "with a unit such as 3MiB/s"),
+                      (["request_percentage=5MiB"], "takes a number, not")):
         with pytest.raises(Usage, match=said):
             ops_of(bad)
     with pytest.raises(Usage, match="name a change"):
