@@ -174,9 +174,12 @@ def run(portal: Portal, args: argparse.Namespace, out: Out, err: Out) -> int:
         kind = "tenant" if args.tenant_principals else "principals" if args.principals else "client_prefix"
         if args.principal and kind != "client_prefix":
             raise Usage("--principal goes with --client-id-prefix")
-        body = {"name": args.name, "tenant": args.tenant, "kind": kind, "description": args.description,
-                "principals": [p.strip() for p in (args.principals or "").split(",") if p.strip()],
-                "client_id_prefix": args.client_id_prefix or "", "prefix_principal": args.principal}
+        body: dict[str, Any] = {"name": args.name, "tenant": args.tenant, "kind": kind,
+                                "description": args.description}
+        if kind == "principals":  # only the kind's own fields: the API refuses a blank prefix
+            body["principals"] = [p.strip() for p in args.principals.split(",") if p.strip()]
+        elif kind == "client_prefix":
+            body.update(client_id_prefix=args.client_id_prefix, prefix_principal=args.principal)
         g = portal.post(cluster_path(c, "groups/"), body)
         out.line(f"Created group {args.name} on cluster {c}: {members_text(g or body)}.")
     elif args.action == "set":

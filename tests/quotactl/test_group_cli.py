@@ -18,6 +18,7 @@ from quotas.models import (
     GroupValue,
     OwnedName,
     QuotaGroup,
+    QuotaRequest,
     Tenant,
     create_group,
     set_exempt,
@@ -125,6 +126,17 @@ def test_the_group_form_lists_creates_sets_and_deletes(portal_url: str, world: d
     assert listed.code == 0 and "batch" in listed.out and world["group"].name in listed.out, listed
     described = quotactl("groups", "describe", "--cluster", c.name, "batch", portal=portal_url, token=token)
     assert described.code == 0 and "cluster-wide" in described.out, described
+    asked = quotactl("groups", "request", "--cluster", c.name, "batch", "--set", "producer_byte_rate=1MiB/s",
+                     "--reason", "peak", portal=portal_url, token=world["member"])
+    assert asked.code == 0 and "an admin approves or rejects it" in asked.out, asked
+    request = QuotaRequest.objects.get(cluster=c, group__name="batch")
+    assert (request.key, request.value, request.state) == (PBR, MiB, "submitted")
+    request.state = "withdrawn"  # the group's open request would keep it from being deleted
+    request.save(update_fields=["state"])
+    prefixed = quotactl("groups", "create", "--cluster", c.name, "apps", "--tenant", team.name, "--client-id-prefix",
+                        "app-", "--principal", f"{world['prefix']}-b", portal=portal_url, token=token)
+    assert prefixed.code == 0, prefixed
+    assert QuotaGroup.objects.filter(cluster=c, name="apps", kind="client_prefix", client_id_prefix="app-").exists()
     gone = quotactl("groups", "delete", "--cluster", c.name, "batch", portal=portal_url, token=token)
     assert gone.code == 0 and not QuotaGroup.objects.filter(cluster=c, name="batch").exists(), gone
 
