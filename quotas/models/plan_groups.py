@@ -14,7 +14,7 @@ from typing import Any
 import quotafile
 from engine.config import EntityRef
 from engine.entities import DEFAULT, entity_path
-from engine.groups import GROUP_KEYS, NAMING_LEVELS
+from engine.groups import GROUP_KEYS, NAMING_LEVELS, GroupSpec
 from quotafile.groups import DESCRIPTION, EXEMPT, GROUP, MEMBERS, PRINCIPALS, Group, members_text
 from quotas.choices import BudgetScope, EntityType
 from quotas.connectors.base import Item
@@ -97,14 +97,7 @@ def check_groups(cluster: Cluster, desired: quotafile.QuotaState,
         return errors
     held = {g.name: g for g in QuotaGroup.objects.filter(cluster=cluster)}
     tenants = {t.name: t for t in Tenant.objects.filter(name__in={g.tenant for g in (desired.groups or {}).values()})}
-    after = file_groups(cluster)  # the groups once the plan is applied: an overlap the plan itself ends is none
-    for c in changes:
-        if c.section == GROUP and c.key == MEMBERS:
-            name = c.entity[GROUP]
-            if c.new is None:
-                after.pop(name, None)
-            else:
-                after[name] = desired.groups[name]
+    after = groups_after(cluster, desired, changes)  # an overlap the plan itself ends is none
     for c in changes:
         if c.section != GROUP or c.key != MEMBERS or c.new is None:
             continue
@@ -141,6 +134,35 @@ def _overlaps(groups: Mapping[str, Group], group: Group) -> bool:
                 group.client_id_prefix, group.prefix_principal):
             return True
     return False
+
+
+def groups_after(cluster: Cluster, desired: quotafile.QuotaState,
+                 changes: Iterable[quotafile.Change]) -> dict[str, Group]:
+    """Every group of the cluster as it will be once the plan is applied (a tenant member's plan sees only its
+    tenant's groups; the others stay as they are)."""
+    after = file_groups(cluster)
+    for name in {c.entity[GROUP] for c in changes if c.section == GROUP}:
+        if name in (desired.groups or {}):
+            after[name] = desired.groups[name]
+        else:
+            after.pop(name, None)
+    return after
+
+
+def specs_of(cluster: Cluster, groups: Mapping[str, Group]) -> tuple[list[GroupSpec], dict[tuple[str, str], str]]:
+    """The groups as the brokers take them (``QuotaGroup.spec``'s rules) and their values' budget scopes, for the
+    resolver and the capacity check of a plan's "after"."""
+    tenants = {t.name: t for t in Tenant.objects.filter(name__in={g.tenant for g in groups.values()})}
+    specs, scopes = [], {}
+    for g in groups.values():
+        if g.tenant not in tenants:
+            continue  # refused by check_groups already
+        row = QuotaGroup(cluster=cluster, tenant=tenants[g.tenant], name=g.name, kind=g.kind,
+                         principals=list(g.principals), client_id_prefix=g.client_id_prefix,
+                         prefix_principal=g.prefix_principal)
+        specs.append(row.spec(dict(g.values)))
+        scopes.update({(g.name, key): g.scope(key) or BudgetScope.PER_BROKER for key in g.values})
+    return specs, scopes
 
 
 def member_refusal(tenant: Tenant, change: quotafile.Change, current: quotafile.QuotaState) -> str | None:

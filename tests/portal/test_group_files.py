@@ -12,6 +12,7 @@ import redis
 import yaml
 from django.test import Client
 
+import quotafile
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import BUDGET_SCOPE, EXEMPT, GROUP
 from quotas.models import (
@@ -29,6 +30,7 @@ from quotas.models import (
     Tenant,
     alter_client_quotas,
     create_group,
+    plan_groups,
     set_exempt,
     set_group_values,
 )
@@ -231,6 +233,17 @@ def test_a_plan_may_move_a_principal_between_groups(w: dict[str, Any]) -> None:
     clash = text.replace("{principals: [ops-b]}", "{principals: [ops-a]}")
     [error] = plan(api(w["admin"]), clash, status=400)["errors"]
     assert "Principal ops-a is in group" in error["message"]
+
+
+def test_a_plans_groups_after_are_the_specs_the_brokers_would_get(w: dict[str, Any]) -> None:
+    text = export(api(w["admin"])).replace("consumer_byte_rate: 8 MiB/s", "consumer_byte_rate: 9 MiB/s")
+    current, desired = quotafile.read(export(api(w["admin"]))), quotafile.read(text)
+    held = {g.name: g.spec() for g in QuotaGroup.objects.filter(cluster=w["kpay"])}
+    same, scopes = plan_groups.specs_of(w["kpay"], plan_groups.groups_after(w["kpay"], desired, []))
+    assert {s.name: s for s in same} == held and scopes[("payments", PBR)] == "cluster_wide"
+    changed, _ = plan_groups.specs_of(w["kpay"], plan_groups.groups_after(w["kpay"], desired,
+                                                                          quotafile.diff(current, desired)))
+    assert {s.name: s.quotas.get(CBR) for s in changed} == {"payments": 9 * MiB, "ops-tools": MiB}
 
 
 def test_a_one_namespace_engine_clusters_file_cannot_hold_groups(w: dict[str, Any]) -> None:
