@@ -77,14 +77,19 @@ class PlanCreateSerializer(serializers.Serializer):
 class PlanChangeSerializer(serializers.Serializer):
     action = serializers.ChoiceField(choices=[quotafile.ADD, quotafile.CHANGE, quotafile.REMOVE])
     section = serializers.ChoiceField(
-        choices=[quotafile.QUOTA, quotafile.BROKER, quotafile.TOPIC, quotafile.CLIENT_METRICS]
+        choices=[quotafile.QUOTA, quotafile.BROKER, quotafile.TOPIC, quotafile.CLIENT_METRICS, quotafile.GROUP,
+                 quotafile.EXEMPT]
     )
-    entity = serializers.DictField(child=serializers.CharField(), help_text="e.g. {user, client-id} or {broker}.")
+    entity = serializers.DictField(child=serializers.CharField(),
+                                   help_text="e.g. {user, client-id}, {broker}, {group} or {principal} (exempt).")
     path = serializers.CharField(help_text="Kafka's config path, e.g. /config/users/alice/clients/app-1.")
-    key = serializers.CharField()
+    key = serializers.CharField(help_text="A quota or config key; for a group also members or description; exempt.")
     old = serializers.JSONField(allow_null=True, help_text="null: no value before (add).")
     new = serializers.JSONField(allow_null=True, help_text="null: removed.")
-    old_display = serializers.CharField(required=False, allow_null=True, help_text="Quotas: the value in its unit.")
+    old_display = serializers.CharField(
+        required=False, allow_null=True,
+        help_text="Quotas and group values: the value in its unit; a group's members: who it holds, in words.",
+    )
     new_display = serializers.CharField(required=False, allow_null=True)
     old_scope = serializers.ChoiceField(
         choices=BudgetScope.choices, required=False, allow_null=True,
@@ -93,6 +98,11 @@ class PlanChangeSerializer(serializers.Serializer):
     new_scope = serializers.ChoiceField(
         choices=BudgetScope.choices, required=False, allow_null=True,
         help_text="Quotas: after (a change of scope alone is a change, old and new then the same number).",
+    )
+    reach = serializers.CharField(
+        required=False, allow_null=True,
+        help_text="Groups (key members: created, deleted or a member change; or a value) and exempt principals: "
+        "which clients the change reaches, in words.",
     )
     impact = serializers.JSONField(
         allow_null=True,

@@ -20,10 +20,11 @@ from django.db import transaction
 
 import quotafile
 from engine.config import EntityRef
-from engine.units import BYTE_RATE_KEYS
+from engine.groups import GROUP_KEYS
+from engine.units import BYTE_RATE_KEYS, format_quota_value
 from history import services as history
 from history.models import ImpactPreview
-from quotas.models import Cluster, DesiredStateVersion, Plan, PlanState, Tenant
+from quotas.models import Cluster, DesiredStateVersion, Plan, PlanState, Tenant, plan_groups
 from quotas.models.capacity import CAPACITY_FIELD, capacity_between
 from quotas.models.client_metrics import match_owned_by
 from quotas.models.plans import check_configs, check_scopes, current_state
@@ -57,11 +58,14 @@ def export(actor: AbstractBaseUser, cluster: Cluster) -> str:
     tenants = member_tenants(actor)
     if not tenants:
         raise PermissionDenied("You are not a member of any tenant; an export holds what your tenant owns.")
+    names = {t.name for t in tenants}
     state = current_state(
         cluster,
         quota_visible=lambda u, c, ip: quota_visible(tenants, u, c, ip),
         subscription_visible=lambda match: any(match_owned_by(t, match) is None for t in tenants),
         configs=False,
+        group_visible=lambda owner: owner in names,
+        exempt=False,
     )
     return quotafile.write(state)
 
@@ -80,7 +84,8 @@ def _tenant_scope(actor: AbstractBaseUser, tenant_name: str | None, desired: quo
             raise PermissionDenied(f"You are not a member of tenant {named.name!r}; plan for one of yours.", "tenant")
 
     def owns(t: Tenant) -> bool:
-        return all(entity_owned_by(t, ref.user, ref.client_id) is None for ref in (desired.quotas or {}))
+        return all(entity_owned_by(t, ref.user, ref.client_id) is None for ref in (desired.quotas or {})) and all(
+            g.tenant == t.name for g in (desired.groups or {}).values())
 
     return choose_tenant(actor, named, owns)
 
@@ -102,6 +107,8 @@ def _member_refusals(tenant: Tenant, changes: list[quotafile.Change], desired: q
             why = match_owned_by(tenant, mine.match) if mine is not None else None
             if why is None and theirs is not None:
                 why = match_owned_by(tenant, theirs.match)
+        elif c.section in (quotafile.GROUP, quotafile.EXEMPT):
+            why = plan_groups.member_refusal(tenant, c, current)
         else:
             why = "broker and topic configs are for admins"
         if why is not None:
@@ -153,6 +160,9 @@ def build_plan(
         if errors or scope_errors:
             raise quotafile.InvalidQuotaFile(sorted(errors + scope_errors, key=lambda e: e.line or 0))
         changes = quotafile.diff(current, desired, prune)
+        errors = plan_groups.check_groups(cluster, desired, changes)
+        if errors:
+            raise quotafile.InvalidQuotaFile(errors)
     else:
         if scope_errors:
             raise quotafile.InvalidQuotaFile(scope_errors)
@@ -168,12 +178,14 @@ def build_plan(
             quota_visible=lambda u, c, ip: quota_visible([tenant], u, c, ip),
             subscription_visible=lambda match: match_owned_by(tenant, match) is None,
             configs=False,
+            group_visible=lambda owner: owner == tenant.name,
+            exempt=False,
         )
 
         def removable(section: str, ident: Any) -> bool:
             if section == quotafile.QUOTA:
                 return ident.ip is None and entity_owned_by(tenant, ident.user, ident.client_id) is None
-            return section == quotafile.CLIENT_METRICS
+            return section in (quotafile.CLIENT_METRICS, quotafile.GROUP)  # its groups only: the others are unseen
 
         changes = quotafile.diff(current, desired, prune, removable)
         refused = _member_refusals(tenant, changes, desired, current)
@@ -183,12 +195,15 @@ def build_plan(
                 f"Tenant {tenant.name!r} may not change {len(refused)} of the file's entities: "
                 + "; ".join(refused[:NAMED]) + more
             )
-    return _store(actor, cluster, tenant, document, prune, base, current, changes)
+        errors = plan_groups.check_groups(cluster, desired, changes)
+        if errors:
+            raise quotafile.InvalidQuotaFile(errors)
+    return _store(actor, cluster, tenant, document, prune, base, current, changes, desired)
 
 
 def _store(
     actor: AbstractBaseUser, cluster: Cluster, tenant: Tenant | None, document: str, prune: bool, base: int,
-    current: quotafile.QuotaState, changes: list[quotafile.Change],
+    current: quotafile.QuotaState, changes: list[quotafile.Change], desired: quotafile.QuotaState,
 ) -> Plan:
     after = quotafile.apply_changes(current, changes)
     cluster_wide = set(current.cluster_wide)
@@ -202,7 +217,7 @@ def _store(
     shadows = quotafile.Shadows(after)
     before = current.quotas or {}
     capacities = {}
-    for key in {c.key for c in changes if c.section == quotafile.QUOTA and c.key in CAPACITY_FIELD}:
+    for key in {c.key for c in changes if c.section in (quotafile.QUOTA, quotafile.GROUP) and c.key in CAPACITY_FIELD}:
         if any(c.key == key and "ip" not in c.entity for c in changes):
             capacities[key] = _capacity(capacity_between(
                 cluster, key, _pairs(before, key), _pairs(after, key),
@@ -235,6 +250,8 @@ def _store(
                         f"No impact preview: a plan previews its first {MAX_PREVIEWS} byte-rate changes; plan this "
                         "change in a smaller file (or ask POST /api/previews/) to see its impact."
                     )
+        elif c.section == quotafile.GROUP:
+            _group_body(body, c, current, desired, after, capacities.get(c.key))
         bodies.append(body)
     summary = Counter(c.action for c in changes)
     with transaction.atomic():
@@ -249,6 +266,30 @@ def _store(
             summary={a: summary.get(a, 0) for a in (quotafile.ADD, quotafile.CHANGE, quotafile.REMOVE)},
         )
     return plan
+
+
+def _group_body(body: dict[str, Any], c: quotafile.Change, current: quotafile.QuotaState,
+                desired: quotafile.QuotaState, after: dict[EntityRef, dict[str, float]],
+                capacity: dict[str, Any] | None) -> None:
+    """A group value change's reach, the members' own quotas that still win over it, and the capacity check."""
+    if c.key not in GROUP_KEYS:
+        return
+    name = c.entity[quotafile.GROUP]
+    group = (desired.groups or {}).get(name) or (current.groups or {})[name]
+    body["reach"] = quotafile.groups.reach(group.members(), c.key)
+    if c.new is not None:
+        body["warnings"] = plan_groups.winners(group, c.key, after)
+    if capacity is not None:
+        body["capacity"] = capacity
+        # TODO(issue 32): capacity_between counts client quotas only; once it takes group budgets (counted once),
+        # pass them and drop this sentence.
+        once = c.new_scope == quotafile.CLUSTER_WIDE
+        total = float(c.new or 0) * (1 if once else capacity["multiplier"])
+        body["warnings"].append(
+            f"The capacity check counts client quotas only: group {name}'s {c.key} adds "
+            f"{format_quota_value(c.key, total) if total else 'nothing'} to the granted total "
+            f"({'a cluster-wide budget, counted once' if once else 'per broker x ' + str(capacity['multiplier'])})."
+        )
 
 
 # ------------------------------------------------------------------ reading plans

@@ -4,6 +4,8 @@
     quotactl plan  --cluster C -f FILE [--prune] [--detailed-exitcode] [--wait-impact SECONDS]
     quotactl apply --cluster C -f FILE [--prune] [--yes] [--wait] | apply --plan-id N [--yes] [--wait]
     quotactl kafka-configs --portal URL --describe|--alter --entity-type users|clients|ips ...
+    quotactl groups list|describe|create|set|request|delete --cluster C ...   (see quotactl/groups.py)
+    quotactl exempt list|add|remove --cluster C [PRINCIPAL]
 
 Configuration: ``--portal`` or ``QUOTACTL_PORTAL`` (the portal's base URL), ``--token`` or ``QUOTACTL_TOKEN`` (a
 personal access token from POST /api/tokens/).
@@ -24,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from quotactl import kafka_configs
+from quotactl import groups, kafka_configs
 from quotactl.client import Portal, PortalError, cluster_path
 from quotactl.render import Out, Progress, print_plan, use_color
 
@@ -77,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--wait", action="store_true", help="wait until the brokers answer the new version")
     apply.add_argument("--wait-timeout", type=float, default=120.0, metavar="SECONDS")
 
+    groups.add_parsers(sub, common)
     sub.add_parser(
         "kafka-configs",
         help="kafka-configs.sh's client-quota forms (see quotactl kafka-configs --help)",
@@ -114,7 +117,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr
     except PortalError as e:
         _print_error(err_stream, e)
         return EXIT_ERROR
-    except Usage as e:
+    except (Usage, groups.Usage) as e:
         print(f"quotactl: {e}", file=err_stream)
         return EXIT_ERROR
     except KeyboardInterrupt:
@@ -290,4 +293,4 @@ def _wait_pushes(portal: Portal, cluster: str, version: int, seconds: float, out
         bar.close()
 
 
-COMMANDS = {"export": cmd_export, "plan": cmd_plan, "apply": cmd_apply}
+COMMANDS = {"export": cmd_export, "plan": cmd_plan, "apply": cmd_apply, "groups": groups.run, "exempt": groups.run}

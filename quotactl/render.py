@@ -44,8 +44,18 @@ SCOPE_TEXT = {"per_broker": "per broker", "cluster_wide": "cluster-wide"}
 
 
 def what_text(change: dict[str, Any]) -> str:
-    """A change of a value, with its budget scope where it is cluster-wide or changes (``-> cluster-wide``)."""
+    """A change of a value, with its budget scope where it is cluster-wide or changes (``-> cluster-wide``); a group's
+    creation, deletion or member change and an exempt principal in words."""
     action, key = change.get("action", "change"), change["key"]
+    if change.get("section") == "exempt":
+        reason = change.get("new") if action != "remove" else change.get("old")
+        said = f" ({reason})" if reason else ""
+        return {"add": f"exempt from every quota{said}", "remove": f"no longer exempt{said}"}.get(
+            action, f"exempt, reason: {change.get('old') or '-'} -> {change.get('new') or '-'}")
+    if change.get("section") == "group" and key == "members":
+        old, new = change.get("old_display") or "-", change.get("new_display") or "-"
+        done = {"add": f"group created: {new}", "remove": f"group deleted: {old}"}
+        return done.get(action, f"members: {old} -> {new}")
     old_scope, new_scope = change.get("old_scope"), change.get("new_scope")
     if action == "add":
         return f"{key} = {value_text(change, 'new')}" + (" (cluster-wide)" if new_scope == "cluster_wide" else "")
@@ -84,6 +94,8 @@ def print_plan(out: Out, plan: dict[str, Any]) -> None:
         action = c.get("action", "change")
         sign = out.paint(SYMBOL.get(action, "?"), action)
         out.line(f"  {sign} {entity_text(c)}  {what_text(c)}")
+        if c.get("reach"):  # groups and exempt principals: which clients the change reaches
+            out.line(f"      > {c['reach']}")
         for warning in c.get("warnings") or []:
             out.line(f"      {out.paint('!', 'warn')} {warning}")
     print_impact(out, changes)

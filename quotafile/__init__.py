@@ -17,6 +17,10 @@ One YAML document per cluster::
       orders: {leader.replication.throttled.replicas: "0:1,1:2"}
     clientMetrics:                            # KIP-714 subscriptions
       - {name: basic, metrics: [org.apache.kafka.producer.], intervalMs: 60000, match: [client_id=app-1]}
+    groups:                                   # group quotas (``quotafile.groups``)
+      - {name: payments, tenant: payments, members: {tenant: true}, consumer_byte_rate: 8 MiB/s}
+    exemptPrincipals:                         # principals no quota applies to
+      - {principal: replicator, reason: MirrorMaker 2}
 
 A section left out of the file is not managed by it (a plan leaves that part of the cluster alone, even with
 prune); an empty section (``quotas: []``) with prune removes everything of that part the planner may change.
@@ -31,10 +35,8 @@ entities; whether the cluster takes it is the portal's to say). A change of scop
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 import yaml
@@ -53,25 +55,41 @@ from engine.entities import (
 )
 from engine.entities import validate_quota_value as _validate_value
 from engine.errors import QuotaEngineError
-from engine.units import BINARY_UNITS, BYTE_RATE_KEYS, format_quota_value, parse_quota_value
+from engine.units import parse_quota_value
 from kip714.subscriptions import INTERVAL_MS_DEFAULT, validate_subscription
+from quotafile import groups as _groups
+from quotafile.common import (
+    ADD,
+    BROKER,
+    BUDGET_SCOPES,
+    CHANGE,
+    CLIENT_METRICS,
+    CLUSTER_WIDE,
+    PER_BROKER,
+    QUOTA,
+    REMOVE,
+    TOPIC,
+    VALUE_FIELDS,
+    Change,
+    _Flow,
+    _line,
+    _number,
+    human_value,
+)
+from quotafile.groups import EXEMPT as EXEMPT
+from quotafile.groups import GROUP as GROUP
+from quotafile.groups import Group
 
 API_VERSION = "quotas/v1"
 KIND = "ClusterQuotas"
-TOP_KEYS = ("apiVersion", "kind", "cluster", "quotas", "brokerConfigs", "topicConfigs", "clientMetrics")
+TOP_KEYS = ("apiVersion", "kind", "cluster", "quotas", "brokerConfigs", "topicConfigs", "clientMetrics", "groups",
+            "exemptPrincipals")
 ENTITY_KEYS = (USER, CLIENT_ID, IP)
 #: Quota keys in the order files list them.
 KEY_ORDER = tuple(QUOTA_KEYS)
 METRICS, INTERVAL, MATCH = "metrics", "interval.ms", "match"
 SUBSCRIPTION_FIELDS = ("name", "metrics", "intervalMs", "match")
-#: The file's sections and how a change names them.
-QUOTA, BROKER, TOPIC, CLIENT_METRICS = "quota", "broker", "topic", "client-metrics"
-ADD, CHANGE, REMOVE = "add", "change", "remove"
-#: A value's budget scope: per broker (Kafka's meaning, the default) or a cluster-wide budget; the keys it may be for.
-PER_BROKER, CLUSTER_WIDE = "per_broker", "cluster_wide"
-BUDGET_SCOPES = (PER_BROKER, CLUSTER_WIDE)
 BUDGET_KEYS = tuple(QuotaType(t).config_key for t in BUDGET_TYPES)
-VALUE_FIELDS = ("value", "budgetScope")
 #: libyaml's parser when PyYAML was built with it (the nodes keep their lines either way), else PyYAML's own.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: The most text a file may hold (the API's body limit is larger; a state file is far smaller).
@@ -129,7 +147,7 @@ class QuotaState:
     A section that is None is not part of it (left out of the file). ``lines`` maps a place of the file
     (``("quotas", entity)``, ``("quotas", entity, key)``, ``("brokerConfigs", broker, key)``, ...) to its line.
     ``cluster_wide`` holds the (entity, key) of the quota values that are cluster-wide budgets (the others are per
-    broker).
+    broker). ``groups`` and ``exempt`` (principal -> reason) are ``quotafile.groups``'.
     """
 
     cluster: str
@@ -138,6 +156,8 @@ class QuotaState:
     broker_configs: dict[str, dict[str, str]] | None = None
     topic_configs: dict[str, dict[str, str]] | None = None
     client_metrics: dict[str, Subscription] | None = None
+    groups: dict[str, Group] | None = None
+    exempt: dict[str, str] | None = None  # principal -> reason
     lines: dict[tuple[Any, ...], int] = field(default_factory=dict)
 
     def line(self, *place: Any) -> int | None:
@@ -239,10 +259,6 @@ def _is_seq(node: yaml.Node) -> bool:
     return isinstance(node, yaml.SequenceNode)
 
 
-def _line(node: yaml.Node) -> int:
-    return node.start_mark.line + 1
-
-
 def read(text: str) -> QuotaState:
     """Parse and check a quota file; raises InvalidQuotaFile listing every problem with its line and key."""
     if len(text) > MAX_TEXT:
@@ -300,6 +316,13 @@ def _read_document(r: _Reader, root: yaml.Node) -> QuotaState:
         state.topic_configs = _read_configs(r, given["topicConfigs"][1], state, "topicConfigs")
     if "clientMetrics" in given:
         state.client_metrics = _read_subscriptions(r, given["clientMetrics"][1], state)
+    for section in ("groups", "exemptPrincipals"):
+        if section in given:
+            state.lines[(section,)] = _line(given[section][0])
+    if "groups" in given:
+        state.groups = _groups.read_groups(r, given["groups"][1], state)
+    if "exemptPrincipals" in given:
+        state.exempt = _groups.read_exempt(r, given["exemptPrincipals"][1], state)
     return state
 
 
@@ -504,27 +527,6 @@ def _read_subscriptions(r: _Reader, node: yaml.Node, state: QuotaState) -> dict[
 # ------------------------------------------------------------------ writing
 
 
-def human_value(key: str, value: float) -> int | float | str:
-    """A quota value in the form that reads back to the same number: byte rates in the largest binary unit that
-    writes them exactly with at most 2 decimals (else whole bytes), the other keys as numbers."""
-    if key in BYTE_RATE_KEYS:
-        whole = int(value)
-        for unit, size in BINARY_UNITS:
-            if size == 1 or whole < size:
-                continue
-            q = Decimal(whole) / size
-            if q == q.quantize(Decimal("0.01")):
-                return f"{q.normalize():f} {unit}"
-        return whole
-    if float(value).is_integer() and math.isfinite(value):
-        return int(value)
-    return float(value)
-
-
-class _Flow(dict):
-    """A mapping written in flow style (``{user: alice, client-id: app-1}``)."""
-
-
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # libyaml's emitter when PyYAML has it
     pass
 
@@ -577,6 +579,10 @@ def write(state: QuotaState) -> str:
             }
             for name, sub in sorted(state.client_metrics.items())
         ]
+    if state.groups is not None:
+        doc["groups"] = [_groups.group_doc(state.groups[name]) for name in sorted(state.groups)]
+    if state.exempt is not None:
+        doc["exemptPrincipals"] = _groups.exempt_doc(state.exempt)
     return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
 
 
@@ -585,39 +591,6 @@ def _key_rank(key: str) -> int:
 
 
 # ------------------------------------------------------------------ comparing
-
-
-@dataclass
-class Change:
-    """One difference: ``action`` on ``key`` of the entity (``section`` says which part of the state)."""
-
-    action: str
-    section: str
-    entity: dict[str, str]
-    key: str
-    old: Any
-    new: Any
-    path: str
-    order: tuple[Any, ...]
-    warnings: list[str] = field(default_factory=list)
-    old_scope: str | None = None  # quotas: the value's budget scope before and after (None: no value)
-    new_scope: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        out = {"action": self.action, "section": self.section, "entity": self.entity, "path": self.path,
-               "key": self.key, "old": self.old, "new": self.new}
-        if self.section == QUOTA:
-            out["old_display"] = None if self.old is None else format_quota_value(self.key, self.old)
-            out["new_display"] = None if self.new is None else format_quota_value(self.key, self.new)
-            out["old_scope"], out["new_scope"] = self.old_scope, self.new_scope
-        return out
-
-
-def _number(key: str, value: float | None) -> int | float | None:
-    if value is None:
-        return None
-    return int(value) if float(value).is_integer() and key in QUOTA_KEYS and QUOTA_KEYS[key][0] != "DOUBLE" \
-        else float(value)
 
 
 def _keyed_diff(
@@ -686,6 +659,7 @@ def diff(current: QuotaState, desired: QuotaState, prune: bool = False,
             for action, key, before, after in _keyed_diff(old_c, new_c, prune and allowed(CLIENT_METRICS, name)):
                 changes.append(Change(action, CLIENT_METRICS, {CLIENT_METRICS: name}, key, before, after,
                                       f"/config/client-metrics/{name}", (3, name, key)))
+    changes.extend(_groups.diff_groups(current, desired, prune, allowed))
     changes.sort(key=lambda c: c.order)
     return changes
 
@@ -893,5 +867,6 @@ def json_schema() -> dict[str, Any]:
                     },
                 },
             },
+            **_groups.schema(lambda key: scoped(number if key == "request_percentage" else byte_rate)),
         },
     }

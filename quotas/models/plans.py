@@ -5,6 +5,7 @@ desired-state version (``base_version``), stored with what it would do (impact, 
 the ``plans`` app). It goes stale when desired state moves on. An admin applies it whole: every change in one
 transaction, one new desired-state version, each changed key audited, pushed like any change (``apply_plan``).
 A tenant member's apply is one ``PlanRequest`` that an admin approves or rejects as a whole (``quotas.workflow``).
+A file's groups and exempt principals are ``plan_groups``', written in the same transaction and version.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from engine.entities import DEFAULT, entity_path
 from engine.errors import QuotaEngineError
 from quotas.choices import BudgetScope, QuotaScope
 from quotas.connectors.base import BROKER, CLIENT_METRICS, QUOTA, TOPIC, Item
+from quotas.models import plan_groups
 from quotas.models.audit import AuditAction, AuditEntry, scope_audit
 from quotas.models.broker_configs import (
     BrokerConfig,
@@ -154,11 +156,15 @@ def current_state(
     quota_visible: QuotaFilter | None = None,
     subscription_visible: SubscriptionFilter | None = None,
     configs: bool = True,
+    group_visible: Callable[[str], bool] | None = None,
+    exempt: bool = True,
 ) -> quotafile.QuotaState:
     """The cluster's desired state as the file format holds it, limited to what the filters let through.
 
     ``configs`` False leaves broker and topic configs out (sections None: not managed); the filters keep the
-    quota entities (user, client-id, ip) and the subscriptions (by their match) a tenant member may read.
+    quota entities (user, client-id, ip) and the subscriptions (by their match) a tenant member may read, and the
+    groups (by their tenant's name). A Kafka cluster's groups and exempt principals (``exempt`` False leaves them
+    out) come along; an engine cluster has neither (sections None).
     """
     quotas: dict[EntityRef, dict[str, float]] = defaultdict(dict)
     cluster_wide: set[tuple[EntityRef, str]] = set()
@@ -188,6 +194,9 @@ def current_state(
         for topic, key, value in TopicConfig.objects.filter(cluster=cluster).values_list("topic", "key", "value"):
             topics[topic][key] = value
         state.broker_configs, state.topic_configs = dict(brokers), dict(topics)
+    if plan_groups.has_groups(cluster):
+        state.groups = plan_groups.file_groups(cluster, group_visible)
+        state.exempt = plan_groups.file_exempt(cluster) if exempt else None
     return state
 
 
@@ -275,6 +284,10 @@ def _values_now(
             out[ident] = (state.broker_configs or {}).get(entity[quotafile.BROKER], {}).get(key)
         elif section == quotafile.TOPIC:
             out[ident] = (state.topic_configs or {}).get(entity[quotafile.TOPIC], {}).get(key)
+        elif section in (quotafile.GROUP, quotafile.EXEMPT):
+            out[ident], scope = plan_groups.value_now(state, c)
+            if "old_scope" in c:
+                out[(*ident, "scope")] = scope
         else:
             sub = (state.client_metrics or {}).get(entity[quotafile.CLIENT_METRICS])
             out[ident] = None if sub is None else sub.configs().get(key)
@@ -336,9 +349,12 @@ def apply_plan(
         quota_changes: dict[EntityRef, list[Mapping[str, Any]]] = defaultdict(list)
         config_ops: dict[tuple[str, str], list[tuple[str, Any, Any]]] = defaultdict(list)
         subscriptions: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+        group_changes: list[Mapping[str, Any]] = []
         for c in plan.changes:
             if c["section"] == quotafile.QUOTA:
                 quota_changes[EntityRef.parse(c["entity"])].append(c)
+            elif c["section"] in (quotafile.GROUP, quotafile.EXEMPT):
+                group_changes.append(c)
             elif c["section"] in (quotafile.BROKER, quotafile.TOPIC):
                 config_ops[(c["section"], c["entity"][c["section"]])].append((c["key"], c["old"], c["new"]))
             else:
@@ -389,6 +405,9 @@ def apply_plan(
                 audits.append({"action": AuditAction.SUBSCRIPTION_ALTERED, "tenant": tenant,
                                "entity": f"/config/client-metrics/{name}", "key": c["key"], "before": c["old"],
                                "after": c["new"]})
+        changed_groups, group_audits = plan_groups.write_groups(cluster, group_changes)
+        items.update(changed_groups)
+        audits.extend(group_audits)
         if not items:  # nothing to change (an unchanged file): no new version, nothing to push
             plan.state, plan.applied_version = PlanState.APPLIED, state.version
             plan.save(update_fields=["state", "applied_version", "updated"])
