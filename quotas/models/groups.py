@@ -24,6 +24,7 @@ from engine.groups import (
     PRINCIPALS,
     GroupSpec,
     check_name,
+    group_of_tags,
     order_of,
 )
 from quotas.choices import BudgetScope, ConnectorKind, EntityType
@@ -201,6 +202,15 @@ def check_group(
                            "client_id_prefix")
 
 
+def group_watchable(tenants: list[Tenant], tags: str) -> bool | None:
+    """For a quota group's shared sensor (``group@<name>:``), whether one of the tenants owns a group of that name
+    (its members may watch it live); None for the sensor of anything else."""
+    name = group_of_tags(tags)
+    if name is None:
+        return None
+    return QuotaGroup.objects.filter(name=name, tenant__in=[t.pk for t in tenants]).exists()
+
+
 __all__ = [
     "ExemptPrincipal",
     "GroupKind",
@@ -209,4 +219,5 @@ __all__ = [
     "InvalidGroup",
     "QuotaGroup",
     "check_group",
+    "group_watchable",
 ]
