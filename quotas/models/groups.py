@@ -204,11 +204,12 @@ def check_group(
 
 def group_watchable(tenants: list[Tenant], tags: str) -> bool | None:
     """For a quota group's shared sensor (``group@<name>:``), whether one of the tenants owns a group of that name
-    (its members may watch it live); None for the sensor of anything else."""
+    (its members may watch it live); None for the sensor of anything else. No query when the tenants come with
+    their groups (``member_tenants``)."""
     name = group_of_tags(tags)
     if name is None:
         return None
-    return QuotaGroup.objects.filter(name=name, tenant__in=[t.pk for t in tenants]).exists()
+    return any(g.name == name for t in tenants for g in t.quota_groups.all())
 
 
 __all__ = [

@@ -169,14 +169,17 @@
 
   Chart.prototype.fitRange = function () {
     var rateMax = 0, boundMax = 0;
+    var stacks = new Map(); // x -> the top of a stacked chart's stack there
     (this.el.data || []).forEach(function (t) {
       var bound = / bound$/.test(t.name || "");
-      (t.y || []).forEach(function (v) {
+      (t.y || []).forEach(function (v, i) {
         if (!isNum(v)) return;
-        if (bound) boundMax = Math.max(boundMax, v);
+        if (t.stackgroup) stacks.set(+t.x[i], (stacks.get(+t.x[i]) || 0) + v);
+        else if (bound) boundMax = Math.max(boundMax, v);
         else rateMax = Math.max(rateMax, v);
       });
     });
+    stacks.forEach(function (top) { rateMax = Math.max(rateMax, top); });
     this.rateMax = rateMax;
     this.boundMax = boundMax;
     if (rateMax > 0 && boundMax > 4 * rateMax) {
@@ -285,6 +288,9 @@
     this.budgetRates = new Map(); // "<q>" -> Map(broker -> {t, rate}): the cluster's total under a budget
     this.memberSamples = new Map(); // "<q>" -> Map(broker -> newest sample with "members"): a group's members
     this.memberKeys = new Map(); // "<q>" -> [member key]: the members with a band of their own in the chart
+    this.stackDue = new Map(); // "<q>" -> the time whose stack is not drawn yet
+    this.stacked = new Map(); // "<q>" -> the newest time stacked
+    this.stackTimer = null;
     this.membersBox = document.getElementById("monitor-members");
     this.membersTables = document.getElementById("monitor-members-tables");
     this.newest = 0;
@@ -353,6 +359,9 @@
     this.budgetRates.clear();
     this.memberSamples.clear();
     this.memberKeys.clear();
+    this.stackDue.clear();
+    this.stacked.clear();
+    clearTimeout(this.stackTimer);
     this.renderMembers();
     this.newest = 0;
     this.oldest = 0;
@@ -371,6 +380,11 @@
         (p.c === undefined || p.c === self.cfg.cluster);
     });
     samples.sort(function (a, b) { return a.t - b.t; });
+    function put(it) {
+      var list = byChart.get(it.chart);
+      if (!list) byChart.set(it.chart, (list = []));
+      list.push(it);
+    }
     samples.forEach(function (p) {
       var k = p.q + "|" + p.b;
       var last = self.lastT.get(k);
@@ -378,11 +392,8 @@
       self.lastT.set(k, p.t);
       self.newest = Math.max(self.newest, p.t);
       added += 1;
-      itemsOf(p, hour).concat(hour ? [] : self.totalItems(p), hour ? [] : self.memberItems(p)).forEach(function (it) {
-        var list = byChart.get(it.chart);
-        if (!list) byChart.set(it.chart, (list = []));
-        list.push(it);
-      });
+      itemsOf(p, hour).concat(hour ? [] : self.totalItems(p)).forEach(put);
+      if (!hour && Array.isArray(p.members)) self.dueStack(p).forEach(put);
     });
     if (!added) return 0;
     if (!this.oldest || (samples.length && samples[0].t < this.oldest)) this.oldest = samples[0].t;
@@ -390,7 +401,12 @@
     // a 5-minute window of 1 s samples, with room to spare; the x range hides anything older
     var maxPoints = hour ? 100000 : Math.ceil(this.windowMs / 1000) + 60;
     byChart.forEach(function (items, id) { self.chart(id).append(items, maxPoints, range); });
-    if (!hour) this.renderMembers();
+    if (!hour) {
+      this.renderMembers();
+      // the stack of the newest time, once its brokers' samples (one frame each) had a second to come
+      clearTimeout(this.stackTimer);
+      if (this.stackDue.size) this.stackTimer = setTimeout(function () { self.flushStacks(); }, 1200);
+    }
     this.points += added;
     this.host.dataset.points = String(this.points);
     this.host.dataset.newest = String(this.newest);
@@ -453,16 +469,40 @@
     return m.c ? name + ", client-id " + m.c : name;
   }
 
-  /* A live sample of a group's sensor: the members' estimated parts at the sample's time, stacked; the members
-     past MEMBER_TRACES (in the order they came) share one band. */
-  EntityPage.prototype.memberItems = function (p) {
-    if (!Array.isArray(p.members)) return [];
+  /* A live sample of a group's sensor: its broker's newest members. The brokers' samples of one time come in
+     frames of their own, and a stack is drawn once per time (one x, one stack): the stack of a time is drawn when a
+     later sample comes (returned here), or by flushStacks a moment after the last one. */
+  EntityPage.prototype.dueStack = function (p) {
     var per = this.memberSamples.get(p.q);
     if (!per) this.memberSamples.set(p.q, (per = new Map()));
+    var due = this.stackDue.get(p.q), out = [];
+    if (due !== undefined && p.t > due) {
+      out = this.stackItems(p.q, due);
+      this.stackDue.delete(p.q);
+      this.stacked.set(p.q, due);
+    }
     per.set(p.b, p);
-    var now = this.membersAt(p.q, p.t);
-    var keys = this.memberKeys.get(p.q);
-    if (!keys) this.memberKeys.set(p.q, (keys = []));
+    if (!this.stackDue.has(p.q) && !(p.t <= this.stacked.get(p.q))) this.stackDue.set(p.q, p.t);
+    return out;
+  };
+
+  EntityPage.prototype.flushStacks = function () {
+    var self = this;
+    if (this.mode !== "live") return;
+    this.stackDue.forEach(function (t, q) {
+      self.stacked.set(q, t);
+      var items = self.stackItems(q, t);
+      if (items.length) self.chart("members-" + q).append(items, Math.ceil(self.windowMs / 1000) + 60, self.range(false));
+    });
+    this.stackDue.clear();
+  };
+
+  /* The members' estimated parts at time t, stacked; the members past MEMBER_TRACES (in the order they came)
+     share one band. */
+  EntityPage.prototype.stackItems = function (q, t) {
+    var now = this.membersAt(q, t);
+    var keys = this.memberKeys.get(q);
+    if (!keys) this.memberKeys.set(q, (keys = []));
     var bands = new Map();
     now.rows.forEach(function (r) {
       var own = keys.indexOf(r.key);
@@ -475,13 +515,15 @@
       if (!b) bands.set(band, (b = { name: own >= 0 ? memberName(r) : "other members", part: 0 }));
       b.part += r.part;
     });
-    var id = "members-" + p.q, out = [];
+    var id = "members-" + q, out = [];
+    if (bands.has(OTHERS)) keys.others = true; // once drawn, a band has a point at every time (0 when none)
     keys.concat([OTHERS]).forEach(function (key, i) {
       var b = bands.get(key);
-      if (!b && key === OTHERS) return;
+      if (key === OTHERS && !keys.others) return;
       var color = key === OTHERS ? "#8a93a3" : PALETTE[i % PALETTE.length];
-      out.push({ chart: id, key: key, x: p.t, y: b ? b.part : 0,
-        spec: { name: b ? b.name : memberName({ u: key.split("\u0000")[0], c: key.split("\u0000")[1] }),
+      var parts = key.split("\u0000");
+      out.push({ chart: id, key: key, x: t, y: b ? b.part : 0,
+        spec: { name: key === OTHERS ? "other members" : memberName({ u: parts[0], c: parts[1] }),
           mode: "lines", stackgroup: "members", line: { color: color, width: 1 } } });
     });
     return out;
@@ -521,7 +563,7 @@
         var th = document.createElement("th");
         th.scope = "col";
         th.textContent = text;
-        if (i) th.className = "num";
+        if (i) th.className = i === 2 ? "num rps" : "num";
         head.appendChild(th);
       });
       var body = table.createTBody();
@@ -531,7 +573,7 @@
           (Math.round(r.rps * 10) / 10).toLocaleString("en-US"), fmt(r.part)].forEach(function (text, i) {
           var td = tr.insertCell();
           td.textContent = text;
-          if (i) td.className = "num";
+          if (i) td.className = i === 2 ? "num rps" : "num";
         });
       });
       wrap.appendChild(table);
