@@ -32,7 +32,7 @@ scraped, and makes of each (broker, quota type, sensor) one sample in the format
   a second query reads their rate over ``members_window_s``. Each entry ``{"u", "c", "rps", "share", "part"}``: the
   member's user (URL-decoded) and client-id, its requests/s, its share of the group's requests on this broker, and
   its *estimated* part of the sensor's rate (share x rate: by request counts, not bytes), busiest first; past
-  ``MEMBERS_KEPT`` the rest are one entry ``{"others": <how many>, "rps", "share", "part"}``.
+  ``group_members.MEMBERS_KEPT`` (20) the rest are one entry ``{"others": <how many>, "rps", "share", "part"}``.
 - ``res_ms``: how long the sample stands for, the scrape interval seen in the window (the time between a series'
   newest two scrapes, to 100 ms; None while a series has one): the history lands it, so rollups and previews know
   their resolution (a broker is published once per scrape).
@@ -60,14 +60,12 @@ import redis
 
 from engine.monitor import CONNECTION, Sampler, bucket_throttle_ms, bucket_util
 
+from .group_members import GROUP_TAG, MEMBER_REQUESTS, member_parts
 from .prometheus import PrometheusClient, PrometheusError
 
 PRODUCE, FETCH, REQUEST, MUTATION = "produce", "fetch", "request", "controller_mutation"
 QUOTA_TYPES = (PRODUCE, FETCH, REQUEST, MUTATION)
 SRC = "prometheus"
-GROUP_TAG = "group@"  # engine.groups.TAG_PREFIX: the user tag of a quota group's shared sensor
-MEMBER_REQUESTS = "kafka_server_quota_group_member_requests_total"
-MEMBERS_KEPT = 20  # members listed per group sample; the rest are summed into one entry
 
 #: quota type -> field -> metric name, as jmx-monitoring-stacks names Kafka's quota sensors
 DEFAULT_METRICS: dict[str, dict[str, str]] = {
@@ -388,23 +386,6 @@ class PrometheusSource:
         s["tokens"] = tokens
         s["res_ms"] = acc.res_ms
         return s
-
-
-def member_parts(members: Iterable[tuple[str, str, float]], rate: float | None) -> list[dict[str, Any]]:
-    """Each member's share of its group's requests and estimated part of the group's ``rate`` (share x rate),
-    busiest first; past ``MEMBERS_KEPT`` the rest as one ``others`` entry."""
-    ranked = sorted(members, key=lambda m: (-m[2], m[0], m[1]))
-    total = sum(m[2] for m in ranked)
-
-    def entry(rps: float) -> dict[str, Any]:
-        share = rps / total if total else None
-        return {"rps": rps, "share": share, "part": share * rate if share is not None and rate is not None else None}
-
-    out = [{"u": u, "c": c, **entry(rps)} for u, c, rps in ranked[:MEMBERS_KEPT]]
-    rest = ranked[MEMBERS_KEPT:]
-    if rest:
-        out.append({"others": len(rest), **entry(sum(m[2] for m in rest))})
-    return out
 
 
 class SamplePublisher:

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from devtools.prometheus import PrometheusError, PrometheusServer, Target
-from observe.kafka_quotas import MEMBERS_KEPT, PrometheusSource, member_parts
+from observe.group_members import MEMBERS_KEPT, member_parts
+from observe.kafka_quotas import PrometheusSource
 from observe.prometheus import PrometheusClient
 from tests.waiting import wait_for
 
