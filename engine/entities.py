@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from .errors import QuotaValidationError, UnknownQuotaKey
+from .groups import group_of_tags
 from .javamath import INT_MAX, LONG_MAX
 
 DEFAULT = "<default>"
@@ -320,10 +321,14 @@ def tags_entity(tags: str) -> tuple[str | None, str | None]:
 
 def display_tags(tags: str) -> str:
     """A sensor's tags (``svc-a:``, ``:1``, ``ANONYMOUS:app``) as ``display_name`` words them; the live monitor's
-    connection sensors ``ip:<address>`` and ``listener:<name>`` as ``ip 10.0.0.1`` and ``listener PLAINTEXT``."""
+    connection sensors ``ip:<address>`` and ``listener:<name>`` as ``ip 10.0.0.1`` and ``listener PLAINTEXT``, a
+    quota group's sensor ``group@<name>:`` as ``group <name>``."""
     kind, _, name = tags.partition(":")
     if kind in ("ip", "listener") and name:
         return f"{kind} {name}"
+    group = group_of_tags(tags)
+    if group is not None:  # a quota group's members share one sensor (``group@<name>``)
+        return f"group {group}"
     return display_name(*tags_entity(tags))
 
 

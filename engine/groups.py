@@ -80,6 +80,14 @@ def tag(name: str) -> str:
     return TAG_PREFIX + name
 
 
+def group_of_tags(tags: str) -> str | None:
+    """The group whose shared sensor has these sensor tags (``group@<name>:``, as the live monitor names sensors),
+    None for any other sensor."""
+    user, _, client_id = tags.partition(":")
+    name = user[len(TAG_PREFIX):] if user.startswith(TAG_PREFIX) and not client_id else ""
+    return name if NAME_RE.match(name) else None
+
+
 @dataclass(frozen=True)
 class GroupSpec:
     """One group as the brokers take it: who is a member, its place in the order, and its values."""
@@ -214,6 +222,7 @@ __all__ = [
     "entity_field",
     "first_group",
     "group_of_field",
+    "group_of_tags",
     "in_order",
     "order_of",
     "tag",

@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from engine.entities import display_tags
+from engine.groups import group_of_tags
 from frontend.monitoring import (
     FRESH_MS,
     HEATMAP_ENTITIES,
@@ -138,7 +139,9 @@ def entity(request: HttpRequest, cluster: str) -> HttpResponse:
     if not Visibility.of(request.user).may_see(tags):
         raise Refused(403, f"The entity {tags} of {cluster} is not one your tenants own.")
     user, client_id = tags_names(tags)
-    config = QuotaEntity.objects.filter(cluster=found, user=user, client_id=client_id, ip__isnull=True).first()
+    group = group_of_tags(tags)  # a quota group's shared sensor: its members' parts are on its samples
+    config = None if group else QuotaEntity.objects.filter(
+        cluster=found, user=user, client_id=client_id, ip__isnull=True).first()
     bootstrap = {
         "cluster": found.name,
         "entity": tags,
@@ -151,6 +154,7 @@ def entity(request: HttpRequest, cluster: str) -> HttpResponse:
         "live_minutes": LIVE_MINUTES,
         "hour_minutes": HOUR_MINUTES,
         "labels": QUOTA_TYPE_LABELS,
+        "group": group,
     }
     context = {
         "cluster": found,
@@ -159,7 +163,10 @@ def entity(request: HttpRequest, cluster: str) -> HttpResponse:
         "user_name": user,
         "client_id": client_id,
         "config_entity": config,
-        "can_request": not is_auditor(request.user) and (user is not None or client_id is not None),
+        "can_request": not group and not is_auditor(request.user) and (user is not None or client_id is not None),
+        "group": group,
+        # the group's own page (its members, values and requests)
+        "group_url": f"/clusters/{found.name}/groups/{group}/" if group else "",
         "bootstrap": bootstrap,
         "live_minutes": LIVE_MINUTES,
     }

@@ -29,7 +29,7 @@ from django.conf import settings
 from engine.entities import TYPE_OF_KEY, sanitize
 from engine.groups import tag as group_tag
 from engine.monitor import CONNECTION, latest_key, minutes, split_tags
-from quotas.models import QuotaRequest, Tenant, member_tenants, owned_by_any, sees_everything
+from quotas.models import QuotaRequest, Tenant, group_watchable, member_tenants, owned_by_any, sees_everything
 
 #: A sample older than this is not "now" on the overview.
 FRESH_MS = 10_000
@@ -114,6 +114,8 @@ class Visibility:
         if seen is None:
             if tags.startswith(("ip:", "listener:")) or not self.tenants:
                 seen = False
+            elif (group := group_watchable(self.tenants, tags)) is not None:  # a group its tenant owns
+                seen = group
             else:
                 user, client_id = tags_names(tags)
                 seen = owned_by_any(self.tenants, user, client_id)

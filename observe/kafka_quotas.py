@@ -26,6 +26,13 @@ scraped, and makes of each (broker, quota type, sensor) one sample in the format
 - ``budget`` and ``share`` (only for a sensor under a cluster-wide budget, published by the portal's quota callback
   plugin as ``kafka_server_<type>_budget`` and ``..._budget_share``): the budget B for the whole cluster and this
   broker's share of it, which is then the sample's ``bound`` (what this broker enforces).
+- ``members`` (only on a quota group's sensor, tags ``"group@<name>:"``): who used it. A group's members share one
+  Kafka sensor, so Kafka measures only their sum; the portal's quota callback counts each member's requests
+  (``kafka_server_quota_group_member_requests_total{group, user, client_id, quota_type}``, a counter per broker), and
+  a second query reads their rate over ``members_window_s``. Each entry ``{"u", "c", "rps", "share", "part"}``: the
+  member's user (URL-decoded) and client-id, its requests/s, its share of the group's requests on this broker, and
+  its *estimated* part of the sensor's rate (share x rate: by request counts, not bytes), busiest first; past
+  ``group_members.MEMBERS_KEPT`` (20) the rest are one entry ``{"others": <how many>, "rps", "share", "part"}``.
 - ``res_ms``: how long the sample stands for, the scrape interval seen in the window (the time between a series'
   newest two scrapes, to 100 ms; None while a series has one): the history lands it, so rollups and previews know
   their resolution (a broker is published once per scrape).
@@ -53,6 +60,7 @@ import redis
 
 from engine.monitor import CONNECTION, Sampler, bucket_throttle_ms, bucket_util
 
+from .group_members import GROUP_TAG, MEMBER_REQUESTS, member_parts
 from .prometheus import PrometheusClient, PrometheusError
 
 PRODUCE, FETCH, REQUEST, MUTATION = "produce", "fetch", "request", "controller_mutation"
@@ -106,6 +114,10 @@ class Naming:
     instance: str = "instance"
     listener: str = "listener"
     ip: str = "ip"
+    #: the quota callback's per-member request counter of a quota group, and its labels
+    member_requests: str = MEMBER_REQUESTS
+    group: str = "group"
+    quota_type: str = "quota_type"
 
     def with_overrides(
         self, metrics: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None
@@ -124,7 +136,8 @@ class Naming:
         if unknown:
             raise ValueError(f"no label {sorted(unknown)}; one of user, client_id, broker, instance, listener, ip")
         current = {k: getattr(self, k) for k in ("user", "client_id", "broker", "instance", "listener", "ip")}
-        return Naming(metrics=table, **{**current, **labels})
+        return Naming(metrics=table, member_requests=self.member_requests, group=self.group,
+                      quota_type=self.quota_type, **{**current, **labels})
 
     def fields_of(self) -> dict[str, tuple[str, str]]:
         """metric name -> (quota type, field)."""
@@ -217,6 +230,7 @@ class PrometheusSource:
         connections: bool = True,
         brokers: Mapping[str, int] | None = None,
         mutation_window: tuple[int, int] = (11, 1000),
+        members_window_s: float | None = 30.0,
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -229,6 +243,8 @@ class PrometheusSource:
         #: the controller-mutation quota window (samples, ms): Kafka's quota.window.num and
         #: controller.quota.window.size.seconds, which size its token bucket
         self.mutation_window = mutation_window
+        #: the range of the rate() of quota groups' member counters (a few scrape intervals); None: not asked
+        self.members_window_s = members_window_s
         self._fields = {
             name: qf for name, qf in self.naming.fields_of().items() if connections or qf[0] != CONNECTION
         }
@@ -240,6 +256,28 @@ class PrometheusSource:
         matchers += [f'{k}="{_label_value(v)}"' for k, v in sorted(self.selector.items())]
         window_ms = max(1, int(self.window_s * 1000))
         return "{" + ",".join(matchers) + "}" + f"[{window_ms}ms]"
+
+    def members_expr(self) -> str:
+        """The PromQL expression of the members' request rates (per series: broker, group, user, client-id, type)."""
+        matchers = [f'{k}="{_label_value(v)}"' for k, v in sorted(self.selector.items())]
+        window_ms = max(1, int((self.members_window_s or 0) * 1000))
+        return f"rate({self.naming.member_requests}{{{','.join(matchers)}}}[{window_ms}ms])"
+
+    def _members(self) -> dict[tuple[int, str, str], list[tuple[str, str, float]]]:
+        """(broker, quota type, group's tags) -> [(user, client-id, requests/s)] of the members seen lately."""
+        n = self.naming
+        out: dict[tuple[int, str, str], list[tuple[str, str, float]]] = {}
+        for series in self.client.query(self.members_expr()).result:
+            labels = series.get("metric", {})
+            broker = self._broker_of(labels)
+            value = _num((series.get("value") or [0, "NaN"])[1])
+            if broker is None or not value or value < 0:
+                continue  # an idle member (or a counter reset) has no part now
+            group = jmx_unquote(labels.get(n.group, ""))
+            user = urllib.parse.unquote(jmx_unquote(labels.get(n.user, "")))
+            key = (broker, labels.get(n.quota_type, ""), f"{GROUP_TAG}{group}:")
+            out.setdefault(key, []).append((user, jmx_unquote(labels.get(n.client_id, "")), value))
+        return out
 
     def _broker_of(self, labels: Mapping[str, str]) -> int | None:
         value = labels.get(self.naming.broker)
@@ -307,10 +345,15 @@ class PrometheusSource:
                 seen = [v for _, text in points if (v := _num(text)) is not None]
                 acc.thr_max = max(seen, default=0.0)
                 acc.thr_moved = any(v != seen[0] for v in seen)
+        groups = self.members_window_s and any(tags.startswith(GROUP_TAG) for _b, _q, tags in accs)
+        members = self._members() if groups else {}
         samples, scraped = [], []
         for key, acc in accs.items():
             broker, q, tags = key
-            samples.append(self._sample(now_ms, broker, q, tags, entities[key], acc))
+            sample = self._sample(now_ms, broker, q, tags, entities[key], acc)
+            if key in members:
+                sample["members"] = member_parts(members[key], sample["rate"])
+            samples.append(sample)
             scraped.append(acc.newest_ms)
         return Poll(now_ms, samples, scraped, len(answer.result), skipped, query_ms)
 

@@ -41,7 +41,15 @@ from quotas.models.group_changes import (
     set_group_values,
     update_members,
 )
-from quotas.models.groups import ExemptPrincipal, GroupKind, GroupOverlap, GroupValue, InvalidGroup, QuotaGroup
+from quotas.models.groups import (
+    ExemptPrincipal,
+    GroupKind,
+    GroupOverlap,
+    GroupValue,
+    InvalidGroup,
+    QuotaGroup,
+    group_watchable,
+)
 from quotas.models.plans import Plan, PlanRequest, PlanStale, PlanState
 from quotas.models.pushes import (
     DRAIN_LEASE_S,
@@ -114,6 +122,7 @@ __all__ = [
     "GroupValue",
     "InvalidGroup",
     "QuotaGroup",
+    "group_watchable",
     "cluster_group_items",
     "create_group",
     "delete_group",

@@ -25,6 +25,7 @@ from engine.groups import (
     PRINCIPALS,
     GroupSpec,
     check_name,
+    group_of_tags,
     order_of,
 )
 from quotas.choices import BudgetScope, ConnectorKind, EntityType, QuotaScope
@@ -216,6 +217,16 @@ def check_group(
                            "client_id_prefix")
 
 
+def group_watchable(tenants: list[Tenant], tags: str) -> bool | None:
+    """For a quota group's shared sensor (``group@<name>:``), whether one of the tenants owns a group of that name
+    (its members may watch it live); None for the sensor of anything else. No query when the tenants come with
+    their groups (``member_tenants``)."""
+    name = group_of_tags(tags)
+    if name is None:
+        return None
+    return any(g.name == name for t in tenants for g in t.quota_groups.all())
+
+
 __all__ = [
     "ExemptPrincipal",
     "GroupKind",
@@ -226,4 +237,5 @@ __all__ = [
     "check_group",
     "check_takes_groups",
     "takes_groups",
+    "group_watchable",
 ]

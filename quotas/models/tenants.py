@@ -124,8 +124,9 @@ def tenants_of(user: AnyUser) -> models.QuerySet[Tenant]:
 
 
 def member_tenants(user: AnyUser) -> list[Tenant]:
-    """The user's tenants with their owned names loaded, for deciding many entities without more queries."""
-    return list(tenants_of(user).prefetch_related("owned_names"))
+    """The user's tenants with their owned names and quota groups loaded, for deciding many entities without more
+    queries (the live monitor decides in async code, where none may run)."""
+    return list(tenants_of(user).prefetch_related("owned_names", "quota_groups"))
 
 
 def owned_by_any(tenants: Iterable[Tenant], user: str | None, client_id: str | None) -> bool:

@@ -105,10 +105,12 @@ class Viewer:
             return True
         seen = self._cache.get(tags)
         if seen is None:
+            from quotas.models.groups import group_watchable
             from quotas.models.tenants import owned_by_any
 
             user, client_id = entity_parts(tags)
-            seen = owned_by_any(self.tenants, user, client_id)
+            group = group_watchable(self.tenants, tags)  # a group's shared sensor: a group its tenant owns
+            seen = owned_by_any(self.tenants, user, client_id) if group is None else group
             if len(self._cache) > 100_000:
                 self._cache.clear()
             self._cache[tags] = seen

@@ -56,6 +56,8 @@ def test_every_level_reads_differently() -> None:
         (":", "empty client-id (any principal)"),
         ("ip:10.0.0.9", "ip 10.0.0.9"),  # the monitor's connection sensors
         ("listener:PLAINTEXT", "listener PLAINTEXT"),
+        ("group@payments:", "group payments"),  # the sensor a quota group's members share
+        ("group@payments:app", "group@payments, client-id app"),  # not a group's: it names a client-id
     ],
 )
 def test_a_sensors_tags_read_as_the_entity_they_are_named_for(tags: str, words: str) -> None:

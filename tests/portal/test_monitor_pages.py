@@ -207,9 +207,9 @@ def test_entity_config_page_links_its_monitor_page_when_it_names_clients(w: dict
 def test_visibility_decides_once_per_tags(w: dict[str, Any]) -> None:
     vis = Visibility.of(w["alice"])
     with CaptureQueriesContext(connection) as queries:
-        decisions = [vis.may_see(t) for t in ["svc-a-1:", "svc-b-1:", "ip:10.0.0.1", "listener:X"] * 1000]
-    assert len(queries) == 0  # the tenants and their patterns were loaded once, up front
-    assert decisions[:4] == [True, False, False, False]
+        decisions = [vis.may_see(t) for t in ["svc-a-1:", "svc-b-1:", "ip:10.0.0.1", "listener:X", "group@g:"] * 1000]
+    assert len(queries) == 0  # the tenants, their patterns and their groups were loaded once, up front
+    assert decisions[:5] == [True, False, False, False, False]
     assert tags_for("svc a@x", None) == "svc%20a%40x:" and tags_for(None, "app") == ":app"
 
 
@@ -450,3 +450,36 @@ def test_pages_say_so_when_the_monitors_redis_is_down(w: dict[str, Any], setting
     assert "The monitor's Redis could not be read (ConnectionError)" in text(overview)
     assert "Monitor data could not be read (ConnectionError)" in text(admin.get(f"/requests/{req.pk}/"))
     assert admin.get(entity_url("svc-a-1:")).status_code == 200  # the page itself needs no Redis
+
+
+# ------------------------------------------------------------------ a quota group's shared sensor
+
+
+def test_a_groups_sensor_is_shown_as_the_group_with_its_page_and_members(w: dict[str, Any]) -> None:
+    """The members of a group share one Kafka sensor (user ``group@<name>``): the monitor names it as the group,
+    links the group's page, offers no request for a principal named ``group@...``, and its tenant's members see it."""
+    from quotas.models import QuotaGroup
+
+    QuotaGroup.objects.create(cluster=w["cluster"], tenant=w["a"], name="g1", kind="tenant")
+    now = now_ms()
+    group = {**sample("group@g1:", 0, now - 500, rate=2400, bound=2000, frac=0.5, thr=200),
+             "members": [{"u": "svc-a-1", "c": "app-a-1", "rps": 30.0, "share": 0.75, "part": 1800.0}]}
+    publish(w["redis"], [group])
+    response = browser(w["admin"]).get("/monitor/")
+    assert [r[0] for r in throttled_rows(response)] == ["group g1"]
+    assert f'href="/monitor/{CLUSTER}/entity/?e=group%40g1:"' in text(response)
+    assert bootstrap(response, "monitor-overview-data")["heatmaps"][0]["names"] == ["group g1"]
+
+    response = browser(w["alice"]).get(entity_url("group@g1:"))
+    assert response.status_code == 200
+    assert_accessible(response)
+    page = text(response)
+    assert 'Monitor: <span class="entity-name" title="group@g1:">group g1</span>' in page
+    assert f'<a href="/clusters/{CLUSTER}/groups/g1/">group g1</a>' in page
+    assert 'id="monitor-members"' in page and "estimated from" in " ".join(page.split())
+    assert "Ask for a change" not in page and "user=group" not in page  # a group's changes start on its page
+    assert bootstrap(response, "monitor-entity-data")["display"] == "group g1"
+    assert browser(w["bob"]).get(entity_url("group@g1:")).status_code == 403  # team-b owns no group g1
+    assert browser(w["alice"]).get(entity_url("group@g2:")).status_code == 403  # no such group
+    # any other sensor's page has no members' section
+    assert 'id="monitor-members"' not in text(browser(w["admin"]).get(entity_url("svc-a-1:")))

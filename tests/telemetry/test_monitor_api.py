@@ -122,3 +122,28 @@ def test_unknown_clusters_and_anonymous_callers(monitored: dict[str, Any]) -> No
         assert (r.status_code, r.json()["code"]) == (401, "NOT_AUTHENTICATED")
     r = admin.get(f"/api/monitor/{monitored['cluster']}/recent/", {"entity": "alice:", "since_ms": "-1"})
     assert (r.status_code, r.json()["code"]) == (400, "INVALID_REQUEST")
+
+
+def test_a_groups_samples_carry_its_members_parts_to_its_tenants_members(redis_url: str) -> None:
+    """A quota group's shared sensor (``group@<name>:``) is read like any entity, with its members' parts on each
+    sample, by the members of the tenant that owns the group (and by nobody else's)."""
+    from quotas.models import QuotaGroup
+
+    cluster = Cluster.objects.create(name=f"mon-{uuid.uuid4().hex[:10]}")
+    alice = member_of_alice_team()
+    QuotaGroup.objects.create(cluster=cluster, tenant=Tenant.objects.get(name="team-alice"), name="g1", kind="tenant")
+    members = [{"u": "alice", "c": "app", "rps": 3.0, "share": 0.75, "part": 75.0},
+               {"others": 2, "rps": 1.0, "share": 0.25, "part": 25.0}]
+    now = int(time.time() * 1000)
+    client = redis.Redis.from_url(redis_url)
+    Sampler(client, cluster.name, 1, managers={}).publish(
+        [{**sample(cluster.name, 1, "group@g1:", now - 1000), "members": members}], now - 1000)
+    client.close()
+    r = api(alice).get(f"/api/monitor/{cluster.name}/recent/", {"entity": "group@g1:"})
+    assert r.status_code == 200, r.json()
+    assert r.json()["display"] == "group g1"
+    assert [p["members"] for p in r.json()["points"]] == [members]
+    bob = make_user("bob")
+    Tenant.objects.create(name="team-bob").members.add(bob)
+    r = api(bob).get(f"/api/monitor/{cluster.name}/recent/", {"entity": "group@g1:"})
+    assert (r.status_code, r.json()["code"]) == (403, "PERMISSION_DENIED")

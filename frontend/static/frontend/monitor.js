@@ -8,6 +8,8 @@
  * Overview: one heatmap of utilization by entity and broker per cluster; a cell opens that entity's page.
  * A sensor under a cluster-wide budget (samples with "budget") also gets a chart of the cluster's total against
  * the budget; each broker's bound is then its share of it.
+ * A quota group's sensor (samples with "members") also gets each member's estimated part of the group's rate: a
+ * stacked chart over time and a table of the newest parts, summed over the brokers.
  *
  * The server's data comes in <script type="application/json"> elements (json_script); no inline script.
  */
@@ -26,7 +28,10 @@
   // the quota type of a throttle line, told by its dash (produce solid)
   var TYPE_DASH = { produce: "solid", fetch: "longdash", request: "dashdot", controller_mutation: "dot" };
   var CHART_ORDER = ["budget-produce", "budget-fetch", "budget-request", "rate-produce", "rate-fetch", "rate-request",
-    "rate-other", "tokens", "throttle", "frac"];
+    "rate-other", "members-produce", "members-fetch", "members-request", "tokens", "throttle", "frac"];
+  // a group's members drawn one by one in its stacked chart; the others are summed into one band
+  var MEMBER_TRACES = 8;
+  var OTHERS = "\u0000others"; // the key of the band (and row) of the members summed together
   // a broker's rate counts in the cluster's total while its newest sample is at most this old
   var TOTAL_FRESH_MS = 5000;
 
@@ -54,7 +59,7 @@
     this.id = id;
     this.hour = !!hour;
     // byte rates: binary-unit ticks and hover (units.js), the exact figure in the hover too
-    this.units = /^(rate|budget)-(produce|fetch)$/.test(id) && window.QuotaUnits ? window.QuotaUnits : null;
+    this.units = /^(rate|budget|members)-(produce|fetch)$/.test(id) && window.QuotaUnits ? window.QuotaUnits : null;
     this.ticks = "";
     this.keys = new Map(); // trace key -> index in the plot
     this.queue = Promise.resolve();
@@ -134,7 +139,7 @@
         var update = self.units ? { x: xs, y: ys, customdata: cs } : { x: xs, y: ys };
         return Plotly.extendTraces(self.el, update, indices, maxPoints);
       }).then(function () {
-        var update = /^(rate|budget)-/.test(self.id) ? self.fitRate() : {};
+        var update = /^(rate|budget|members)-/.test(self.id) ? self.fitRate() : {};
         if (range) update["xaxis.range"] = range;
         if (Object.keys(update).length) return Plotly.relayout(self.el, update);
         return null;
@@ -164,14 +169,17 @@
 
   Chart.prototype.fitRange = function () {
     var rateMax = 0, boundMax = 0;
+    var stacks = new Map(); // x -> the top of a stacked chart's stack there
     (this.el.data || []).forEach(function (t) {
       var bound = / bound$/.test(t.name || "");
-      (t.y || []).forEach(function (v) {
+      (t.y || []).forEach(function (v, i) {
         if (!isNum(v)) return;
-        if (bound) boundMax = Math.max(boundMax, v);
+        if (t.stackgroup) stacks.set(+t.x[i], (stacks.get(+t.x[i]) || 0) + v);
+        else if (bound) boundMax = Math.max(boundMax, v);
         else rateMax = Math.max(rateMax, v);
       });
     });
+    stacks.forEach(function (top) { rateMax = Math.max(rateMax, top); });
     this.rateMax = rateMax;
     this.boundMax = boundMax;
     if (rateMax > 0 && boundMax > 4 * rateMax) {
@@ -278,6 +286,13 @@
     this.charts = new Map();
     this.lastT = new Map(); // "<q>|<b>" -> newest t drawn (live)
     this.budgetRates = new Map(); // "<q>" -> Map(broker -> {t, rate}): the cluster's total under a budget
+    this.memberSamples = new Map(); // "<q>" -> Map(broker -> newest sample with "members"): a group's members
+    this.memberKeys = new Map(); // "<q>" -> [member key]: the members with a band of their own in the chart
+    this.stackDue = new Map(); // "<q>" -> the time whose stack is not drawn yet
+    this.stacked = new Map(); // "<q>" -> the newest time stacked
+    this.stackTimer = null;
+    this.membersBox = document.getElementById("monitor-members");
+    this.membersTables = document.getElementById("monitor-members-tables");
     this.newest = 0;
     this.oldest = 0;
     this.points = 0;
@@ -307,7 +322,11 @@
     if (c) return c;
     var labels = this.cfg.labels || {};
     var hour = this.mode === "hour";
-    if (id.indexOf("budget-") === 0) {
+    if (id.indexOf("members-") === 0) {
+      var mq = id.slice(8);
+      c = new Chart(this.host, id, "Members' estimated parts (from their requests), stacked: " + (labels[mq] || mq),
+        labels[mq] || "rate", {}, hour);
+    } else if (id.indexOf("budget-") === 0) {
       var bq = id.slice(7);
       c = new Chart(this.host, id, "Cluster total against its cluster-wide budget (dashed): " + (labels[bq] || bq),
         labels[bq] || "rate", {}, hour);
@@ -338,6 +357,12 @@
     this.charts.clear();
     this.lastT.clear();
     this.budgetRates.clear();
+    this.memberSamples.clear();
+    this.memberKeys.clear();
+    this.stackDue.clear();
+    this.stacked.clear();
+    clearTimeout(this.stackTimer);
+    this.renderMembers();
     this.newest = 0;
     this.oldest = 0;
     this.points = 0;
@@ -355,6 +380,11 @@
         (p.c === undefined || p.c === self.cfg.cluster);
     });
     samples.sort(function (a, b) { return a.t - b.t; });
+    function put(it) {
+      var list = byChart.get(it.chart);
+      if (!list) byChart.set(it.chart, (list = []));
+      list.push(it);
+    }
     samples.forEach(function (p) {
       var k = p.q + "|" + p.b;
       var last = self.lastT.get(k);
@@ -362,11 +392,8 @@
       self.lastT.set(k, p.t);
       self.newest = Math.max(self.newest, p.t);
       added += 1;
-      itemsOf(p, hour).concat(hour ? [] : self.totalItems(p)).forEach(function (it) {
-        var list = byChart.get(it.chart);
-        if (!list) byChart.set(it.chart, (list = []));
-        list.push(it);
-      });
+      itemsOf(p, hour).concat(hour ? [] : self.totalItems(p)).forEach(put);
+      if (!hour && Array.isArray(p.members)) self.dueStack(p).forEach(put);
     });
     if (!added) return 0;
     if (!this.oldest || (samples.length && samples[0].t < this.oldest)) this.oldest = samples[0].t;
@@ -374,6 +401,12 @@
     // a 5-minute window of 1 s samples, with room to spare; the x range hides anything older
     var maxPoints = hour ? 100000 : Math.ceil(this.windowMs / 1000) + 60;
     byChart.forEach(function (items, id) { self.chart(id).append(items, maxPoints, range); });
+    if (!hour) {
+      this.renderMembers();
+      // the stack of the newest time, once its brokers' samples (one frame each) had a second to come
+      clearTimeout(this.stackTimer);
+      if (this.stackDue.size) this.stackTimer = setTimeout(function () { self.flushStacks(); }, 1200);
+    }
     this.points += added;
     this.host.dataset.points = String(this.points);
     this.host.dataset.newest = String(this.newest);
@@ -403,6 +436,150 @@
       { chart: id, key: "budget", x: p.t, y: p.budget,
         spec: { name: "budget bound", line: { color: "#a4161a", dash: "dash", shape: "hv", width: 1.5 } } },
     ];
+  };
+
+  /* A group's members now, per quota type: each member's requests/s and estimated part summed over the brokers
+     whose newest sample is fresh (at ``t``), busiest first, with the group's total rate and requests/s. */
+  EntityPage.prototype.membersAt = function (q, t) {
+    var per = this.memberSamples.get(q);
+    var byKey = new Map(), total = 0, rps = 0;
+    if (!per) return null;
+    per.forEach(function (s) {
+      var fresh = Math.max(TOTAL_FRESH_MS, isNum(s.res_ms) ? 2 * s.res_ms : 0);
+      if (t - s.t > fresh) return;
+      if (isNum(s.rate)) total += s.rate;
+      s.members.forEach(function (m) {
+        var key = isNum(m.others) ? OTHERS : (m.u || "") + "\u0000" + (m.c || "");
+        var row = byKey.get(key);
+        if (!row) byKey.set(key, (row = { key: key, u: m.u, c: m.c, others: 0, rps: 0, part: 0 }));
+        if (isNum(m.others)) row.others += m.others;
+        if (isNum(m.rps)) { row.rps += m.rps; rps += m.rps; }
+        if (isNum(m.part)) row.part += m.part;
+      });
+    });
+    var rows = Array.from(byKey.values());
+    rows.forEach(function (r) { r.share = rps > 0 ? r.rps / rps : null; });
+    rows.sort(function (a, b) { return b.part - a.part || b.rps - a.rps; });
+    return { rows: rows, total: total, rps: rps };
+  };
+
+  function memberName(m) {
+    if (m.others) return m.others + " other member" + (m.others === 1 ? "" : "s");
+    var name = m.u ? m.u : "(no principal)";
+    return m.c ? name + ", client-id " + m.c : name;
+  }
+
+  /* A live sample of a group's sensor: its broker's newest members. The brokers' samples of one time come in
+     frames of their own, and a stack is drawn once per time (one x, one stack): the stack of a time is drawn when a
+     later sample comes (returned here), or by flushStacks a moment after the last one. */
+  EntityPage.prototype.dueStack = function (p) {
+    var per = this.memberSamples.get(p.q);
+    if (!per) this.memberSamples.set(p.q, (per = new Map()));
+    var due = this.stackDue.get(p.q), out = [];
+    if (due !== undefined && p.t > due) {
+      out = this.stackItems(p.q, due);
+      this.stackDue.delete(p.q);
+      this.stacked.set(p.q, due);
+    }
+    per.set(p.b, p);
+    if (!this.stackDue.has(p.q) && !(p.t <= this.stacked.get(p.q))) this.stackDue.set(p.q, p.t);
+    return out;
+  };
+
+  EntityPage.prototype.flushStacks = function () {
+    var self = this;
+    if (this.mode !== "live") return;
+    this.stackDue.forEach(function (t, q) {
+      self.stacked.set(q, t);
+      var items = self.stackItems(q, t);
+      if (items.length) self.chart("members-" + q).append(items, Math.ceil(self.windowMs / 1000) + 60, self.range(false));
+    });
+    this.stackDue.clear();
+  };
+
+  /* The members' estimated parts at time t, stacked; the members past MEMBER_TRACES (in the order they came)
+     share one band. */
+  EntityPage.prototype.stackItems = function (q, t) {
+    var now = this.membersAt(q, t);
+    var keys = this.memberKeys.get(q);
+    if (!keys) this.memberKeys.set(q, (keys = []));
+    var bands = new Map();
+    now.rows.forEach(function (r) {
+      var own = keys.indexOf(r.key);
+      if (own < 0 && r.key !== OTHERS && keys.length < MEMBER_TRACES) {
+        keys.push(r.key);
+        own = keys.length - 1;
+      }
+      var band = own >= 0 ? r.key : OTHERS;
+      var b = bands.get(band);
+      if (!b) bands.set(band, (b = { name: own >= 0 ? memberName(r) : "other members", part: 0 }));
+      b.part += r.part;
+    });
+    var id = "members-" + q, out = [];
+    if (bands.has(OTHERS)) keys.others = true; // once drawn, a band has a point at every time (0 when none)
+    keys.concat([OTHERS]).forEach(function (key, i) {
+      var b = bands.get(key);
+      if (key === OTHERS && !keys.others) return;
+      var color = key === OTHERS ? "#8a93a3" : PALETTE[i % PALETTE.length];
+      var parts = key.split("\u0000");
+      out.push({ chart: id, key: key, x: t, y: b ? b.part : 0,
+        spec: { name: key === OTHERS ? "other members" : memberName({ u: parts[0], c: parts[1] }),
+          mode: "lines", stackgroup: "members", line: { color: color, width: 1 } } });
+    });
+    return out;
+  };
+
+  /* The table of the members' parts now, one per quota type; the section stays hidden until a sample has some. */
+  EntityPage.prototype.renderMembers = function () {
+    if (!this.membersBox || !this.membersTables) return;
+    var self = this, labels = this.cfg.labels || {};
+    var units = window.QuotaUnits;
+    var host = this.membersTables;
+    host.textContent = "";
+    var shown = 0;
+    QUOTA_TYPES.forEach(function (q) {
+      var now = self.memberSamples.has(q) ? self.membersAt(q, self.newest) : null;
+      if (!now || !now.rows.length) return;
+      shown += 1;
+      var bytes = (q === "produce" || q === "fetch") && units;
+      var fmt = function (v) {
+        if (!isNum(v)) return "—";
+        return bytes ? units.formatByteRate(v) : (Math.round(v * 10) / 10).toLocaleString("en-US") + (q === "request" ? " %" : "");
+      };
+      var wrap = document.createElement("div");
+      wrap.className = "scroll-x";
+      wrap.setAttribute("data-scroll-x", "");
+      wrap.tabIndex = 0;
+      wrap.setAttribute("role", "region");
+      wrap.setAttribute("aria-label", "Members' parts: " + (labels[q] || q));
+      var table = document.createElement("table");
+      table.className = "members-table";
+      table.id = "members-" + q;
+      var cap = table.createCaption();
+      cap.textContent = (labels[q] || q) + ": group total " + fmt(now.total) + ", " +
+        (Math.round(now.rps * 10) / 10).toLocaleString("en-US") + " requests/s";
+      var head = table.createTHead().insertRow();
+      ["Member", "Share of requests", "Requests/s", "Estimated part"].forEach(function (text, i) {
+        var th = document.createElement("th");
+        th.scope = "col";
+        th.textContent = text;
+        if (i) th.className = i === 2 ? "num rps" : "num";
+        head.appendChild(th);
+      });
+      var body = table.createTBody();
+      now.rows.forEach(function (r) {
+        var tr = body.insertRow();
+        [memberName(r), isNum(r.share) ? (Math.round(r.share * 1000) / 10) + " %" : "—",
+          (Math.round(r.rps * 10) / 10).toLocaleString("en-US"), fmt(r.part)].forEach(function (text, i) {
+          var td = tr.insertCell();
+          td.textContent = text;
+          if (i) td.className = i === 2 ? "num rps" : "num";
+        });
+      });
+      wrap.appendChild(table);
+      host.appendChild(wrap);
+    });
+    this.membersBox.hidden = !shown;
   };
 
   /* The x axis: live, the last 5 minutes, or less while there is less (at least 30 s, so a few points

@@ -115,6 +115,9 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=1.0, metavar="S", help="Seconds between polls.")
         parser.add_argument("--window", type=float, default=3.0, metavar="S",
                             help="How old a series' newest sample may be (a few scrape intervals; default 3).")
+        parser.add_argument("--members-window", type=float, default=30.0, metavar="S",
+                            help="The range of the rate of quota groups' member request counters (a few scrape "
+                                 "intervals; default 30; 0: not read).")
         parser.add_argument("--metric", action="append", default=[], metavar="TYPE.FIELD=NAME",
                             help="Another metric name, e.g. produce.rate=kafka_server_produce_byte_rate (repeatable).")
         parser.add_argument("--label", action="append", default=[], metavar="ROLE=NAME",
@@ -155,6 +158,7 @@ class Command(BaseCommand):
         source = PrometheusSource(
             client, cluster.name, bound=bounds, naming=naming, selector=_pairs(options["match"], "--match"),
             window_s=options["window"], connections=not options["no_connections"],
+            members_window_s=options["members_window"] or None,
         )
         if options["once"]:
             try:
