@@ -10,12 +10,12 @@ from __future__ import annotations
 import functools
 import ipaddress
 import math
+import re
 import urllib.parse
 from dataclasses import dataclass
 from enum import StrEnum
 
 from .errors import QuotaValidationError, UnknownQuotaKey
-from .groups import group_of_tags
 from .javamath import INT_MAX, LONG_MAX
 
 DEFAULT = "<default>"
@@ -317,6 +317,20 @@ def tags_entity(tags: str) -> tuple[str | None, str | None]:
     user_tag, _, client_id = tags.partition(":")
     user = urllib.parse.unquote(user_tag) if user_tag else None
     return user, (client_id if client_id or user is None else None)
+
+
+#: The user tag prefix of a quota group's shared sensor (``group@<name>``: a sanitized user never holds a raw '@'),
+#: and what a group's name may hold (``engine.groups``).
+GROUP_TAG_PREFIX = "group@"
+GROUP_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")
+
+
+def group_of_tags(tags: str) -> str | None:
+    """The group whose shared sensor has these sensor tags (``group@<name>:``, as the live monitor names sensors),
+    None for any other sensor."""
+    user, _, client_id = tags.partition(":")
+    name = user[len(GROUP_TAG_PREFIX):] if user.startswith(GROUP_TAG_PREFIX) and not client_id else ""
+    return name if GROUP_NAME_RE.match(name) else None
 
 
 def display_tags(tags: str) -> str:

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from .entities import QuotaOverrides, Resolution, sanitize
+from .entities import GROUP_NAME_RE as NAME_RE
+from .entities import GROUP_TAG_PREFIX as TAG_PREFIX
+from .entities import QuotaOverrides, Resolution, group_of_tags, sanitize
 from .errors import QuotaValidationError
 
 log = logging.getLogger(__name__)
@@ -34,8 +35,6 @@ log = logging.getLogger(__name__)
 #: The quota keys a group can hold: those the brokers' callback enforces (a controller mutation quota is applied by
 #: the controller, which has no groups).
 GROUP_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
-NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")
-TAG_PREFIX = "group@"
 #: The levels of Kafka's precedence that name the client: a value there wins over any group.
 NAMING_LEVELS = frozenset({1, 2, 3, 4, 7})
 
@@ -78,14 +77,6 @@ def group_of_field(field: str) -> str | None:
 def tag(name: str) -> str:
     """The ``user`` metric tag of the group's sensor."""
     return TAG_PREFIX + name
-
-
-def group_of_tags(tags: str) -> str | None:
-    """The group whose shared sensor has these sensor tags (``group@<name>:``, as the live monitor names sensors),
-    None for any other sensor."""
-    user, _, client_id = tags.partition(":")
-    name = user[len(TAG_PREFIX):] if user.startswith(TAG_PREFIX) and not client_id else ""
-    return name if NAME_RE.match(name) else None
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,14 @@ from django.db import transaction
 
 import quotafile
 from engine.config import EntityRef
-from engine.groups import GROUP_KEYS
-from engine.units import BYTE_RATE_KEYS, format_quota_value
+from engine.groups import GROUP_KEYS, in_order
+from engine.units import BYTE_RATE_KEYS
 from history import services as history
 from history.models import ImpactPreview
 from quotas.models import Cluster, DesiredStateVersion, Plan, PlanState, Tenant, plan_groups
 from quotas.models.capacity import CAPACITY_FIELD, capacity_between
 from quotas.models.client_metrics import match_owned_by
+from quotas.models.group_lookup import ClusterGroups, cluster_groups
 from quotas.models.plans import check_configs, check_scopes, current_state
 from quotas.models.tenants import (
     entity_owned_by,
@@ -217,11 +218,17 @@ def _store(
     shadows = quotafile.Shadows(after)
     before = current.quotas or {}
     capacities = {}
-    for key in {c.key for c in changes if c.section in (quotafile.QUOTA, quotafile.GROUP) and c.key in CAPACITY_FIELD}:
+    keys = {c.key for c in changes if c.section in (quotafile.QUOTA, quotafile.GROUP) and c.key in CAPACITY_FIELD}
+    if keys:  # the groups before and after the plan: each group's value is one sensor, counted once
+        groups_without = cluster_groups(cluster)
+        specs, scopes = plan_groups.specs_of(cluster, plan_groups.groups_after(cluster, desired, changes))
+        groups_with = ClusterGroups(tuple(in_order(specs)), scopes, groups_without.exempt)
+    for key in keys:
         if any(c.key == key and "ip" not in c.entity for c in changes):
             capacities[key] = _capacity(capacity_between(
                 cluster, key, _pairs(before, key), _pairs(after, key),
                 cluster_wide_without=_budgets(current.cluster_wide, key), cluster_wide_with=_budgets(cluster_wide, key),
+                groups_without=groups_without, groups_with=groups_with,
             ))
     usage = history.usage_version()
     bodies = []
@@ -281,15 +288,6 @@ def _group_body(body: dict[str, Any], c: quotafile.Change, current: quotafile.Qu
         body["warnings"] = plan_groups.winners(group, c.key, after)
     if capacity is not None:
         body["capacity"] = capacity
-        # TODO(issue 32): capacity_between counts client quotas only; once it takes group budgets (counted once),
-        # pass them and drop this sentence.
-        once = c.new_scope == quotafile.CLUSTER_WIDE
-        total = float(c.new or 0) * (1 if once else capacity["multiplier"])
-        body["warnings"].append(
-            f"The capacity check counts client quotas only: group {name}'s {c.key} adds "
-            f"{format_quota_value(c.key, total) if total else 'nothing'} to the granted total "
-            f"({'a cluster-wide budget, counted once' if once else 'per broker x ' + str(capacity['multiplier'])})."
-        )
 
 
 # ------------------------------------------------------------------ reading plans

@@ -302,7 +302,7 @@ def test_group_requests_show_as_their_group_in_the_request_pages(w: dict[str, An
         assert listed.status_code == 200 and link in text(listed)
         detail = browser(w[who]).get(f"/requests/{made.pk}/")
         assert detail.status_code == 200 and link in text(detail)
-        assert "group@team-a-all (all client-ids)" in text(detail), "the group's sensor, not an empty entity's"
+        assert "group team-a-all" in text(detail), "the group's sensor, not an empty entity's"
         assert 'data-figure="groups"' in text(detail), "the capacity check counts the group's one sensor"
     assert link in text(browser(w["auditor"]).get("/approvals/"))
     previews = list(ImpactPreview.objects.values_list("group_name", "user", "client_id"))
