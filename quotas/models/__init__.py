@@ -2,7 +2,9 @@
 
 Split by concept (NetBox style): ``clusters`` (clusters, brokers, listeners),
 ``quotas`` (quota entities, their values, the desired-state version, and Kafka's
-describe/alter/resolve operations over them), ``tenants`` (teams, what they own, roles),
+describe/alter operations over them), ``effective`` (the quota that applies to a client: the precedence, with
+groups), ``groups`` and ``group_changes`` (group quotas and exempt principals), ``tenants`` (teams, what they
+own, roles),
 ``requests`` (self-service requests and approvals), ``audit`` (the audit trail) and
 ``broker_configs`` (dynamic broker and topic configs: connection limits, replication throttles) and
 ``client_metrics`` (KIP-714 client-metrics subscriptions and tenants' requests for them) and
@@ -32,6 +34,7 @@ from quotas.models.client_metrics import (
     match_owned_by,
 )
 from quotas.models.clusters import Broker, Cluster, Listener, push_wanted
+from quotas.models.effective import EffectiveQuota, effective_client_quotas, effective_ip_quota
 from quotas.models.group_changes import (
     cluster_group_items,
     create_group,
@@ -68,7 +71,6 @@ from quotas.models.quotas import (
     Alteration,
     AlterationRejected,
     AlterOutcome,
-    EffectiveQuota,
     EntryResult,
     FilterComponent,
     InvalidBudgetScope,
@@ -78,8 +80,6 @@ from quotas.models.quotas import (
     alter_client_quotas,
     check_budget_scope,
     describe_client_quotas,
-    effective_client_quotas,
-    effective_ip_quota,
 )
 from quotas.models.requests import (
     TRANSITIONS,
