@@ -67,7 +67,7 @@ from quotas.models import (
 from quotas.models.capacity import capacity_check
 from quotas.models.staleness import request_moved, submitted_against
 from quotas.models.tenants import quota_visible
-from quotas.queries import push_summary, pushes_of_request
+from quotas.queries import push_summary, pushes_of_request, visible_entity_pks
 from quotas.reapply import REAPPLY_ADMINS_ONLY, enqueue_heal, reapply_target
 from quotas.workflow import errors, quota_requests
 
@@ -141,9 +141,9 @@ def entity_list(request: HttpRequest) -> HttpResponse:
     else:
         rows = rows.none()
     if not sees_everything(request.user):
-        # ownership is by fnmatch pattern, which SQL cannot match portably: filter the (searched) rows here
-        tenants = _member_tenants(request)
-        rows = [e for e in rows if entity_visible(e, tenants)] if tenants else []
+        # ownership is by fnmatch pattern, decided over the searched rows' names only; the page then reads its rows
+        visible = visible_entity_pks(request.user, rows) if _member_tenants(request) else []  # no tenant: nothing
+        rows = rows.filter(pk__in=visible)
     return page(request, "frontend/entity_list.html", {"form": form, "page_obj": paginate(request, rows)})
 
 

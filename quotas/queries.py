@@ -21,7 +21,7 @@ from quotas.models import (
     sees_everything,
 )
 from quotas.models.client_metrics import subscription_visible
-from quotas.models.tenants import member_tenants
+from quotas.models.tenants import member_tenants, quota_visible
 
 
 def pushes_of_request(obj: QuotaRequest) -> list[Push]:
@@ -94,3 +94,14 @@ def visible_subscriptions(user: Any, rows: QuerySet[ClientMetricsSubscription]) 
     tenants = member_tenants(user)
     keep = [pk for pk, match in rows.values_list("pk", "match") if subscription_visible(tenants, match)]
     return rows.filter(pk__in=keep).select_related("cluster")
+
+
+def visible_entity_pks(user: Any, entities: QuerySet[Any]) -> list[int]:
+    """The ids of the described entities a member may read (``quota_visible``).
+
+    Ownership is by fnmatch pattern, which SQL cannot match portably: decided here over the filtered rows' names
+    only, then the page is read by key (as SCRAM credentials are), so cursor pages stay full.
+    """
+    tenants = member_tenants(user)
+    rows = entities.prefetch_related(None).order_by().values_list("pk", "user", "client_id", "ip")
+    return [pk for pk, u, c, ip in rows.iterator(chunk_size=2000) if quota_visible(tenants, u, c, ip)]

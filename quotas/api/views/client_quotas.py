@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import permissions
@@ -43,7 +42,8 @@ from quotas.models import (
     effective_ip_quota,
     sees_everything,
 )
-from quotas.models.tenants import member_tenants, owned_by_any, quota_visible
+from quotas.models.tenants import member_tenants, owned_by_any
+from quotas.queries import visible_entity_pks
 
 
 class EntityCursorPagination(DefaultCursorPagination):
@@ -87,17 +87,6 @@ class DescribeClientQuotasView(APIView):
         with memory_permits(page_estimate(paginator, request, DESCRIBE_ROW_BYTES)):
             page = paginator.paginate_queryset(entities, request, view=self)
             return paginator.get_paginated_response(DescribeEntrySerializer(page, many=True).data)
-
-
-def visible_entity_pks(user: AbstractBaseUser, entities: QuerySet[Any]) -> list[int]:
-    """The ids of the described entities a member may read (``quota_visible``).
-
-    Ownership is by fnmatch pattern, which SQL cannot match portably: decided here over the filtered rows' names
-    only, then the page is read by key (as SCRAM credentials are), so cursor pages stay full.
-    """
-    tenants = member_tenants(user)
-    rows = entities.prefetch_related(None).order_by().values_list("pk", "user", "client_id", "ip")
-    return [pk for pk, u, c, ip in rows.iterator(chunk_size=2000) if quota_visible(tenants, u, c, ip)]
 
 
 def check_effective_scope(user: AbstractBaseUser, query: dict[str, Any]) -> None:
