@@ -22,6 +22,7 @@ from quotas.models import (
     announce,
     audited_alter,
     record,
+    set_group_values,
 )
 from quotas.workflow.errors import Conflict
 from quotas.workflow.quota_requests import _alteration, _current_value, _load
@@ -45,6 +46,7 @@ def _boosts_applied_after(request: QuotaRequest) -> list[QuotaRequest]:
         cluster_id=request.cluster_id,
         user=request.user,
         client_id=request.client_id,
+        group_name=request.group_name,
         key=request.key,
         expires_at__isnull=False,
         state__in=(RequestState.APPLYING, RequestState.APPLIED),
@@ -111,7 +113,13 @@ def _end_boost(request: QuotaRequest) -> str:
     if (current, scope) != (request.value, request.budget_scope):
         now = f"{current!r}{' cluster-wide' if scope == BudgetScope.CLUSTER_WIDE else ''}"
         return f"value changed since the boost (now {now}); left as it is"
-    restore = [_alteration(request, request.previous_value, request.previous_budget_scope)]
     note = f"boost #{request.pk} expired; previous value restored"
+    if request.group_name:  # a group's value: its group gets it back (a deleted group has nothing to restore)
+        if request.group is None:
+            return f"group {request.group_name} was deleted during the boost; nothing to restore"
+        set_group_values(None, request.group, {request.key: (request.previous_value, request.previous_budget_scope)},
+                         request=request, comment=note)
+        return "previous value restored"
+    restore = [_alteration(request, request.previous_value, request.previous_budget_scope)]
     audited_alter(request.cluster, restore, None, request=request, comment=note)
     return "previous value restored"

@@ -144,8 +144,8 @@ def submit_group(
     tenant = choose_tenant(actor, tenant or group.tenant)
     if tenant.pk != group.tenant_id:
         raise PermissionDenied(f"Group {group.name} belongs to tenant {group.tenant.name}, not {tenant.name}.", "group")
-    if expires_at is not None:
-        raise InvalidRequest("A group quota cannot be a time-boxed boost; ask for the value without expires_at.",
+    if expires_at is not None and expires_at <= timezone.now():
+        raise InvalidRequest("The boost's end (expires_at) is in the past; a boost must end in the future.",
                              "expires_at")
     field = "value"
     try:
@@ -159,7 +159,7 @@ def submit_group(
         request = QuotaRequest.objects.create(
             tenant=tenant, cluster=group.cluster, requested_by=actor, group=group, group_name=group.name, key=key,
             value=checked, budget_scope=budget_scope or held[1] or BudgetScope.PER_BROKER, reason=reason,
-            submitted_against=against(held, key),
+            expires_at=expires_at, submitted_against=against(held, key),
         )
         record(AuditAction.SUBMITTED, actor, request=request, after=RequestState.SUBMITTED, comment=reason)
         announce(request, RequestState.SUBMITTED, actor, reason)

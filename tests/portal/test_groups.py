@@ -25,6 +25,7 @@ from quotas.models import (
     GroupOverlap,
     InvalidGroup,
     OwnedName,
+    QuotaRequest,
     RequestState,
     Tenant,
     create_group,
@@ -33,6 +34,7 @@ from quotas.models import (
     set_group_values,
 )
 from quotas.models.desired import desired_state
+from quotas.workflow.boosts import expire_boosts
 from quotas.workflow.errors import InvalidRequest, PermissionDenied
 from quotas.workflow.quota_requests import approve, submit
 from tests.portal.people import make_user
@@ -162,9 +164,9 @@ def test_a_group_request_goes_through_four_eyes_into_the_groups_values(kafka: Cl
     assert request.state == RequestState.APPLYING
     assert spec_of(kafka, "payments").quotas == {PBR: 2 * 2**20}
     assert AuditEntry.objects.filter(request=request, action=AuditAction.QUOTA_ALTERED, after=2 * 2**20).exists()
-    with pytest.raises(InvalidRequest, match="cannot be a time-boxed boost"):
+    with pytest.raises(InvalidRequest, match="must end in the future"):
         submit(member, None, kafka, user=None, client_id=None, key=PBR, value=1, group=group,
-               expires_at=timezone.now() + timedelta(hours=1))
+               expires_at=timezone.now() - timedelta(hours=1))
     with pytest.raises(InvalidRequest, match="holds producer_byte_rate"):
         submit(member, None, kafka, user=None, client_id=None, key="controller_mutation_rate", value=5, group=group)
     outsider = Tenant.objects.create(name="other")
@@ -172,3 +174,24 @@ def test_a_group_request_goes_through_four_eyes_into_the_groups_values(kafka: Cl
     outsider.members.add(stranger)
     with pytest.raises(PermissionDenied):
         submit(stranger, None, kafka, user=None, client_id=None, key=PBR, value=1, group=group)
+
+
+def test_a_group_boost_gives_the_groups_value_back_when_it_ends(kafka: Cluster, tenant: Tenant) -> None:
+    member, admin = make_user("mia"), make_user("root", staff=True)
+    tenant.members.add(member)
+    group = create_group(admin, kafka, tenant, "payments", GroupKind.TENANT)
+    set_group_values(admin, group, {PBR: (1e6, BudgetScope.CLUSTER_WIDE)})
+    other = create_group(admin, kafka, tenant, "batch", GroupKind.CLIENT_PREFIX, client_id_prefix="batch-")
+    set_group_values(admin, other, {PBR: (5e5, None)})
+    ends = timezone.now() + timedelta(hours=1)
+    boost = submit(member, None, kafka, user=None, client_id=None, key=PBR, value="4 MiB/s", group=group,
+                   expires_at=ends)
+    approve(admin, boost.pk)
+    QuotaRequest.objects.filter(pk=boost.pk).update(state=RequestState.APPLIED)  # every broker took it
+    assert spec_of(kafka, "payments").quotas == {PBR: 4 * 2**20}
+
+    assert expire_boosts(ends + timedelta(seconds=1)) == [boost.pk]
+
+    assert spec_of(kafka, "payments").quotas == {PBR: 1e6}, "the value from before the boost is back"
+    assert group.values.get(key=PBR).budget_scope == BudgetScope.CLUSTER_WIDE, "and its scope"
+    assert spec_of(kafka, "batch").quotas == {PBR: 5e5}, "another group's value is not another group's boost"
