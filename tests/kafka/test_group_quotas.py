@@ -147,3 +147,44 @@ def test_a_tenants_principals_are_held_together_to_the_group_budget(
     assert producers[own].throttled_ms > 0, "Kafka throttled the member with its own quota by that quota"
     if sensors:
         assert any(r > 0 for r in sensors.values()), f"Kafka's sensor user=group@{group.name} measured the group"
+
+
+def _burst(config: dict[str, str], prefix: str, count: int) -> int:
+    """Create ``count`` one-partition topics at once as one client; how many Kafka refused with
+    THROTTLING_QUOTA_EXCEEDED (a strict KIP-599 quota: the topics past the bucket's tokens)."""
+    from confluent_kafka.admin import AdminClient as ConfluentAdmin
+    from confluent_kafka.admin import NewTopic
+
+    admin = ConfluentAdmin({**config, "log_level": 0})
+    refused = 0
+    for future in admin.create_topics([NewTopic(f"{prefix}-{i}", 1, 1) for i in range(count)]).values():
+        try:
+            future.result(timeout=60)
+        except Exception as e:  # noqa: BLE001 (each topic's own answer)
+            assert "THROTTLING_QUOTA_EXCEEDED" in str(e), e
+            refused += 1
+    return refused
+
+
+def test_a_groups_members_share_one_controller_mutation_bucket(kafka_cluster: Any, portal_cluster: Cluster) -> None:
+    """Kafka's controller enforces controller_mutation_rate (KIP-599, a token bucket of rate x 11 s); its own quota
+    callback reads the groups too, so two members draw on one bucket, where two clients with the same value each
+    have their own (measured beside them in the same run)."""
+    tag = uuid.uuid4().hex[:6]
+    a, b, solo_a, solo_b = (f"cmr-{tag}-{n}" for n in ("a", "b", "solo-a", "solo-b"))
+    tenant = Tenant.objects.create(name=f"cmr-{tag}")
+    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern=f"cmr-{tag}-*")
+    group = create_group(None, portal_cluster, tenant, f"cmr-{tag}", GroupKind.PRINCIPALS, principals=[a, b])
+    set_group_values(None, group, {"controller_mutation_rate": (1.0, None)})  # 11 tokens for the two together
+    alter_client_quotas(portal_cluster, [Alteration([("user", u)], [QuotaOp("controller_mutation_rate", 1.0)])
+                                         for u in (solo_a, solo_b)])  # Kafka's own: 11 tokens each
+    target_push.push_target(portal_cluster.pk, None)
+    configs = scram_users(kafka_cluster, [a, b, solo_a, solo_b])
+    time.sleep(3)  # the controller's callback reads the scope every second
+
+    grouped = _burst(configs[a], f"cmr-{tag}-ga", 8) + _burst(configs[b], f"cmr-{tag}-gb", 8)
+    alone = _burst(configs[solo_a], f"cmr-{tag}-sa", 8) + _burst(configs[solo_b], f"cmr-{tag}-sb", 8)
+    print(f"16 topics created at once by two clients: the group's members refused {grouped}, two clients with "
+          f"their own quota {alone}")
+    assert alone == 0, "each of Kafka's own buckets holds 8 topics"
+    assert grouped >= 3, f"the members share one bucket of about 11 tokens: {grouped} of 16 refused"
