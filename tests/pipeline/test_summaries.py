@@ -152,9 +152,10 @@ def test_the_job_reports_summarize_of_the_records_the_entity_governs(spark, tmp_
     assert got["skipped_records"] == 0 and got["throttle_events"] > 0
     # each sensor its own timeline: a fraction of time, never above 1 however many clients share a broker
     assert 0 < got["throttled_fraction"] <= 1
-    assert list(got)[:16] == ["cluster", "user", "client_id", "key", "value", "quota_type", "brokers", "clients",
+    assert list(got)[:17] == ["cluster", "user", "client_id", "key", "value", "quota_type", "brokers", "clients",
                               "history_from_ms", "history_to_ms", "closed_loop", "skipped_records", "per_broker",
-                              "resolution", "scope", "replayed_on"]
+                              "resolution", "scope", "replayed_on", "group"]
+    assert got["group"] is None, "an entity's job, not a group's (pipeline.whatif --group)"
     assert got["scope"] == "per_broker"  # Kafka's meaning unless --scope cluster_wide
     # each broker's own sensor: its requests, bytes and recorded rate, adding up to the whole
     assert [b["broker"] for b in got["per_broker"]] == sorted(mine["broker"].unique()) and len(got["per_broker"]) == \
@@ -163,7 +164,7 @@ def test_the_job_reports_summarize_of_the_records_the_entity_governs(spark, tmp_
     assert sum(b["recorded_rate"] for b in got["per_broker"]) == pytest.approx(got["recorded_rate"])
     assert sum(b["throttle_events"] for b in got["per_broker"]) == got["throttle_events"]
     # then how the samples say the history was throttled while it was recorded (none landed here: unknown)
-    assert list(got)[16:] == [*FIGURES, "recorded_throttled_fraction", "recorded_quota", "recorded_throttling",
+    assert list(got)[17:] == [*FIGURES, "recorded_throttled_fraction", "recorded_quota", "recorded_throttling",
                               "demand", "stages_s"]
     assert {"replay", "recorded_wait", "demand"} <= set(got["stages_s"])  # seconds each part of the job took
     assert got["demand"] is None  # nothing says Kafka throttled it while recorded: no estimate of more demand
