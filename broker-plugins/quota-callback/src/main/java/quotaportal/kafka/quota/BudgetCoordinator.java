@@ -545,11 +545,6 @@ final class BudgetCoordinator {
         return settings;
     }
 
-    /** Its Redis client, for the controller's {@link ScopeReader} once the role turns out to be the controller's. */
-    BudgetRedis redis() {
-        return redis;
-    }
-
     void close() {
         try {
             redis.close();
