@@ -78,6 +78,7 @@ GA_URL, GB_URL = "/clusters/kprod/groups/team-a-all/", "/clusters/kprod/groups/t
 def test_the_cluster_page_lists_every_group_for_admins_and_auditors(w: dict[str, Any]) -> None:
     for who in ("admin", "auditor"):
         page = text(browser(w[who]).get(CLUSTER_URL))
+        assert "<title>Cluster kprod · " in page and page.count('id="groups-h"') == 1, "one groups section, in the body"
         assert f'href="{GA_URL}"' in page and f'href="{GB_URL}"' in page
         assert "the principals tenant team-a owns: batch-a, svc-a-*" in page
         assert "principals svc-b-1, svc-b-2" in page
