@@ -32,9 +32,11 @@ from .errors import QuotaValidationError
 
 log = logging.getLogger(__name__)
 
-#: The quota keys a group can hold: those the brokers' callback enforces (a controller mutation quota is applied by
-#: the controller, which has no groups).
-GROUP_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
+#: The quota keys a group can hold: the brokers' callback enforces the first three, the controller's callback
+#: instance the last (per broker only: Kafka's controller enforces it once, see ``PER_BROKER_ONLY``).
+GROUP_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate")
+#: The group keys that cannot be a cluster-wide budget: the controller is one enforcer, not one per broker.
+PER_BROKER_ONLY = frozenset({"controller_mutation_rate"})
 #: The levels of Kafka's precedence that name the client: a value there wins over any group.
 NAMING_LEVELS = frozenset({1, 2, 3, 4, 7})
 
@@ -205,6 +207,7 @@ __all__ = [
     "GroupLayer",
     "GroupSpec",
     "NAMING_LEVELS",
+    "PER_BROKER_ONLY",
     "PREFIX_ALONE",
     "PREFIX_UNDER_PRINCIPAL",
     "PRINCIPALS",

@@ -78,7 +78,8 @@ class GroupRequestForm(forms.Form):
     value = forms.CharField(
         label="Value",
         max_length=64,
-        help_text=f"Byte rates: {BYTE_RATE_FORMS}. request_percentage: percent (50 or 50 %).",
+        help_text=f"Byte rates: {BYTE_RATE_FORMS}. request_percentage: percent (50 or 50 %). "
+        "controller_mutation_rate: mutations/s (10), per broker only.",
         widget=forms.TextInput(attrs={"autocomplete": "off", "data-quota-value": "id_key",
                                       "aria-describedby": "value-understood"}),
     )
@@ -87,7 +88,8 @@ class GroupRequestForm(forms.Form):
         required=False,
         choices=[("", "Keep the value's scope"), *BudgetScope.choices],
         help_text="Per broker: the group's limit on each broker. Cluster-wide: a budget for the group's sum over the "
-        "cluster's brokers. Keep: the scope the value has now (per broker when new).",
+        "cluster's brokers (not for controller_mutation_rate: Kafka's controller enforces it once). Keep: the scope "
+        "the value has now (per broker when new).",
     )
     reason = forms.CharField(label="Reason", required=False, widget=forms.Textarea(attrs={"rows": 2}),
                              help_text="What the admin reads.")

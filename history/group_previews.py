@@ -12,7 +12,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 
 from engine.entities import DEFAULT, entity_path, validate_quota_value
 from engine.errors import QuotaValidationError
-from engine.groups import GROUP_KEYS, GroupSpec
+from engine.groups import GROUP_KEYS, PER_BROKER_ONLY, GroupSpec
 from quotas.models import QuotaGroup, QuotaValue
 from quotas.models.tenants import member_tenants, sees_everything
 from quotas.workflow.errors import PermissionDenied
@@ -26,8 +26,9 @@ def members_of(group: QuotaGroup) -> str:
 def check_group_proposal(actor: AbstractBaseUser, group: QuotaGroup, key: str, value: Any) -> float:
     """The value as a group of the key accepts it, when the actor may preview the group: admins and auditors any,
     a member its tenants' groups."""
-    if key not in GROUP_KEYS:
-        raise QuotaValidationError(f"A group holds {', '.join(GROUP_KEYS)} only, not {key}.")
+    replayed = [k for k in GROUP_KEYS if k not in PER_BROKER_ONLY]  # a group's mutations are not replayed yet
+    if key not in replayed:
+        raise QuotaValidationError(f"A group's preview holds {', '.join(replayed)} only, not {key}.")
     checked = validate_quota_value(key, value, "client")
     if not sees_everything(actor) and group.tenant_id not in {t.pk for t in member_tenants(actor)}:
         raise PermissionDenied(f"Group {group.name} belongs to tenant {group.tenant.name}, not one of yours.")

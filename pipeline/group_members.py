@@ -17,9 +17,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from engine.errors import QuotaValidationError
-from engine.groups import GROUP_KEYS, GroupSpec, tag
+from engine.groups import GROUP_KEYS, PER_BROKER_ONLY, GroupSpec, tag
 
 from .errors import BadArguments
+
+#: The group keys a group's replay judges (a group's controller mutation bucket is not replayed yet).
+REPLAYED = tuple(k for k in GROUP_KEYS if k not in PER_BROKER_ONLY)
 
 
 def parse_group(text: str, key: str) -> GroupSpec:
@@ -28,8 +31,9 @@ def parse_group(text: str, key: str) -> GroupSpec:
         spec = GroupSpec.from_json(text)
     except QuotaValidationError as e:
         raise BadArguments(e.message) from e
-    if key not in GROUP_KEYS:
-        raise BadArguments(f"A group holds {', '.join(GROUP_KEYS)} only, not {key}.")
+    if key not in REPLAYED:
+        raise BadArguments(f"A group's what-if holds {', '.join(REPLAYED)} only, not {key} (a group's controller "
+                           "mutations are not replayed yet).")
     return spec
 
 

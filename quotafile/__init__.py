@@ -867,6 +867,7 @@ def json_schema() -> dict[str, Any]:
                     },
                 },
             },
-            **_groups.schema(lambda key: scoped(number if key == "request_percentage" else byte_rate)),
+            **_groups.schema(lambda key: number if key == "controller_mutation_rate"  # per broker only
+                             else scoped(number if key == "request_percentage" else byte_rate)),
         },
     }

@@ -24,7 +24,7 @@ import yaml
 
 from engine.entities import validate_quota_value
 from engine.errors import QuotaEngineError
-from engine.groups import GROUP_KEYS, check_name
+from engine.groups import GROUP_KEYS, PER_BROKER_ONLY, check_name
 from engine.units import format_quota_value, parse_quota_value
 from quotafile import common as _qf
 
@@ -214,6 +214,10 @@ def _read_value(r: Any, node: yaml.Node, group: Group, key: str) -> None:
             if scope not in _qf.BUDGET_SCOPES:
                 r.error(fields["budgetScope"][1], key, f"budgetScope is per_broker or cluster_wide, not {scope!r}; "
                                                        "leave it out for per_broker.")
+                return
+            if scope == _qf.CLUSTER_WIDE and key in PER_BROKER_ONLY:
+                r.error(fields["budgetScope"][1], key, f"A group's {key} is per_broker only: Kafka's controller "
+                                                       "enforces it once for the whole cluster; leave budgetScope out.")
                 return
         node = fields["value"][1]
     raw = r.scalar(node, key)

@@ -16,7 +16,7 @@ from django.dispatch import receiver
 
 from engine.entities import validate_quota_value
 from engine.errors import QuotaValidationError
-from engine.groups import GROUP_KEYS, entity_field
+from engine.groups import GROUP_KEYS, PER_BROKER_ONLY, entity_field
 from quotas.choices import BudgetScope
 from quotas.connectors.base import BUDGET_SCOPE, CLUSTER_WIDE, EXEMPT, EXEMPT_KEY, GROUP, GROUP_SPEC, Item, State
 from quotas.models.audit import AuditAction, record
@@ -124,6 +124,10 @@ def check_group_value(key: str, value: object, scope: str | None) -> float:
         raise InvalidGroup(e.message, "value") from None
     if scope is not None and scope not in BudgetScope.values:
         raise InvalidGroup(f"A budget scope is per_broker or cluster_wide, not {scope!r}.", "budget_scope")
+    if key in PER_BROKER_ONLY and scope == BudgetScope.CLUSTER_WIDE:
+        raise InvalidGroup(
+            f"A group's {key} has per_broker as its only budget_scope: Kafka's controller enforces it once for the "
+            "whole cluster, so there are no brokers to share a cluster-wide budget among.", "budget_scope")
     return checked
 
 

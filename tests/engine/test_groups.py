@@ -133,3 +133,19 @@ def test_the_engines_groups_outlive_a_config_reload(redis_client: redis.Redis, n
     eff = engine.effective("svc-pay-1", "app")[PBR]
     assert (eff["value"], eff["tags"]) == (4000.0, "group@pay:")
     assert engine.manager("produce").record_many([UsageRecord("replicator", "m", 1e9, T0)])[0].throttle_ms == 0
+
+
+def test_a_groups_controller_mutation_rate_bounds_its_members_token_bucket(backend, namespace) -> None:
+    strict = GroupSpec("ops", order_of(PRINCIPALS, None), users=("svc-ops",), quotas={"controller_mutation_rate": 2.0})
+    mutations = ControllerMutationQuotaManager(backend, namespace=namespace)
+    mutations.update_quota(DEFAULT, None, 100.0)  # a default, which the group beats
+    mutations.update_quota("svc-own", None, 50.0)
+    mutations.set_groups(GroupLayer.from_scope([f"group {strict.to_json()}"]))
+    r = mutations.resolve("svc-ops", "admin")
+    assert (r.bound, r.group, r.tags) == (2.0, "ops", "group@ops:")
+    assert mutations.quota("svc-own", "admin") == (50.0, "svc-own:"), "a value that names the client wins"
+    # one member overdraws the group's bucket (strict: the overdraft is recorded, not throttled) ...
+    assert mutations.record("svc-ops", "admin", 30.0, T0).measured < 0
+    # ... and the next mutation of any member is throttled: one bucket for the group's members
+    assert mutations.record("svc-ops", "other", 1.0, T0).throttle_ms > 0
+    assert mutations.record("svc-own", "admin", 1.0, T0).throttle_ms == 0

@@ -67,7 +67,7 @@ def test_a_group_requests_preview_replays_its_members_together(
     assert (both.status_code, both.json()["code"]) == (400, "INVALID_REQUEST")
     assert alice.post("/api/previews/", {**body, "group": "nope"}, format="json").status_code == 404
     refused = alice.post("/api/previews/", {**body, "key": "controller_mutation_rate", "value": 5}, format="json")
-    assert refused.status_code == 400 and "A group holds" in refused.json()["message"]
+    assert refused.status_code == 400 and "A group's preview holds" in refused.json()["message"]
 
     # a member's own value beats the group: the preview names it
     alter_client_quotas(cluster, [Alteration([("user", "svc-a-2")], [QuotaOp(PBR, 5000)]),

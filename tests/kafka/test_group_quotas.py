@@ -21,7 +21,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.budget_store import BudgetStore
-from kafka_wire import AdminClient
+from kafka_wire import CREATE_TOPICS, AdminClient, NewTopic
 from observe.kafka_quotas import jmx_unquote
 from quotas.choices import BudgetScope, ConnectorKind
 from quotas.models import (
@@ -147,3 +147,46 @@ def test_a_tenants_principals_are_held_together_to_the_group_budget(
     assert producers[own].throttled_ms > 0, "Kafka throttled the member with its own quota by that quota"
     if sensors:
         assert any(r > 0 for r in sensors.values()), f"Kafka's sensor user=group@{group.name} measured the group"
+
+
+def _burst(kafka_cluster: Any, user: str, password: str, prefix: str, count: int) -> int:
+    """Create ``count`` one-partition topics in one CreateTopics request as ``user``; how many Kafka refused with
+    THROTTLING_QUOTA_EXCEEDED. The project's wire client speaks CreateTopics v6 or later, where a controller
+    mutation quota is strict (KIP-599: the topics past the bucket's tokens are refused); librdkafka's older version
+    is only throttled after the fact, which refuses nothing."""
+    with AdminClient(kafka_cluster.bootstrap("SASL_PLAINTEXT"), security_protocol="SASL_PLAINTEXT",
+                     sasl_mechanism=MECHANISM, sasl_username=user, sasl_password=password) as admin:
+        assert admin.api_version(CREATE_TOPICS) >= 6, "strict controller mutation quotas need CreateTopics v6"
+        results = admin.create_topics([NewTopic(f"{prefix}-{i}", 1, 1) for i in range(count)])
+    codes = [r.code for r in results.topics.values()]
+    assert set(codes) <= {"NONE", "THROTTLING_QUOTA_EXCEEDED"}, codes
+    return codes.count("THROTTLING_QUOTA_EXCEEDED")
+
+
+def test_a_groups_members_share_one_controller_mutation_bucket(kafka_cluster: Any, portal_cluster: Cluster) -> None:
+    """Kafka's controller enforces controller_mutation_rate (KIP-599, a token bucket of rate x 11 s); its own quota
+    callback reads the groups too, so two members draw on one bucket, where two clients with the same value each
+    have their own (measured beside them in the same run)."""
+    tag = uuid.uuid4().hex[:6]
+    a, b, solo_a, solo_b = (f"cmr-{tag}-{n}" for n in ("a", "b", "solo-a", "solo-b"))
+    tenant = Tenant.objects.create(name=f"cmr-{tag}")
+    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern=f"cmr-{tag}-*")
+    group = create_group(None, portal_cluster, tenant, f"cmr-{tag}", GroupKind.PRINCIPALS, principals=[a, b])
+    set_group_values(None, group, {"controller_mutation_rate": (1.0, None)})  # 11 tokens for the two together
+    alter_client_quotas(portal_cluster, [Alteration([("user", u)], [QuotaOp("controller_mutation_rate", 1.0)])
+                                         for u in (solo_a, solo_b)])  # Kafka's own: 11 tokens each
+    target_push.push_target(portal_cluster.pk, None)
+    configs = scram_users(kafka_cluster, [a, b, solo_a, solo_b])
+    time.sleep(3)  # the controller's callback reads the scope every second
+
+    def burst(user: str, side: str) -> int:
+        return _burst(kafka_cluster, user, configs[user]["sasl.password"], f"cmr-{tag}-{side}", 8)
+
+    grouped = burst(a, "ga") + burst(b, "gb")
+    alone = burst(solo_a, "sa") + burst(solo_b, "sb")
+    again = burst(solo_a, "sa2")  # the same client's own bucket, about 3 tokens left
+    print(f"16 topics created at once by two clients: the group's members refused {grouped}, two clients with "
+          f"their own quota {alone}, one of them again {again}")
+    assert again >= 3, f"Kafka's own bucket refuses past its tokens (strict mode reached): {again} of 8 refused"
+    assert alone == 0, "each of Kafka's own buckets holds 8 topics"
+    assert grouped >= 3, f"the members share one bucket of about 11 tokens: {grouped} of 16 refused"

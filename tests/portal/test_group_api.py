@@ -172,6 +172,18 @@ def test_an_admin_creates_changes_sets_values_and_deletes_a_group(w: dict[str, A
     refused(c.get(GROUPS + "pay-jobs/"), 404, "NOT_FOUND")
 
 
+def test_a_controller_mutation_rate_is_a_per_broker_group_value(w: dict[str, Any]) -> None:
+    answer = w["c"]["admin"].post(GROUPS + "pay-all/values", {"ops": [{"key": "controller_mutation_rate", "value": 5}]},
+                                  format="json")
+    assert answer.status_code == 200, answer.content
+    values = {v["key"]: (v["value"], v["budget_scope"]) for v in answer.json()["group"]["values"]}
+    assert values["controller_mutation_rate"] == (5, "per_broker")
+    body = refused(w["c"]["admin"].post(GROUPS + "pay-all/values", {"ops": [
+        {"key": "controller_mutation_rate", "value": 5, "budget_scope": "cluster_wide"}]}, format="json"),
+        400, "INVALID_GROUP", "ops.0.budget_scope")
+    assert "Kafka's controller enforces it once" in body["message"], body
+
+
 def test_values_are_all_or_none_and_validate_only_changes_nothing(w: dict[str, Any]) -> None:
     c, kafka = w["c"]["admin"], w["kafka"]
     start = version(kafka)
@@ -187,8 +199,9 @@ def test_values_are_all_or_none_and_validate_only_changes_nothing(w: dict[str, A
 
 
 @pytest.mark.parametrize(("op", "field"), [
-    ({"key": "controller_mutation_rate", "value": 5}, "ops.0.key"),
-    ({"key": "controller_mutation_rate", "value": None}, "ops.0.key"),
+    ({"key": "connection_creation_rate", "value": 5}, "ops.0.key"),
+    ({"key": "connection_creation_rate", "value": None}, "ops.0.key"),
+    ({"key": "controller_mutation_rate", "value": 5, "budget_scope": "cluster_wide"}, "ops.0.budget_scope"),
     ({"key": PBR, "value": 0}, "ops.0.value"),
     ({"key": PBR, "value": 1.5}, "ops.0.value"),
     ({"key": PBR, "value": "1 MiB/s"}, "ops.0.value"),
@@ -318,7 +331,9 @@ def test_a_member_asks_for_a_groups_value_and_the_requests_say_which_group(w: di
     ("pat-ord", {"group": "pay-all", "key": PBR, "value": 1}, 400, "group"),
     ("amy", {"group": "nope", "key": PBR, "value": 1}, 400, "group"),
     ("amy", {"group": "pay-all", "user": "svc-pay-1", "key": PBR, "value": 1}, 400, "group"),
-    ("amy", {"group": "pay-all", "key": "controller_mutation_rate", "value": 1}, 400, "key"),
+    ("amy", {"group": "pay-all", "key": "connection_creation_rate", "value": 1}, 400, "key"),
+    ("amy", {"group": "pay-all", "key": "controller_mutation_rate", "value": 1, "budget_scope": "cluster_wide"}, 400,
+     "budget_scope"),
     ("amy", {"group": "pay-all", "key": PBR, "value": -1}, 400, "value"),
     ("amy", {"group": "pay-all", "key": PBR, "value": 1, "expires_at": "2001-01-01T00:00:00Z"}, 400, "expires_at"),
     ("auditor", {"group": "pay-all", "key": PBR, "value": 1}, 403, None),

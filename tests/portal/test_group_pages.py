@@ -230,7 +230,8 @@ def test_a_member_asks_for_a_group_value_in_units_and_an_admin_approves_it(w: di
 @pytest.mark.parametrize(("posted", "field"), [
     ({"key": PBR, "value": "lots"}, "value"),
     ({"key": "request_percentage", "value": "-5"}, "value"),
-    ({"key": "controller_mutation_rate", "value": "5"}, "key"),
+    ({"key": "connection_creation_rate", "value": "5"}, "key"),
+    ({"key": "controller_mutation_rate", "value": "5", "budget_scope": "cluster_wide"}, "budget_scope"),
 ])
 def test_a_refused_group_request_keeps_the_form_and_says_why_beside_the_field(
     w: dict[str, Any], posted: dict[str, str], field: str

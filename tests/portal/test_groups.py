@@ -168,7 +168,10 @@ def test_a_group_request_goes_through_four_eyes_into_the_groups_values(kafka: Cl
         submit(member, None, kafka, user=None, client_id=None, key=PBR, value=1, group=group,
                expires_at=timezone.now() - timedelta(hours=1))
     with pytest.raises(InvalidRequest, match="holds producer_byte_rate"):
-        submit(member, None, kafka, user=None, client_id=None, key="controller_mutation_rate", value=5, group=group)
+        submit(member, None, kafka, user=None, client_id=None, key="connection_creation_rate", value=5, group=group)
+    with pytest.raises(InvalidRequest, match="per_broker as its only budget_scope: Kafka's controller enforces it"):
+        submit(member, None, kafka, user=None, client_id=None, key="controller_mutation_rate", value=5, group=group,
+               budget_scope=BudgetScope.CLUSTER_WIDE)
     outsider = Tenant.objects.create(name="other")
     stranger = make_user("sam")
     outsider.members.add(stranger)

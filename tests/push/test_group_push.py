@@ -59,9 +59,11 @@ def test_groups_and_exempt_principals_land_in_the_scope_hash_not_in_kafka(
     assert groups_in(budget_redis, cluster)["payments"].quotas == {PBR: 3e6}
     assert kafka.quotas == {}, "Kafka's quota configs know no group"
 
-    set_group_values(None, group, {PBR: (4e6, None)})
+    set_group_values(None, group, {PBR: (4e6, None), "controller_mutation_rate": (5.0, None)})
     target_push.push_target(cluster.pk, None)
-    assert groups_in(budget_redis, cluster)["payments"].quotas == {PBR: 4e6}
+    # the controller's callback reads the same spec for the controller mutation value, per broker only
+    assert groups_in(budget_redis, cluster)["payments"].quotas == {PBR: 4e6, "controller_mutation_rate": 5.0}
+    assert not any(f.startswith("controller_mutation ") for f in BudgetStore(budget_redis, cluster.name).scope())
     assert 'produce {"group":"payments"}' in BudgetStore(budget_redis, cluster.name).scope(), "the scope stays"
 
     OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="ledger")  # the tenant's group follows

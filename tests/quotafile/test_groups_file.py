@@ -127,6 +127,9 @@ def test_a_file_without_the_sections_leaves_them_alone_and_removable_limits_prun
         ("groups:\n  - name: g\n    tenant: t\n    members: {tenant: true}\n"
          "    producer_byte_rate: {value: 1, budgetScope: global}\n", 8, "producer_byte_rate",
          "budgetScope is per_broker or cluster_wide"),
+        ("groups:\n  - name: g\n    tenant: t\n    members: {tenant: true}\n"
+         "    controller_mutation_rate: {value: 5, budgetScope: cluster_wide}\n", 8, "controller_mutation_rate",
+         "per_broker only: Kafka's controller enforces it once"),
         ("groups:\n  - {name: g, tenant: t, members: {tenant: true}}\n  - {name: g, tenant: t, members: {tenant: "
          "true}}\n", 6, "name", "listed twice (line 5)"),
         ("groups:\n  - name: g\n    tenant: t\n    members: {tenant: true}\n    description: " + "x" * 201 + "\n", 8,
@@ -146,7 +149,18 @@ def test_the_json_schema_takes_groups_and_exempt_principals() -> None:
     schema = qf.json_schema()
     jsonschema.validate(yaml.safe_load(FILE), schema)
     for bad in ({"name": "g", "tenant": "t", "members": {"tenant": True, "principals": ["a"]}},
-                {"name": "g", "tenant": "t", "members": {"tenant": True}, "controller_mutation_rate": 1},
+                {"name": "g", "tenant": "t", "members": {"tenant": True},
+                 "controller_mutation_rate": {"value": 1, "budgetScope": "cluster_wide"}},
                 {"name": "g g", "tenant": "t", "members": {"tenant": True}}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({**yaml.safe_load(HEAD), "groups": [bad]}, schema)
+    per_broker = {"name": "g", "tenant": "t", "members": {"tenant": True}, "controller_mutation_rate": 10}
+    jsonschema.validate({**yaml.safe_load(HEAD), "groups": [per_broker]}, schema)
+
+
+def test_a_group_holds_a_per_broker_controller_mutation_rate() -> None:
+    state = qf.read(HEAD + "groups:\n  - name: g\n    tenant: t\n    members: {tenant: true}\n"
+                           "    controller_mutation_rate: 10 mutations/s\n")
+    group = state.groups["g"]
+    assert group.values == {"controller_mutation_rate": 10.0}
+    assert group.scope("controller_mutation_rate") == "per_broker"

@@ -265,7 +265,7 @@ class GroupValuesView(APIView):
             "removes it (`value: null`), per broker or as a cluster-wide budget (`budget_scope`; left out, the "
             "value keeps its scope, a new one is per_broker). Every op is judged before anything is written: one "
             "refused op refuses the call (400 INVALID_GROUP, details `ops.<i>.<field>`) and nothing changes. "
-            "controller_mutation_rate is not a group value: Kafka's controller applies it. `validate_only` judges "
+            "controller_mutation_rate is per broker only (Kafka's controller enforces it once). `validate_only` judges "
             "and changes nothing. Audited as quota changes of /groups/<name>; one desired-state version, pushed."
         ),
         parameters=[CLUSTER_PARAM, GROUP_PARAM],

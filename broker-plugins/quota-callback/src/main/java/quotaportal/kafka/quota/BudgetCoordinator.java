@@ -545,6 +545,11 @@ final class BudgetCoordinator {
         return settings;
     }
 
+    /** Its Redis client, for the controller's {@link ScopeReader} once the role turns out to be the controller's. */
+    BudgetRedis redis() {
+        return redis;
+    }
+
     void close() {
         try {
             redis.close();

@@ -45,7 +45,9 @@ import quotaportal.kafka.quota.QuotaTable.EntityKey;
  * {@link #quotaResetRequired}) read memory only: concurrent maps and volatile snapshots, no lock held across I/O.
  *
  * <p>A combined broker and controller creates two instances (one per role); only the broker's coordinates (its role
- * comes with {@link #withPluginMetrics}), the controller's stays Kafka's default.
+ * comes with {@link #withPluginMetrics}). The controller's (and a controller-only node's) takes no part in budget
+ * rounds: it reads the scope's groups and exempt principals every interval ({@link ScopeReader}) for the controller
+ * mutation quota, which Kafka's controller applies.
  */
 public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
     private static final Logger LOG = LoggerFactory.getLogger(BudgetQuotaCallback.class);
@@ -64,6 +66,8 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
 
     private BudgetSettings settings;
     private volatile BudgetCoordinator coordinator;
+    private volatile ScopeReader reader;
+    private JedisBudgetRedis controllerRedis;
     private volatile boolean tracking;
     private volatile boolean closed;
     private volatile String role;
@@ -88,10 +92,7 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
             return;
         }
         Object roles = configs.get("process.roles");
-        if (roles != null && !roles.toString().isBlank() && !roles.toString().contains("broker")) {
-            LOG.info("BudgetQuotaCallback on a controller-only node: Kafka's default client quotas");
-            return;
-        }
+        boolean controllerOnly = roles != null && !roles.toString().isBlank() && !roles.toString().contains("broker");
         JedisBudgetRedis redis;
         try {
             redis = new JedisBudgetRedis(settings.redisUrl(), settings.redisTimeoutMs());
@@ -99,8 +100,13 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
             throw new ConfigException(BudgetSettings.REDIS_URL, JedisBudgetRedis.redacted(settings.redisUrl()),
                     e.getMessage());
         }
-        rates = new JmxRates();
-        coordinator = new BudgetCoordinator(settings, redis, System::currentTimeMillis, null, this::liveSensors, rates);
+        if (controllerOnly) {
+            controllerRedis = redis; // the worker only reads the scope's groups (the role is the controller's)
+        } else {
+            rates = new JmxRates();
+            coordinator = new BudgetCoordinator(settings, redis, System::currentTimeMillis, null, this::liveSensors,
+                    rates);
+        }
         worker = new Thread(this::run, "quota-budget-callback-" + settings.brokerId());
         worker.setDaemon(true);
         worker.start();
@@ -132,13 +138,13 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
             return;
         }
         BudgetCoordinator c = coordinator;
-        if (c == null || closed) {
+        if (closed) {
             return;
         }
-        if ("controller".equals(role)) {
-            // the controller's quota managers: no client traffic of budgets, Kafka's default answers
+        if (c == null || "controller".equals(role)) {
+            // the controller's quota managers: no budgets, only the groups' controller mutation values
             coordinator = null;
-            c.close();
+            readScope(c == null ? controllerRedis : c.redis());
             return;
         }
         synchronized (this) {
@@ -177,6 +183,39 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
         }
     }
 
+    /** The controller's loop: read the scope's groups every interval, never a budget round (no broker's report). */
+    private void readScope(BudgetRedis redis) {
+        ScopeReader r = new ScopeReader(settings.cluster(), redis);
+        reader = r;
+        LOG.info("BudgetQuotaCallback on the controller: the quota groups of cluster {} through {} for controller "
+                        + "mutations, read every {} ms; no budget rounds", settings.cluster(),
+                JedisBudgetRedis.redacted(settings.redisUrl()), settings.intervalMs());
+        while (!closed) {
+            r.read();
+            synchronized (wake) {
+                if (closed) {
+                    break;
+                }
+                try {
+                    wake.wait(settings.intervalMs());
+                } catch (InterruptedException e) {
+                    break;
+                }
+            }
+        }
+        r.close();
+    }
+
+    /** The groups the request path answers with: the coordinator's (a broker), the reader's (a controller), or null. */
+    private GroupTable groups() {
+        BudgetCoordinator c = coordinator;
+        if (c != null) {
+            return c.view().groups;
+        }
+        ScopeReader r = reader;
+        return r == null ? null : r.groups();
+    }
+
     /** The tracked sensors Kafka still has, with the value each resolves to; forgets those Kafka expired. */
     private List<SensorBudget> liveSensors() {
         List<SensorBudget> out = new ArrayList<>();
@@ -207,13 +246,13 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
      * quota.
      */
     private QuotaTable.Resolved resolve(ClientQuotaType type, String user, String clientId) {
-        BudgetCoordinator c = coordinator;
-        if (c != null && c.view().groups.exemptTag(user)) {
+        GroupTable groups = groups();
+        if (groups != null && groups.exemptTag(user)) {
             return null; // an exempt principal's own sensor
         }
-        if (c != null && GroupTable.isGroupTag(user)) {
-            GroupTable.Group group = c.view().groups.byTag(user);
-            Double value = group == null || !SensorKey.budgetable(type) ? null : group.quota(type);
+        if (groups != null && GroupTable.isGroupTag(user)) {
+            GroupTable.Group group = groups.byTag(user);
+            Double value = group == null || !groups.answers(type) ? null : group.quota(type);
             return value == null ? null : new QuotaTable.Resolved(group.entity(), value);
         }
         return tables.get(type).resolve(user, clientId);
@@ -222,9 +261,8 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
     @Override
     public Map<String, String> quotaMetricTags(ClientQuotaType quotaType, KafkaPrincipal principal, String clientId) {
         String user = sanitize(principal.getName());
-        BudgetCoordinator c = coordinator;
-        GroupTable groups = c == null ? GroupTable.EMPTY : c.view().groups;
-        Map<String, String> tags = groups.isEmpty() ? null
+        GroupTable groups = groups();
+        Map<String, String> tags = groups == null || groups.isEmpty() ? null
                 : groups.metricTags(quotaType, principal.getName(), user, clientId, tables.get(quotaType));
         if (tags == null) {
             tags = tables.get(quotaType).metricTags(user, clientId);
@@ -278,7 +316,11 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
     @Override
     public boolean quotaResetRequired(ClientQuotaType quotaType) {
         BudgetCoordinator c = coordinator;
-        return c != null && c.quotaResetRequired(quotaType);
+        if (c != null) {
+            return c.quotaResetRequired(quotaType);
+        }
+        ScopeReader r = reader;
+        return r != null && r.quotaResetRequired(quotaType);
     }
 
     @Override
@@ -332,6 +374,13 @@ public class BudgetQuotaCallback implements ClientQuotaCallback, Monitorable {
         coordinator = new BudgetCoordinator(settings, redis, clockMs, null, this::liveSensors, rates);
         tracking = true;
         return coordinator;
+    }
+
+    /** Reads the scope as a controller does, with no background thread: the test calls {@link ScopeReader#read}. */
+    ScopeReader readAsController(BudgetSettings settings, BudgetRedis redis) {
+        this.settings = settings;
+        reader = new ScopeReader(settings.cluster(), redis);
+        return reader;
     }
 
     GroupMembers groupMembers() {

@@ -4,17 +4,28 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * The one thing the plugin asks of the engine's Redis: run {@code budget_share.lua} with these KEYS and ARGV
- * (docs/internals/cluster-budgets-protocol.md). The production implementation is {@link JedisBudgetRedis}; the
- * state machine's tests give it fakes. Called from the plugin's background thread only.
+ * What the plugin asks of the engine's Redis: a broker runs {@code budget_share.lua} with these KEYS and ARGV
+ * (docs/internals/cluster-budgets-protocol.md); a controller only reads the scope hash ({@link #scope}). The
+ * production implementation is {@link JedisBudgetRedis}; the state machine's tests give it fakes. Called from the
+ * plugin's background thread only.
  */
 interface BudgetRedis extends AutoCloseable {
 
     /** One round; throws on anything but a reply (unreachable, timed out, a script error, a malformed reply). */
     Reply round(List<String> keys, List<String> args) throws Exception;
 
+    /**
+     * The scope hash's fields but {@code #version} (sorted), read without writing anything: null when its
+     * {@code #version} is {@code knownVersion} (null: none known yet). Throws as {@link #round} does.
+     */
+    Scope scope(String key, String knownVersion) throws Exception;
+
     @Override
     default void close() {
+    }
+
+    /** A scope hash as read: its {@code #version} ("" when it has none) and its other fields. */
+    record Scope(String version, List<String> fields) {
     }
 
     /**

@@ -30,21 +30,28 @@ import quotaportal.kafka.quota.QuotaTable.EntityKey;
  * {@code user=<P sanitized>,client-id=C}, with no quota; else Kafka's own tags when the level Kafka's precedence picks
  * in the type's {@link QuotaTable} names the client; else the first group in ascending (order, name) that the client is a member of and that has a value of
  * the type ({@code user="group@<name>",client-id=""}: a sanitized Kafka user never holds a raw '@'); else Kafka's.
- * Groups never apply to controller mutations.
+ * A table answers for the types it was parsed for: a broker's for produce, fetch and request ({@link #BROKER}), a
+ * controller's for controller mutations ({@link #CONTROLLER}: always per controller, never a cluster-wide budget).
  */
 final class GroupTable {
     private static final Logger LOG = LoggerFactory.getLogger(BudgetQuotaCallback.class);
     static final String GROUP_FIELD = "group ";
     static final String EXEMPT_FIELD = "exempt ";
     static final String TAG_PREFIX = "group@";
-    static final GroupTable EMPTY = new GroupTable(List.of(), Set.of());
+    /** The types a broker's groups answer for (the controller applies controller mutations). */
+    static final Set<ClientQuotaType> BROKER = Set.copyOf(
+            EnumSet.of(ClientQuotaType.PRODUCE, ClientQuotaType.FETCH, ClientQuotaType.REQUEST));
+    /** The types a controller's groups answer for. */
+    static final Set<ClientQuotaType> CONTROLLER = Set.of(ClientQuotaType.CONTROLLER_MUTATION);
+    static final GroupTable EMPTY = new GroupTable(List.of(), Set.of(), BROKER);
     private static final Pattern NAME = Pattern.compile("[A-Za-z0-9._-]{1,64}");
     private static final int MAX_CACHED = 10_000;
-    private static final Group[] NONE = new Group[3];
+    private static final Group[] NONE = new Group[4];
     private static final Map<String, ClientQuotaType> QUOTA_KEYS = Map.of(
             "producer_byte_rate", ClientQuotaType.PRODUCE,
             "consumer_byte_rate", ClientQuotaType.FETCH,
-            "request_percentage", ClientQuotaType.REQUEST);
+            "request_percentage", ClientQuotaType.REQUEST,
+            "controller_mutation_rate", ClientQuotaType.CONTROLLER_MUTATION);
 
     /** One group: who is a member, and its value per quota type. */
     record Group(String name, int order, boolean any, Set<String> users, List<Glob> patterns, String prefix,
@@ -87,10 +94,12 @@ final class GroupTable {
     private final Map<String, Group> byName;
     private final Set<String> exempt;
     private final Set<String> exemptTags;
+    private final Set<ClientQuotaType> types;
     /** Per client, the group that answers each budgetable type (index {@link #slot}), null entries for none. */
     private final ConcurrentHashMap<Client, Group[]> memberships = new ConcurrentHashMap<>();
 
-    GroupTable(List<Group> groups, Set<String> exempt) {
+    GroupTable(List<Group> groups, Set<String> exempt, Set<ClientQuotaType> types) {
+        this.types = types;
         List<Group> sorted = new ArrayList<>(groups);
         sorted.sort(Comparator.comparingInt(Group::order).thenComparing(Group::name, Json::compareCodePoints));
         this.groups = List.copyOf(sorted);
@@ -107,8 +116,16 @@ final class GroupTable {
         this.exemptTags = Set.copyOf(sanitized);
     }
 
-    /** The groups and exempt principals among a scope's fields (the others are ignored; a malformed group too). */
+    /** A broker's groups and exempt principals among a scope's fields (see {@link #parse(List, Set)}). */
     static GroupTable parse(List<String> scopeFields) {
+        return parse(scopeFields, BROKER);
+    }
+
+    /**
+     * The groups and exempt principals among a scope's fields, answering for {@code types} (the others are
+     * ignored; a malformed group too).
+     */
+    static GroupTable parse(List<String> scopeFields, Set<ClientQuotaType> types) {
         List<Group> groups = new ArrayList<>();
         Set<String> exempt = new HashSet<>();
         Set<String> names = new HashSet<>();
@@ -125,7 +142,8 @@ final class GroupTable {
                 }
             }
         }
-        return groups.isEmpty() && exempt.isEmpty() ? EMPTY : new GroupTable(groups, exempt);
+        return groups.isEmpty() && exempt.isEmpty() && types.equals(BROKER) ? EMPTY
+                : new GroupTable(groups, exempt, types);
     }
 
     /** A group of its JSON ({@code {"any":..,"name":..,"order":..,"patterns":[..],"prefix":..,"quotas":{..},"users":[..]}}). */
@@ -206,11 +224,16 @@ final class GroupTable {
             own.put(QuotaTable.CLIENT_ID_TAG, clientId); // a sensor of its own: no other client shares its limit
             return own;
         }
-        if (groups.isEmpty() || !SensorKey.budgetable(type) || table.namesClient(sanitizedUser, clientId)) {
+        if (groups.isEmpty() || !types.contains(type) || table.namesClient(sanitizedUser, clientId)) {
             return null;
         }
         Group g = groupOf(type, principal, clientId);
         return g == null ? null : tags(g.userTag());
+    }
+
+    /** Whether this table's groups answer for the type (a broker's: not controller mutations; a controller's: only). */
+    boolean answers(ClientQuotaType type) {
+        return types.contains(type);
     }
 
     /** The first group in (order, name) that the client is a member of and that has a value of the type. */
@@ -240,7 +263,7 @@ final class GroupTable {
             for (Map.Entry<ClientQuotaType, Double> q : g.quotas().entrySet()) {
                 int slot = slot(q.getKey());
                 if (slot >= 0) {
-                    out = out == null ? new Group[3] : out;
+                    out = out == null ? new Group[4] : out;
                     if (out[slot] == null) {
                         out[slot] = g;
                     }
@@ -255,13 +278,14 @@ final class GroupTable {
             case PRODUCE -> 0;
             case FETCH -> 1;
             case REQUEST -> 2;
+            case CONTROLLER_MUTATION -> 3;
             default -> -1;
         };
     }
 
     /**
      * The quota types whose tags or limits may answer differently under {@code after} than under this table: all
-     * of them when the exempt principals changed, else each budgetable type whose groups with a value of it
+     * of them when the exempt principals changed, else each type the table answers for whose groups with a value of it
      * (membership, order, value) changed.
      */
     Set<ClientQuotaType> changed(GroupTable after) {
@@ -271,7 +295,8 @@ final class GroupTable {
             return out;
         }
         for (ClientQuotaType type : ClientQuotaType.values()) {
-            if (SensorKey.budgetable(type) && !projection(type).equals(after.projection(type))) {
+            boolean answered = types.contains(type) || after.types.contains(type);
+            if (answered && !projection(type).equals(after.projection(type))) {
                 out.add(type);
             }
         }

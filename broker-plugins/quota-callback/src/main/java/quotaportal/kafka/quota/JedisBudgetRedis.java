@@ -6,6 +6,8 @@ import java.net.URI;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
+import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
 
 import redis.clients.jedis.DefaultJedisClientConfig;
@@ -18,7 +20,8 @@ import redis.clients.jedis.util.JedisURIHelper;
 
 /**
  * {@link BudgetRedis} over one Jedis connection (shaded into the jar), used by the background thread alone: EVALSHA of
- * the script, loaded again on NOSCRIPT (a restarted or flushed Redis). The connection's connect and read timeouts are
+ * the script, loaded again on NOSCRIPT (a restarted or flushed Redis); HGET and HKEYS of the scope hash for a
+ * controller. The connection's connect and read timeouts are
  * {@code quota.budget.redis.timeout.ms}, so a slow Redis fails the round instead of holding the thread. Any failure
  * but a script error drops the connection; the next round connects again.
  */
@@ -91,6 +94,28 @@ final class JedisBudgetRedis implements BudgetRedis {
             return Reply.parse(raw);
         } catch (JedisDataException e) {
             throw e; // the script or Redis refused: the connection itself is fine
+        } catch (RuntimeException e) {
+            drop();
+            throw e;
+        }
+    }
+
+    @Override
+    public Scope scope(String key, String knownVersion) {
+        try {
+            Jedis conn = connection();
+            String version = conn.hget(key, "#version");
+            version = version == null ? "" : version;
+            if (version.equals(knownVersion)) {
+                return null;
+            }
+            // a change between the two reads is seen by the next read: its version differs again
+            List<String> fields = new ArrayList<>(conn.hkeys(key));
+            fields.remove("#version");
+            Collections.sort(fields);
+            return new Scope(version, List.copyOf(fields));
+        } catch (JedisDataException e) {
+            throw e;
         } catch (RuntimeException e) {
             drop();
             throw e;

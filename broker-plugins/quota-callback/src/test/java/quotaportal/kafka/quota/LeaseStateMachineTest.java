@@ -54,6 +54,15 @@ class LeaseStateMachineTest {
             return new Reply(1_000, version, version.equals(a.get(5)) ? List.of() : List.copyOf(scope), answer);
         }
 
+        @Override
+        public Scope scope(String key, String knownVersion) throws Exception {
+            keys.add(List.of(key));
+            if (failure != null) {
+                throw failure;
+            }
+            return version.equals(knownVersion) ? null : new Scope(version, List.copyOf(scope));
+        }
+
         List<String> lastArgs() {
             return args.get(args.size() - 1);
         }

@@ -223,4 +223,30 @@ class RealRedisScriptTest {
                 new org.apache.kafka.common.security.auth.KafkaPrincipal("User", "root"), "app")), "exempt");
         plugin.close();
     }
+
+    @Test
+    void theControllerReadsTheScopeWithoutJoiningTheBrokers() throws Exception {
+        String gold = GroupTableTest.group("gold", 1, true, "", null, "\"controller_mutation_rate\":4.0", "");
+        String scope = "qb:{" + cluster + "}:scope";
+        try (Jedis jedis = jedis()) {
+            jedis.hset(scope, Map.of("#version", "1", gold, "cluster", "exempt root", "cluster"));
+        }
+        JedisBudgetRedis redis = new JedisBudgetRedis(url, 2_000);
+        connections.add(redis);
+        assertEquals(new BudgetRedis.Scope("1", List.of("exempt root", gold)), redis.scope(scope, null));
+        assertEquals(null, redis.scope(scope, "1"), "the version it holds: nothing more read");
+        BudgetQuotaCallback plugin = new BudgetQuotaCallback();
+        ScopeReader reader = plugin.readAsController(BudgetSettings.from(Map.of("node.id", "3000",
+                "quota.budget.redis.url", url, "quota.budget.cluster", cluster)), redis);
+        assertTrue(reader.read());
+        var principal = new org.apache.kafka.common.security.auth.KafkaPrincipal("User", "svc-web");
+        Map<String, String> tags = plugin.quotaMetricTags(ClientQuotaType.CONTROLLER_MUTATION, principal, "app");
+        assertEquals(Map.of("user", "group@gold", "client-id", ""), tags);
+        assertEquals(4.0, plugin.quotaLimit(ClientQuotaType.CONTROLLER_MUTATION, tags));
+        try (Jedis jedis = jedis()) {
+            assertEquals(List.of(scope), List.copyOf(jedis.keys("qb:{" + cluster + "}:*")),
+                    "no brokers hash, no budget key: the portal counts brokers from qb:{C}:brokers");
+        }
+        plugin.close();
+    }
 }
