@@ -136,7 +136,7 @@ def entity(request: HttpRequest, cluster: str) -> HttpResponse:
     tags = request.GET.get("e", "")
     if not valid_tags(tags):
         raise Refused(400, "Name the entity by its sensor tags, e.g. ?e=alice: (user alice) or ?e=alice:app.")
-    if not Visibility.of(request.user).may_see(tags):
+    if not Visibility.of(request.user).may_see(tags, found.name):
         raise Refused(403, f"The entity {tags} of {cluster} is not one your tenants own.")
     user, client_id = tags_names(tags)
     group = group_of_tags(tags)  # a quota group's shared sensor: its members' parts are on its samples

@@ -107,19 +107,21 @@ class Visibility:
             return cls(True, [])
         return cls(False, member_tenants(user))
 
-    def may_see(self, tags: str) -> bool:
+    def may_see(self, tags: str, cluster: str) -> bool:
+        """Whether the sensor with these tags on ``cluster`` is one the person may watch."""
         if self.everything:
             return True
-        seen = self._decided.get(tags)
+        key = f"{cluster}\x00{tags}"  # a group's name is unique per cluster only
+        seen = self._decided.get(key)
         if seen is None:
             if tags.startswith(("ip:", "listener:")) or not self.tenants:
                 seen = False
-            elif (group := group_watchable(self.tenants, tags)) is not None:  # a group its tenant owns
+            elif (group := group_watchable(self.tenants, tags, cluster)) is not None:  # a group its tenant owns
                 seen = group
             else:
                 user, client_id = tags_names(tags)
                 seen = owned_by_any(self.tenants, user, client_id)
-            self._decided[tags] = seen
+            self._decided[key] = seen
         return seen
 
 
@@ -251,7 +253,7 @@ def _cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int], vis:
         if len(parts) != 3 or parts[1] == connection:
             continue
         e = parts[2].decode("utf-8", "replace")
-        if vis.everything or vis.may_see(e):
+        if vis.everything or vis.may_see(e, cluster):
             names.append(e)
             values.append(value)
     entities: dict[str, list[Any]] = {}

@@ -48,10 +48,10 @@ def _when(ms: Any) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def may_see_client(vis: Visibility, client_id: Any) -> bool:
+def may_see_client(vis: Visibility, client_id: Any, cluster: str) -> bool:
     if vis.everything:
         return True
-    return isinstance(client_id, str) and bool(client_id) and vis.may_see(client_tags(client_id))
+    return isinstance(client_id, str) and bool(client_id) and vis.may_see(client_tags(client_id), cluster)
 
 
 def instance_row(cluster: str, info: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +112,7 @@ def cluster_instances(request: HttpRequest, cluster: str) -> HttpResponse:
         unavailable = f"The telemetry store could not be read ({e.__class__.__name__})."
     for value in raw.values():
         info = parse_instance(value)
-        if info is None or not may_see_client(vis, info.get("client_id")):
+        if info is None or not may_see_client(vis, info.get("client_id"), found.name):
             continue
         if client_filter is not None and info.get("client_id") != client_filter:
             continue
@@ -147,7 +147,7 @@ def instance_detail(request: HttpRequest, cluster: str, instance: str) -> HttpRe
         raise Refused(503, f"The telemetry store could not be read ({e.__class__.__name__}).") from None
     if info is None:
         raise not_found(f"Client instance {instance!r} of {found.name}")
-    if not may_see_client(Visibility.of(request.user), info.get("client_id")):
+    if not may_see_client(Visibility.of(request.user), info.get("client_id"), found.name):
         raise Refused(403, f"The client instance {instance} is not one of a client id your tenants own.")
     row = instance_row(found.name, {**info, "instance": instance})
     bootstrap = {"cluster": found.name, "instance": instance, "ws_path": WS_PATH,
@@ -160,7 +160,7 @@ def instance_detail(request: HttpRequest, cluster: str, instance: str) -> HttpRe
 @portal_page
 def client_detail(request: HttpRequest, cluster: str, client_id: str) -> HttpResponse:
     found = _cluster(cluster)
-    if not may_see_client(Visibility.of(request.user), client_id):
+    if not may_see_client(Visibility.of(request.user), client_id, found.name):
         raise Refused(403, f"The client id {client_id} is not one your tenants own.")
     client = monitor_redis()
     since = telemetry_store.now_ms() - TEL_BACKFILL_MS

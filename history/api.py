@@ -149,7 +149,7 @@ class UsageHistoryView(APIView):
             raise ApiError("INVALID_REQUEST", why)
         days = _days(request.query_params.get("days"))
         viewer = load_viewer(request.user)
-        if not viewer.may_watch(tags):
+        if not viewer.may_watch(tags, found.name):
             raise ApiError("PERMISSION_DENIED", f"Entity {tags!r} is not one your tenants own.", status_code=403)
         series = services.entity_history(found.name, tags, days, connections=viewer.everything)
         body: dict[str, Any] = {"cluster": found.name, "entity": tags, "days": days, "series": series,

@@ -217,14 +217,17 @@ def check_group(
                            "client_id_prefix")
 
 
-def group_watchable(tenants: list[Tenant], tags: str) -> bool | None:
-    """For a quota group's shared sensor (``group@<name>:``), whether one of the tenants owns a group of that name
-    (its members may watch it live); None for the sensor of anything else. No query when the tenants come with
-    their groups (``member_tenants``)."""
+def group_watchable(tenants: list[Tenant], tags: str, cluster: str) -> bool | None:
+    """For a quota group's shared sensor (``group@<name>:``) on ``cluster``, whether one of the tenants owns that
+    cluster's group of that name (its members may watch it live); None for the sensor of anything else.
+
+    Group names are unique per cluster only, so another tenant's group of the same name elsewhere is not theirs. No
+    query when the tenants come with their groups and clusters (``member_tenants``).
+    """
     name = group_of_tags(tags)
     if name is None:
         return None
-    return any(g.name == name for t in tenants for g in t.quota_groups.all())
+    return any(g.name == name and g.cluster.name == cluster for t in tenants for g in t.quota_groups.all())
 
 
 __all__ = [

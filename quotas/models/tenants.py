@@ -126,7 +126,7 @@ def tenants_of(user: AnyUser) -> models.QuerySet[Tenant]:
 def member_tenants(user: AnyUser) -> list[Tenant]:
     """The user's tenants with their owned names and quota groups loaded, for deciding many entities without more
     queries (the live monitor decides in async code, where none may run)."""
-    return list(tenants_of(user).prefetch_related("owned_names", "quota_groups"))
+    return list(tenants_of(user).prefetch_related("owned_names", "quota_groups__cluster"))
 
 
 def owned_by_any(tenants: Iterable[Tenant], user: str | None, client_id: str | None) -> bool:

@@ -79,7 +79,7 @@ def _entity(request: Request, cluster: str) -> tuple[str, Viewer]:
         raise ApiError("INVALID_REQUEST", problem)
     assert tags is not None
     viewer = load_viewer(request.user)
-    if not viewer.may_watch(tags):
+    if not viewer.may_watch(tags, cluster):
         raise ApiError(
             "PERMISSION_DENIED", f"You may not watch {tags!r}: none of your tenants owns that user and client-id.",
             status_code=403,

@@ -298,7 +298,7 @@ class MonitorConsumer(AsyncWebsocketConsumer):
             raise FrameError("INVALID_REQUEST", message)
         await self._known_cluster(cluster)
         viewer = await database_sync_to_async(load_viewer)(self.user)
-        if not viewer.may_watch(tags):
+        if not viewer.may_watch(tags, cluster):
             raise FrameError(
                 "PERMISSION_DENIED", f"You may not watch {tags!r}: none of your tenants owns that user and client-id."
             )
@@ -411,7 +411,7 @@ class MonitorConsumer(AsyncWebsocketConsumer):
         if not isinstance(client_id, str):
             raise FrameError("NOT_FOUND", f"No client instance {instance!r} has pushed telemetry to {cluster!r}.")
         viewer = await database_sync_to_async(load_viewer)(self.user)
-        if not viewer.everything and (not client_id or not viewer.may_watch(client_tags(client_id))):
+        if not viewer.everything and (not client_id or not viewer.may_watch(client_tags(client_id), cluster)):
             message = f"You may not watch instance {instance!r}: none of your tenants owns its client id."
             raise FrameError("PERMISSION_DENIED", message)
         sub = self.tel_subs.get(key)
@@ -517,6 +517,6 @@ class MonitorConsumer(AsyncWebsocketConsumer):
                 text = event["_frame"] = _dumps({"type": "batch", "cluster": cluster, "samples": event["samples"]})
             await self.send(text_data=text)
             return
-        samples = [s for s in event.get("samples", ()) if viewer.may_see(s)]
+        samples = [s for s in event.get("samples", ()) if viewer.may_see(s, cluster)]
         if samples:
             await self.send(text_data=_dumps({"type": "batch", "cluster": cluster, "samples": samples}))

@@ -99,28 +99,29 @@ class Viewer:
     tenants: list[Any] = field(default_factory=list)  # Tenant rows with owned_names prefetched
     _cache: dict[str, bool] = field(default_factory=dict)
 
-    def may_watch(self, tags: str) -> bool:
-        """Whether the user may subscribe to the entity with these sensor tags."""
+    def may_watch(self, tags: str, cluster: str) -> bool:
+        """Whether the user may subscribe to the entity with these sensor tags on ``cluster``."""
         if self.everything:
             return True
-        seen = self._cache.get(tags)
+        key = f"{cluster}\x00{tags}"  # a group's name is unique per cluster only
+        seen = self._cache.get(key)
         if seen is None:
             from quotas.models.groups import group_watchable
             from quotas.models.tenants import owned_by_any
 
             user, client_id = entity_parts(tags)
-            group = group_watchable(self.tenants, tags)  # a group's shared sensor: a group its tenant owns
+            group = group_watchable(self.tenants, tags, cluster)  # a group's shared sensor: a group its tenant owns
             seen = owned_by_any(self.tenants, user, client_id) if group is None else group
             if len(self._cache) > 100_000:
                 self._cache.clear()
-            self._cache[tags] = seen
+            self._cache[key] = seen
         return seen
 
-    def may_see(self, sample: dict[str, Any]) -> bool:
-        """Whether one sample (or minute row with its ``q``) may be shown to the user."""
+    def may_see(self, sample: dict[str, Any], cluster: str) -> bool:
+        """Whether one sample (or minute row with its ``q``) of ``cluster`` may be shown to the user."""
         if self.everything:
             return True
-        return sample.get("q") != CONNECTION and self.may_watch(str(sample.get("e", "")))
+        return sample.get("q") != CONNECTION and self.may_watch(str(sample.get("e", "")), cluster)
 
     def may_see_type(self, quota_type: str) -> bool:
         return self.everything or quota_type != CONNECTION

@@ -207,7 +207,7 @@ def test_entity_config_page_links_its_monitor_page_when_it_names_clients(w: dict
 def test_visibility_decides_once_per_tags(w: dict[str, Any]) -> None:
     vis = Visibility.of(w["alice"])
     with CaptureQueriesContext(connection) as queries:
-        decisions = [vis.may_see(t) for t in ["svc-a-1:", "svc-b-1:", "ip:10.0.0.1", "listener:X", "group@g:"] * 1000]
+        decisions = [vis.may_see(t, CLUSTER) for t in ["svc-a-1:", "svc-b-1:", "ip:10.0.0.1", "listener:X", "group@g:"] * 1000]
     assert len(queries) == 0  # the tenants, their patterns and their groups were loaded once, up front
     assert decisions[:5] == [True, False, False, False, False]
     assert tags_for("svc a@x", None) == "svc%20a%40x:" and tags_for(None, "app") == ":app"
@@ -228,7 +228,7 @@ def test_a_member_sees_the_entities_its_tenants_may_ask_for(w: dict[str, Any]) -
             assert owned_by_any(tenants, user, client_id) == before, (user, client_id)
             if user not in (None, DEFAULT) and client_id not in (None, DEFAULT):  # a sensor's tags name both
                 alice = entity_refusal(Tenant.objects.get(name="team-a"), user, client_id) is None
-                assert vis.may_see(tags_for(user, client_id)) == alice, (user, client_id)
+                assert vis.may_see(tags_for(user, client_id), CLUSTER) == alice, (user, client_id)
                 decided += alice
     assert decided == 3  # svc-a-1, svc-a- and svc-a-1* with app-a-1: the check tells owned from not
 

@@ -147,3 +147,29 @@ def test_a_groups_samples_carry_its_members_parts_to_its_tenants_members(redis_u
     Tenant.objects.create(name="team-bob").members.add(bob)
     r = api(bob).get(f"/api/monitor/{cluster.name}/recent/", {"entity": "group@g1:"})
     assert (r.status_code, r.json()["code"]) == (403, "PERMISSION_DENIED")
+
+
+def test_a_group_of_the_same_name_on_another_cluster_is_not_the_tenants(redis_url: str) -> None:
+    """Group names are unique per cluster only: owning group ``g1`` on one cluster lets a member watch that one, not
+    another tenant's ``g1`` on another cluster (the API, the page and the live stream decide alike)."""
+    from frontend.monitoring import Visibility
+    from quotas.models import QuotaGroup
+    from telemetry_ui.live.monitoring import load_viewer
+
+    mine, theirs = (Cluster.objects.create(name=f"mon-{uuid.uuid4().hex[:10]}") for _ in range(2))
+    alice = member_of_alice_team()
+    QuotaGroup.objects.create(cluster=mine, tenant=Tenant.objects.get(name="team-alice"), name="g1", kind="tenant")
+    QuotaGroup.objects.create(cluster=theirs, tenant=Tenant.objects.create(name="team-carol"), name="g1", kind="tenant")
+    now = int(time.time() * 1000)
+    client = redis.Redis.from_url(redis_url)
+    for cluster in (mine, theirs):
+        Sampler(client, cluster.name, 1, managers={}).publish([sample(cluster.name, 1, "group@g1:", now - 1000)],
+                                                               now - 1000)
+    client.close()
+    assert api(alice).get(f"/api/monitor/{mine.name}/recent/", {"entity": "group@g1:"}).status_code == 200
+    r = api(alice).get(f"/api/monitor/{theirs.name}/recent/", {"entity": "group@g1:"})
+    assert (r.status_code, r.json()["code"]) == (403, "PERMISSION_DENIED")
+    viewer, vis = load_viewer(alice), Visibility.of(alice)
+    assert [viewer.may_watch("group@g1:", c.name) for c in (mine, theirs)] == [True, False]
+    assert [vis.may_see("group@g1:", c.name) for c in (mine, theirs)] == [True, False]
+    assert viewer.may_see({"e": "group@g1:", "q": "produce"}, theirs.name) is False
