@@ -26,7 +26,8 @@ Keys (all of a cluster share one hash tag, so one Redis Cluster slot):
   previous firehose entry, so memory stays flat whatever the number of brokers) and expiring with its client: what
   a reconnecting chart gets back;
 - ``mon:{<cluster>}:m:<q>:<e>``: one entity's minute rollups (``rate_avg``, ``rate_max``, ``thr_avg``,
-  ``thr_max``, ``thr_frac``, ``tokens_min``, ``bound``), the last ``MINUTES_KEPT`` minutes: the 1-hour view;
+  ``thr_max``, ``thr_frac``, ``tokens_min``, ``bound``, and a group's ``members`` averaged over the minute), the
+  last ``MINUTES_KEPT`` minutes: the 1-hour view;
 - ``mon:{<cluster>}:latest``: hash ``<b>|<q>|<e>`` -> the newest sample: the overview's "now" (a sensor no
   longer sampled is removed from it).
 
@@ -50,6 +51,8 @@ from .redis_backend import decode_state, decode_throttle, is_cluster
 
 FIREHOSE_LEN = 1_000  # broker ticks (each a whole tick's samples): minutes of ticks, all the relay ever needs
 MINUTES_KEPT = 120
+#: a minute's member row of the members a group's sample summed together (``{"others": k, ...}``)
+OTHERS_KEY = "\0others"
 MAX_BROKERS = 8  # per-entity streams keep retention_s samples of up to this many brokers
 ACTIVE_FOR_MS = 30_000  # an entity keeps being sampled this long after its last usage (its rate decays on the chart)
 CONNECTION = "connection"
@@ -112,6 +115,9 @@ class _Minute:
     frac_sum: float = 0.0
     tokens_min: float | None = None
     bound: float | None = None
+    #: a group's sensor: per member (``"<u>\\0<c>"``, or ``OTHERS``) its principal, client-id, the most members
+    #: summed as others, and its requests/s and part summed over the minute's samples
+    members: dict[str, dict[str, Any]] | None = None
 
     def add(self, s: Mapping[str, Any]) -> None:
         self.n += 1
@@ -124,14 +130,48 @@ class _Minute:
         if s.get("tokens") is not None:
             self.tokens_min = s["tokens"] if self.tokens_min is None else min(self.tokens_min, s["tokens"])
         self.bound = s.get("bound")
+        if isinstance(s.get("members"), list):
+            self._add_members(s["members"])
+
+    def _add_members(self, members: list[Any]) -> None:
+        acc = self.members = {} if self.members is None else self.members
+        for m in members:
+            if not isinstance(m, Mapping):
+                continue
+            others = m.get("others")
+            key = OTHERS_KEY if others is not None else f"{m.get('u') or ''}\0{m.get('c') or ''}"
+            a = acc.setdefault(key, {"u": m.get("u"), "c": m.get("c"), "others": 0, "rps": 0.0, "part": 0.0})
+            if isinstance(others, int):
+                a["others"] = max(a["others"], others)
+            a["rps"] += _number(m.get("rps"))
+            a["part"] += _number(m.get("part"))
 
     def row(self) -> dict[str, Any]:
         n = max(self.n, 1)
-        return {
+        row = {
             "t": self.start, "rate_avg": self.rate_sum / n, "rate_max": self.rate_max, "thr_avg": self.thr_sum / n,
             "thr_max": self.thr_max, "thr_frac": self.frac_sum / n, "tokens_min": self.tokens_min,
             "bound": self.bound, "n": self.n,
         }
+        if self.members:
+            row["members"] = self._member_rows(n)
+        return row
+
+    def _member_rows(self, n: int) -> list[dict[str, Any]]:
+        """Each member's requests/s and part averaged over the minute's samples (0 in a sample that lacks it),
+        busiest first, in the shape of a sample's ``members``."""
+        rps = sum(a["rps"] for a in self.members.values()) / n if self.members else 0.0
+        rows = []
+        for key, a in self.members.items():
+            r: dict[str, Any] = {"others": a["others"]} if key == OTHERS_KEY else {"u": a["u"], "c": a["c"]}
+            r.update(rps=a["rps"] / n, share=(a["rps"] / n / rps) if rps > 0 else None, part=a["part"] / n)
+            rows.append(r)
+        rows.sort(key=lambda r: (-r["part"], -r["rps"]))
+        return rows
+
+
+def _number(v: Any) -> float:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
 
 
 @dataclass

@@ -89,4 +89,28 @@ def test_a_group_shows_its_total_and_each_members_estimated_part(
                     for v in axe.run(page).response["violations"] if v["impact"] in ("serious", "critical")]
         assert not problems, (name, problems)
         screenshot(page, f"14-group-entity-{name}")
+        if name == "desktop":
+            hour_view(world, page)
         ctx.close()
+
+
+def hour_view(world: dict[str, Any], page: Any) -> None:
+    """The last hour stacks each minute's average parts, summed over the brokers' rollups of the minute."""
+    minute = now_ms() - now_ms() % 60_000
+    for b, (rate, bound, members) in BROKERS.items():  # two whole minutes in the past, closed as a sampler does
+        sampler = Sampler(world["redis"], CLUSTER, b, {})
+        for m in (3, 2):
+            t = minute - m * 60_000
+            sampler.publish([{"t": t, "c": CLUSTER, "b": b, "q": "produce", "e": "group@payments:", "rate": rate,
+                              "bound": bound, "util": rate / bound, "thr_avg": 0.0, "thr_max": 0.0, "thr_frac": 0.0,
+                              "tokens": None, "src": "prometheus", "members": members}], t)
+        sampler.publish([], minute - 60_000)
+    page.check("#range-hour")
+    page.wait_for_selector('#monitor-status[data-state="history"]', timeout=10_000)
+    bands = {t["name"]: t for t in traces(page, "plot-members-produce")}
+    assert {n: b["y"] for n, b in bands.items()} == {
+        "svc-a-payments-api, client-id checkout-service-7": [1680.0, 1680.0], "svc-a-ledger": [540.0, 540.0],
+        "other members": [180.0, 180.0]}, bands
+    assert {len(set(b["x"])) for b in bands.values()} == {2}  # one stack per minute
+    screenshot(page, "14-group-entity-hour-desktop")
+    page.check("#range-live")

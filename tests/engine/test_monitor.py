@@ -76,6 +76,33 @@ def test_quiet_clients_stop_being_sampled_and_minutes_roll_up(redis_client: redi
     assert sampler.tick(minute + 200_000) == 0  # quiet for longer than ACTIVE_FOR_MS: nothing to publish
 
 
+def test_a_groups_minute_keeps_each_members_average_part(redis_client: redis.Redis, namespace: str) -> None:
+    """The hour view of a group: each member's requests/s and part averaged over the minute's samples (0 in a
+    sample it is missing from), the members summed as others kept as one row with the most of them, busiest first."""
+    sampler = Sampler(redis_client, namespace, 2, {})
+    minute = T0 - T0 % 60_000
+    ticks = [
+        [{"u": "a", "c": "x", "rps": 30.0, "share": 0.75, "part": 900.0}, {"others": 2, "rps": 10.0, "part": 300.0}],
+        [{"u": "a", "c": "x", "rps": 10.0, "share": 0.5, "part": 300.0}, {"u": "b", "c": "", "rps": 10.0,
+                                                                          "part": 300.0}],
+        [{"u": "b", "c": "", "rps": 20.0, "share": 1.0, "part": 600.0}, {"others": 3, "rps": 0.0, "part": 0.0}],
+    ]
+    for i, members in enumerate(ticks):
+        t = minute + i * 1000
+        sampler.publish([{"t": t, "b": 2, "q": "produce", "e": "group@g:", "rate": 1200.0, "members": members}], t)
+    sampler.publish([], minute + 60_000)
+    (row,) = minutes(redis_client, namespace, "produce", "group@g:", minute)
+    assert row["members"] == [
+        {"u": "a", "c": "x", "rps": 40 / 3, "share": 0.5, "part": 400.0},
+        {"u": "b", "c": "", "rps": 10.0, "share": 0.375, "part": 300.0},
+        {"others": 3, "rps": 10 / 3, "share": 0.125, "part": 100.0},
+    ]
+    sampler.publish([{"t": minute + 61_000, "b": 2, "q": "produce", "e": "alice:", "rate": 1.0}], minute + 61_000)
+    sampler.publish([], minute + 120_000)
+    (plain,) = minutes(redis_client, namespace, "produce", "alice:", minute + 60_000)
+    assert "members" not in plain  # only a group's sensor has members
+
+
 def test_an_entitys_stream_keeps_a_span_of_redis_time_whatever_the_number_of_brokers(
     redis_client: redis.Redis, namespace: str
 ) -> None:

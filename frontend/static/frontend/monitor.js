@@ -9,7 +9,8 @@
  * A sensor under a cluster-wide budget (samples with "budget") also gets a chart of the cluster's total against
  * the budget; each broker's bound is then its share of it.
  * A quota group's sensor (samples with "members") also gets each member's estimated part of the group's rate: a
- * stacked chart over time and a table of the newest parts, summed over the brokers.
+ * stacked chart over time and a table of the newest parts, summed over the brokers; the hour view stacks each
+ * minute's average parts (the rollups' "members").
  *
  * The server's data comes in <script type="application/json"> elements (json_script); no inline script.
  */
@@ -374,6 +375,7 @@
   EntityPage.prototype.draw = function (samples, hour) {
     var self = this;
     var byChart = new Map();
+    var minutes = new Map(); // hour view: "<q>|<t>" -> the brokers' rollups of a group's minute
     var added = 0;
     samples = samples.filter(function (p) {
       return p && isNum(p.t) && p.q !== "connection" && (p.e === undefined || p.e === self.cfg.entity) &&
@@ -393,8 +395,13 @@
       self.newest = Math.max(self.newest, p.t);
       added += 1;
       itemsOf(p, hour).concat(hour ? [] : self.totalItems(p)).forEach(put);
-      if (!hour && Array.isArray(p.members)) self.dueStack(p).forEach(put);
+      if (Array.isArray(p.members)) {
+        if (!hour) self.dueStack(p).forEach(put);
+        else memberMinute(minutes, p);
+      }
     });
+    // the hour view: one stack per minute, each member's part summed over the brokers' rollups of that minute
+    minutes.forEach(function (m) { self.stackItems(m.q, m.t, sumMembers(m.rows)).forEach(put); });
     if (!added) return 0;
     if (!this.oldest || (samples.length && samples[0].t < this.oldest)) this.oldest = samples[0].t;
     var range = this.range(hour);
@@ -442,12 +449,29 @@
      whose newest sample is fresh (at ``t``), busiest first, with the group's total rate and requests/s. */
   EntityPage.prototype.membersAt = function (q, t) {
     var per = this.memberSamples.get(q);
-    var byKey = new Map(), total = 0, rps = 0;
     if (!per) return null;
+    var fresh = [];
     per.forEach(function (s) {
-      var fresh = Math.max(TOTAL_FRESH_MS, isNum(s.res_ms) ? 2 * s.res_ms : 0);
-      if (t - s.t > fresh) return;
-      if (isNum(s.rate)) total += s.rate;
+      if (t - s.t <= Math.max(TOTAL_FRESH_MS, isNum(s.res_ms) ? 2 * s.res_ms : 0)) fresh.push(s);
+    });
+    return sumMembers(fresh);
+  };
+
+  /* A minute rollup of a group's sensor, kept with the other brokers' rollups of the same minute. */
+  function memberMinute(minutes, p) {
+    var k = p.q + "|" + p.t;
+    var m = minutes.get(k);
+    if (!m) minutes.set(k, (m = { q: p.q, t: p.t, rows: [] }));
+    m.rows.push(p);
+  }
+
+  /* The members of some samples (or minute rollups), one per broker, summed: each member's requests/s and
+     estimated part, busiest first, with the group's total rate and requests/s. */
+  function sumMembers(samples) {
+    var byKey = new Map(), total = 0, rps = 0;
+    samples.forEach(function (s) {
+      var rate = isNum(s.rate) ? s.rate : s.rate_avg;
+      if (isNum(rate)) total += rate;
       s.members.forEach(function (m) {
         var key = isNum(m.others) ? OTHERS : (m.u || "") + "\u0000" + (m.c || "");
         var row = byKey.get(key);
@@ -461,7 +485,7 @@
     rows.forEach(function (r) { r.share = rps > 0 ? r.rps / rps : null; });
     rows.sort(function (a, b) { return b.part - a.part || b.rps - a.rps; });
     return { rows: rows, total: total, rps: rps };
-  };
+  }
 
   function memberName(m) {
     if (m.others) return m.others + " other member" + (m.others === 1 ? "" : "s");
@@ -497,10 +521,10 @@
     this.stackDue.clear();
   };
 
-  /* The members' estimated parts at time t, stacked; the members past MEMBER_TRACES (in the order they came)
-     share one band. */
-  EntityPage.prototype.stackItems = function (q, t) {
-    var now = this.membersAt(q, t);
+  /* The members' estimated parts at time t (``now``: as summed there, by default the live samples fresh at t),
+     stacked; the members past MEMBER_TRACES (in the order they came) share one band. */
+  EntityPage.prototype.stackItems = function (q, t, now) {
+    now = now || this.membersAt(q, t);
     var keys = this.memberKeys.get(q);
     if (!keys) this.memberKeys.set(q, (keys = []));
     var bands = new Map();
