@@ -22,7 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine.budget_store import BudgetStore
 from kafka_wire import CREATE_TOPICS, AdminClient, NewTopic
-from observe.kafka_quotas import jmx_unquote
+from observe.kafka_quotas import PrometheusSource, jmx_unquote
+from observe.prometheus import PrometheusClient
 from quotas.choices import BudgetScope, ConnectorKind
 from quotas.models import (
     Alteration,
@@ -98,8 +99,24 @@ def group_sensor_rates(kafka_cluster: Any, group: str) -> dict[int, float]:
     return rates
 
 
+def group_members_seen(prometheus_url: str, cluster: str, group: str, seconds: float) -> list[dict[str, Any]]:
+    """The group's produce samples that the Prometheus source makes of a real Prometheus scraping the brokers,
+    polled for ``seconds``: the newest of each broker that has ``members``."""
+    newest: dict[int, dict[str, Any]] = {}
+    deadline = time.monotonic() + seconds
+    with PrometheusClient(prometheus_url) as client:
+        source = PrometheusSource(client, cluster, bound=lambda _entity: None, selector={"cluster": cluster},
+                                  members_window_s=10.0)
+        while time.monotonic() < deadline:
+            for s in source.poll().samples:
+                if s["q"] == "produce" and s["e"] == f"group@{group}:" and s.get("members"):
+                    newest[s["b"]] = s
+            time.sleep(1.0)
+    return list(newest.values())
+
+
 def test_a_tenants_principals_are_held_together_to_the_group_budget(
-    kafka_cluster: Any, portal_cluster: Cluster, redis_url: str
+    kafka_cluster: Any, portal_cluster: Cluster, redis_url: str, fast_prometheus: Any
 ) -> None:
     tag = uuid.uuid4().hex[:6]
     members = [f"grp-{tag}-m{i}" for i in (1, 2, 3)]
@@ -124,7 +141,9 @@ def test_a_tenants_principals_are_held_together_to_the_group_budget(
         for name in [*members, exempt, own]
     }
     start = int(time.monotonic()) + 1
-    time.sleep(50)
+    time.sleep(30)
+    # meanwhile, end to end: the plugin's member counters -> the exporter -> Prometheus -> the monitor's source
+    seen = group_members_seen(fast_prometheus.url, kafka_cluster.name, group.name, 20)
     sensors = group_sensor_rates(kafka_cluster, group.name)
     for p in producers.values():
         p.stop()
@@ -147,6 +166,12 @@ def test_a_tenants_principals_are_held_together_to_the_group_budget(
     assert producers[own].throttled_ms > 0, "Kafka throttled the member with its own quota by that quota"
     if sensors:
         assert any(r > 0 for r in sensors.values()), f"Kafka's sensor user=group@{group.name} measured the group"
+    # the members' parts the monitor shows: every member on some broker, nobody else, parts adding up to the rate
+    named = {(m.get("u"), m.get("c")) for s in seen for m in s["members"] if "others" not in m}
+    assert named == {(m, f"app-{m}") for m in members}, seen
+    for s in seen:
+        assert sum(m["part"] for m in s["members"]) == pytest.approx(s["rate"], rel=1e-6), s
+        assert sum(m["share"] for m in s["members"]) == pytest.approx(1.0), s
 
 
 def _burst(kafka_cluster: Any, user: str, password: str, prefix: str, count: int) -> int:
