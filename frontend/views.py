@@ -65,6 +65,7 @@ from quotas.models import (
     tenants_of,
 )
 from quotas.models.capacity import capacity_check
+from quotas.models.group_lookup import drift_shadows
 from quotas.models.staleness import request_moved, submitted_against
 from quotas.models.tenants import quota_visible
 from quotas.queries import push_summary, pushes_of_request, visible_entity_pks
@@ -425,10 +426,11 @@ def drift(request: HttpRequest) -> HttpResponse:
     open_rows = Drift.objects.filter(resolved_at__isnull=True).select_related("broker")
     open_rows = open_rows.order_by("cluster_id", "broker__broker_id", "kind", "resource", "key")
     rows = list(open_rows[: DRIFT_ITEMS + 1])
+    shadows = drift_shadows(rows[:DRIFT_ITEMS])  # a quota set on Kafka for a group's member takes it out of the group
     items: dict[tuple[int, int | None], list[dict[str, Any]]] = defaultdict(list)
     for row in rows[:DRIFT_ITEMS]:
         broker_id = row.broker.broker_id if row.broker is not None else None
-        items[(row.cluster_id, broker_id)].append({"row": row, "entity": row.path})
+        items[(row.cluster_id, broker_id)].append({"row": row, "entity": row.path, "shadows": shadows.get(row.pk, [])})
     clusters = []
     for cluster in Cluster.objects.select_related("desired_state").order_by("name"):
         summary = push_summary(cluster)

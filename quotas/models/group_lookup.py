@@ -7,15 +7,24 @@ the number of groups, and answers from memory with the engine's rules (``engine.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from django.db.models import Prefetch
 
-from engine.groups import GroupSpec, first_group, in_order
+from engine.config import EntityRef
+from engine.entities import DEFAULT
+from engine.errors import QuotaEngineError
+from engine.groups import GROUP_KEYS, GroupSpec, first_group, in_order
 from quotas.choices import BudgetScope, EntityType
+from quotas.connectors.base import QUOTA
 from quotas.models.clusters import Cluster
 from quotas.models.groups import ExemptPrincipal, GroupKind, QuotaGroup
 from quotas.models.tenants import OwnedName
+
+if TYPE_CHECKING:
+    from quotas.models.pushes import Drift
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,25 @@ class ClusterGroups:
     def holding(self, key: str) -> list[GroupSpec]:
         """The groups that hold a value of ``key``, in order."""
         return [g for g in self.groups if key in g.quotas]
+
+    def shadowed(self, key: str, user: str | None, client_id: str | None) -> list[str]:
+        """The groups holding ``key`` that a quota of this entity takes members out of, in order.
+
+        A level that names the client wins over its group (the precedence's step 2), so a quota set on Kafka for a
+        member's principal (or principal and client-id) shadows the member's group; a client-id alone shadows the
+        prefix groups of any principal. A ``<default>`` part names no client and shadows nothing.
+        """
+        if user == DEFAULT or client_id == DEFAULT or (user is None and client_id is None):
+            return []
+        out = []
+        for g in self.holding(key):
+            if user is None:
+                hit = g.any_user and g.prefix is not None and client_id.startswith(g.prefix)
+            else:
+                hit = g.matches(user, client_id if client_id is not None else (g.prefix or ""))
+            if hit:
+                out.append(g.name)
+        return out
 
     def with_value(self, name: str, key: str, value: float | None, scope: str | None) -> ClusterGroups:
         """The same groups with one group's value of ``key`` set (None: removed), as a request or a plan would."""
@@ -79,3 +107,26 @@ def cluster_groups(cluster: Cluster) -> ClusterGroups:
 
 
 __all__ = ["ClusterGroups", "cluster_groups"]
+
+
+def drift_shadows(rows: Iterable[Drift]) -> dict[int, list[str]]:
+    """Per open quota drift row (pk) that Kafka holds for a group's member, the groups it shadows: a quota set on
+    Kafka directly for a member takes it out of its group. One ``cluster_groups`` per cluster with such rows."""
+    by_cluster: dict[int, ClusterGroups] = {}
+    out: dict[int, list[str]] = {}
+    for row in rows:
+        if row.kind != QUOTA or row.actual is None or row.resolved_at is not None or row.key not in GROUP_KEYS:
+            continue
+        try:
+            entity = EntityRef.from_field(row.resource)
+        except (ValueError, TypeError, KeyError, QuotaEngineError):
+            continue
+        if entity.ip is not None:
+            continue
+        groups = by_cluster.get(row.cluster_id)
+        if groups is None:
+            groups = by_cluster[row.cluster_id] = cluster_groups(Cluster(pk=row.cluster_id))
+        names = groups.shadowed(row.key, entity.user, entity.client_id)
+        if names:
+            out[row.pk] = names
+    return out

@@ -217,3 +217,26 @@ def test_a_plans_check_counts_the_clusters_groups_as_they_are(kafka: Cluster, te
     check = capacity_between(kafka, PBR, without, with_)
     assert (check.granted_without, check.granted_with) == ((1000 + 10) * 3 + 400, (1000 + 10 + 20) * 3 + 400)
     assert check.groups == ("/groups/payments", "/groups/fast") and check.budgets == ("/groups/fast",)
+
+
+def test_which_groups_a_quota_on_kafka_shadows() -> None:
+    """A level that names the client takes it out of its groups: a principal's quota shadows the groups it is a
+    member of (a prefix group under it too), a client-id's shadows the prefix groups of any principal it starts,
+    a <default> part or another key shadows nothing."""
+    from engine.groups import GroupSpec
+    from quotas.models.group_lookup import ClusterGroups
+
+    pbr = "producer_byte_rate"
+    groups = ClusterGroups((
+        GroupSpec("pay", 1, users=("alice",), quotas={pbr: 1e6}),
+        GroupSpec("apps", 2, any_user=True, prefix="app-", quotas={pbr: 2e6}),
+        GroupSpec("alice-jobs", 3, users=("alice",), prefix="job-", quotas={pbr: 3e6}),
+        GroupSpec("fetchers", 4, users=("bob",), quotas={"consumer_byte_rate": 1e6}),
+    ))
+    assert groups.shadowed(pbr, "alice", None) == ["pay", "apps", "alice-jobs"]
+    assert groups.shadowed(pbr, "alice", "job-7") == ["pay", "alice-jobs"]
+    assert groups.shadowed(pbr, None, "app-1") == ["apps"]
+    assert groups.shadowed(pbr, "bob", None) == ["apps"]
+    assert groups.shadowed(pbr, "bob", "web") == []
+    assert groups.shadowed("consumer_byte_rate", "bob", None) == ["fetchers"]
+    assert groups.shadowed(pbr, "<default>", None) == [] and groups.shadowed(pbr, "alice", "<default>") == []

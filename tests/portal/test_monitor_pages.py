@@ -207,7 +207,8 @@ def test_entity_config_page_links_its_monitor_page_when_it_names_clients(w: dict
 def test_visibility_decides_once_per_tags(w: dict[str, Any]) -> None:
     vis = Visibility.of(w["alice"])
     with CaptureQueriesContext(connection) as queries:
-        decisions = [vis.may_see(t, CLUSTER) for t in ["svc-a-1:", "svc-b-1:", "ip:10.0.0.1", "listener:X", "group@g:"] * 1000]
+        tags = ["svc-a-1:", "svc-b-1:", "ip:10.0.0.1", "listener:X", "group@g:"] * 1000
+        decisions = [vis.may_see(t, CLUSTER) for t in tags]
     assert len(queries) == 0  # the tenants, their patterns and their groups were loaded once, up front
     assert decisions[:5] == [True, False, False, False, False]
     assert tags_for("svc a@x", None) == "svc%20a%40x:" and tags_for(None, "app") == ":app"

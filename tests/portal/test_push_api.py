@@ -261,7 +261,7 @@ def test_drift_is_found_listed_audited_and_healed(w: dict[str, Any]) -> None:
     assert set(rows[0]) == {
         *("id", "cluster", "broker", "kind", "resource", "entity", "display", "key", "status", "desired", "actual"),
         "version",
-        *("detected_at", "resolved_at", "resolution"),
+        *("detected_at", "resolved_at", "resolution", "shadows_groups"),
     }
     detected = AuditEntry.objects.filter(action="drift_detected", cluster=w["prod"])
     assert detected.count() == 4 and {e.actor_name for e in detected} == {"system"}
@@ -285,6 +285,29 @@ def test_drift_is_found_listed_audited_and_healed(w: dict[str, Any]) -> None:
     held, items = broker_state(w, w["prod"], 1).read()
     assert held == 2 and items[("quota", EntityRef(user="svc-a-1").field(), PBR)] == "1000.0"
     assert reconcile.reconcile_target(w["prod"], broker, mode="report").status == "in-sync"
+
+
+def test_a_quota_set_on_the_broker_for_a_groups_member_says_which_group_it_shadows(w: dict[str, Any]) -> None:
+    """A member's own quota wins over its group, so one set behind the portal's back takes the member out of the
+    group: the drift says which group, in the API and on the page; other drift shadows nothing."""
+    from django.test import Client
+
+    from quotas.models import GroupKind, OwnedName, Tenant, create_group, set_group_values
+
+    tenant = Tenant.objects.create(name="team-m")
+    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="mallory")
+    group = create_group(None, w["prod"], tenant, "m-apps", GroupKind.PRINCIPALS, principals=["mallory"])
+    set_group_values(None, group, {PBR: (1e6, None)})
+    drifted(w)
+    rows = results(api(w["auditor"]).get("/api/drift/"))
+    assert {(r["entity"], r["key"]): r["shadows_groups"] for r in rows} == {
+        ("/config/users/svc-a-1", PBR): [], ("/config/users/svc-a-2", CBR): [],
+        ("/config/users/mallory", PBR): ["m-apps"], ("/config/brokers/<default>", "max.connections"): [],
+    }
+    page = Client()
+    page.force_login(w["auditor"])
+    text = page.get("/drift/").content.decode()
+    assert text.count("overrides its group m-apps") == 1
 
 
 def test_drift_that_goes_away_converges(w: dict[str, Any]) -> None:

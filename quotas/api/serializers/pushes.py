@@ -9,6 +9,7 @@ from engine.entities import display_path
 from quotas.api.params import BROKER_ID_ERRORS, BROKER_ID_MAX, id_field
 from quotas.choices import QuotaScope
 from quotas.models import Drift, DriftResolution, Push
+from quotas.models.group_lookup import drift_shadows
 
 
 class PushSerializer(serializers.ModelSerializer):
@@ -55,6 +56,11 @@ class DriftSerializer(serializers.ModelSerializer):
     resolution = serializers.SerializerMethodField(
         help_text="null while open; healed (desired state re-applied) or converged (the difference went away)."
     )
+    shadows_groups = serializers.SerializerMethodField(
+        help_text="For an open quota Kafka holds for a member of quota groups holding that key: those groups, in "
+        "order. The member's own quota wins over them (a level that names the client), so the group no longer "
+        "bounds it; empty otherwise."
+    )
 
     class Meta:
         model = Drift
@@ -74,6 +80,7 @@ class DriftSerializer(serializers.ModelSerializer):
             "detected_at",
             "resolved_at",
             "resolution",
+            "shadows_groups",
         ]
         read_only_fields = fields
 
@@ -91,6 +98,15 @@ class DriftSerializer(serializers.ModelSerializer):
     )
     def get_resolution(self, obj: Drift) -> str | None:
         return obj.resolution or None
+
+    def get_shadows_groups(self, obj: Drift) -> list[str]:
+        # the page of rows shares one context: each cluster's groups are read once for all of its rows
+        known = self.context.setdefault("_shadows", {})
+        if obj.pk not in known:
+            rows = getattr(self.parent, "instance", None) or [obj]
+            known.update({r.pk: [] for r in rows})
+            known.update(drift_shadows(rows))
+        return known.get(obj.pk, [])
 
 
 class ReapplyRequestSerializer(serializers.Serializer):
