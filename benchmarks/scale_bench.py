@@ -30,7 +30,7 @@ process (server time through Django's test client, as ``overview_bench``; no net
 * ``whatif`` (``--whatif``, once, not per size: Spark takes minutes to start on this machine):
   ``benchmarks/preview_bench.py --quick`` in a subprocess, a what-if preview over an hour of one entity's traffic.
 
-The Kafka connector's describe path is left out (reconcile runs against the engine's brokers only). Each figure
+The Kafka connector's describe path is measured apart by ``kafka_describe_bench.py``. Each figure
 is printed per size with its ratio to ``trivial`` of the same size, then the growth exponent between sizes that
 differ in entities alone (``log(cost2/cost1)/log(size2/size1)``: 1.0 = linear) and in brokers alone. Goals (from
 the issue), at the largest entity count: nothing worse than linear in entities (exponent <= 1.15), what a member

@@ -280,6 +280,22 @@ def test_kafka_push_benchmark_quick_run_reports_its_ratio(kafka_cluster: Any) ->
     assert "target_met" in summary
 
 
+@pytest.mark.timeout(300)
+def test_kafka_describe_benchmark_reports_its_growth_and_removes_its_quotas(kafka_cluster: Any) -> None:
+    summary, _ = run_quick(["benchmarks/kafka_describe_bench.py", "--bootstrap", kafka_cluster.bootstrap(),
+                            "--sizes", "100,400", "--rounds", "1"])
+    assert summary["sizes"] == [100, 400] and set(summary["connector_ms"]) == {"100", "400"}
+    positive(summary, "us_per_entity", "connector_ratio")
+    assert summary["quota_describes_per_pass"] == 1, summary["requests_per_pass"]  # once per cluster, not per broker
+    assert isinstance(summary["describe_exponent"], float) and "target_met" in summary
+    from kafka_wire import AdminClient
+
+    with AdminClient(kafka_cluster.bootstrap()) as admin:  # a running cluster is left as found
+        left = [e for e in admin.describe_client_quotas().entries or ()
+                if e.entity[0].entity_name.startswith("describe-bench-")]
+    assert left == []
+
+
 @pytest.mark.timeout(900)
 def test_fault_benchmark_quick_run_injects_every_kind_and_loses_nothing() -> None:
     """One fault of every kind, on the engine's brokers and on a Kafka cluster of the benchmark's own."""
