@@ -6,14 +6,15 @@
 
 Each broker's plugin sends one round a second (``BudgetStore.round``, ``engine/lua/budget_share.lua``): its demand
 for every budget it serves, answered with its shares. Here every broker reports every budget (the worst case). Per
-broker count N, the budgets' hashes are first filled as N brokers' rounds leave them (demand, saturation, last
+broker count N, the budgets' states are first filled as N brokers' rounds leave them (demand, saturation, last
 round and share of each broker; written directly, as running N x 10k allocations first would take minutes), then
 ``--reports`` rounds of brokers taken in turn are timed:
 
 * allocator: Redis's script time per broker report (``INFO commandstats``) and its process CPU, and the share of
   one core N brokers take at one report a second each (goal: <= 10 % at 30 brokers, issue 33 item 4);
-* baseline, measured in the same run on the same keys with the same arguments: a script that only records the
-  report (one ``HSET`` of the broker's fields per budget, no allocation): ``alloc_ratio`` = allocator / baseline.
+* baseline, measured in the same run with the same arguments: a script that only records the report (one ``HSET``
+  of the broker's four fields per budget, into a hash per budget of its own beside the state, no allocation):
+  ``alloc_ratio`` = allocator / baseline.
 
 A report is one script call, so its script time is also how long Redis answers nothing else meanwhile.
 Starts a Redis of its own under ``.run/`` (stopped on any exit). The last line is one JSON object.
@@ -42,7 +43,21 @@ CORE_SHARE_TARGET = 0.10  # of one core, at 30 brokers
 TARGET_BROKERS = 30
 BUDGET = 10 * 1048576.0  # 10 MiB/s per budget
 
-#: Records a report and nothing more: the same KEYS and ARGV as budget_share.lua, one HSET per budget.
+#: Writes one budget's state as ``budget_share.lua`` keeps it: KEYS[1] the budget; ARGV the TTL (ms), then per
+#: broker its id, demand, last report (ms) and share (none saturated).
+FILL_LUA = """
+local ids, d, x, t, s = {}, {}, {}, {}, {}
+for j = 2, #ARGV, 4 do
+  local n = #ids + 1
+  ids[n], d[n], x[n], t[n], s[n] = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), false, tonumber(ARGV[j + 2]),
+    tonumber(ARGV[j + 3])
+end
+redis.call('SET', KEYS[1], cmsgpack.pack({ids, d, x, t, s}), 'PX', ARGV[1])
+return 1
+"""
+
+#: Records a report and nothing more: the same ARGV as budget_share.lua, one HSET per budget (KEYS[3..] hashes of
+#: their own: a budget's state is a string).
 RECORD_ONLY_LUA = """
 local b = ARGV[1]
 for i = 3, #KEYS do
@@ -76,21 +91,17 @@ def reports_of(budgets: int, rng: random.Random) -> list[BudgetReport]:
 
 
 def fill(client: redis.Redis, store: BudgetStore, reports: list[BudgetReport], brokers: int, now: int) -> None:
-    """The budgets' hashes as ``brokers`` brokers' rounds at ``now`` leave them (shares B / N each)."""
+    """The budgets' states as ``brokers`` brokers' rounds at ``now`` leave them (shares B / N each)."""
     rng = random.Random(brokers)
+    pack = client.register_script(FILL_LUA)
     with client.pipeline(transaction=False) as p:
         for n, r in enumerate(reports):
-            fields: dict[str, str] = {"B": repr(r.budget)}
+            # each report renews the state for 3 leases; until the first, the fill (minutes at 100 brokers) must
+            # not let the first states expire
+            args: list[str] = ["3600000"]
             for b in range(brokers):
-                fields[f"d:{b}"] = repr(rng.uniform(0.02, 0.2) * r.budget)
-                fields[f"x:{b}"] = "0"
-                fields[f"t:{b}"] = str(now)
-                fields[f"s:{b}"] = repr(r.budget / brokers)
-            key = store.budget_key(r.budget_id)
-            p.hset(key, mapping=fields)
-            # each report renews the hash for 3 leases; until the first, the fill (minutes at 100 brokers) must not
-            # let the first hashes expire
-            p.expire(key, 3600)
+                args += [str(b), repr(rng.uniform(0.02, 0.2) * r.budget), str(now), repr(r.budget / brokers)]
+            pack(keys=[store.budget_key(r.budget_id)], args=args, client=p)
             if n % 200 == 199:
                 p.execute()
         p.hset(store.brokers_key, mapping={str(b): str(now) for b in range(brokers)})
@@ -123,6 +134,7 @@ def run_one(client: redis.Redis, url: str, budgets: int, brokers: int, reports: 
     held = version.decode() if version else None
     record_only = store.client.register_script(RECORD_ONLY_LUA)
     keys = [store.scope_key, store.brokers_key] + [store.budget_key(r.budget_id) for r in mine]
+    record_keys = keys[:2] + [k + " recorded" for k in keys[2:]]
 
     def allocate(broker: int) -> None:
         answer = store.round(broker, mine, now_ms=now, scope_version=held)
@@ -133,13 +145,13 @@ def run_one(client: redis.Redis, url: str, budgets: int, brokers: int, reports: 
         args: list[str] = [str(broker), "", "", "", str(now), held or ""]
         for r in mine:
             args += [r.scope_field, repr(r.budget), repr(r.demand), "1" if r.saturated else "0"]
-        record_only(keys=keys, args=args)
+        record_only(keys=record_keys, args=args)
 
     allocate(0)  # loads the script; the first report of a broker settles its share
     record(0)
     alloc = measure(client, allocate, reports, brokers)
     base = measure(client, record, reports, brokers)
-    fields = int(client.hlen(keys[2]))
+    state_bytes = int(client.strlen(keys[2]))
     store.client.close()
     return {
         "brokers": brokers,
@@ -151,7 +163,7 @@ def run_one(client: redis.Redis, url: str, budgets: int, brokers: int, reports: 
         "core_share": brokers * alloc["script_ms"] / 1000.0,
         "core_share_cpu": brokers * alloc["cpu_ms"] / 1000.0,
         "baseline_core_share": brokers * base["script_ms"] / 1000.0,
-        "fields_per_budget": fields,
+        "state_bytes_per_budget": state_bytes,
     }
 
 
@@ -192,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                 "baseline (record only) "
                 f"{r['baseline_ms_per_report']:.1f} ms: alloc_ratio {r['alloc_ratio']:.2f}; {n} reports a second = "
                 f"{r['core_share']:.3f} of one core by script time ({r['core_share_cpu']:.3f} by CPU){verdict}; "
-                f"{r['fields_per_budget']} fields per budget hash",
+                f"{r['state_bytes_per_budget']} bytes of state per budget",
                 flush=True,
             )
             for key, value in r.items():

@@ -4,7 +4,7 @@
 --
 -- KEYS[1] qb:{C}:scope  (scope field -> 'cluster', and '#version')
 -- KEYS[2] qb:{C}:brokers (broker id -> ms of its last round)
--- KEYS[3..] qb:{C}:b:<budget id>, one per reported budget
+-- KEYS[3..] qb:{C}:b:<budget id>, one per reported budget (its state: see load below)
 -- ARGV[1] broker id, ARGV[2] lease ms, ARGV[3] floor fraction, ARGV[4] headroom,
 -- ARGV[5] now ms ('' = Redis's clock), ARGV[6] the scope version the broker holds ('' = none),
 -- then per budget: scope field, budget, demand, saturated (1/0).
@@ -35,54 +35,80 @@ if version ~= ARGV[6] then
 end
 redis.call('HSET', KEYS[2], broker, now)
 
--- Each live broker's target share (budgets.targets).
-local function targets(budget, ids, demand, saturated)
+-- A budget's state is one string (cmsgpack) of five columns in ascending broker id:
+-- {ids, demands, saturated (booleans), last report (ms), held share (false: none yet)}. One GET and one
+-- unpack in C cost a report far less than reading and parsing a hash of four fields per broker
+-- (docs/benchmarks/results.md, budget_alloc_bench.py).
+local function load(key)
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'string' then
+    return cmsgpack.unpack(raw)
+  end
+  if type(raw) == 'table' then
+    redis.call('DEL', key)  -- a hash of the layout before this one: its brokers report again within a second
+  end
+  return {{}, {}, {}, {}, {}}
+end
+
+-- This broker's target share (budgets.targets, of which a report needs only its own entry). Needs are summed in
+-- ascending broker id and water-filled in ascending need as the model does, so the doubles are the model's: the
+-- needs are sorted as plain numbers (ties subtract the same value), and ties at the last need water-filled are
+-- broken by broker id, as the model's sort by (need, id) breaks them.
+local function target_of(budget, ids, need, total, mine_at)
   local n = #ids
-  local floor = budget * floor_fraction / n
-  local need = {}
-  local total = 0.0
-  for _, id in ipairs(ids) do
-    if saturated[id] then
-      need[id] = math.huge
-    else
-      need[id] = math.max(floor, demand[id] * (1 + headroom))
-    end
-    total = total + need[id]
-  end
-  local out = {}
   if total <= budget then
-    local spare = (budget - total) / n
-    for _, id in ipairs(ids) do
-      out[id] = need[id] + spare
-    end
-    return out, floor
+    return need[mine_at] + (budget - total) / n
   end
-  local order = {}
-  for i, id in ipairs(ids) do
-    order[i] = id
+  local sorted = {}
+  for i = 1, n do
+    sorted[i] = need[i]
   end
-  table.sort(order, function(a, b)
-    if need[a] ~= need[b] then
-      return need[a] < need[b]
-    end
-    return a < b
-  end)
+  table.sort(sorted)
   local remaining = budget
   local left = n
-  for i, id in ipairs(order) do
-    local level = remaining / left
-    if need[id] <= level then
-      out[id] = need[id]
-      remaining = remaining - need[id]
-      left = left - 1
-    else
-      for j = i, n do
-        out[order[j]] = level
-      end
+  local filled = 0
+  local level = remaining / left
+  for i = 1, n do
+    level = remaining / left
+    if sorted[i] > level then
       break
     end
+    remaining = remaining - sorted[i]
+    left = left - 1
+    filled = i
   end
-  return out, floor
+  if filled == n then
+    return need[mine_at]
+  end
+  local mine = need[mine_at]
+  if filled == 0 then
+    return level
+  end
+  local last = sorted[filled]
+  if mine < last then
+    return mine
+  end
+  if mine > last then
+    return level
+  end
+  -- how many brokers of need `last` were filled, and whether this one is among them (ties in id order)
+  local ties = 0
+  for i = filled, 1, -1 do
+    if sorted[i] ~= last then
+      break
+    end
+    ties = ties + 1
+  end
+  local before = 0
+  for i = 1, mine_at - 1 do
+    if need[i] == last then
+      before = before + 1
+    end
+  end
+  if before < ties then
+    return mine
+  end
+  return level
 end
 
 local me = tonumber(broker)
@@ -95,50 +121,59 @@ for i = 3, #KEYS do
     shares[#shares + 1] = ''
   else
     local budget = tonumber(ARGV[a + 1])
-    redis.call('HSET', key, 'B', ARGV[a + 1], 'd:' .. broker, ARGV[a + 2], 'x:' .. broker, ARGV[a + 3],
-      't:' .. broker, now)
-    local flat = redis.call('HGETALL', key)
-    local fields = {}
-    for j = 1, #flat, 2 do
-      fields[flat[j]] = flat[j + 1]
-    end
-    local ids = {}
-    local demand, saturated, held = {}, {}, {}
-    for name, value in pairs(fields) do
-      local id = string.match(name, '^t:(%-?%d+)$')
-      if id then
-        local b = tonumber(id)
-        if now - tonumber(value) > lease then
-          -- its lease ran out: its share returns to the pool
-          redis.call('HDEL', key, 'd:' .. id, 'x:' .. id, 't:' .. id, 's:' .. id)
-        else
-          ids[#ids + 1] = b
-          demand[b] = tonumber(fields['d:' .. id])
-          saturated[b] = fields['x:' .. id] == '1'
-          held[b] = fields['s:' .. id] and tonumber(fields['s:' .. id])
+    local state = load(key)
+    local ids0, d0, x0, t0, s0 = state[1], state[2], state[3], state[4], state[5]
+    -- this broker's report in its place, and the brokers whose lease ran out dropped (their shares return)
+    local ids, d, x, t, s = {}, {}, {}, {}, {}
+    local n = 0
+    local placed = false
+    local mine_at
+    for j = 1, #ids0 + 1 do
+      local b = ids0[j]
+      if not placed and (b == nil or b >= me) then
+        n = n + 1
+        ids[n], d[n], x[n], t[n], s[n] = me, tonumber(ARGV[a + 2]), ARGV[a + 3] == '1', now, false
+        mine_at = n
+        placed = true
+        if b == me then
+          s[n] = s0[j]
+          b = nil
         end
       end
+      if b ~= nil and now - t0[j] <= lease then
+        n = n + 1
+        ids[n], d[n], x[n], t[n], s[n] = b, d0[j], x0[j], t0[j], s0[j]
+      end
     end
-    table.sort(ids)
-    local target, floor = targets(budget, ids, demand, saturated)
+    local floor = budget * floor_fraction / n
+    local need = {}
+    local total = 0.0
+    for j = 1, n do
+      if x[j] then
+        need[j] = math.huge
+      else
+        need[j] = math.max(floor, d[j] * (1 + headroom))
+      end
+      total = total + need[j]
+    end
+    local target = target_of(budget, ids, need, total, mine_at)
     local others = 0.0
-    for _, b in ipairs(ids) do
-      if b ~= me and held[b] then
-        others = others + held[b]
+    for j = 1, n do
+      if j ~= mine_at and s[j] then
+        others = others + s[j]
       end
     end
     -- budgets.next_share: down at once, up only from what the others released, never below what it holds
-    local mine = held[me] or budget / #ids
+    local mine = s[mine_at] or budget / n
     local share
-    if target[me] <= mine then
-      share = math.max(floor, target[me])
+    if target <= mine then
+      share = math.max(floor, target)
     else
-      share = math.max(floor, mine, math.min(target[me], budget - others))
+      share = math.max(floor, mine, math.min(target, budget - others))
     end
-    local text = string.format('%.17g', share)
-    redis.call('HSET', key, 's:' .. broker, text)
-    redis.call('PEXPIRE', key, lease * 3)
-    shares[#shares + 1] = text
+    s[mine_at] = share
+    redis.call('SET', key, cmsgpack.pack({ids, d, x, t, s}), 'PX', lease * 3)
+    shares[#shares + 1] = string.format('%.17g', share)
   end
 end
 
