@@ -25,7 +25,7 @@ from .groups import entity_field
 
 DEFAULT_PARAMS = BudgetParams()
 BUDGET_LUA = (Path(__file__).parent / "lua" / "budget_share.lua").read_text()
-#: Reads one budget's state (a cmsgpack string ``budget_share.lua`` writes) as strings, five per broker.
+#: Reads one budget's state (the hash ``budget_share.lua`` keeps) as strings, five per broker.
 BUDGET_STATE_LUA = (Path(__file__).parent / "lua" / "budget_state.lua").read_text()
 
 #: Replaces a cluster's scope whole, with a new version: KEYS[1] scope; ARGV[1] a random epoch for a hash that has
@@ -166,7 +166,7 @@ class BudgetStore:
         out: dict[int, dict[str, float]] = {}
         for j in range(0, len(flat), 5):
             broker, demand, saturated, reported, share = flat[j : j + 5]
-            entry = {"d": float(demand), "x": float(saturated), "t": float(reported)}
+            entry = {"d": float(demand), "x": float(saturated), "t": float(reported or "nan")}
             if share:
                 entry["s"] = float(share)
             out[int(broker)] = entry

@@ -4,7 +4,13 @@
 --
 -- KEYS[1] qb:{C}:scope  (scope field -> 'cluster', and '#version')
 -- KEYS[2] qb:{C}:brokers (broker id -> ms of its last round)
--- KEYS[3..] qb:{C}:b:<budget id>, one per reported budget (its state: see load below)
+-- KEYS[3..] qb:{C}:b:<budget id>, one per reported budget: a hash of
+--   st   cmsgpack {broker ids ascending, demands, saturated (booleans), held shares (false: none yet), B, params}
+--   v    the budget's version: one more whenever what its targets depend on changes (B, the params, a demand,
+--        a saturation, a broker joining or leaving)
+--   lo   a time no broker's last report is older than (so leases are read only when one may have run out)
+--   t:<broker>  its last report (ms)
+--   k:<broker>  '<v> <its last report's four values> <share>' while its share is settled at its target
 -- ARGV[1] broker id, ARGV[2] lease ms, ARGV[3] floor fraction, ARGV[4] headroom,
 -- ARGV[5] now ms ('' = Redis's clock), ARGV[6] the scope version the broker holds ('' = none),
 -- then per budget: scope field, budget, demand, saturated (1/0).
@@ -34,21 +40,6 @@ if version ~= ARGV[6] then
   table.sort(scope)
 end
 redis.call('HSET', KEYS[2], broker, now)
-
--- A budget's state is one string (cmsgpack) of five columns in ascending broker id:
--- {ids, demands, saturated (booleans), last report (ms), held share (false: none yet)}. One GET and one
--- unpack in C cost a report far less than reading and parsing a hash of four fields per broker
--- (docs/benchmarks/results.md, budget_alloc_bench.py).
-local function load(key)
-  local raw = redis.pcall('GET', key)
-  if type(raw) == 'string' then
-    return cmsgpack.unpack(raw)
-  end
-  if type(raw) == 'table' then
-    redis.call('DEL', key)  -- a hash of the layout before this one: its brokers report again within a second
-  end
-  return {{}, {}, {}, {}, {}}
-end
 
 -- This broker's target share (budgets.targets, of which a report needs only its own entry). Needs are summed in
 -- ascending broker id and water-filled in ascending need as the model does, so the doubles are the model's: the
@@ -112,6 +103,111 @@ local function target_of(budget, ids, need, total, mine_at)
 end
 
 local me = tonumber(broker)
+local params = ARGV[3] .. ' ' .. ARGV[4]
+
+-- One budget, the long way: its whole state read, this broker's report put in its place, the brokers whose lease
+-- ran out dropped (their shares return), this broker's target and share computed over all of them.
+local function allocate(key, budget_text, demand_text, saturated_text, sig, v, lo)
+  local budget = tonumber(budget_text)
+  local raw = redis.call('HGET', key, 'st')
+  local ids0, d0, x0, s0, changed
+  if raw then
+    local st = cmsgpack.unpack(raw)
+    ids0, d0, x0, s0 = st[1], st[2], st[3], st[4]
+    changed = st[5] ~= budget_text or st[6] ~= params
+  else
+    redis.call('DEL', key)  -- none, or a hash of the layout before (four fields per broker): start afresh
+    ids0, d0, x0, s0, changed, v, lo = {}, {}, {}, {}, true, nil, nil
+  end
+  -- every broker's last report is at least lo: only when that is older than the lease are they read
+  local t0
+  local expiring = lo and now - tonumber(lo) > lease
+  if expiring then
+    local names = {}
+    for j = 1, #ids0 do
+      names[j] = 't:' .. ids0[j]
+    end
+    t0 = #names > 0 and redis.call('HMGET', key, unpack(names)) or {}
+    lo = now
+  end
+  local ids, d, x, s = {}, {}, {}, {}
+  local n = 0
+  local mine_at
+  local demand, saturated = tonumber(demand_text), saturated_text == '1'
+  for j = 1, #ids0 + 1 do
+    local b = ids0[j]
+    if not mine_at and (b == nil or b >= me) then
+      n = n + 1
+      ids[n], d[n], x[n], s[n] = me, demand, saturated, false
+      mine_at = n
+      if b == me then
+        s[n] = s0[j]
+        changed = changed or d0[j] ~= demand or x0[j] ~= saturated
+        b = nil
+      else
+        changed = true  -- a broker joins
+      end
+    end
+    if b ~= nil then
+      local t = expiring and tonumber(t0[j] or 0)
+      if expiring and now - t > lease then
+        redis.call('HDEL', key, 't:' .. b, 'k:' .. b)  -- its lease ran out: its share returns to the pool
+        changed = true
+      else
+        if expiring and t < lo then
+          lo = t
+        end
+        n = n + 1
+        ids[n], d[n], x[n], s[n] = b, d0[j], x0[j], s0[j]
+      end
+    end
+  end
+  local floor = budget * floor_fraction / n
+  local need = {}
+  local total = 0.0
+  for j = 1, n do
+    if x[j] then
+      need[j] = math.huge
+    else
+      need[j] = math.max(floor, d[j] * (1 + headroom))
+    end
+    total = total + need[j]
+  end
+  local target = target_of(budget, ids, need, total, mine_at)
+  local others = 0.0
+  for j = 1, n do
+    if j ~= mine_at and s[j] then
+      others = others + s[j]
+    end
+  end
+  -- budgets.next_share: down at once, up only from what the others released, never below what it holds
+  local mine = s[mine_at] or budget / n
+  local share
+  if target <= mine then
+    share = math.max(floor, target)
+  else
+    share = math.max(floor, mine, math.min(target, budget - others))
+  end
+  s[mine_at] = share
+  local text = string.format('%.17g', share)
+  if changed then
+    v = tostring((tonumber(v) or 0) + 1)  -- every settled share must be computed again
+  end
+  if not lo or now < tonumber(lo) then
+    lo = now
+  end
+  redis.call('HSET', key, 'st', cmsgpack.pack({ids, d, x, s, budget_text, params}), 'v', v, 'lo', lo,
+    't:' .. broker, now)
+  if target <= share then
+    -- settled: until the budget's inputs change (v), the same report gives the same share (budgets.next_share
+    -- keeps max(floor, target) once the share reaches its target), so it is answered from this field
+    redis.call('HSET', key, 'k:' .. broker, v .. ' ' .. sig .. text)
+  else
+    redis.call('HDEL', key, 'k:' .. broker)
+  end
+  return text
+end
+
 local shares = {}
 for i = 3, #KEYS do
   local a = 7 + (i - 3) * 4
@@ -120,60 +216,22 @@ for i = 3, #KEYS do
     redis.call('DEL', key)  -- not cluster-wide (any more): the broker enforces the value per broker
     shares[#shares + 1] = ''
   else
-    local budget = tonumber(ARGV[a + 1])
-    local state = load(key)
-    local ids0, d0, x0, t0, s0 = state[1], state[2], state[3], state[4], state[5]
-    -- this broker's report in its place, and the brokers whose lease ran out dropped (their shares return)
-    local ids, d, x, t, s = {}, {}, {}, {}, {}
-    local n = 0
-    local placed = false
-    local mine_at
-    for j = 1, #ids0 + 1 do
-      local b = ids0[j]
-      if not placed and (b == nil or b >= me) then
-        n = n + 1
-        ids[n], d[n], x[n], t[n], s[n] = me, tonumber(ARGV[a + 2]), ARGV[a + 3] == '1', now, false
-        mine_at = n
-        placed = true
-        if b == me then
-          s[n] = s0[j]
-          b = nil
-        end
+    -- the short way: the same report as last time, nothing else in the budget changed, no lease can have run out
+    local sig = params .. ' ' .. ARGV[a + 1] .. ' ' .. ARGV[a + 2] .. ' ' .. ARGV[a + 3] .. ' '
+    local head = redis.call('HMGET', key, 'v', 'lo', 'k:' .. broker)
+    local v, lo, k = head[1], head[2], head[3]
+    local text
+    if k and now - tonumber(lo) <= lease and string.sub(k, 1, #v + 1 + #sig) == v .. ' ' .. sig then
+      text = string.sub(k, #v + #sig + 2)
+      redis.call('HSET', key, 't:' .. broker, now)
+      if now < tonumber(lo) then
+        redis.call('HSET', key, 'lo', now)  -- a clock that went back: lo stays a bound of every last report
       end
-      if b ~= nil and now - t0[j] <= lease then
-        n = n + 1
-        ids[n], d[n], x[n], t[n], s[n] = b, d0[j], x0[j], t0[j], s0[j]
-      end
-    end
-    local floor = budget * floor_fraction / n
-    local need = {}
-    local total = 0.0
-    for j = 1, n do
-      if x[j] then
-        need[j] = math.huge
-      else
-        need[j] = math.max(floor, d[j] * (1 + headroom))
-      end
-      total = total + need[j]
-    end
-    local target = target_of(budget, ids, need, total, mine_at)
-    local others = 0.0
-    for j = 1, n do
-      if j ~= mine_at and s[j] then
-        others = others + s[j]
-      end
-    end
-    -- budgets.next_share: down at once, up only from what the others released, never below what it holds
-    local mine = s[mine_at] or budget / n
-    local share
-    if target <= mine then
-      share = math.max(floor, target)
     else
-      share = math.max(floor, mine, math.min(target, budget - others))
+      text = allocate(key, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], sig, v, lo)
     end
-    s[mine_at] = share
-    redis.call('SET', key, cmsgpack.pack({ids, d, x, t, s}), 'PX', lease * 3)
-    shares[#shares + 1] = string.format('%.17g', share)
+    redis.call('PEXPIRE', key, lease * 3)
+    shares[#shares + 1] = text
   end
 end
 

@@ -105,6 +105,26 @@ def test_model_and_redis_script_agree_where_many_brokers_tie_on_their_need(store
     assert {b: v["s"] for b, v in store.shares(BUDGET).items()} == ledger.shares()
 
 
+def test_model_and_redis_script_agree_when_brokers_repeat_their_reports(store: BudgetStore) -> None:
+    # a report the same as the broker's last, in a budget nothing else changed in, is answered from its settled
+    # share without the allocation: sticky demands make that the common case, and leases run out between them
+    store.set_scope([SCOPE])
+    ledger = BudgetLedger()
+    rng = random.Random(5)
+    last = {b: (0.0, False) for b in range(6)}
+    t = T0
+    for i in range(3000):
+        broker = rng.randrange(6) if i % 400 < 300 else rng.randrange(3)  # brokers 3 to 5 go quiet for a while
+        t += rng.choice([0, 50, 300]) if i % 97 else 4_000
+        if rng.random() < 0.15:
+            last[broker] = (rng.choice([0.0, 0.1 * MIB, 0.4 * MIB, rng.uniform(0, MIB)]), rng.random() < 0.2)
+        demand, saturated = last[broker]
+        want = ledger.report(broker, t, 2 * MIB, demand, saturated, PARAMS)
+        got = store.round(broker, report(demand, saturated), PARAMS, now_ms=t).shares[0]
+        assert got == want, f"step {i}: Redis {got!r}, model {want!r}"
+    assert {b: v["s"] for b, v in store.shares(BUDGET).items()} == ledger.shares()
+
+
 def test_script_splits_a_tie_at_the_fills_edge_by_broker_id_as_the_model_does(store: BudgetStore) -> None:
     # six brokers need B / 7, one is saturated: rounding leaves the fill's level an ulp under B / 7 after two of
     # them, so the model's sort by (need, id) gives brokers 0 and 1 their need and the other four the level
