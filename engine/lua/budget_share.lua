@@ -11,6 +11,7 @@
 --   lo   a time no broker's last report is older than (so leases are read only when one may have run out)
 --   t:<broker>  its last report (ms)
 --   k:<broker>  '<v> <its last report's four values> <share>' while its share is settled at its target
+--   e    when (Redis's clock, ms) the hash expires: 4 leases after a report, renewed once less than 3 are left
 -- ARGV[1] broker id, ARGV[2] lease ms, ARGV[3] floor fraction, ARGV[4] headroom,
 -- ARGV[5] now ms ('' = Redis's clock), ARGV[6] the scope version the broker holds ('' = none),
 -- then per budget: scope field, budget, demand, saturated (1/0).
@@ -20,11 +21,11 @@ local broker = ARGV[1]
 local lease = tonumber(ARGV[2])
 local floor_fraction = tonumber(ARGV[3])
 local headroom = tonumber(ARGV[4])
-local now
-if ARGV[5] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
+local t = redis.call('TIME')
+-- Redis's own clock (ms) times the keys' expiry, whatever clock ARGV[5] gives the leases
+local clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock
+if ARGV[5] ~= '' then
   now = tonumber(ARGV[5])
 end
 
@@ -197,7 +198,8 @@ local function allocate(key, budget_text, demand_text, saturated_text, sig, v, l
     lo = now
   end
   redis.call('HSET', key, 'st', cmsgpack.pack({ids, d, x, s, budget_text, params}), 'v', v, 'lo', lo,
-    't:' .. broker, now)
+    't:' .. broker, now, 'e', clock + lease * 4)
+  redis.call('PEXPIRE', key, lease * 4)
   if target <= share then
     -- settled: until the budget's inputs change (v), the same report gives the same share (budgets.next_share
     -- keeps max(floor, target) once the share reaches its target), so it is answered from this field
@@ -208,29 +210,49 @@ local function allocate(key, budget_text, demand_text, saturated_text, sig, v, l
   return text
 end
 
+-- whether each reported scope field is cluster-wide, in a few calls rather than one per budget (unpack takes at
+-- most a few thousand values at once)
+local wide = {}
+local fields = {}
+for i = 3, #KEYS do
+  fields[#fields + 1] = ARGV[7 + (i - 3) * 4]
+  if #fields == 4000 or i == #KEYS then
+    local got = redis.call('HMGET', KEYS[1], unpack(fields))
+    for j = 1, #fields do
+      wide[#wide + 1] = got[j] ~= false
+    end
+    fields = {}
+  end
+end
+
 local shares = {}
 for i = 3, #KEYS do
   local a = 7 + (i - 3) * 4
   local key = KEYS[i]
-  if redis.call('HEXISTS', KEYS[1], ARGV[a]) == 0 then
+  if not wide[i - 2] then
     redis.call('DEL', key)  -- not cluster-wide (any more): the broker enforces the value per broker
     shares[#shares + 1] = ''
   else
     -- the short way: the same report as last time, nothing else in the budget changed, no lease can have run out
     local sig = params .. ' ' .. ARGV[a + 1] .. ' ' .. ARGV[a + 2] .. ' ' .. ARGV[a + 3] .. ' '
-    local head = redis.call('HMGET', key, 'v', 'lo', 'k:' .. broker)
+    local head = redis.call('HMGET', key, 'v', 'lo', 'k:' .. broker, 'e')
     local v, lo, k = head[1], head[2], head[3]
     local text
     if k and now - tonumber(lo) <= lease and string.sub(k, 1, #v + 1 + #sig) == v .. ' ' .. sig then
       text = string.sub(k, #v + #sig + 2)
-      redis.call('HSET', key, 't:' .. broker, now)
+      if tonumber(head[4] or 0) - clock >= lease * 3 then
+        redis.call('HSET', key, 't:' .. broker, now)
+      else
+        -- the hash outlives every report by at least 3 leases (no report finds it gone that would have before)
+        redis.call('HSET', key, 't:' .. broker, now, 'e', clock + lease * 4)
+        redis.call('PEXPIRE', key, lease * 4)
+      end
       if now < tonumber(lo) then
         redis.call('HSET', key, 'lo', now)  -- a clock that went back: lo stays a bound of every last report
       end
     else
       text = allocate(key, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], sig, v, lo)
     end
-    redis.call('PEXPIRE', key, lease * 3)
     shares[#shares + 1] = text
   end
 end
