@@ -135,31 +135,46 @@ local function allocate(key, budget_text, demand_text, saturated_text, sig, v, l
   local n = 0
   local mine_at
   local demand, saturated = tonumber(demand_text), saturated_text == '1'
-  for j = 1, #ids0 + 1 do
-    local b = ids0[j]
-    if not mine_at and (b == nil or b >= me) then
-      n = n + 1
-      ids[n], d[n], x[n], s[n] = me, demand, saturated, false
-      mine_at = n
-      if b == me then
-        s[n] = s0[j]
-        changed = changed or d0[j] ~= demand or x0[j] ~= saturated
-        b = nil
-      else
-        changed = true  -- a broker joins
+  if not expiring then
+    for j = 1, #ids0 do
+      if ids0[j] == me then
+        mine_at = j
+        break
       end
     end
-    if b ~= nil then
-      local t = expiring and tonumber(t0[j] or 0)
-      if expiring and now - t > lease then
-        redis.call('HDEL', key, 't:' .. b, 'k:' .. b)  -- its lease ran out: its share returns to the pool
-        changed = true
-      else
-        if expiring and t < lo then
-          lo = t
-        end
+  end
+  if mine_at then
+    -- the common case, no broker joins or leaves: the columns as they are, this broker's entry replaced
+    ids, d, x, s, n = ids0, d0, x0, s0, #ids0
+    changed = changed or d[mine_at] ~= demand or x[mine_at] ~= saturated
+    d[mine_at], x[mine_at] = demand, saturated
+  else
+    for j = 1, #ids0 + 1 do
+      local b = ids0[j]
+      if not mine_at and (b == nil or b >= me) then
         n = n + 1
-        ids[n], d[n], x[n], s[n] = b, d0[j], x0[j], s0[j]
+        ids[n], d[n], x[n], s[n] = me, demand, saturated, false
+        mine_at = n
+        if b == me then
+          s[n] = s0[j]
+          changed = changed or d0[j] ~= demand or x0[j] ~= saturated
+          b = nil
+        else
+          changed = true  -- a broker joins
+        end
+      end
+      if b ~= nil then
+        local t = expiring and tonumber(t0[j] or 0)
+        if expiring and now - t > lease then
+          redis.call('HDEL', key, 't:' .. b, 'k:' .. b)  -- its lease ran out: its share returns to the pool
+          changed = true
+        else
+          if expiring and t < lo then
+            lo = t
+          end
+          n = n + 1
+          ids[n], d[n], x[n], s[n] = b, d0[j], x0[j], s0[j]
+        end
       end
     end
   end
