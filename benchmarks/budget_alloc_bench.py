@@ -6,14 +6,20 @@
 
 Each broker's plugin sends one round a second (``BudgetStore.round``, ``engine/lua/budget_share.lua``): its demand
 for every budget it serves, answered with its shares. Here every broker reports every budget (the worst case). Per
-broker count N, the budgets' hashes are first filled as N brokers' rounds leave them (demand, saturation, last
-round and share of each broker; written directly, as running N x 10k allocations first would take minutes), then
-``--reports`` rounds of brokers taken in turn are timed:
+broker count N, the budgets' states are first filled as N brokers' rounds leave them once settled (demand,
+saturation, last round and share of each broker, the share its target by the reference model; written directly,
+as running N x 10k allocations first would take minutes), then ``--reports`` rounds of brokers taken in turn are
+timed:
 
-* allocator: Redis's script time per broker report (``INFO commandstats``) and its process CPU, and the share of
-  one core N brokers take at one report a second each (goal: <= 10 % at 30 brokers, issue 33 item 4);
-* baseline, measured in the same run on the same keys with the same arguments: a script that only records the
-  report (one ``HSET`` of the broker's fields per budget, no allocation): ``alloc_ratio`` = allocator / baseline.
+* allocator (moving demand, the worst case): every budget in a report carries a demand its broker did not report
+  before, so every budget is allocated the long way; Redis's script time per broker report (``INFO commandstats``)
+  and its process CPU, and the share of one core N brokers take at one report a second each (goal: <= 10 % at 30
+  brokers, issue 33 item 4);
+* steady: a broker's report the same as its last, with nothing else changed in between (sent once untimed, then
+  timed): settled shares are answered from their field without the allocation (``steady_*``);
+* baseline, measured in the same run with the same arguments: a script that only records the report (one ``HSET``
+  of the broker's four fields per budget, into a hash per budget of its own beside the state, no allocation):
+  ``alloc_ratio`` = allocator / baseline.
 
 A report is one script call, so its script time is also how long Redis answers nothing else meanwhile.
 Starts a Redis of its own under ``.run/`` (stopped on any exit). The last line is one JSON object.
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +40,8 @@ import redis  # noqa: E402
 
 from benchmarks.harness import Cleanups, run_bench  # noqa: E402
 from devtools.redis_server import RedisServer  # noqa: E402
-from engine.budget_store import BudgetReport, BudgetStore, budget_id, scope_field  # noqa: E402
+from engine.budget_store import DEFAULT_PARAMS, BudgetReport, BudgetStore, budget_id, scope_field  # noqa: E402
+from engine.budgets import Demand, targets  # noqa: E402
 from engine.config import EntityRef  # noqa: E402
 from engine.redis_backend import connect  # noqa: E402
 
@@ -42,7 +50,24 @@ CORE_SHARE_TARGET = 0.10  # of one core, at 30 brokers
 TARGET_BROKERS = 30
 BUDGET = 10 * 1048576.0  # 10 MiB/s per budget
 
-#: Records a report and nothing more: the same KEYS and ARGV as budget_share.lua, one HSET per budget.
+#: Writes one budget's state as ``budget_share.lua`` keeps it: KEYS[1] the budget; ARGV B as reported, then per
+#: broker its id, demand, saturated (1/0), last report (ms) and share (the default params).
+FILL_LUA = """
+local ids, d, x, s, fields = {}, {}, {}, {}, {}
+for j = 2, #ARGV, 5 do
+  local n = #ids + 1
+  ids[n], d[n], x[n], s[n] = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), ARGV[j + 2] == '1', tonumber(ARGV[j + 4])
+  fields[#fields + 1] = 't:' .. ARGV[j]
+  fields[#fields + 1] = ARGV[j + 3]
+end
+redis.call('HSET', KEYS[1], 'st', cmsgpack.pack({ids, d, x, s, ARGV[1], '0.05 0.2'}), 'v', '1', 'lo', ARGV[5],
+  unpack(fields))
+redis.call('PEXPIRE', KEYS[1], 3600000)
+return 1
+"""
+
+#: Records a report and nothing more: the same ARGV as budget_share.lua, one HSET per budget (KEYS[3..] hashes of
+#: their own: a budget's state is a string).
 RECORD_ONLY_LUA = """
 local b = ARGV[1]
 for i = 3, #KEYS do
@@ -75,43 +100,63 @@ def reports_of(budgets: int, rng: random.Random) -> list[BudgetReport]:
     ]
 
 
+def settled(i: int, broker: int) -> Demand:
+    """What ``broker`` reported last for budget ``i`` in the settled state the fill writes (a fixed hash of both)."""
+    u = (i * 2_654_435_761 + broker * 40_503 + 7) % 1_000_003 / 1_000_003
+    return Demand(broker, (0.02 + 0.18 * u) * BUDGET, (i * 7 + broker * 13) % 20 == 0)
+
+
+def as_reported(mine: list[BudgetReport], broker: int) -> list[BudgetReport]:
+    """``broker``'s report of its settled demands: the same as its last."""
+    out = []
+    for i, r in enumerate(mine):
+        d = settled(i, broker)
+        out.append(BudgetReport(r.scope_field, r.budget_id, r.budget, d.demand, d.saturated))
+    return out
+
+
 def fill(client: redis.Redis, store: BudgetStore, reports: list[BudgetReport], brokers: int, now: int) -> None:
-    """The budgets' hashes as ``brokers`` brokers' rounds at ``now`` leave them (shares B / N each)."""
-    rng = random.Random(brokers)
+    """The budgets' states as ``brokers`` brokers' rounds at ``now`` leave them once settled: each broker's demand
+    ``settled(i, b)`` and its target share (the reference model's)."""
+    pack = client.register_script(FILL_LUA)
     with client.pipeline(transaction=False) as p:
         for n, r in enumerate(reports):
-            fields: dict[str, str] = {"B": repr(r.budget)}
-            for b in range(brokers):
-                fields[f"d:{b}"] = repr(rng.uniform(0.02, 0.2) * r.budget)
-                fields[f"x:{b}"] = "0"
-                fields[f"t:{b}"] = str(now)
-                fields[f"s:{b}"] = repr(r.budget / brokers)
-            key = store.budget_key(r.budget_id)
-            p.hset(key, mapping=fields)
-            # each report renews the hash for 3 leases; until the first, the fill (minutes at 100 brokers) must not
-            # let the first hashes expire
-            p.expire(key, 3600)
+            demands = [settled(n, b) for b in range(brokers)]
+            target = targets(r.budget, DEFAULT_PARAMS, demands)
+            args: list[str] = [repr(r.budget)]
+            for d in demands:
+                args += [str(d.broker), repr(d.demand), "1" if d.saturated else "0", str(now), repr(target[d.broker])]
+            pack(keys=[store.budget_key(r.budget_id)], args=args, client=p)
             if n % 200 == 199:
                 p.execute()
         p.hset(store.brokers_key, mapping={str(b): str(now) for b in range(brokers)})
         p.execute()
 
 
-def measure(client: redis.Redis, call: Any, reports: int, brokers: int) -> dict[str, float]:
-    """``reports`` calls of ``call(broker)`` for brokers in turn: script ms and process CPU ms per call."""
-    client.config_resetstat()
-    cpu0 = cpu_s(client)
+def measure(
+    client: redis.Redis, call: Callable[[int], None], reports: int, brokers: int,
+    before: Callable[[int], None] | None = None,
+) -> dict[str, float]:
+    """``reports`` calls of ``call(broker)`` for brokers in turn (each after ``before(broker)``, untimed): script ms
+    and process CPU ms per call."""
+    usec = cpu = 0.0
     for k in range(reports):
+        if before is not None:
+            before(k % brokers)
+        client.config_resetstat()
+        cpu0 = cpu_s(client)
         call(k % brokers)
-    cpu = cpu_s(client) - cpu0
-    calls, usec = script_usec(client)
-    if calls != reports:
-        raise RuntimeError(f"expected {reports} script calls, Redis counted {calls}")
-    return {"script_ms": usec / calls / 1000, "cpu_ms": cpu * 1000 / calls}
+        cpu += cpu_s(client) - cpu0
+        calls, spent = script_usec(client)
+        if calls != 1:
+            raise RuntimeError(f"expected one script call, Redis counted {calls}")
+        usec += spent
+    return {"script_ms": usec / reports / 1000, "cpu_ms": cpu * 1000 / reports}
 
 
 def run_one(client: redis.Redis, url: str, budgets: int, brokers: int, reports: int) -> dict[str, Any]:
-    """The allocator and the record-only baseline for one broker count, on a fresh key space."""
+    """The allocator (moving and steady demand) and the record-only baseline for one broker count, on a fresh key
+    space."""
     client.flushall()
     store = BudgetStore(connect(url, timeout_s=120.0), f"alloc-{brokers}")
     rng = random.Random(7)
@@ -123,35 +168,50 @@ def run_one(client: redis.Redis, url: str, budgets: int, brokers: int, reports: 
     held = version.decode() if version else None
     record_only = store.client.register_script(RECORD_ONLY_LUA)
     keys = [store.scope_key, store.brokers_key] + [store.budget_key(r.budget_id) for r in mine]
+    record_keys = keys[:2] + [k + " recorded" for k in keys[2:]]
+    # each timed report of the moving case carries demands its broker did not report before
+    moving = [reports_of(budgets, random.Random(1000 + k)) for k in range(reports)]
+    sent: dict[int, list[BudgetReport]] = {}
 
-    def allocate(broker: int) -> None:
-        answer = store.round(broker, mine, now_ms=now, scope_version=held)
+    def allocate(broker: int, these: list[BudgetReport]) -> None:
+        answer = store.round(broker, these, now_ms=now, scope_version=held)
         if answer.scope is not None or len(answer.shares) != budgets or None in answer.shares:
             raise RuntimeError("the allocator did not answer a share for every budget")
+        sent[broker] = these
 
     def record(broker: int) -> None:
         args: list[str] = [str(broker), "", "", "", str(now), held or ""]
         for r in mine:
             args += [r.scope_field, repr(r.budget), repr(r.demand), "1" if r.saturated else "0"]
-        record_only(keys=keys, args=args)
+        record_only(keys=record_keys, args=args)
 
-    allocate(0)  # loads the script; the first report of a broker settles its share
-    record(0)
-    alloc = measure(client, allocate, reports, brokers)
+    def again(broker: int) -> None:
+        allocate(broker, sent.setdefault(broker, as_reported(mine, broker)))
+
+    record(0)  # loads the baseline's script
+    # steady first, on the settled fill: a broker's report the same as its last (the first, untimed, takes the long
+    # way once: the fill leaves no settled-share fields), nothing else changed in between
+    steady = measure(client, again, reports, brokers, before=again)
+    moved = iter(moving)
+    alloc = measure(client, lambda b: allocate(b, next(moved)), reports, brokers)
     base = measure(client, record, reports, brokers)
-    fields = int(client.hlen(keys[2]))
+    state_bytes = int(client.memory_usage(keys[2]) or 0)
     store.client.close()
     return {
         "brokers": brokers,
         "alloc_ms_per_report": alloc["script_ms"],
         "alloc_cpu_ms_per_report": alloc["cpu_ms"],
+        "steady_ms_per_report": steady["script_ms"],
+        "steady_cpu_ms_per_report": steady["cpu_ms"],
         "baseline_ms_per_report": base["script_ms"],
         "baseline_cpu_ms_per_report": base["cpu_ms"],
         "alloc_ratio": alloc["script_ms"] / base["script_ms"] if base["script_ms"] else float("nan"),
         "core_share": brokers * alloc["script_ms"] / 1000.0,
         "core_share_cpu": brokers * alloc["cpu_ms"] / 1000.0,
+        "steady_core_share": brokers * steady["script_ms"] / 1000.0,
+        "steady_core_share_cpu": brokers * steady["cpu_ms"] / 1000.0,
         "baseline_core_share": brokers * base["script_ms"] / 1000.0,
-        "fields_per_budget": fields,
+        "state_bytes_per_budget": state_bytes,
     }
 
 
@@ -192,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
                 "baseline (record only) "
                 f"{r['baseline_ms_per_report']:.1f} ms: alloc_ratio {r['alloc_ratio']:.2f}; {n} reports a second = "
                 f"{r['core_share']:.3f} of one core by script time ({r['core_share_cpu']:.3f} by CPU){verdict}; "
-                f"{r['fields_per_budget']} fields per budget hash",
+                f"steady (reports repeated) {r['steady_ms_per_report']:.1f} ms script / "
+                f"{r['steady_cpu_ms_per_report']:.1f} ms CPU per report, {r['steady_core_share_cpu']:.3f} of a core; "
+                f"{r['state_bytes_per_budget']} bytes of memory per budget",
                 flush=True,
             )
             for key, value in r.items():

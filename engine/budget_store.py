@@ -25,6 +25,8 @@ from .groups import entity_field
 
 DEFAULT_PARAMS = BudgetParams()
 BUDGET_LUA = (Path(__file__).parent / "lua" / "budget_share.lua").read_text()
+#: Reads one budget's state (the hash ``budget_share.lua`` keeps) as strings, five per broker.
+BUDGET_STATE_LUA = (Path(__file__).parent / "lua" / "budget_state.lua").read_text()
 
 #: Replaces a cluster's scope whole, with a new version: KEYS[1] scope; ARGV[1] a random epoch for a hash that has
 #: none (a scope lost with its Redis starts a new epoch, so no broker mistakes a new version 1 for the old one), then
@@ -110,6 +112,7 @@ class BudgetStore:
         self.prefix = f"qb:{{{cluster}}}:"
         self._share = client.register_script(BUDGET_LUA)
         self._set_scope = client.register_script(_SET_SCOPE_LUA)
+        self._state = client.register_script(BUDGET_STATE_LUA)
 
     @property
     def scope_key(self) -> str:
@@ -157,13 +160,16 @@ class BudgetStore:
         return Round(int(now), held, changed, [float(s) if s else None for s in shares])
 
     def shares(self, budget_id: str) -> dict[int, dict[str, float]]:
-        """Per broker of one budget: its held share, demand and last round (ms)."""
-        raw = {k.decode(): v.decode() for k, v in self.client.hgetall(self.budget_key(budget_id)).items()}
+        """Per broker of one budget: its held share ``s`` (absent before its first share), demand ``d``, saturation
+        ``x`` (1.0 or 0.0) and last round ``t`` (ms)."""
+        flat = [v.decode() for v in self._state(keys=[self.budget_key(budget_id)])]
         out: dict[int, dict[str, float]] = {}
-        for name, value in raw.items():
-            kind, _, broker = name.partition(":")
-            if broker:
-                out.setdefault(int(broker), {})[kind] = float(value)
+        for j in range(0, len(flat), 5):
+            broker, demand, saturated, reported, share = flat[j : j + 5]
+            entry = {"d": float(demand), "x": float(saturated), "t": float(reported or "nan")}
+            if share:
+                entry["s"] = float(share)
+            out[int(broker)] = entry
         return out
 
     def broker_rounds(self) -> dict[int, int]:

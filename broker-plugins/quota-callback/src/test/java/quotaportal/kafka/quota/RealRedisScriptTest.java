@@ -5,6 +5,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 import java.net.URI;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -94,14 +96,24 @@ class RealRedisScriptTest {
     }
 
     private Map<Integer, Double> heldInRedis() {
+        return heldInRedis(ALICE);
+    }
+
+    /** Each broker's held share of a sensor's budget, as the engine's reader (engine/lua/budget_state.lua) gives it. */
+    private Map<Integer, Double> heldInRedis(SensorKey sensor) {
         Map<Integer, Double> held = new HashMap<>();
         try (Jedis jedis = jedis()) {
-            Map<String, String> fields = jedis.hgetAll("qb:{" + cluster + "}:b:" + ALICE.budgetId());
-            for (Map.Entry<String, String> e : fields.entrySet()) {
-                if (e.getKey().startsWith("s:")) {
-                    held.put(Integer.parseInt(e.getKey().substring(2)), Double.parseDouble(e.getValue()));
+            String reader = Files.readString(Path.of("../../engine/lua/budget_state.lua"));
+            Object raw = jedis.eval(reader, List.of("qb:{" + cluster + "}:b:" + sensor.budgetId()), List.of());
+            List<?> flat = (List<?>) raw;
+            for (int i = 0; i < flat.size(); i += 5) {
+                String share = String.valueOf(flat.get(i + 4));
+                if (!share.isEmpty()) {
+                    held.put(Integer.parseInt(String.valueOf(flat.get(i))), Double.parseDouble(share));
                 }
             }
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException(e);
         }
         return held;
     }
@@ -211,13 +223,10 @@ class RealRedisScriptTest {
         }, GroupQuotaCallbackTest.SensorMBean.class), JmxRates.sensorName(sensor)); // Kafka made the sensor
         clock.addAndGet(1_000);
         c.runRound();
-        String held;
-        try (Jedis jedis = jedis()) {
-            held = jedis.hget("qb:{" + cluster + "}:b:" + sensor.budgetId(), "s:5");
-        }
+        Double held = heldInRedis(sensor).get(5);
         assertEquals("produce {\"client-id\":\"\",\"user\":\"group@gold\"}", sensor.budgetId());
         assertTrue(held != null, "the script holds broker 5's share of the group's budget");
-        assertEquals(Double.parseDouble(held), plugin.quotaLimit(ClientQuotaType.PRODUCE, tags));
+        assertEquals(held, plugin.quotaLimit(ClientQuotaType.PRODUCE, tags));
         assertEquals(BudgetCoordinator.State.COORDINATED, c.state(), c.lastError());
         assertEquals(null, plugin.quotaLimit(ClientQuotaType.PRODUCE, plugin.quotaMetricTags(ClientQuotaType.PRODUCE,
                 new org.apache.kafka.common.security.auth.KafkaPrincipal("User", "root"), "app")), "exempt");
