@@ -169,6 +169,8 @@ final class BudgetCoordinator {
     private final Set<SensorKey> saturated = new java.util.HashSet<>();
     private final Map<SensorKey, Integer> falling = new HashMap<>();
     private final Map<SensorKey, Mute> mutes = new HashMap<>();
+    /** Per sensor found silent: the last request it had then. Silent it stays until a request comes after it. */
+    private final Map<SensorKey, Long> silentAfter = new HashMap<>();
     private long lastSuccessMs = Long.MIN_VALUE;
     private boolean failing;
 
@@ -272,8 +274,17 @@ final class BudgetCoordinator {
             // can outlast twice the mean throttle; a release then cuts the share to the floor, and the backlog the
             // client sends when it may is throttled against the floor for minutes (0.06 B delivered under load).
             long mutedUntil = mutedUntil(s, rate, enforced);
-            boolean silent = s.lastRequestMs() >= 0 && now - s.lastRequestMs() > Math.max(SILENT_MS, 2 * throttle)
-                    && now > mutedUntil + SILENT_MS && rate < FALLING * enforced;
+            // Once silent, a sensor stays so until its clients send again: its share is cut to the floor then, and
+            // its window, still decaying, would measure more than half of that floor (and more than the floor: full
+            // again) and take the share back for as long as the window lasts, on a broker its clients have left.
+            boolean silent = s.lastRequestMs() >= 0 && (Long.valueOf(s.lastRequestMs()).equals(silentAfter.get(
+                    s.sensor())) || now - s.lastRequestMs() > Math.max(SILENT_MS, 2 * throttle)
+                    && now > mutedUntil + SILENT_MS && rate < FALLING * enforced);
+            if (silent) {
+                silentAfter.put(s.sensor(), s.lastRequestMs());
+            } else {
+                silentAfter.remove(s.sensor());
+            }
             boolean muted = (throttle > 0 || now <= mutedUntil) && !silent;
             if (muted) {
                 demand = Math.max(demand, rate);
@@ -357,6 +368,7 @@ final class BudgetCoordinator {
             saturated.retainAll(keep);
             falling.keySet().retainAll(keep);
             mutes.keySet().retainAll(keep);
+            silentAfter.keySet().retainAll(keep);
         }
         return scopeChanged;
     }

@@ -317,6 +317,39 @@ class LeaseStateMachineTest {
     }
 
     @Test
+    void aSensorFoundSilentStaysSoUntilItsClientsSendAgain() {
+        clock.set(100_000);
+        redis.shares.put(ALICE.budgetId(), "1000");
+        measured.put(ALICE, 960.0);
+        round();
+        round();
+        // its clients moved to another broker: silent past its mute, its window under half the share
+        throttles.put(ALICE, 500.0);
+        long request = clock.get();
+        lastRequests.put(ALICE, request);
+        measured.put(ALICE, 400.0);
+        clock.set(request + 4_000);
+        round();
+        assertEquals("0", redis.lastArgs().get(9));
+        assertEquals(0.0, Double.parseDouble(redis.lastArgs().get(8)));
+        // the engine cuts its share to the floor; Kafka's window, still decaying, measures more than that floor
+        // (and than half of it), and a throttle is still in Kafka's mean: silent still, nothing wanted
+        redis.shares.put(ALICE.budgetId(), "50");
+        for (double rate : new double[] {300, 200, 100}) {
+            measured.put(ALICE, rate);
+            round();
+            assertEquals("0", redis.lastArgs().get(9), "a sensor its clients left does not take its share back");
+            assertEquals(0.0, Double.parseDouble(redis.lastArgs().get(8)));
+        }
+        // its clients send again: it is muted (Kafka throttles them against the floor) and wants what it measures
+        lastRequests.put(ALICE, clock.get());
+        measured.put(ALICE, 120.0);
+        round();
+        assertEquals("1", redis.lastArgs().get(9));
+        assertTrue(Double.parseDouble(redis.lastArgs().get(8)) >= 120.0, "it wants at least what it measures");
+    }
+
+    @Test
     void aMuteIsTheRateOverTheLimitTimesKafkasWindow() {
         assertEquals(16_500, BudgetCoordinator.muteMs(2_500, 1_000, 11));
         assertEquals(0, BudgetCoordinator.muteMs(1_000, 1_000, 11));
