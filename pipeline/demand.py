@@ -29,9 +29,9 @@ taken without. What that time is depends on what the client does while muted:
 
 ``estimate`` turns the evidence there is into the what-if's ``demand``: the lower bound, the estimate and which
 evidence it rests on, an upper bound from the throttle time when it is not back to back, and one sentence. A queue
-time that did not grow over the span (a queue estimate not above what got through) estimates nothing: the client
-either waited for nothing (it slows down) or its buffer was already full, holding the application back (the demo's
-producers fill their 4 MiB within seconds of being throttled); then the other evidence, or none, speaks.
+time that did not grow over the span (a queue estimate within ``FLAT_QUEUE`` of what got through) estimates nothing:
+the client either waited for nothing (it slows down) or its buffer was already full, holding the application back
+(the demo's producers fill their 4 MiB within seconds of being throttled); then the other evidence, or none, speaks.
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ from .recorded import SOURCE_WORDS, percent
 #: A muted share from which the throttle time no longer bounds demand usefully: clients that queue what is held back
 #: are muted back to back at any demand above the quota (r / (1 - f) is 10 times r and more from here).
 BACK_TO_BACK = 0.9
+#: How far above what got through a queue estimate must be to say more than the lower bound: within it the queue time
+#: did not grow beyond its own error (an average per push; the estimates are checked to 5 %, tests/pipeline).
+FLAT_QUEUE = 0.05
 #: The KIP-714 producer metric of how long records wait in the client's buffer before they are sent (ms).
 QUEUE_TIME = "org.apache.kafka.producer.record.queue.time.avg"
 #: Points of one client instance's queue time it takes to tell its growth (its first and last are compared).
@@ -134,8 +137,8 @@ def estimate(key: str, rate: float, recorded: Mapping[str, Any],
                            "throttled_fraction": fraction, "source": source,
                            "back_to_back": measured and fraction >= BACK_TO_BACK}
     let_through = f"Kafka let {v(rate)} through: the lower bound"
-    # a queue that did not grow says nothing above what got through (an estimate at or below the lower bound)
-    flat_queue = queue is not None and queue[0] <= rate
+    # a queue that did not grow says nothing above what got through (an estimate not above the lower bound's error)
+    flat_queue = queue is not None and queue[0] <= rate * (1 + FLAT_QUEUE)
     if queue is not None and not flat_queue:
         d, clients = queue
         out.update(estimate=d, evidence="queue time", clients_with_queue_time=clients)

@@ -147,7 +147,7 @@ def test_the_estimate_names_its_evidence_and_says_what_it_cannot_know() -> None:
 
 def test_a_queue_time_that_did_not_grow_estimates_nothing() -> None:
     """A producer whose buffer filled (the demo's 4 MiB fill within seconds under its quota) keeps a flat queue time:
-    its queue estimate is what got through, or a little under it, never "about" the demand; the page says more than
+    its queue estimate is what got through, a little under or over it, never "about" the demand; the page says more than
     the lower bound, and why the queue time cannot say how much. The throttle time of a client at its own pace still
     estimates."""
     def throttled(fraction: float, source: str) -> dict:
@@ -158,6 +158,9 @@ def test_a_queue_time_that_did_not_grow_estimates_nothing() -> None:
     assert full["text"].startswith("They asked for more than the 512 KiB/s Kafka let through")
     assert "it did not grow while Kafka muted them" in full["text"] and "would say" not in full["text"]
     assert estimate("producer_byte_rate", L, throttled(0.97, "client"), (L, 1))["estimate"] is None
+    # a hair above it is the queue time's noise (an average per push), not a demand
+    assert estimate("producer_byte_rate", L, throttled(0.07, "prometheus"), (1.001 * L, 1))["estimate"] is None
+    assert estimate("producer_byte_rate", L, throttled(0.97, "client"), (1.3 * L, 1))["estimate"] == 1.3 * L
 
     paced = estimate("producer_byte_rate", L, throttled(0.5, "client"), (L, 1))
     assert (paced["estimate"], paced["evidence"]) == (2 * L, "throttle time")
