@@ -28,7 +28,10 @@ taken without. What that time is depends on what the client does while muted:
   a push's average); once the buffer is full the application is held back too, and ``D`` is at least that.
 
 ``estimate`` turns the evidence there is into the what-if's ``demand``: the lower bound, the estimate and which
-evidence it rests on, an upper bound from the throttle time when it is not back to back, and one sentence.
+evidence it rests on, an upper bound from the throttle time when it is not back to back, and one sentence. A queue
+time that did not grow over the span (a queue estimate within ``FLAT_QUEUE`` of what got through) estimates nothing:
+the client either waited for nothing (it slows down) or its buffer was already full, holding the application back
+(the demo's producers fill their 4 MiB within seconds of being throttled); then the other evidence, or none, speaks.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ from .recorded import SOURCE_WORDS, percent
 #: A muted share from which the throttle time no longer bounds demand usefully: clients that queue what is held back
 #: are muted back to back at any demand above the quota (r / (1 - f) is 10 times r and more from here).
 BACK_TO_BACK = 0.9
+#: How far above what got through a queue estimate must be to say more than the lower bound: within it the queue time
+#: did not grow beyond its own error (an average per push; the estimates are checked to 5 %, tests/pipeline).
+FLAT_QUEUE = 0.05
 #: The KIP-714 producer metric of how long records wait in the client's buffer before they are sent (ms).
 QUEUE_TIME = "org.apache.kafka.producer.record.queue.time.avg"
 #: Points of one client instance's queue time it takes to tell its growth (its first and last are compared).
@@ -110,8 +116,8 @@ def queue_demand(client_rates: Mapping[str, float], growths: Mapping[str, Sequen
     return (total, seen) if seen else None
 
 
-def estimate(key: str, rate: float, recorded: Mapping[str, Any], queue: tuple[float, int] | None = None,
-             span_ms: float = 0.0) -> dict[str, Any] | None:
+def estimate(key: str, rate: float, recorded: Mapping[str, Any],
+             queue: tuple[float, int] | None = None) -> dict[str, Any] | None:
     """The what-if's ``demand``, when the samples say Kafka throttled the recorded traffic materially (else None).
 
     ``rate``: what got through (the recorded rate over the span); ``recorded``: ``pipeline.recorded``'s answer;
@@ -131,14 +137,16 @@ def estimate(key: str, rate: float, recorded: Mapping[str, Any], queue: tuple[fl
                            "throttled_fraction": fraction, "source": source,
                            "back_to_back": measured and fraction >= BACK_TO_BACK}
     let_through = f"Kafka let {v(rate)} through: the lower bound"
-    if queue is not None:
+    # a queue that did not grow says nothing above what got through (an estimate not above the lower bound's error)
+    flat_queue = queue is not None and queue[0] <= rate * (1 + FLAT_QUEUE)
+    if queue is not None and not flat_queue:
         d, clients = queue
         out.update(estimate=d, evidence="queue time", clients_with_queue_time=clients)
         out["text"] = (
             f"They asked for about {v(d)}: their queue time (KIP-714 record.queue.time) grew while Kafka muted them, "
-            f"so what it held back waited in their buffers ({v(d)} = the {v(rate)} let through, scaled by the "
-            f"{span_ms / 1000:.0f} s it took over the time the demand came in); more if a buffer filled and held the "
-            f"application back. {let_through}.")
+            f"so what it held back waited in their buffers ({v(d)} = the {v(rate)} let through, scaled by how long "
+            f"sending took over the time the demand came in); more if a buffer filled and held the application back. "
+            f"{let_through}.")
     elif upper is not None:
         out.update(estimate=upper, evidence="throttle time")
         out["text"] = (
@@ -146,6 +154,11 @@ def estimate(key: str, rate: float, recorded: Mapping[str, Any], queue: tuple[fl
             f"{percent(fraction)} of the time (the throttle times it returned, from {words}), so the {v(rate)} that "
             f"got through went in the other {percent(1 - fraction)}. Clients that queue what is held back asked for "
             f"less; {let_through}.")
+    elif flat_queue:
+        out["text"] = (
+            f"They asked for more than the {v(rate)} Kafka let through, by how much their queue time (KIP-714 "
+            "record.queue.time) cannot say: it did not grow while Kafka muted them, so their buffers were full and "
+            "held the application back (or nothing waited).")
     elif measured:
         out["text"] = (
             f"They asked for more than the {v(rate)} Kafka let through, by how much the throttle times cannot say: "

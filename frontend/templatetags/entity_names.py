@@ -6,6 +6,7 @@
                                       request: group <name> (/groups/<name> on hover)
     {{ "svc-a:app"|entity_name }}  -> a sensor's tags: <span ... title="svc-a:app">svc-a, client-id app</span>
     {{ "/config/clients/1"|entity_name }} -> a config path: client-id 1 (any principal)
+    {{ "/groups/g"|entity_name }}  -> group g; "/users/svc-a" (an exempt principal): principal svc-a
     {{ entity|entity_text }}       -> the words alone (a page title, an attribute)
 """
 
@@ -24,6 +25,11 @@ register = template.Library()
 def named(value: object) -> tuple[str, str]:
     """(the words, Kafka's name) of an entity, a sensor's tags or a config path."""
     if isinstance(value, str):
+        # a group's path and an exempt principal's (the audit's and the capacity check's names for them)
+        if value.startswith("/groups/"):
+            return f"group {value.removeprefix('/groups/')}", value
+        if value.startswith("/users/"):
+            return f"principal {value.removeprefix('/users/')}", value
         if value.startswith("/"):
             return display_path(value), value
         return display_tags(value), value

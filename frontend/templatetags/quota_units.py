@@ -4,7 +4,8 @@ with the exact figure on hover, the other keys with their own unit.
     {% load quota_units %}
     {{ cluster.capacity_in_bytes_per_s|byte_rate }}    -> <span class="qty" title="10,000 B/s">9.77 KiB/s</span>
     {{ req.value|quota_value:req.key }}                 -> 1.5 MiB/s, or 50 %, 10 mutations/s, 5 connections/s
-    {{ entry.after|audit_value:entry.key }}             -> as quota_value for numbers, else the text (a state)
+    {{ entry.after|audit_value:entry.key }}             -> as quota_value for numbers, yes/no, a scope's label, else
+                                                           the text (a state)
     {{ entry.entity|breakable }}                        -> /config/users/<wbr>svc-a ... (breaks after / and .)
     {{ sample.thr_frac|percent }}                       -> 37%, <1% (above 0 but rounding to 0), — (None)
 """
@@ -14,11 +15,12 @@ from __future__ import annotations
 import math
 
 from django import template
-from django.utils.html import escape, format_html
+from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from engine.entities import QUOTA_KEYS
 from engine.units import format_byte_rate, format_exact, format_quota_value, is_byte_rate, quota_key
+from quotas.choices import BudgetScope
 
 register = template.Library()
 
@@ -59,11 +61,19 @@ def quota_value(value: object, key: str) -> SafeString | str:
 
 @register.filter
 def audit_value(value: object, key: str) -> SafeString | str:
-    """An audit entry's before/after: a quota value in its unit, anything else (a state, a config text) as it is."""
+    """An audit entry's before/after: a quota value in its unit, a budget scope by its label, yes/no for a flag (an
+    exemption), a group's fields as ``name: value`` pairs (its values in their units); any other text (a state, a
+    config text) as it is."""
     if value is None:
         return "—"
-    if key in QUOTA_KEYS and isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return format_html_join("; ", "{}: {}", ((name, audit_value(v, name)) for name, v in value.items()))
+    if key in QUOTA_KEYS and isinstance(value, int | float):
         return quota_value(value, key)
+    if value in BudgetScope.values:  # a scope change of a quota value
+        return BudgetScope(value).label
     return str(value)
 
 

@@ -50,6 +50,10 @@ def test_an_admin_is_told_a_request_is_stale_confirms_one_and_rejects_another_as
         f"#{newcomer.pk}. Approving it sets 1.5 MiB/s in place of 2 MiB/s: confirm that to approve it, or reject "
         "it as superseded."
     )
+    # beside the preview, the capacity check's values keep about half its width (not a column squeezed by its labels)
+    widths = card.locator("dl.capacity").evaluate(
+        "dl => [dl, ...dl.querySelectorAll('dd')].map(e => e.getBoundingClientRect().width)")
+    assert all(w >= 0.45 * widths[0] for w in widths[1:]), widths
     screenshot(page, "stale-01-queue-admin")
 
     with page.expect_navigation():

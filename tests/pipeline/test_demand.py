@@ -136,12 +136,34 @@ def test_the_estimate_names_its_evidence_and_says_what_it_cannot_know() -> None:
     engine = estimate("producer_byte_rate", L, throttled(0.3, "engine"))
     assert engine["estimate"] is None and "at most a second of each throttle" in engine["text"]
 
-    kip714 = estimate("producer_byte_rate", L, throttled(0.97, "client"), (2 * L, 1), 60_000)
+    kip714 = estimate("producer_byte_rate", L, throttled(0.97, "client"), (2 * L, 1))
     assert (kip714["estimate"], kip714["evidence"]) == (2 * L, "queue time") and "KIP-714" in kip714["text"]
+    assert "scaled by how long sending took" in kip714["text"]
 
     assert estimate("producer_byte_rate", L, {"recorded_throttled_fraction": 0.004,
                                               "recorded_throttling": {"source": "client", "material": False}}) is None
     assert estimate("producer_byte_rate", L, {"recorded_throttled_fraction": None}) is None
+
+
+def test_a_queue_time_that_did_not_grow_estimates_nothing() -> None:
+    """A producer whose buffer filled (the demo's 4 MiB fill within seconds under its quota) keeps a flat queue time:
+    its queue estimate is what got through, a little under or over it, never "about" the demand; the page says more than
+    the lower bound, and why the queue time cannot say how much. The throttle time of a client at its own pace still
+    estimates."""
+    def throttled(fraction: float, source: str) -> dict:
+        return {"recorded_throttled_fraction": fraction, "recorded_throttling": {"source": source, "material": True}}
+
+    full = estimate("producer_byte_rate", L, throttled(0.18, "prometheus"), (0.96 * L, 1))
+    assert (full["lower"], full["estimate"], full["evidence"]) == (L, None, None)
+    assert full["text"].startswith("They asked for more than the 512 KiB/s Kafka let through")
+    assert "it did not grow while Kafka muted them" in full["text"] and "would say" not in full["text"]
+    assert estimate("producer_byte_rate", L, throttled(0.97, "client"), (L, 1))["estimate"] is None
+    # a hair above it is the queue time's noise (an average per push), not a demand
+    assert estimate("producer_byte_rate", L, throttled(0.07, "prometheus"), (1.001 * L, 1))["estimate"] is None
+    assert estimate("producer_byte_rate", L, throttled(0.97, "client"), (1.3 * L, 1))["estimate"] == 1.3 * L
+
+    paced = estimate("producer_byte_rate", L, throttled(0.5, "client"), (L, 1))
+    assert (paced["estimate"], paced["evidence"]) == (2 * L, "throttle time")
 
 
 T0 = 1_767_225_600_000  # 2026-01-01 00:00:00 UTC
