@@ -28,7 +28,10 @@ Keys (all of a cluster share one hash tag, so one Redis Cluster slot):
 - ``mon:{<cluster>}:m:<q>:<e>``: one entity's minute rollups (``rate_avg``, ``rate_max``, ``thr_avg``,
   ``thr_max``, ``thr_frac``, ``tokens_min``, ``bound``), the last ``MINUTES_KEPT`` minutes: the 1-hour view;
 - ``mon:{<cluster>}:latest``: hash ``<b>|<q>|<e>`` -> the newest sample: the overview's "now" (a sensor no
-  longer sampled is removed from it).
+  longer sampled is removed from it);
+- ``mon:{<cluster>}:index``: sorted set (scores 0) of ``<e>|<b>|<q>``, one member per field of the latest hash,
+  kept alongside it: a range by the start of the tags (``ZRANGEBYLEX``) finds the fields of the entities a tenant
+  may own without reading the whole hash (``index_member``, ``index_field``).
 
 Streams are filtered by each sample's own ``t`` (the broker's clock), never by stream ids (Redis's clock).
 """
@@ -69,6 +72,22 @@ def minutes_key(cluster: str, quota_type: str, tags: str) -> str:
 
 def latest_key(cluster: str) -> str:
     return f"mon:{{{cluster}}}:latest"
+
+
+def index_key(cluster: str) -> str:
+    return f"mon:{{{cluster}}}:index"
+
+
+def index_member(latest_field: str) -> str:
+    """The index's member of a latest-hash field ``<b>|<q>|<e>``: ``<e>|<b>|<q>``, ordered by the tags first."""
+    b, q, e = latest_field.split("|", 2)
+    return f"{e}|{b}|{q}"
+
+
+def index_field(member: str) -> tuple[str, str, str]:
+    """(tags, quota type, latest-hash field) of an index member (tags may hold ``|``; broker and type do not)."""
+    e, b, q = member.rsplit("|", 2)
+    return e, q, f"{b}|{q}|{e}"
 
 
 def bucket_burst(bound: float, samples: int, window_ms: int) -> float:
@@ -277,6 +296,10 @@ class Sampler:
             gone = self._published - fields
             if gone:
                 p.hdel(latest_key(self.cluster), *gone)
+                p.zrem(index_key(self.cluster), *(index_member(f) for f in gone))
+            added = fields - self._published  # the index follows the hash's fields: only what changed is written
+            if added:
+                p.zadd(index_key(self.cluster), {index_member(f): 0 for f in added})
             self._published = fields
             results = p.execute()
         if fire_at is not None:
