@@ -139,7 +139,7 @@ def shown(world: World, clients: dict[str, Any]) -> dict[str, int]:
         _resp, ctx = context_of(clients[f"overview_{who}"][1], OVERVIEW)
         if ctx.get("unavailable") or not ctx.get("sampled"):
             raise RuntimeError(f"overview as {who}: {ctx.get('unavailable')!r}, {ctx.get('sampled')} sampled")
-        out[f"overview_{who}"] = sum(len(c.entities) for c in ctx["clusters"])
+        out[f"overview_{who}"] = sum(c.entity_count for c in ctx["clusters"])
         _resp, ctx = context_of(clients[f"entities_{who}"][1], ENTITIES, views)
         out[f"entities_{who}"] = ctx["page_obj"].paginator.count
         body = json.loads(clients[f"api_{who}"][0]().content)

@@ -203,6 +203,21 @@ class ClusterNow:
     samples: int
     stale: int
     newest: int
+    #: (entities, throttled, with a utilization) of the whole cluster when ``entities`` holds only the candidates
+    #: for the tables (``frontend.monitor_summary``); None: counted from ``entities``
+    counts: tuple[int, int, int] | None = None
+
+    @property
+    def entity_count(self) -> int:
+        return self.counts[0] if self.counts is not None else len(self.entities)
+
+    @property
+    def throttled_count(self) -> int:
+        return self.counts[1] if self.counts is not None else sum(1 for a in self.entities.values() if a[3])
+
+    @property
+    def bounded_count(self) -> int:
+        return self.counts[2] if self.counts is not None else sum(1 for a in self.entities.values() if a[0] >= 0)
 
     def entity(self, tags: str) -> EntityNow:
         found = EntityNow(self.name, tags)
@@ -240,7 +255,8 @@ def _no_gc() -> Iterator[None]:
 
 
 def cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int], vis: Visibility, now: int) -> ClusterNow:
-    """The fresh samples of one cluster that the person may see, by entity (one HGETALL, one JSON parse)."""
+    """The fresh samples of one cluster that the person may see, by entity: a member's read by
+    field (``member_prefixes``), else the hash whole (one HGETALL, one JSON parse)."""
     with _no_gc():
         return _cluster_now(client, cluster, brokers, vis, now)
 
@@ -248,7 +264,7 @@ def cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int], vis: 
 def _cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int], vis: Visibility, now: int) -> ClusterNow:
     found = None if vis.everything else _visible_by_index(client, cluster, vis)
     names, values = found if found is not None else _visible_in_hash(client, cluster, vis)
-    return _summed(cluster, brokers, names, values, now)
+    return summed(cluster, brokers, names, values, now)
 
 
 def _visible_in_hash(client: redis.Redis, cluster: str, vis: Visibility) -> tuple[list[str], list[bytes]]:
@@ -303,7 +319,7 @@ def _visible_by_index(client: redis.Redis, cluster: str, vis: Visibility) -> tup
     return [e for e, _v in kept], [v for _e, v in kept]
 
 
-def _summed(cluster: str, brokers: Iterable[int], names: list[str], values: list[bytes], now: int) -> ClusterNow:
+def summed(cluster: str, brokers: Iterable[int], names: list[str], values: list[bytes], now: int) -> ClusterNow:
     """The fresh samples (``values``, of the tags ``names``) by entity, with the cluster's counts."""
     entities: dict[str, list[Any]] = {}
     seen_brokers = set(brokers)
@@ -343,9 +359,10 @@ def _summed(cluster: str, brokers: Iterable[int], names: list[str], values: list
 
 def top_throttled(clusters: Iterable[ClusterNow], limit: int = TOP_THROTTLED) -> tuple[list[EntityNow], int]:
     """The most throttled entities now (time throttled, then the longest throttle), and how many are throttled."""
+    clusters = list(clusters)
     throttled = [(c, tags, a) for c in clusters for tags, a in c.entities.items() if a[3]]
     throttled.sort(key=lambda x: (-x[2][1], -x[2][2], -x[2][0], x[0].name, x[1]))
-    return [c.entity(tags) for c, tags, _a in throttled[:limit]], len(throttled)
+    return [c.entity(tags) for c, tags, _a in throttled[:limit]], sum(c.throttled_count for c in clusters)
 
 
 def heatmap(c: ClusterNow, limit: int = HEATMAP_ENTITIES) -> dict[str, Any] | None:
@@ -361,7 +378,7 @@ def heatmap(c: ClusterNow, limit: int = HEATMAP_ENTITIES) -> dict[str, Any] | No
         "entities": [e.tags for e in shown],
         "brokers": [f"broker {b}" for b in brokers],
         "z": [[round(e.util[b], 4) if b in e.util else None for b in brokers] for e in shown],
-        "total": len(rows),
+        "total": c.bounded_count,
     }
 
 
