@@ -176,6 +176,7 @@ class Sampler:
     _published: set[str] = field(default_factory=set)  # the latest-hash fields this sampler wrote last tick
     _redis_ms: int | None = None  # Redis's clock at this sampler's last firehose entry (its stream id)
     _where: dict[str, set[str]] | None = None  # its memberships in the where hashes (None: not told yet)
+    _where_changes: dict[str, list[Any]] | None = None  # found by the tick, written after its pipeline
 
     def touch(self, user: str, client_id: str, t: int) -> None:
         """A client of (user, client-id) was recorded at ``t``: sample its sensors for a while."""
@@ -296,6 +297,7 @@ class Sampler:
                     self._minutes[k].add(s)
             self._latest(p, latest, by_field)
             results = p.execute()
+        self._write_where()
         if fire_at is not None:
             entry_id = results[fire_at]
             self._redis_ms = int((entry_id.decode() if isinstance(entry_id, bytes) else entry_id).split("-")[0])
@@ -308,6 +310,7 @@ class Sampler:
         with (self.monitor or self.client).pipeline(transaction=False) as p:
             self._latest(p, {f: json.dumps(s) for f, s in by_field.items()}, by_field)
             p.execute()
+        self._write_where()
 
     def _latest(self, p: Any, latest: Mapping[str, str], by_field: Mapping[str, Mapping[str, Any]]) -> None:
         """The latest hash's fields of this tick (``latest``, JSON of ``by_field``), those gone since removed, its
@@ -335,10 +338,16 @@ class Sampler:
         where = summary.where()
         changes = where_changes(self._where or {}, where, first=self._where is None)
         self._where = where
+        if changes:  # a script, which a Redis Cluster's pipeline does not run: on its own, after the pipeline
+            self._where_changes = changes
+        p.hset(summary_key(self.cluster), str(self.broker_id), summary.to_json())
+
+    def _write_where(self) -> None:
+        """The changes to the where hashes ``_summarize`` found, in one script (its keys share the cluster's slot)."""
+        changes, self._where_changes = self._where_changes, None
         if changes:
             keys = [where_key(self.cluster, kind) for kind in WHERE]
-            p.eval(WHERE_LUA, len(keys), *keys, f",{self.broker_id},", json.dumps(changes))
-        p.hset(summary_key(self.cluster), str(self.broker_id), summary.to_json())
+            (self.monitor or self.client).eval(WHERE_LUA, len(keys), *keys, f",{self.broker_id},", json.dumps(changes))
 
     def _span_trim(self, span_ms: int, fallback_len: int) -> dict[str, Any]:
         """XADD's trimming for a stream that keeps ``span_ms`` of Redis time (``fallback_len`` entries before the
