@@ -3,12 +3,13 @@
 Each broker's ``Sampler`` already walks every sample it publishes; it leaves, beside the latest hash:
 
 - ``mon:{<cluster>}:summary``: hash ``<broker>`` -> JSON ``BrokerSummary`` of that sampler's latest fields: how many
-  fields it holds, its samples' count and times, the brokers they name, and per entity (tags) the candidates for
-  the overview's tables (the most time throttled and the most utilized, ties at the cut included: an entity among
-  the cluster's top N is among the top N of the broker where its figure is highest);
-- ``mon:{<cluster>}:where:all|thr|bound``: hashes ``<tags>`` -> ``,<b>,...``, the brokers whose latest samples of
-  those tags are sampled / throttled (``thr_frac`` > 0) / have a utilization (>= 0); their lengths are the
-  cluster's counts of distinct entities, written only as an entity's state on a broker changes.
+  fields it holds, its samples' count and times, the brokers they name, every entity (tags) throttled on it with its
+  highest time throttled and throttle (the reader merges the brokers' into the cluster's order), and the ``TOP``
+  most utilized, ties at the cut included (an entity among the cluster's top N by its highest utilization is
+  among the top N of the broker where that utilization was measured);
+- ``mon:{<cluster>}:where:all|bound``: hashes ``<tags>`` -> ``,<b>,...``, the brokers whose latest samples of
+  those tags are sampled / have a utilization (>= 0); their lengths are the cluster's counts of distinct
+  entities, written only as an entity's state on a broker changes.
 
 A reader that finds every summary fresh and the hash holding exactly the fields the summaries count gets the
 overview's figures from O(brokers + shown) reads (``frontend.monitor_summary``); anything else (a sampler gone
@@ -22,11 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Candidates per broker for each table (the overview shows 25 throttled and 50 per heatmap).
+#: The most utilized entities per broker (the overview's heatmap shows 50 per cluster).
 TOP = 50
 #: Ties at the cut beyond this leave the candidates out (``BrokerSummary.complete`` false): read the hash whole.
 MAX_CANDIDATES = 2_000
-WHERE = ("all", "thr", "bound")
+WHERE = ("all", "bound")
 
 
 def summary_key(cluster: str) -> str:
@@ -42,7 +43,7 @@ def where_key(cluster: str, kind: str) -> str:
 WHERE_LUA = """
 local token = ARGV[1]
 local changes = cjson.decode(ARGV[2])
-local kinds = {'all', 'thr', 'bound'}
+local kinds = {'all', 'bound'}
 for i, kind in ipairs(kinds) do
   local list = changes[kind]
   if list then
@@ -72,7 +73,8 @@ class BrokerSummary:
     t_min: int | None = None
     t_max: int | None = None
     brokers: set[int] = field(default_factory=set)
-    # per tags: [highest utilization or -1, highest thr_frac] over its quota types on this broker
+    # per tags: [highest utilization or -1, highest thr_frac, highest thr_max of the throttled samples] over its
+    # quota types on this broker
     entities: dict[str, list[float]] = field(default_factory=dict)
 
     def add(self, s: Mapping[str, Any]) -> None:
@@ -80,11 +82,15 @@ class BrokerSummary:
         try:
             t = s["t"] + 0  # a time that is no number is skipped, as the overview skips it
             u, f = s.get("util"), s.get("thr_frac") or 0.0
-            a = self.entities.get(s["e"]) or [-1.0, 0.0]
+            a = self.entities.get(s["e"]) or [-1.0, 0.0, 0.0]
             if u is not None and u > a[0]:
                 a[0] = u
-            if f > 0 and (s.get("thr_max") or 0.0) >= 0 and f > a[1]:
-                a[1] = f
+            if f > 0:
+                m = s.get("thr_max") or 0.0
+                if f > a[1]:
+                    a[1] = f
+                if m > a[2]:
+                    a[2] = m
             self.t_min = t if self.t_min is None or t < self.t_min else self.t_min
             self.t_max = t if self.t_max is None or t > self.t_max else self.t_max
         except (TypeError, KeyError):
@@ -99,18 +105,15 @@ class BrokerSummary:
         """The tags of each where hash this broker belongs to."""
         return {
             "all": set(self.entities),
-            "thr": {e for e, a in self.entities.items() if a[1] > 0},
             "bound": {e for e, a in self.entities.items() if a[0] >= 0},
         }
 
     def to_json(self) -> str:
-        thr = _top([(a[1], e) for e, a in self.entities.items() if a[1] > 0])
         util = _top([(a[0], e) for e, a in self.entities.items() if a[0] >= 0])
-        complete = thr is not None and util is not None
         return json.dumps({
             "fields": self.fields, "samples": self.samples, "t_min": self.t_min, "t_max": self.t_max,
-            "brokers": sorted(self.brokers), "complete": complete,
-            "thr": thr if complete else [], "util": util if complete else [],
+            "brokers": sorted(self.brokers), "complete": util is not None, "util": util or [],
+            "thr": [[e, a[1], a[2]] for e, a in self.entities.items() if a[1] > 0],
         })  # fmt: skip
 
 

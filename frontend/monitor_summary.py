@@ -3,8 +3,11 @@
 Each sampler leaves a summary of its latest fields and keeps the where hashes, whose lengths count the cluster's
 distinct entities. When every summary is fresh (each sample it counts is within ``FRESH_MS``), complete, and the
 latest hash and its index hold exactly the fields the summaries count, the figures are those of reading the hash
-whole: the counts from the where hashes, the tables from the candidates (each read by field, every broker and
-quota type, through the index). Otherwise ``None``, and the caller reads the hash whole.
+whole: the counts from the where hashes and the throttled entities the summaries list, the tables from the
+candidates (each read by field, every broker and quota type, through the index): the throttled entities down to
+the ``TOP_THROTTLED``-th by time throttled and throttle (merged over the brokers; those tied with it too, the
+utilization deciding among them), and each broker's most utilized. Otherwise ``None``: the caller reads the hash
+whole.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import redis
 
 from engine.monitor import CONNECTION, index_field, index_key, latest_key
 from engine.monitor_summary import WHERE, summary_key, where_key
-from frontend.monitoring import FRESH_MS, ClusterNow, summed
+from frontend.monitoring import FRESH_MS, TOP_THROTTLED, ClusterNow, summed
 
 
 def summed_cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int], now: int) -> ClusterNow | None:
@@ -35,7 +38,14 @@ def summed_cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int]
         return None
     if not all(s["complete"] and (not s["samples"] or s["t_min"] >= oldest_fresh) for s in summaries):
         return None
-    candidates = sorted({e for s in summaries for e in (*s["thr"], *s["util"])})
+    throttled: dict[str, tuple[float, float]] = {}  # tags -> (highest time throttled, highest throttle)
+    for s in summaries:
+        for e, f, m in s["thr"]:
+            was = throttled.get(e)
+            throttled[e] = (f, m) if was is None else (max(was[0], f), max(was[1], m))
+    ranked = sorted(throttled.values(), reverse=True)
+    cut = ranked[TOP_THROTTLED - 1] if len(ranked) > TOP_THROTTLED else (0.0, 0.0)
+    candidates = sorted({*(e for e, fm in throttled.items() if fm >= cut), *(e for s in summaries for e in s["util"])})
     with client.pipeline(transaction=False) as p:
         for e in candidates:  # each candidate's fields: every broker and quota type it is sampled on
             start = e.encode() + b"|"
@@ -55,4 +65,4 @@ def summed_cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int]
     now_of = summed(cluster, seen, [e for e, _v in kept], [v for _e, v in kept], now)
     newest = max((s["t_max"] for s in summaries if s["samples"]), default=0)
     return ClusterNow(cluster, sorted(seen), now_of.entities, sum(s["samples"] for s in summaries), 0, int(newest),
-                      counts=(counts[0], counts[1], counts[2]))
+                      counts=(counts[0], len(throttled), counts[1]))

@@ -15,7 +15,7 @@ import redis
 from engine.monitor import Sampler
 from engine.monitor_summary import TOP, summary_key, where_key
 from frontend.monitor_summary import summed_cluster_now
-from frontend.monitoring import ClusterNow, Visibility, cluster_now, heatmap, top_throttled
+from frontend.monitoring import TOP_THROTTLED, ClusterNow, Visibility, cluster_now, heatmap, top_throttled
 from tests.redis_keys import keys_cleared
 
 CLUSTER = "ovsummary"
@@ -55,7 +55,9 @@ def world(now: int) -> dict[int, list[dict[str, Any]]]:
         for b in BROKERS[: 1 + i % 3]:
             frac = 1.0 if i % 5 == 0 else (0.01 * (i % 7) if b == i % 3 else 0.0)  # 60 tied at 100 %
             util = None if i % 11 == 0 else round(0.5 + (i % 13) / 10 + b / 100, 4)  # ties across entities
-            out[b].append(sample(f"svc-{i}:", b, now - 100 * b, util=util, frac=frac, thr=float(i % 17)))
+            util = round(0.05 + i / 10_000, 4) if frac == 1.0 else util  # not among the most utilized
+            # the longest throttle on another broker than the most time throttled, now and then
+            out[b].append(sample(f"svc-{i}:", b, now - 100 * b, util=util, frac=frac, thr=float(i % 17 + 3 * b)))
             if i % 4 == 0:
                 out[b].append(sample(f"svc-{i}:", b, now - 50, util=0.2, q="fetch", frac=0.02 * b))
     out[0].append({"t": now, "c": CLUSTER, "b": 0, "q": "connection", "e": "ip:10.0.0.1", "count": 3})
@@ -72,11 +74,12 @@ def test_the_summaries_give_the_figures_and_rows_of_the_whole_hash(mon: redis.Re
     whole = by_hash(mon, now)
     assert shown(summed) == shown(whole)
     assert len(summed.entities) < len(whole.entities) == 300  # candidates only, whatever the cluster holds
-    assert sum(len(json.loads(v)["thr"]) > TOP for v in mon.hvals(summary_key(CLUSTER))) > 0  # ties kept
+    assert sum(len(json.loads(v)["util"]) > TOP for v in mon.hvals(summary_key(CLUSTER))) > 0  # ties kept
     # the where hashes count what the samples say: distinct entities, throttled, with a utilization
     samples = [s for rows in world(now).values() for s in rows if s["q"] != "connection"]
     assert mon.hlen(where_key(CLUSTER, "all")) == len({s["e"] for s in samples}) == 300
-    assert mon.hlen(where_key(CLUSTER, "thr")) == len({s["e"] for s in samples if s["thr_frac"] > 0})
+    assert summed.throttled_count == len({s["e"] for s in samples if s["thr_frac"] > 0})
+    assert len({s["e"] for s in samples if s["thr_frac"] == 1.0}) > TOP_THROTTLED  # tied at the cut
     assert mon.hlen(where_key(CLUSTER, "bound")) == len({s["e"] for s in samples if s["util"] is not None})
 
     # the next ticks: throttles end, entities stop being sampled on brokers 0 and 2, broker 1's sampler restarts
