@@ -40,7 +40,6 @@ if str(ROOT) not in sys.path:  # run as a script from the repo root: make `porta
 import argparse  # noqa: E402
 import cProfile  # noqa: E402
 import io  # noqa: E402
-import json  # noqa: E402
 import os  # noqa: E402
 import pstats  # noqa: E402
 import random  # noqa: E402
@@ -228,6 +227,7 @@ class LatestHash:
         self.client = client
         self.samples = samples
         self._lead_ms = 0
+        self._samplers: dict[int, Any] = {}
 
     def publish(self) -> float:
         from engine.monitor import Sampler
@@ -237,22 +237,22 @@ class LatestHash:
         for b, samples in self.samples.items():
             for s in samples:
                 s["t"] = now
-            Sampler(self.client, CLUSTER, b, managers={}).publish(samples, now)
+            self._samplers[b] = Sampler(self.client, CLUSTER, b, managers={})
+            self._samplers[b].publish(samples, now)
         self._lead_ms = int((time.perf_counter() - t0) * 1000)  # the first refresh's lead (see refresh)
         return time.perf_counter() - t0
 
     def refresh(self) -> None:
-        """Every field again with ``t`` = now (what the samplers' next ticks would leave in the hash). Writing
-        hundreds of thousands of fields takes seconds: ``t`` is ahead by what the last refresh took, so the page
-        read right after finds them fresh (it shows the last 10 s), as it would behind samplers that keep up."""
+        """Every field again with ``t`` = now, through each broker's sampler (``publish_latest``: the latest hash,
+        its index and summary, what the samplers' next ticks would leave). Writing hundreds of thousands of fields
+        takes seconds: ``t`` is ahead by what the last refresh took, so the page read right after finds them fresh
+        (it shows the last 10 s), as it would behind samplers that keep up."""
         t0 = time.perf_counter()
         now = int(time.time() * 1000) + self._lead_ms
-        mapping = {}
-        for samples in self.samples.values():
+        for b, samples in self.samples.items():
             for s in samples:
                 s["t"] = now
-                mapping[f"{s['b']}|{s['q']}|{s['e']}"] = json.dumps(s)
-        self.client.hset(latest_key(CLUSTER), mapping=mapping)
+            self._samplers[b].publish_latest(samples)
         self._lead_ms = int((time.perf_counter() - t0) * 1000)
 
 
@@ -311,7 +311,7 @@ def check_page(phase: str, ctx: dict[str, Any], expect_throttled: int) -> dict[s
         raise RuntimeError(f"admin: the page shows {throttled} throttled entities, {expect_throttled} are")
     if sampled == 0:
         raise RuntimeError(f"{phase}: the page shows no fresh sample")
-    return {"entities_shown": sum(len(c.entities) for c in ctx["clusters"]), "throttled": throttled}
+    return {"entities_shown": sum(c.entity_count for c in ctx["clusters"]), "throttled": throttled}
 
 
 def measure(

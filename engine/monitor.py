@@ -29,7 +29,10 @@ Keys (all of a cluster share one hash tag, so one Redis Cluster slot):
   ``thr_max``, ``thr_frac``, ``tokens_min``, ``bound``, and a group's ``members`` averaged over the minute), the
   last ``MINUTES_KEPT`` minutes: the 1-hour view;
 - ``mon:{<cluster>}:latest``: hash ``<b>|<q>|<e>`` -> the newest sample: the overview's "now" (a sensor no
-  longer sampled is removed from it).
+  longer sampled is removed from it);
+- ``mon:{<cluster>}:index``: sorted set (scores 0) of ``<e>|<b>|<q>``, one member per field of the latest hash,
+  kept alongside it: a range by the start of the tags (``ZRANGEBYLEX``) finds the fields of the entities a tenant
+  may own without reading the whole hash (``index_member``, ``index_field``).
 
 Streams are filtered by each sample's own ``t`` (the broker's clock), never by stream ids (Redis's clock).
 """
@@ -47,6 +50,7 @@ import redis
 from .entities import QuotaType
 from .javamath import LONG_MAX_AS_DOUBLE
 from .managers import ClientQuotaManager
+from .monitor_summary import WHERE, WHERE_LUA, BrokerSummary, summary_key, where_changes, where_key
 from .redis_backend import decode_state, decode_throttle, is_cluster
 
 FIREHOSE_LEN = 1_000  # broker ticks (each a whole tick's samples): minutes of ticks, all the relay ever needs
@@ -72,6 +76,22 @@ def minutes_key(cluster: str, quota_type: str, tags: str) -> str:
 
 def latest_key(cluster: str) -> str:
     return f"mon:{{{cluster}}}:latest"
+
+
+def index_key(cluster: str) -> str:
+    return f"mon:{{{cluster}}}:index"
+
+
+def index_member(latest_field: str) -> str:
+    """The index's member of a latest-hash field ``<b>|<q>|<e>``: ``<e>|<b>|<q>``, ordered by the tags first."""
+    b, q, e = latest_field.split("|", 2)
+    return f"{e}|{b}|{q}"
+
+
+def index_field(member: str) -> tuple[str, str, str]:
+    """(tags, quota type, latest-hash field) of an index member (tags may hold ``|``; broker and type do not)."""
+    e, b, q = member.rsplit("|", 2)
+    return e, q, f"{b}|{q}|{e}"
 
 
 def bucket_burst(bound: float, samples: int, window_ms: int) -> float:
@@ -195,6 +215,8 @@ class Sampler:
     _minutes: dict[tuple[str, str], _Minute] = field(default_factory=dict)
     _published: set[str] = field(default_factory=set)  # the latest-hash fields this sampler wrote last tick
     _redis_ms: int | None = None  # Redis's clock at this sampler's last firehose entry (its stream id)
+    _where: dict[str, set[str]] | None = None  # its memberships in the where hashes (None: not told yet)
+    _where_changes: dict[str, list[Any]] | None = None  # found by the tick, written after its pipeline
 
     def touch(self, user: str, client_id: str, t: int) -> None:
         """A client of (user, client-id) was recorded at ``t``: sample its sensors for a while."""
@@ -295,34 +317,77 @@ class Sampler:
                     p.pexpire(key, MINUTES_KEPT * 60_000)
                     queued += 2
                     del self._minutes[k]
-            fields: set[str] = set()
+            latest: dict[str, str] = {}
+            by_field: dict[str, Mapping[str, Any]] = {}  # the sample each latest field holds now
             fire_at = None
             if samples:
                 fire_at = queued
                 p.xadd(firehose_key(self.cluster), {"d": json.dumps(samples)}, maxlen=FIREHOSE_LEN, approximate=True)
-                latest: dict[str, str] = {}
                 for s in samples:
                     text = json.dumps(s)
                     key = entity_key(self.cluster, s["q"], s["e"])
                     p.xadd(key, {"d": text}, approximate=True, **span)
                     field = f"{s['b']}|{s['q']}|{s['e']}"
                     latest[field] = text
+                    by_field[field] = s
                     k = (s["q"], s["e"])
                     if k not in self._minutes:  # once a minute per sensor: its streams outlive it by their span
                         self._minutes[k] = _Minute(minute)
                         p.pexpire(key, self.retention_s * 1000 + 60_000)
                     self._minutes[k].add(s)
-                fields = set(latest)
-                p.hset(latest_key(self.cluster), mapping=latest)
-            gone = self._published - fields
-            if gone:
-                p.hdel(latest_key(self.cluster), *gone)
-            self._published = fields
+            self._latest(p, latest, by_field)
             results = p.execute()
+        self._write_where()
         if fire_at is not None:
             entry_id = results[fire_at]
             self._redis_ms = int((entry_id.decode() if isinstance(entry_id, bytes) else entry_id).split("-")[0])
         return len(samples)
+
+    def publish_latest(self, samples: Iterable[Mapping[str, Any]]) -> None:
+        """Only what the overview reads of a tick (the latest hash, its index, the summary), no streams: what a
+        benchmark refreshes between page loads."""
+        by_field = {f"{s['b']}|{s['q']}|{s['e']}": s for s in samples}
+        with (self.monitor or self.client).pipeline(transaction=False) as p:
+            self._latest(p, {f: json.dumps(s) for f, s in by_field.items()}, by_field)
+            p.execute()
+        self._write_where()
+
+    def _latest(self, p: Any, latest: Mapping[str, str], by_field: Mapping[str, Mapping[str, Any]]) -> None:
+        """The latest hash's fields of this tick (``latest``, JSON of ``by_field``), those gone since removed, its
+        index following them, and the broker's summary."""
+        fields = set(latest)
+        if latest:
+            p.hset(latest_key(self.cluster), mapping=latest)
+        gone = self._published - fields
+        if gone:
+            p.hdel(latest_key(self.cluster), *gone)
+            p.zrem(index_key(self.cluster), *(index_member(f) for f in gone))
+        added = fields - self._published  # the index follows the hash's fields: only what changed is written
+        if added:
+            p.zadd(index_key(self.cluster), {index_member(f): 0 for f in added})
+        self._published = fields
+        self._summarize(p, by_field)
+
+    def _summarize(self, p: Any, by_field: Mapping[str, Mapping[str, Any]]) -> None:
+        """This broker's summary and its changes to the where hashes (``engine.monitor_summary``), from the samples
+        it leaves in the latest hash."""
+        summary = BrokerSummary(fields=len(by_field))
+        for s in by_field.values():
+            if s["q"] != CONNECTION:
+                summary.add(s)
+        where = summary.where()
+        changes = where_changes(self._where or {}, where, first=self._where is None)
+        self._where = where
+        if changes:  # a script, which a Redis Cluster's pipeline does not run: on its own, after the pipeline
+            self._where_changes = changes
+        p.hset(summary_key(self.cluster), str(self.broker_id), summary.to_json())
+
+    def _write_where(self) -> None:
+        """The changes to the where hashes ``_summarize`` found, in one script (its keys share the cluster's slot)."""
+        changes, self._where_changes = self._where_changes, None
+        if changes:
+            keys = [where_key(self.cluster, kind) for kind in WHERE]
+            (self.monitor or self.client).eval(WHERE_LUA, len(keys), *keys, f",{self.broker_id},", json.dumps(changes))
 
     def _span_trim(self, span_ms: int, fallback_len: int) -> dict[str, Any]:
         """XADD's trimming for a stream that keeps ``span_ms`` of Redis time (``fallback_len`` entries before the

@@ -6,8 +6,10 @@ A tenant member sees the tags whose unsanitized user and client-id one of its te
 everything. ``Visibility`` decides once per tags and remembers it for the request, so a page over thousands of
 samples makes no query per entity.
 
-The overview reads each cluster's ``latest`` hash (what ``monitor.latest()`` returns), but looks at a field's
-name (``<b>|<q>|<e>``) before parsing its sample, so samples the person may not see are never decoded.
+The overview reads each cluster's ``latest`` hash (what ``monitor.latest()`` returns). A member's samples are found
+in the samplers' index of its fields (``index_key``) by where their tags start (``member_prefixes``) and read by
+field, so its page costs what it shows; the hash is read whole for an admin, and for a member when the index does
+not hold the hash's fields. Either way a field's name (``<b>|<q>|<e>``) decides before its sample is parsed.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from django.conf import settings
 
 from engine.entities import TYPE_OF_KEY, sanitize
 from engine.groups import tag as group_tag
-from engine.monitor import CONNECTION, latest_key, minutes, split_tags
+from engine.monitor import CONNECTION, index_field, index_key, latest_key, minutes, split_tags
+from quotas.choices import EntityType
 from quotas.models import QuotaRequest, Tenant, group_watchable, member_tenants, owned_by_any, sees_everything
+from quotas.models.tenants import owned_prefixes
 
 #: A sample older than this is not "now" on the overview.
 FRESH_MS = 10_000
@@ -201,6 +205,21 @@ class ClusterNow:
     samples: int
     stale: int
     newest: int
+    #: (entities, throttled, with a utilization) of the whole cluster when ``entities`` holds only the candidates
+    #: for the tables (``frontend.monitor_summary``); None: counted from ``entities``
+    counts: tuple[int, int, int] | None = None
+
+    @property
+    def entity_count(self) -> int:
+        return self.counts[0] if self.counts is not None else len(self.entities)
+
+    @property
+    def throttled_count(self) -> int:
+        return self.counts[1] if self.counts is not None else sum(1 for a in self.entities.values() if a[3])
+
+    @property
+    def bounded_count(self) -> int:
+        return self.counts[2] if self.counts is not None else sum(1 for a in self.entities.values() if a[0] >= 0)
 
     def entity(self, tags: str) -> EntityNow:
         found = EntityNow(self.name, tags)
@@ -238,12 +257,20 @@ def _no_gc() -> Iterator[None]:
 
 
 def cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int], vis: Visibility, now: int) -> ClusterNow:
-    """The fresh samples of one cluster that the person may see, by entity (one HGETALL, one JSON parse)."""
+    """The fresh samples of one cluster that the person may see, by entity: a member's read by
+    field (``member_prefixes``), else the hash whole (one HGETALL, one JSON parse)."""
     with _no_gc():
         return _cluster_now(client, cluster, brokers, vis, now)
 
 
 def _cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int], vis: Visibility, now: int) -> ClusterNow:
+    found = None if vis.everything else _visible_by_index(client, cluster, vis)
+    names, values = found if found is not None else _visible_in_hash(client, cluster, vis)
+    return summed(cluster, brokers, names, values, now)
+
+
+def _visible_in_hash(client: redis.Redis, cluster: str, vis: Visibility) -> tuple[list[str], list[bytes]]:
+    """The whole latest hash read (one HGETALL), its samples the person may see kept by their field's name."""
     raw = client.hgetall(latest_key(cluster))
     names: list[str] = []
     values: list[bytes] = []
@@ -256,6 +283,46 @@ def _cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int], vis:
         if vis.everything or vis.may_see(e, cluster):
             names.append(e)
             values.append(value)
+    return names, values
+
+
+def member_prefixes(vis: Visibility) -> set[str]:
+    """Where the tags a member may see start (a superset: ``may_see`` decides): an owned principal's sanitized
+    pattern start, ``:`` and an owned client-id's pattern start (no principal), or an owned group's sensor."""
+    prefixes = {sanitize(p) for p in owned_prefixes(vis.tenants, EntityType.USER)}
+    prefixes |= {":" + p for p in owned_prefixes(vis.tenants, EntityType.CLIENT_ID)}
+    prefixes |= {f"{group_tag(g.name)}:" for t in vis.tenants for g in t.quota_groups.all()}
+    return prefixes
+
+
+def _visible_by_index(client: redis.Redis, cluster: str, vis: Visibility) -> tuple[list[str], list[bytes]] | None:
+    """A member's samples read by field (HMGET) after finding them in the cluster's index (``engine.monitor``) by
+    where their tags start: what it costs follows what the member may see. None when the index does not hold the
+    hash's fields (written by something other than the samplers): then the hash is read whole."""
+    prefixes = member_prefixes(vis)
+    with client.pipeline(transaction=False) as p:
+        p.zcard(index_key(cluster))
+        p.hlen(latest_key(cluster))
+        for prefix in sorted(prefixes):
+            start = prefix.encode()
+            p.zrangebylex(index_key(cluster), b"[" + start, b"(" + start + b"\xff")
+        indexed, fields, *ranges = p.execute()
+    if indexed != fields:
+        return None
+    names: list[str] = []
+    wanted: list[str] = []
+    for member in {m for found in ranges for m in found}:
+        e, q, name = index_field(member.decode("utf-8", "replace"))
+        if q != CONNECTION and vis.may_see(e, cluster):
+            names.append(e)
+            wanted.append(name)
+    values = client.hmget(latest_key(cluster), wanted) if wanted else []
+    kept = [(e, v) for e, v in zip(names, values, strict=True) if v is not None]  # gone since the index was read
+    return [e for e, _v in kept], [v for _e, v in kept]
+
+
+def summed(cluster: str, brokers: Iterable[int], names: list[str], values: list[bytes], now: int) -> ClusterNow:
+    """The fresh samples (``values``, of the tags ``names``) by entity, with the cluster's counts."""
     entities: dict[str, list[Any]] = {}
     seen_brokers = set(brokers)
     samples = stale = newest = 0
@@ -294,9 +361,10 @@ def _cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int], vis:
 
 def top_throttled(clusters: Iterable[ClusterNow], limit: int = TOP_THROTTLED) -> tuple[list[EntityNow], int]:
     """The most throttled entities now (time throttled, then the longest throttle), and how many are throttled."""
+    clusters = list(clusters)
     throttled = [(c, tags, a) for c in clusters for tags, a in c.entities.items() if a[3]]
     throttled.sort(key=lambda x: (-x[2][1], -x[2][2], -x[2][0], x[0].name, x[1]))
-    return [c.entity(tags) for c, tags, _a in throttled[:limit]], len(throttled)
+    return [c.entity(tags) for c, tags, _a in throttled[:limit]], sum(c.throttled_count for c in clusters)
 
 
 def heatmap(c: ClusterNow, limit: int = HEATMAP_ENTITIES) -> dict[str, Any] | None:
@@ -312,7 +380,7 @@ def heatmap(c: ClusterNow, limit: int = HEATMAP_ENTITIES) -> dict[str, Any] | No
         "entities": [e.tags for e in shown],
         "brokers": [f"broker {b}" for b in brokers],
         "z": [[round(e.util[b], 4) if b in e.util else None for b in brokers] for e in shown],
-        "total": len(rows),
+        "total": c.bounded_count,
     }
 
 

@@ -10,6 +10,8 @@ from typing import Any
 
 from django.db.models import Count, Max, Min, Q, QuerySet
 
+from engine.entities import DEFAULT
+from quotas.choices import EntityType
 from quotas.models import (
     ClientMetricsSubscription,
     Cluster,
@@ -21,7 +23,7 @@ from quotas.models import (
     sees_everything,
 )
 from quotas.models.client_metrics import subscription_visible
-from quotas.models.tenants import member_tenants, quota_visible
+from quotas.models.tenants import Tenant, member_tenants, owned_prefixes, quota_visible
 
 
 def pushes_of_request(obj: QuotaRequest) -> list[Push]:
@@ -99,9 +101,26 @@ def visible_subscriptions(user: Any, rows: QuerySet[ClientMetricsSubscription]) 
 def visible_entity_pks(user: Any, entities: QuerySet[Any]) -> list[int]:
     """The ids of the described entities a member may read (``quota_visible``).
 
-    Ownership is by fnmatch pattern, which SQL cannot match portably: decided here over the filtered rows' names
-    only, then the page is read by key (as SCRAM credentials are), so cursor pages stay full.
+    Ownership is by fnmatch pattern, which SQL cannot match portably: the query keeps only the rows that may be
+    visible (``may_be_visible``: the defaults and the names starting as an owned pattern starts), ownership is
+    decided over those rows' names, then the page is read by key (as SCRAM credentials are), so cursor pages stay
+    full and a member's cost follows what its tenants own, not the cluster's size.
     """
     tenants = member_tenants(user)
-    rows = entities.prefetch_related(None).order_by().values_list("pk", "user", "client_id", "ip")
-    return [pk for pk, u, c, ip in rows.iterator(chunk_size=2000) if quota_visible(tenants, u, c, ip)]
+    rows = entities.filter(may_be_visible(tenants)).prefetch_related(None).order_by()
+    named = rows.values_list("pk", "user", "client_id", "ip")
+    return [pk for pk, u, c, ip in named.iterator(chunk_size=2000) if quota_visible(tenants, u, c, ip)]
+
+
+def may_be_visible(tenants: list[Tenant]) -> Q:
+    """The entities ``quota_visible`` may hold for, as a query (a superset: it decides): the ``<default>`` ip, the
+    all-default ones, and those whose named part starts as one of the tenants' patterns does (``owned_prefixes``)."""
+    unnamed = Q(user__isnull=True) | Q(user=DEFAULT)
+    named_client = Q(pk__in=[])
+    for prefix in owned_prefixes(tenants, EntityType.CLIENT_ID):
+        named_client |= Q(client_id__startswith=prefix)
+    named_user = Q(pk__in=[])
+    for prefix in owned_prefixes(tenants, EntityType.USER):
+        named_user |= Q(user__startswith=prefix)
+    defaults = unnamed & (Q(client_id__isnull=True) | Q(client_id=DEFAULT))
+    return Q(ip=DEFAULT) | (Q(ip__isnull=True) & (defaults | (unnamed & named_client) | named_user))

@@ -169,6 +169,19 @@ def quota_visible(tenants: Iterable[Tenant], user: str | None, client_id: str | 
     return owned_by_any(tenants, user, client_id)
 
 
+def pattern_prefix(pattern: str) -> str:
+    """The literal start of an fnmatch pattern (up to its first ``*``, ``?`` or ``[``): every name it matches starts
+    with it, so a prefix search narrows the names to decide to those that may match."""
+    cut = min((i for i in (pattern.find(c) for c in "*?[") if i >= 0), default=len(pattern))
+    return pattern[:cut]
+
+
+def owned_prefixes(tenants: Iterable[Tenant], entity_type: str) -> set[str]:
+    """The literal prefixes (``pattern_prefix``) of the tenants' patterns of one entity type; ``""`` when a pattern
+    starts with a wildcard (every name may match)."""
+    return {pattern_prefix(p.pattern) for t in tenants for p in t.owned_names.all() if p.entity_type == entity_type}
+
+
 def owning_tenant(user: str | None, client_id: str | None) -> Tenant | None:
     """The single tenant owning every named part of an entity (None when none or several do); for the audit."""
     owners = [t for t in Tenant.objects.prefetch_related("owned_names") if entity_owned_by(t, user, client_id) is None]

@@ -6,7 +6,17 @@ import redis
 
 from engine.config import AlterOp, EntityRef, QuotaEngine
 from engine.entities import QuotaType
-from engine.monitor import Sampler, firehose_key, latest, minutes, recent
+from engine.monitor import (
+    Sampler,
+    firehose_key,
+    index_field,
+    index_key,
+    index_member,
+    latest,
+    latest_key,
+    minutes,
+    recent,
+)
 
 T0 = 1_700_000_000_000
 
@@ -156,3 +166,31 @@ def test_a_throttle_counts_as_time_throttled_for_as_long_as_it_lasts(redis_clien
     assert fracs[0] == fracs[1] == 1.0 and fracs[-1] == 0.0
     # while its clients wait, the throttle they wait for is shown; after it, nothing
     assert all(m == maxes[0] for m, f in zip(maxes, fracs, strict=True) if f > 0) and maxes[-1] == 0.0
+
+
+def test_the_index_holds_one_member_per_field_of_the_latest_hash_as_sensors_come_and_go(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    cluster = namespace
+
+    def s(b: int, q: str, e: str) -> dict[str, object]:
+        return {"t": T0, "c": cluster, "b": b, "q": q, "e": e, "rate": 1.0, "bound": None, "util": None}
+
+    def fields() -> set[str]:
+        return {f.decode() for f in redis_client.hkeys(latest_key(cluster))}
+
+    def indexed() -> set[str]:
+        return {index_field(m.decode())[2] for m in redis_client.zrange(index_key(cluster), 0, -1)}
+
+    one, two = Sampler(redis_client, cluster, 1, {}), Sampler(redis_client, cluster, 2, {})
+    one.publish([s(1, "produce", "alice:"), s(1, "fetch", "alice:"), s(1, "produce", "a|b:c|d")], T0)
+    two.publish([s(2, "produce", "alice:"), s(2, "connection", "ip:10.0.0.1")], T0)
+    assert indexed() == fields() and len(fields()) == 5
+    one.publish([s(1, "produce", "bob:")], T0 + 1000)  # alice's and a|b's sensors on broker 1 are no longer sampled
+    two.publish([], T0 + 1000)
+    assert indexed() == fields() == {"1|produce|bob:"}
+    assert index_field(index_member("3|fetch|a|b:c|d")) == ("a|b:c|d", "fetch", "3|fetch|a|b:c|d")
+    # the index orders members by tags, so the sensors of names that start alike are one range
+    redis_client.zadd(index_key(cluster), {index_member("1|produce|bobby:x"): 0, index_member("1|produce|al:"): 0})
+    found = redis_client.zrangebylex(index_key(cluster), b"[bob", b"(bob\xff")
+    assert sorted(index_field(m.decode())[0] for m in found) == ["bob:", "bobby:x"]

@@ -2,9 +2,9 @@
 
 The whole engine suite runs on the cluster with ``QUOTAS_TEST_REDIS_CLUSTER=1``; CI runs this representative subset
 on it every time: two conformance files through the replay command, the differential tests (batches of many sensors,
-so many slots), the managers' batches, the sweep, a connection-quota batch, the sampler, and what is particular to a
-cluster (a batch really spans the masters and answers in order; the namespace's config and desired state stay in
-one slot).
+so many slots), the managers' batches, the sweep, a connection-quota batch, the sampler and its index, and what is
+particular to a cluster (a batch really spans the masters and answers in order; the namespace's config and desired
+state stay in one slot).
 """
 
 from __future__ import annotations
@@ -35,7 +35,10 @@ from tests.engine.test_managers import (  # noqa: F401
     test_batches_answer_in_order_and_equal_single_calls,
     test_namespaces_keep_brokers_apart_and_a_cluster_namespace_is_shared,
 )
-from tests.engine.test_monitor import test_a_tick_publishes_rate_bound_throttle_and_tokens_of_active_clients  # noqa: F401
+from tests.engine.test_monitor import (  # noqa: F401
+    test_a_tick_publishes_rate_bound_throttle_and_tokens_of_active_clients,
+    test_the_index_holds_one_member_per_field_of_the_latest_hash_as_sensors_come_and_go,
+)
 
 T0 = 1_700_000_000_000
 

@@ -21,9 +21,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from engine.monitor import Sampler, minutes_key
+from engine.monitor import Sampler, index_key, minutes_key
 from frontend.finders import PLOTLY_STATIC_PATH, PlotlyFinder
-from frontend.monitoring import Visibility, tags_for
+from frontend.monitoring import Visibility, cluster_now, tags_for
 from quotas.models import (
     Alteration,
     Drift,
@@ -484,3 +484,44 @@ def test_a_groups_sensor_is_shown_as_the_group_with_its_page_and_members(w: dict
     assert browser(w["alice"]).get(entity_url("group@g2:")).status_code == 403  # no such group
     # any other sensor's page has no members' section
     assert 'id="monitor-members"' not in text(browser(w["admin"]).get(entity_url("svc-a-1:")))
+
+
+def hgetalls(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_hgetall", {}).get("calls", 0))
+
+
+def test_a_members_overview_reads_only_the_samples_it_may_see_and_shows_exactly_those(w: dict[str, Any]) -> None:
+    """A member's samples are found by the start of their tags in the samplers' index and read by field (no
+    HGETALL of the whole hash); what it shows is what deciding every sample of the hash would show."""
+    from quotas.models import QuotaGroup
+
+    QuotaGroup.objects.create(cluster=w["cluster"], tenant=w["a"], name="g1", kind="tenant")
+    c = Tenant.objects.create(name="team-c")
+    c.members.add(w["alice"])
+    OwnedName.objects.create(tenant=c, entity_type="client-id", pattern="*-c")  # no literal start: every name
+    now = now_ms()
+    tags = ["svc-a-1:", "svc-a-2:app-a-1", "svc-a-2:other", ":app-a-9", ":app-b-1", "svc-b-1:", "svc-b-1:x-c",
+            "group@g1:", "group@g2:", ":x-c", "svc-a-old:", "svc%20a:"]
+    samples = [sample(e, b, now - (60_000 if e == "svc-a-old:" else 300), rate=100.0 * (i + 1), frac=0.1 * (i % 2))
+               for i, e in enumerate(tags) for b in (0, 1)]
+    samples.append({"t": now, "c": CLUSTER, "b": 0, "q": "connection", "e": "ip:10.0.0.1", "count": 1})
+    publish(w["redis"], samples)
+    vis = Visibility.of(w["alice"])
+    expected = {"svc-a-1:", "svc-a-2:app-a-1", ":app-a-9", "group@g1:", ":x-c"}  # svc-a-old is stale
+    assert {e for e in tags if vis.may_see(e)} == expected | {"svc-a-old:"}
+    before = hgetalls(w["redis"])
+    by_index = cluster_now(w["redis"], CLUSTER, [0, 1, 2], vis, now)
+    assert hgetalls(w["redis"]) == before  # the index held the hash's fields: read by field
+    assert set(by_index.entities) == expected and (by_index.samples, by_index.stale) == (10, 2)
+    w["redis"].delete(index_key(CLUSTER))  # a hash the samplers did not index: read whole, decided per sample
+    by_hash = cluster_now(w["redis"], CLUSTER, [0, 1, 2], Visibility.of(w["alice"]), now)
+    assert hgetalls(w["redis"]) == before + 1
+
+    def summed(c: Any) -> tuple[Any, ...]:  # each entity's figures and samples (in broker order), the counts
+        entities = {e: (a[:4], sorted(a[4], key=lambda s: (s["b"], s["q"]))) for e, a in c.entities.items()}
+        return entities, c.samples, c.stale, c.newest, c.brokers
+
+    assert summed(by_hash) == summed(by_index)
+    publish(w["redis"], samples)  # indexed again
+    (hm,) = bootstrap(browser(w["alice"]).get("/monitor/"), "monitor-overview-data")["heatmaps"]
+    assert set(hm["entities"]) == expected and hm["total"] == len(expected)

@@ -114,3 +114,26 @@ def test_a_member_reads_the_effective_quota_of_its_own_connections_only(people: 
         seen = people[role].get(EFFECTIVE, {"ip": "10.0.0.1"}).json()["quotas"]["connection_creation_rate"]
         assert seen["value"] == 1009.0
         assert people[role].get(EFFECTIVE, {"user": "svc-pay-api", "client_id": "pay-web"}).status_code == 200
+
+
+@pytest.mark.parametrize("patterns", [("svc-pay-a*", "pay-w*"), ("*-api", "[ps]*"), ("svc-p?y-api", "search-bulk")])
+def test_the_query_keeps_every_entity_a_member_may_read_and_the_decision_stays_on_names(
+    people: dict[str, APIClient], patterns: tuple[str, str]
+) -> None:
+    """``visible_entity_pks`` narrows the rows in the query by where the owned patterns start, then decides: the
+    same entities as deciding every row, whether a pattern starts with a wildcard (no narrowing) or not."""
+    from quotas.models import QuotaEntity
+    from quotas.models.tenants import member_tenants, owned_prefixes, quota_visible
+    from quotas.queries import may_be_visible, visible_entity_pks
+
+    member = make_user("patterned")
+    _tenant("patterned", *patterns, member)
+    tenants = member_tenants(member)
+    rows = QuotaEntity.objects.filter(cluster__name="prod")
+    every = [e.pk for e in rows.order_by("pk") if quota_visible(tenants, e.user, e.client_id, e.ip)]
+    assert sorted(visible_entity_pks(member, rows)) == every
+    assert len(every) > len(DEFAULTS) - 1  # an owned entity or more beside the defaults every member reads
+    narrowed = rows.filter(may_be_visible(tenants)).count()
+    assert len(every) <= narrowed <= rows.count()
+    if "" not in owned_prefixes(tenants, EntityType.USER):  # a literal start: nobody's and other tenants' left out
+        assert narrowed < rows.count()

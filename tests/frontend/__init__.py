@@ -1,0 +1,1 @@
+"""Tests of the portal's pages module (frontend)."""
