@@ -8,7 +8,8 @@ its field's own ``get_db_prep_save`` (dates, JSON), the same SQL on SQLite and P
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -35,6 +36,76 @@ def execute(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall() if cursor.description is not None else []
+
+
+class Pending:
+    """What a statement sent in a ``pipeline`` answered, once its block has ended: its ``rows`` (none for a write
+    without RETURNING) and ``count``, the number of rows it wrote (an UPDATE or DELETE)."""
+
+    rows: list[tuple[Any, ...]]
+    count: int
+
+    def _read(self, cursor: Any) -> None:
+        self.rows = [tuple(r) for r in cursor.fetchall()] if cursor.description is not None else []
+        self.count = cursor.rowcount
+
+
+class Pipeline:
+    """Statements to run in order, sent to the server together (``pipeline``)."""
+
+    def __init__(self, together: bool) -> None:
+        self.together = together
+        self._sent: list[tuple[Pending, Any]] = []
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Pending:
+        """Send one statement; its rows are the returned ``Pending``'s once the block has ended."""
+        pending = Pending()
+        if not self.together:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                pending._read(cursor)
+            return pending
+        cursor = connection.cursor()
+        cursor.execute(sql, params)  # queued: psycopg sends it without waiting for its answer
+        self._sent.append((pending, cursor))
+        return pending
+
+    def _collect(self) -> None:
+        for pending, cursor in self._sent:
+            pending._read(cursor)
+            cursor.close()
+        self._sent.clear()
+
+
+@cache
+def _pipelines_supported(kind: type) -> bool:
+    """psycopg 3 on a libpq with pipeline mode (14 on); psycopg2 has none."""
+    if not hasattr(kind, "pipeline"):
+        return False
+    from psycopg import Pipeline as PsycopgPipeline
+
+    return bool(PsycopgPipeline.is_supported())
+
+
+@contextmanager
+def pipeline() -> Iterator[Pipeline]:
+    """Statements sent with ``Pipeline.execute`` inside the block go to PostgreSQL together, in psycopg's pipeline
+    mode: the server runs them in order, one after the other as ever, but the client waits for their answers once,
+    at the end of the block, instead of a round trip each; their rows are read then (``Pending.rows``). An error in
+    any of them is raised there (as Django's error, as a plain statement's would be), and the statements after it
+    in the block do not run. Elsewhere (SQLite, in-process: no round trips to save) each runs as it is sent.
+
+    Only statements sent with ``Pipeline.execute`` may run inside the block: another query's answer (the ORM's, or
+    ``execute``'s) would not be there yet when it reads it."""
+    connection.ensure_connection()
+    raw = connection.connection
+    if connection.vendor != "postgresql" or not _pipelines_supported(type(raw)):
+        yield Pipeline(together=False)
+        return
+    p = Pipeline(together=True)
+    with connection.wrap_database_errors, raw.pipeline():
+        yield p
+    p._collect()
 
 
 def write(sql: str, params: Sequence[Any] = ()) -> int:
@@ -65,11 +136,14 @@ def _natural(field: models.Field) -> type | None:
 
 
 def insert(
-    model: type[models.Model], fields: Sequence[str], rows: Iterable[Sequence[Any]], returning: Sequence[str] = ()
+    model: type[models.Model], fields: Sequence[str], rows: Iterable[Sequence[Any]], returning: Sequence[str] = (),
+    via: Pipeline | None = None,
 ) -> list[tuple[Any, ...]]:
     """Insert ``rows`` (values in the order of ``fields``) in multi-row statements; with ``returning`` (fields),
     those fields of each inserted row, in no promised order (neither database documents one): match them on
-    what the rows hold."""
+    what the rows hold. ``via``: sent in that pipeline (nothing returned)."""
+    if via is not None and returning:
+        raise ValueError("rows.insert: a pipeline's rows come after its block; insert with returning outside it")
     db = connections[DEFAULT_DB_ALIAS]  # resolved once: each access through the ``connection`` proxy costs a lookup
     prepared = [model._meta.get_field(f) for f in fields]
     values = [
@@ -88,6 +162,9 @@ def insert(
     out: list[tuple[Any, ...]] = []
     for start in range(0, len(values), per):
         chunk = values[start : start + per]
-        found = execute(head + ", ".join([one] * len(chunk)) + tail, [v for row in chunk for v in row])
-        out.extend(tuple(r) for r in found)
+        sql, params = head + ", ".join([one] * len(chunk)) + tail, [v for row in chunk for v in row]
+        if via is not None:
+            via.execute(sql, params)
+            continue
+        out.extend(tuple(r) for r in execute(sql, params))
     return out
