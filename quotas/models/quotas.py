@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import models, transaction
+from django.db import connection, models, transaction
 from django.db.models import Q
 
 from engine.config import CLIENT_ID, IP, USER, EntityRef
@@ -468,15 +468,19 @@ def _names(ref: EntityRef) -> Names:
 
 @dataclass
 class _Entities:
-    """The entities of a batch as ``_entities`` found or made them: their pks, and their values before the batch."""
+    """The entities of a batch as ``_entities`` found or made them: their pks, and their values before the batch.
+    ``new``: the entities still to insert (PostgreSQL: with their values, ``_insert_new``), by the stand-in pk each
+    has in ``pks`` meanwhile (negative: no row has it)."""
 
     pks: dict[Names, int]
     held: dict[tuple[int, str], tuple[int, float, str]]  # (entity pk, key) -> (value pk, value, budget scope)
+    new: dict[int, Names] = field(default_factory=dict)
 
 
 def _entities(cluster: Cluster, by_ref: Mapping[EntityRef, list[Op]], found: list[tuple[Any, ...]]) -> _Entities:
-    """The batch's entities from ``found`` (``_held_rows_in``), those it sets a value of and that do not exist yet
-    inserted (one statement for all): the value rows need their pks."""
+    """The batch's entities from ``found`` (``_held_rows_in``), and those it sets a value of that do not exist yet.
+    On PostgreSQL these are inserted with their values in the pipeline of the writes (``_insert_new``); elsewhere
+    here, at once (one statement for all): the value rows need their pks."""
     entities: dict[Names, int] = {}
     held: dict[tuple[int, str], tuple[int, float, str]] = {}
     for pk, user, client_id, ip, value_pk, key, value, scope in found:
@@ -487,10 +491,48 @@ def _entities(cluster: Cluster, by_ref: Mapping[EntityRef, list[Op]], found: lis
         _names(ref) for ref, ops in by_ref.items()
         if _names(ref) not in entities and any(value is not None for _, value, _ in ops)
     ]  # fmt: skip
+    if new and connection.vendor == "postgresql":
+        stand_in = {-1 - i: names for i, names in enumerate(new)}
+        entities.update({names: pk for pk, names in stand_in.items()})
+        return _Entities(entities, held, stand_in)
     if new:
         made = rows.insert(QuotaEntity, ("cluster", *_COLUMNS), [(cluster.pk, *p) for p in new], ("id", *_COLUMNS))
         entities.update({tuple(names): pk for pk, *names in made})
     return _Entities(entities, held)
+
+
+#: New entities inserted per statement by ``_insert_new`` (each with its values).
+_NEW_CHUNK = 100
+
+
+def _insert_new(
+    p: rows.Pipeline, cluster: Cluster, new: Mapping[int, Names], creates: Sequence[tuple[int, str, float, str]]
+) -> None:
+    """PostgreSQL: insert the new entities and their values (``creates`` of their stand-in pks) in one statement per
+    ``_NEW_CHUNK`` entities, sent in ``p``: the entities' INSERT ... RETURNING feeds the values' INSERT (a
+    data-modifying WITH), matched on the names, so their pks need no round trip of their own."""
+    e = {name: rows.column(QuotaEntity, name) for name in ("id", "cluster", *_COLUMNS)}
+    v = ", ".join(rows.column(QuotaValue, name) for name in ("entity", "key", "value", "budget_scope"))
+    values_of: dict[int, list[tuple[str, float, str]]] = {}
+    for entity, key, value, scope in creates:
+        values_of.setdefault(entity, []).append((key, value, scope))
+    same = " AND ".join(f"e.{e[c]} IS NOT DISTINCT FROM w.{alias}" for c, alias in zip(_COLUMNS, "uci", strict=True))
+    stand_ins = list(new)
+    for start in range(0, len(stand_ins), _NEW_CHUNK):
+        chunk = stand_ins[start : start + _NEW_CHUNK]
+        made = [new[pk] for pk in chunk]
+        wanted = [(*new[pk], *value) for pk in chunk for value in values_of.get(pk, [])]
+        sql = (
+            f"WITH e AS (INSERT INTO {rows.table(QuotaEntity)} ({e['cluster']}, {e['user']}, {e['client_id']}, "
+            f"{e['ip']}) VALUES {', '.join(['(%s, %s, %s, %s)'] * len(made))} RETURNING {e['id']}, {e['user']}, "
+            f"{e['client_id']}, {e['ip']}) INSERT INTO {rows.table(QuotaValue)} ({v}) SELECT e.{e['id']}, w.k, w.x, "
+            f"w.s FROM e JOIN (VALUES "
+            + ", ".join(["(%s::varchar, %s::varchar, %s::varchar, %s::varchar, %s::double precision, %s::varchar)"]
+                        * len(wanted))
+            + f") AS w(u, c, i, k, x, s) ON {same}"
+        )  # fmt: skip
+        params = [x for names in made for x in (cluster.pk, *names)] + [x for row in wanted for x in row]
+        p.execute(sql, params)
 
 
 def _apply_all(
@@ -537,6 +579,9 @@ def _apply_all(
             changes.update(scope_change(resource, key, row[2] if row is not None else None, scope))
     value_table, entity_table = rows.table(QuotaValue), rows.table(QuotaEntity)
     _delete_in(p, f"DELETE FROM {value_table} WHERE {rows.column(QuotaValue, 'id')}", deletes)
+    if found.new:
+        _insert_new(p, cluster, found.new, [c for c in creates if c[0] < 0])
+        creates = [c for c in creates if c[0] >= 0]
     rows.insert(QuotaValue, ("entity", "key", "value", "budget_scope"), creates, via=p)
     update = (
         f"UPDATE {value_table} SET {rows.column(QuotaValue, 'value')} = %s, "
