@@ -38,7 +38,7 @@ It also reports where the time goes without a profiler: time per call, its SQL s
 on_commit enqueue apart), the push tasks the worker ran with their run time against its CPU (from its INFO
 log and /proc), and Redis commands per change. ``--profile`` then times the sections of one change in the
 committing process (lock_in, _entities, _apply_all, bump, log_version, COMMIT, enqueue_pushes and its SET NX and
-publish; on PostgreSQL a section's statements are only sent, their answers are awaited at its pipeline's end) and
+publish; on PostgreSQL a section only queues its statements: they go at the end of its ``rows.pipeline`` block) and
 of the push task body run in-process (changes_since, the engine script, _applied, settle_pushed),
 each followed by cProfile's top functions. The last line of output is one JSON object.
 """
@@ -749,10 +749,10 @@ def profile_paths(
     # 1. the committer with timed sections, as in the measured phase (real enqueue; the worker pushes meanwhile)
     committer = [
         (quotas.models.quotas, "_validate_entry", "validate"),
-        (DesiredStateVersion, "lock_in", "lock_in (the lock and its reads, sent)"),
+        (DesiredStateVersion, "lock_in", "lock_in (the lock and its reads, queued)"),
         (quotas.models.quotas, "_entities", "_entities (new entities: SQLite inserts them)"),
-        (quotas.models.quotas, "_apply_all", "_apply_all (entity, value rows, sent)"),
-        (DesiredStateVersion, "bump", "bump (UPDATE + log_version, sent)"),
+        (quotas.models.quotas, "_apply_all", "_apply_all (entity, value rows, queued)"),
+        (DesiredStateVersion, "bump", "bump (UPDATE + log_version, queued)"),
         (quotas.models.pushes, "log_version", "  log_version (change log, Push rows)"),
         (quotas.push.dispatch, "enqueue_pushes", "enqueue_pushes (on_commit, after COMMIT)"),
         (redis.Redis, "set", "  Redis SET NX of the 3 pending flags"),
@@ -772,7 +772,7 @@ def profile_paths(
     timed = sections.per_call(n)
     split = {label: timed.get(label, 0.0) for _, _, label in committer}
     split["COMMIT (journal or WAL + fsync)"] = instrument.per_call(n).get("alter", {}).get("COMMIT", (0, 0.0))[1]
-    split["the rest (atomic, BEGIN, pipelines' answers, glue)"] = wall_ms - sum(
+    split["the rest (atomic, BEGIN, the queued statements, glue)"] = wall_ms - sum(
         v for k, v in split.items() if not k.startswith(" ")
     )
     print(

@@ -394,8 +394,8 @@ def alter_client_quotas(cluster: Cluster, entries: Sequence[Alteration], validat
     for ref, ops in validated:
         by_ref.setdefault(ref, []).extend(ops)
     with transaction.atomic():
-        # three round trips on PostgreSQL, whatever the batch: the lock with the reads it guards, the new entities,
-        # the writes (rows.pipeline); then the commit
+        # two round trips on PostgreSQL whatever the batch, then the commit: the lock with the reads it guards,
+        # then the writes (rows.pipeline; SQLite inserts new entities in between)
         with rows.pipeline() as p:
             take = DesiredStateVersion.lock_in(p, cluster)
             held = _held_rows_in(p, cluster, list(by_ref))

@@ -55,57 +55,66 @@ class Pipeline:
 
     def __init__(self, together: bool) -> None:
         self.together = together
-        self._sent: list[tuple[Pending, Any]] = []
+        self._sent: list[tuple[Pending, str, Sequence[Any]]] = []
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Pending:
-        """Send one statement; its rows are the returned ``Pending``'s once the block has ended."""
+        """Send one statement (no trailing ``;``); its answer is the returned ``Pending``'s once the block has
+        ended."""
         pending = Pending()
         if not self.together:
             with connection.cursor() as cursor:
                 cursor.execute(sql, params)
                 pending._read(cursor)
             return pending
-        cursor = connection.cursor()
-        cursor.execute(sql, params)  # queued: psycopg sends it without waiting for its answer
-        self._sent.append((pending, cursor))
+        self._sent.append((pending, sql, params))
         return pending
 
-    def _collect(self) -> None:
-        for pending, cursor in self._sent:
-            pending._read(cursor)
-            cursor.close()
-        self._sent.clear()
+    def _send(self) -> None:
+        """One query of every statement, separated by ``;``: PostgreSQL runs them in order in the transaction, the
+        first error stops them (raised here, as Django's error), and answers each with a result of its own."""
+        if not self._sent:
+            return
+        sent, self._sent = self._sent, []
+        with connection.cursor() as cursor:
+            cursor.execute("; ".join(sql for _, sql, _ in sent), [v for _, _, params in sent for v in params])
+            for i, (pending, _, _) in enumerate(sent):
+                if i:
+                    cursor.nextset()
+                pending._read(cursor)
 
 
 @cache
-def _pipelines_supported(kind: type) -> bool:
-    """psycopg 3 on a libpq with pipeline mode (14 on); psycopg2 has none."""
-    if not hasattr(kind, "pipeline"):
-        return False
-    from psycopg import Pipeline as PsycopgPipeline
-
-    return bool(PsycopgPipeline.is_supported())
+def _together(kind: type, server_side_binding: bool) -> bool:
+    """Several statements go in one query with psycopg 3's client-side binding (Django's default: the parameters
+    are merged into the text, and the simple query protocol takes several statements); psycopg2 answers only the
+    last, and server-side binding one statement per query."""
+    return hasattr(kind, "pipeline") and not server_side_binding  # psycopg 3's Connection; psycopg2's has none
 
 
 @contextmanager
 def pipeline() -> Iterator[Pipeline]:
-    """Statements sent with ``Pipeline.execute`` inside the block go to PostgreSQL together, in psycopg's pipeline
-    mode: the server runs them in order, one after the other as ever, but the client waits for their answers once,
-    at the end of the block, instead of a round trip each; their rows are read then (``Pending.rows``). An error in
-    any of them is raised there (as Django's error, as a plain statement's would be), and the statements after it
-    in the block do not run. Elsewhere (SQLite, in-process: no round trips to save) each runs as it is sent.
+    """Statements sent with ``Pipeline.execute`` inside the block go to PostgreSQL together, at its end, in one
+    query: the server runs them in order, one after the other as ever, but the client waits for their answers once
+    instead of a round trip each; their answers are read then (``Pending``). An error in any of them is raised there
+    (as Django's error, as a plain statement's would be) and the statements after it do not run. Elsewhere (SQLite,
+    in-process: no round trips to save; server-side binding) each runs as it is sent.
 
-    Only statements sent with ``Pipeline.execute`` may run inside the block: another query's answer (the ORM's, or
-    ``execute``'s) would not be there yet when it reads it."""
+    Nothing inside the block may wait for a statement's answer (they come at its end), and blocks do not nest (an
+    inner block's statements would run before the outer one's sent earlier)."""
+    if getattr(connection, "_rows_pipeline", False):
+        raise RuntimeError("rows.pipeline blocks do not nest")
     connection.ensure_connection()
-    raw = connection.connection
-    if connection.vendor != "postgresql" or not _pipelines_supported(type(raw)):
-        yield Pipeline(together=False)
-        return
-    p = Pipeline(together=True)
-    with connection.wrap_database_errors, raw.pipeline():
+    options = connection.settings_dict.get("OPTIONS") or {}
+    together = connection.vendor == "postgresql" and _together(
+        type(connection.connection), bool(options.get("server_side_binding"))
+    )
+    p = Pipeline(together)
+    connection._rows_pipeline = True
+    try:
         yield p
-    p._collect()
+        p._send()
+    finally:
+        connection._rows_pipeline = False
 
 
 def write(sql: str, params: Sequence[Any] = ()) -> int:
