@@ -37,7 +37,8 @@ Then it checks that every broker's config hash holds exactly the N values and th
 It also reports where the time goes without a profiler: time per call, its SQL statements (COMMIT and the
 on_commit enqueue apart), the push tasks the worker ran with their run time against its CPU (from its INFO
 log and /proc), and Redis commands per change. ``--profile`` then times the sections of one change in the
-committing process (lock, _apply_all, bump, log_version, COMMIT, enqueue_pushes and its SET NX and publish) and
+committing process (lock_in, _entities, _apply_all, bump, log_version, COMMIT, enqueue_pushes and its SET NX and
+publish; on PostgreSQL a section only queues its statements: they go at the end of its ``rows.pipeline`` block) and
 of the push task body run in-process (changes_since, the engine script, _applied, settle_pushed),
 each followed by cProfile's top functions. The last line of output is one JSON object.
 """
@@ -748,9 +749,10 @@ def profile_paths(
     # 1. the committer with timed sections, as in the measured phase (real enqueue; the worker pushes meanwhile)
     committer = [
         (quotas.models.quotas, "_validate_entry", "validate"),
-        (DesiredStateVersion, "lock", "lock (get_or_create + select_for_update get)"),
-        (quotas.models.quotas, "_apply_all", "_apply_all (entity, value rows)"),
-        (DesiredStateVersion, "bump", "bump (UPDATE + refresh + log_version)"),
+        (DesiredStateVersion, "lock_in", "lock_in (the lock and its reads, queued)"),
+        (quotas.models.quotas, "_entities", "_entities (new entities: SQLite inserts them)"),
+        (quotas.models.quotas, "_apply_all", "_apply_all (entity, value rows, queued)"),
+        (DesiredStateVersion, "bump", "bump (UPDATE + log_version, queued)"),
         (quotas.models.pushes, "log_version", "  log_version (change log, Push rows)"),
         (quotas.push.dispatch, "enqueue_pushes", "enqueue_pushes (on_commit, after COMMIT)"),
         (redis.Redis, "set", "  Redis SET NX of the 3 pending flags"),
@@ -769,8 +771,10 @@ def profile_paths(
     wall_ms, cpu_ms = 1000.0 * (time.perf_counter() - t0) / n, 1000.0 * (time.process_time() - cpu0) / n
     timed = sections.per_call(n)
     split = {label: timed.get(label, 0.0) for _, _, label in committer}
-    split["COMMIT (sqlite3: journal + fsync)"] = instrument.per_call(n).get("alter", {}).get("COMMIT", (0, 0.0))[1]
-    split["the rest (atomic, BEGIN, ORM glue)"] = wall_ms - sum(v for k, v in split.items() if not k.startswith(" "))
+    split["COMMIT (journal or WAL + fsync)"] = instrument.per_call(n).get("alter", {}).get("COMMIT", (0, 0.0))[1]
+    split["the rest (atomic, BEGIN, the queued statements, glue)"] = wall_ms - sum(
+        v for k, v in split.items() if not k.startswith(" ")
+    )
     print(
         f"profile       committer, {n} calls of one change: {wall_ms:.3f} ms/call wall, {cpu_ms:.3f} ms CPU; "
         "by section (ms/call; indented = inside the line above):",

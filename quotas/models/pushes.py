@@ -9,7 +9,7 @@ that desired state does not say (missing, extra or different), until it converge
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 from django.db import connection, models, transaction
@@ -57,6 +57,8 @@ class DesiredStateVersion(models.Model):
     #: Set by ``lock``: a worker holds the cluster's drain lease, so a commit made under this lock is pushed by it
     #: (its next round reads the version after this transaction) and enqueues no push of its own.
     drained = False
+    #: Set by ``lock``: the cluster's push targets (``push_target_pks``), read under the lock; None: read at ``bump``.
+    targets: list[int | None] | None = None
 
     def __str__(self) -> str:
         return f"{self.cluster.name}@{self.version}"
@@ -65,6 +67,15 @@ class DesiredStateVersion(models.Model):
     def lock(cls, cluster: Cluster) -> DesiredStateVersion:
         """The cluster's version row, locked until the surrounding transaction ends (serializes changes): ``SELECT
         ... FOR UPDATE`` on PostgreSQL; on SQLite the transaction itself (IMMEDIATE: one writer at a time)."""
+        with rows.pipeline() as p:
+            take = cls.lock_in(p, cluster)
+        return take()
+
+    @classmethod
+    def lock_in(cls, p: rows.Pipeline, cluster: Cluster) -> Callable[[], DesiredStateVersion]:
+        """``lock`` sent in a pipeline (``rows.pipeline``), with the read of the cluster's push targets: statements
+        sent after it in the pipeline run under the lock. Returns what gives the locked row once the pipeline's
+        block has ended."""
         if connection.get_autocommit():
             raise transaction.TransactionManagementError("DesiredStateVersion.lock() outside a transaction")
         drain = rows.column(cls, "drain_until")
@@ -77,31 +88,43 @@ class DesiredStateVersion(models.Model):
         now = timezone.now()
         window = (now, now + timedelta(seconds=DRAIN_WINDOW_S))
         params = [*(rows.prep(cls, "drain_until", t) for t in window), cluster.pk]
-        found = rows.execute(sql, params)
-        if not found:  # clusters made before versions existed; Cluster.save makes the row
-            cls.objects.get_or_create(cluster=cluster)
-            found = rows.execute(sql, params)
-        row = cls.from_db(connection.alias, ["cluster_id", "version"], [cluster.pk, found[0][0]])
-        row.cluster = cluster  # known already: bump() needs it without another query
-        row.drained = bool(found[0][1])
-        return row
+        found = p.execute(sql, params)
+        # read under the lock (the server runs it after the lock is taken), as bump would: no round trip of its own
+        targets = None if _one_target(cluster) else p.execute(*_targets_statement(cluster))
 
-    def bump(self, changes: Mapping[Item, str | None]) -> int:
+        def take() -> DesiredStateVersion:
+            got = found.rows
+            if not got:  # clusters made before versions existed; Cluster.save makes the row
+                cls.objects.get_or_create(cluster=cluster)
+                got = rows.execute(sql, params)
+            row = cls.from_db(connection.alias, ["cluster_id", "version"], [cluster.pk, got[0][0]])
+            row.cluster = cluster  # known already: bump() needs it without another query
+            row.drained = bool(got[0][1])
+            row.targets = [None] if targets is None else [pk for (pk,) in targets.rows]
+            return row
+
+        return take
+
+    def bump(self, changes: Mapping[Item, str | None], via: rows.Pipeline | None = None) -> int:
         """One more version for ``changes`` (item -> new text, None = removed); call it on the row ``lock``
         returned, inside the changes' transaction.
 
         The items are logged under the new version and a push to every broker follows the commit (by the worker
-        holding the cluster's drain lease when ``lock`` saw one, else enqueued after the commit).
+        holding the cluster's drain lease when ``lock`` saw one, else enqueued after the commit). Its statements
+        go to the server together (``via``: in that pipeline, with the caller's own writes).
         """
+        if via is None:
+            with rows.pipeline() as p:
+                return self.bump(changes, p)
         self.version += 1  # the row is locked: nobody else moves it until we commit
         self.updated = timezone.now()
         model = type(self)
-        rows.execute(
+        via.execute(
             f"UPDATE {rows.table(model)} SET {rows.column(model, 'version')} = %s, {rows.column(model, 'updated')} = %s"
             f" WHERE {rows.column(model, 'cluster')} = %s",
             [self.version, rows.prep(model, "updated", self.updated), self.pk],
         )
-        log_version(self.cluster, self.version, changes, enqueue=not self.drained)
+        log_version(self.cluster, self.version, changes, enqueue=not self.drained, targets=self.targets, via=via)
         return self.version
 
 
@@ -213,7 +236,7 @@ class Push(models.Model):
         return f"{self.cluster.name}@{self.version} {where}: {self.state}"
 
     @staticmethod
-    def lock_target(cluster_id: int, broker_pk: int | None) -> None:
+    def lock_target(cluster_id: int, broker_pk: int | None, via: rows.Pipeline | None = None) -> None:
         """Inside a transaction: serialize the bookkeeping of one target's pushes until it ends.
 
         Two workers may push one target at once (a commit during a push enqueues the next one); each then marks
@@ -222,13 +245,12 @@ class Push(models.Model):
         lock per target (``pg_advisory_xact_lock``, keyed by the hash of ``quotas.push:<cluster>:<target>``) makes
         them take turns; it is released at commit and needs no row to exist. SQLite's IMMEDIATE transactions
         already run one at a time. What reaches the broker is ordered elsewhere: the engine script's version
-        check, the Redis lock of a Kafka cluster.
+        check, the Redis lock of a Kafka cluster. ``via``: sent in that pipeline (``rows.pipeline``).
         """
         if connection.vendor != "postgresql":
             return
         key = f"quotas.push:{cluster_id}:{broker_pk if broker_pk is not None else 'cluster'}"
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+        (via or rows).execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
 
 
 class DriftStatus(models.TextChoices):
@@ -318,11 +340,16 @@ def push_target_pks(cluster: Cluster) -> list[int | None]:
     """``push_targets`` as primary keys (None: the whole cluster), in one plain statement: every change runs it."""
     if _one_target(cluster):
         return [None]
+    return [pk for (pk,) in rows.execute(*_targets_statement(cluster))]
+
+
+def _targets_statement(cluster: Cluster) -> tuple[str, list[int]]:
+    """The read of a per-broker cluster's push targets (``push_target_pks``), in the order of their broker ids."""
     sql = (
         f"SELECT {rows.column(Broker, 'id')} FROM {rows.table(Broker)} WHERE {rows.column(Broker, 'cluster')} = %s "
         f"ORDER BY {rows.column(Broker, 'broker_id')}"
     )
-    return [pk for (pk,) in rows.execute(sql, [cluster.pk])]
+    return sql, [cluster.pk]
 
 
 _CHANGE_FIELDS = ("cluster", "version", "kind", "resource", "key", "value")
@@ -330,14 +357,20 @@ _PUSH_FIELDS = ("cluster", "broker", "version", "state", "attempts", "error_code
                 "updated", "applied_at")  # fmt: skip
 
 
-def log_version(cluster: Cluster, version: int, changes: Mapping[Item, str | None], *, enqueue: bool = True) -> None:
+def log_version(
+    cluster: Cluster, version: int, changes: Mapping[Item, str | None], *, enqueue: bool = True,
+    targets: list[int | None] | None = None, via: rows.Pipeline | None = None,
+) -> None:
     """Inside the change's transaction: log its items, add a pending push per target, push after commit (unless
-    ``enqueue`` is False: a worker draining the cluster pushes it)."""
-    rows.insert(DesiredChange, _CHANGE_FIELDS, ((cluster.pk, version, *item, v) for item, v in changes.items()))
-    pks = push_target_pks(cluster)
+    ``enqueue`` is False: a worker draining the cluster pushes it). ``targets``: the cluster's push targets when
+    the caller read them already (``DesiredStateVersion.lock``); ``via``: the writes sent in that pipeline."""
+    rows.insert(
+        DesiredChange, _CHANGE_FIELDS, ((cluster.pk, version, *item, v) for item, v in changes.items()), via=via
+    )
+    pks = push_target_pks(cluster) if targets is None else targets
     now = timezone.now()
     rows.insert(Push, _PUSH_FIELDS, ((cluster.pk, pk, version, PushState.PENDING, 0, "", "", {}, now, now, None)
-                                     for pk in pks))  # fmt: skip
+                                     for pk in pks), via=via)  # fmt: skip
     if not enqueue:
         return
     cluster_id, kind = cluster.pk, cluster.connector

@@ -13,7 +13,7 @@ item: Kafka keeps the value, the engine's Redis the scope.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -390,10 +390,20 @@ def alter_client_quotas(cluster: Cluster, entries: Sequence[Alteration], validat
         state = DesiredStateVersion.objects.filter(cluster=cluster).first()
         return AlterOutcome(state.version if state else 0, False, results)
 
+    by_ref: dict[EntityRef, list[Op]] = {}
+    for ref, ops in validated:
+        by_ref.setdefault(ref, []).extend(ops)
     with transaction.atomic():
-        state = DesiredStateVersion.lock(cluster)
-        changes = _apply_all(cluster, validated)
-        version = state.bump(changes) if changes else state.version
+        # two round trips on PostgreSQL whatever the batch, then the commit: the lock with the reads it guards,
+        # then the writes (rows.pipeline; SQLite inserts new entities in between)
+        with rows.pipeline() as p:
+            take = DesiredStateVersion.lock_in(p, cluster)
+            held = _held_rows_in(p, cluster, list(by_ref))
+        state = take()
+        entities = _entities(cluster, by_ref, held())
+        with rows.pipeline() as p:
+            changes = _apply_all(cluster, by_ref, entities, p)
+            version = state.bump(changes, p) if changes else state.version
     return AlterOutcome(version, bool(changes), results)
 
 
@@ -402,9 +412,10 @@ _MATCH_CHUNK = 500
 _COLUMNS = ("user", "client_id", "ip")
 
 
-def _held_rows(cluster: Cluster, refs: Sequence[EntityRef]) -> list[tuple[Any, ...]]:
+def _held_rows_in(p: rows.Pipeline, cluster: Cluster, refs: Sequence[EntityRef]) -> Callable[[], list[tuple[Any, ...]]]:
     """(entity pk, user, client_id, ip, value pk, key, value, budget scope) of the entities ``refs`` that exist, a
-    row per value (a LEFT JOIN: an entity without values comes back once, with NULLs).
+    row per value (a LEFT JOIN: an entity without values comes back once, with NULLs), read in the pipeline ``p``;
+    returns what gives them once its block has ended.
 
     One statement per shape of entity (which of user, client id and ip it names), matching the first name it has
     with IN and the others' presence with IS [NOT] NULL: the shape's own unique index then finds each name (an OR of
@@ -423,7 +434,7 @@ def _held_rows(cluster: Cluster, refs: Sequence[EntityRef]) -> list[tuple[Any, .
         shape = tuple(part is not None for part in parts)
         shapes.setdefault(shape, []).append(next(part for part in parts if part is not None))
     wanted = {(ref.user, ref.client_id, ref.ip) for ref in refs}
-    found: list[tuple[Any, ...]] = []
+    sent: list[rows.Pending] = []
     for shape, names in shapes.items():
         lead = shape.index(True)
         presence = "".join(
@@ -434,8 +445,8 @@ def _held_rows(cluster: Cluster, refs: Sequence[EntityRef]) -> list[tuple[Any, .
         for start in range(0, len(names), _MATCH_CHUNK):
             chunk = names[start : start + _MATCH_CHUNK]
             sql = f"{head} AND e.{e[_COLUMNS[lead]]} IN ({', '.join(['%s'] * len(chunk))}){presence}"
-            found.extend(row for row in rows.execute(sql, [cluster.pk, *chunk]) if tuple(row[1:4]) in wanted)
-    return found
+            sent.append(p.execute(sql, [cluster.pk, *chunk]))
+    return lambda: [row for pending in sent for row in pending.rows if tuple(row[1:4]) in wanted]
 
 
 def scope_change(resource: str, key: str, before: str | None, after: str | None) -> dict[Item, str | None]:
@@ -447,42 +458,99 @@ def scope_change(resource: str, key: str, before: str | None, after: str | None)
     return {Item(BUDGET_SCOPE, resource, key): CLUSTER_WIDE if now else None}
 
 
-def _apply_all(cluster: Cluster, validated: Sequence[tuple[EntityRef, list[Op]]]) -> dict[Item, str | None]:
-    """Write validated entries in a few plain statements whatever their number (one change or a batch of 100 costs
-    about the same): their entities and values read at once, then inserted, updated and deleted in bulk. Runs under
-    the cluster's version lock, so no other change of the cluster interleaves. Returns the items that changed (None =
-    removed): a value's ``quota`` item, and its ``budget-scope`` item when it became or stopped being cluster-wide;
-    an entity left without values is deleted."""
-    by_ref: dict[EntityRef, list[Op]] = {}
-    for ref, ops in validated:
-        by_ref.setdefault(ref, []).extend(ops)
-    if not by_ref:
-        return {}
+#: An entity's names: (user, client_id, ip).
+Names = tuple[str | None, str | None, str | None]
 
-    def parts(ref: EntityRef) -> tuple[str | None, str | None, str | None]:
-        return ref.user, ref.client_id, ref.ip
 
-    entities: dict[tuple[str | None, str | None, str | None], int] = {}
-    held: dict[tuple[int, str], tuple[int, float, str]] = {}  # (entity pk, key) -> (value pk, value, budget scope)
-    for pk, user, client_id, ip, value_pk, key, value, scope in _held_rows(cluster, list(by_ref)):
+def _names(ref: EntityRef) -> Names:
+    return ref.user, ref.client_id, ref.ip
+
+
+@dataclass
+class _Entities:
+    """The entities of a batch as ``_entities`` found or made them: their pks, and their values before the batch.
+    ``new``: the entities still to insert (PostgreSQL: with their values, ``_insert_new``), by the stand-in pk each
+    has in ``pks`` meanwhile (negative: no row has it)."""
+
+    pks: dict[Names, int]
+    held: dict[tuple[int, str], tuple[int, float, str]]  # (entity pk, key) -> (value pk, value, budget scope)
+    new: dict[int, Names] = field(default_factory=dict)
+
+
+def _entities(cluster: Cluster, by_ref: Mapping[EntityRef, list[Op]], found: list[tuple[Any, ...]]) -> _Entities:
+    """The batch's entities from ``found`` (``_held_rows_in``), and those it sets a value of that do not exist yet.
+    On PostgreSQL these are inserted with their values in the pipeline of the writes (``_insert_new``); elsewhere
+    here, at once (one statement for all): the value rows need their pks."""
+    entities: dict[Names, int] = {}
+    held: dict[tuple[int, str], tuple[int, float, str]] = {}
+    for pk, user, client_id, ip, value_pk, key, value, scope in found:
         entities[(user, client_id, ip)] = pk
         if value_pk is not None:
             held[(pk, key)] = (value_pk, value, scope)
     new = [
-        parts(ref) for ref, ops in by_ref.items()
-        if parts(ref) not in entities and any(value is not None for _, value, _ in ops)
+        _names(ref) for ref, ops in by_ref.items()
+        if _names(ref) not in entities and any(value is not None for _, value, _ in ops)
     ]  # fmt: skip
+    if new and connection.vendor == "postgresql":
+        stand_in = {-1 - i: names for i, names in enumerate(new)}
+        entities.update({names: pk for pk, names in stand_in.items()})
+        return _Entities(entities, held, stand_in)
     if new:
         made = rows.insert(QuotaEntity, ("cluster", *_COLUMNS), [(cluster.pk, *p) for p in new], ("id", *_COLUMNS))
         entities.update({tuple(names): pk for pk, *names in made})
+    return _Entities(entities, held)
 
+
+#: New entities inserted per statement by ``_insert_new`` (each with its values).
+_NEW_CHUNK = 100
+
+
+def _insert_new(
+    p: rows.Pipeline, cluster: Cluster, new: Mapping[int, Names], creates: Sequence[tuple[int, str, float, str]]
+) -> None:
+    """PostgreSQL: insert the new entities and their values (``creates`` of their stand-in pks) in one statement per
+    ``_NEW_CHUNK`` entities, sent in ``p``: the entities' INSERT ... RETURNING feeds the values' INSERT (a
+    data-modifying WITH), matched on the names, so their pks need no round trip of their own."""
+    e = {name: rows.column(QuotaEntity, name) for name in ("id", "cluster", *_COLUMNS)}
+    v = ", ".join(rows.column(QuotaValue, name) for name in ("entity", "key", "value", "budget_scope"))
+    values_of: dict[int, list[tuple[str, float, str]]] = {}
+    for entity, key, value, scope in creates:
+        values_of.setdefault(entity, []).append((key, value, scope))
+    same = " AND ".join(f"e.{e[c]} IS NOT DISTINCT FROM w.{alias}" for c, alias in zip(_COLUMNS, "uci", strict=True))
+    stand_ins = list(new)
+    for start in range(0, len(stand_ins), _NEW_CHUNK):
+        chunk = stand_ins[start : start + _NEW_CHUNK]
+        made = [new[pk] for pk in chunk]
+        wanted = [(*new[pk], *value) for pk in chunk for value in values_of.get(pk, [])]
+        sql = (
+            f"WITH e AS (INSERT INTO {rows.table(QuotaEntity)} ({e['cluster']}, {e['user']}, {e['client_id']}, "
+            f"{e['ip']}) VALUES {', '.join(['(%s, %s, %s, %s)'] * len(made))} RETURNING {e['id']}, {e['user']}, "
+            f"{e['client_id']}, {e['ip']}) INSERT INTO {rows.table(QuotaValue)} ({v}) SELECT e.{e['id']}, w.k, w.x, "
+            f"w.s FROM e JOIN (VALUES "
+            + ", ".join(["(%s::varchar, %s::varchar, %s::varchar, %s::varchar, %s::double precision, %s::varchar)"]
+                        * len(wanted))
+            + f") AS w(u, c, i, k, x, s) ON {same}"
+        )  # fmt: skip
+        params = [x for names in made for x in (cluster.pk, *names)] + [x for row in wanted for x in row]
+        p.execute(sql, params)
+
+
+def _apply_all(
+    cluster: Cluster, by_ref: Mapping[EntityRef, list[Op]], found: _Entities, p: rows.Pipeline
+) -> dict[Item, str | None]:
+    """Write validated entries (by entity) in a few plain statements whatever their number (one change or a batch
+    of 100 costs about the same), sent in the pipeline ``p``: their values inserted, updated and deleted in bulk.
+    Runs under the cluster's version lock, so no other change of the cluster interleaves. Returns the items that
+    changed (None = removed): a value's ``quota`` item, and its ``budget-scope`` item when it became or stopped
+    being cluster-wide; an entity left without values is deleted."""
+    entities, held = found.pks, found.held
     changes: dict[Item, str | None] = {}
     creates: list[tuple[int, str, float, str]] = []
     updates: list[tuple[float, str, int]] = []
     deletes: list[int] = []
     emptied: set[int] = set()
     for ref, ops in by_ref.items():
-        entity = entities.get(parts(ref))
+        entity = entities.get(_names(ref))
         if entity is None:
             continue  # only removals, of an entity that holds nothing
         resource = ref.field()
@@ -509,21 +577,31 @@ def _apply_all(cluster: Cluster, validated: Sequence[tuple[EntityRef, list[Op]]]
             if row is None or row[1] != value:
                 changes[Item(QUOTA, resource, key)] = repr(float(value))
             changes.update(scope_change(resource, key, row[2] if row is not None else None, scope))
-    if deletes:
-        QuotaValue.objects.filter(pk__in=deletes).delete()
-    rows.insert(QuotaValue, ("entity", "key", "value", "budget_scope"), creates)
-    if updates:
-        with connection.cursor() as cursor:
-            cursor.executemany(
-                f"UPDATE {rows.table(QuotaValue)} SET {rows.column(QuotaValue, 'value')} = %s, "
-                f"{rows.column(QuotaValue, 'budget_scope')} = %s WHERE {rows.column(QuotaValue, 'id')} = %s",
-                updates,
-            )
+    value_table, entity_table = rows.table(QuotaValue), rows.table(QuotaEntity)
+    _delete_in(p, f"DELETE FROM {value_table} WHERE {rows.column(QuotaValue, 'id')}", deletes)
+    if found.new:
+        _insert_new(p, cluster, found.new, [c for c in creates if c[0] < 0])
+        creates = [c for c in creates if c[0] >= 0]
+    rows.insert(QuotaValue, ("entity", "key", "value", "budget_scope"), creates, via=p)
+    update = (
+        f"UPDATE {value_table} SET {rows.column(QuotaValue, 'value')} = %s, "
+        f"{rows.column(QuotaValue, 'budget_scope')} = %s WHERE {rows.column(QuotaValue, 'id')} = %s"
+    )
+    for params in updates:  # one statement per row, all sent together
+        p.execute(update, params)
     still = {entity for entity, _ in held}
     gone = [pk for pk in emptied if pk not in still]
-    if gone:
-        QuotaEntity.objects.filter(pk__in=gone).delete()
+    # what the ORM's delete of the entities ran (its cascade to their values, then them), as plain statements
+    _delete_in(p, f"DELETE FROM {value_table} WHERE {rows.column(QuotaValue, 'entity')}", gone)
+    _delete_in(p, f"DELETE FROM {entity_table} WHERE {rows.column(QuotaEntity, 'id')}", gone)
     return changes
+
+
+def _delete_in(p: rows.Pipeline, head: str, pks: Sequence[int]) -> None:
+    """``head IN (pks)``, in statements of at most ``rows.MAX_PARAMS`` pks, sent in ``p``."""
+    for start in range(0, len(pks), rows.MAX_PARAMS):
+        chunk = pks[start : start + rows.MAX_PARAMS]
+        p.execute(f"{head} IN ({', '.join(['%s'] * len(chunk))})", chunk)
 
 
 __all__ = [

@@ -8,7 +8,8 @@ its field's own ``get_db_prep_save`` (dates, JSON), the same SQL on SQLite and P
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -35,6 +36,85 @@ def execute(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall() if cursor.description is not None else []
+
+
+class Pending:
+    """What a statement sent in a ``pipeline`` answered, once its block has ended: its ``rows`` (none for a write
+    without RETURNING) and ``count``, the number of rows it wrote (an UPDATE or DELETE)."""
+
+    rows: list[tuple[Any, ...]]
+    count: int
+
+    def _read(self, cursor: Any) -> None:
+        self.rows = [tuple(r) for r in cursor.fetchall()] if cursor.description is not None else []
+        self.count = cursor.rowcount
+
+
+class Pipeline:
+    """Statements to run in order, sent to the server together (``pipeline``)."""
+
+    def __init__(self, together: bool) -> None:
+        self.together = together
+        self._sent: list[tuple[Pending, str, Sequence[Any]]] = []
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Pending:
+        """Send one statement (no trailing ``;``); its answer is the returned ``Pending``'s once the block has
+        ended."""
+        pending = Pending()
+        if not self.together:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                pending._read(cursor)
+            return pending
+        self._sent.append((pending, sql, params))
+        return pending
+
+    def _send(self) -> None:
+        """One query of every statement, separated by ``;``: PostgreSQL runs them in order in the transaction, the
+        first error stops them (raised here, as Django's error), and answers each with a result of its own."""
+        if not self._sent:
+            return
+        sent, self._sent = self._sent, []
+        with connection.cursor() as cursor:
+            cursor.execute("; ".join(sql for _, sql, _ in sent), [v for _, _, params in sent for v in params])
+            for i, (pending, _, _) in enumerate(sent):
+                if i:
+                    cursor.nextset()
+                pending._read(cursor)
+
+
+@cache
+def _together(kind: type, server_side_binding: bool) -> bool:
+    """Several statements go in one query with psycopg 3's client-side binding (Django's default: the parameters
+    are merged into the text, and the simple query protocol takes several statements); psycopg2 answers only the
+    last, and server-side binding one statement per query."""
+    return hasattr(kind, "pipeline") and not server_side_binding  # psycopg 3's Connection; psycopg2's has none
+
+
+@contextmanager
+def pipeline() -> Iterator[Pipeline]:
+    """Statements sent with ``Pipeline.execute`` inside the block go to PostgreSQL together, at its end, in one
+    query: the server runs them in order, one after the other as ever, but the client waits for their answers once
+    instead of a round trip each; their answers are read then (``Pending``). An error in any of them is raised there
+    (as Django's error, as a plain statement's would be) and the statements after it do not run. Elsewhere (SQLite,
+    in-process: no round trips to save; server-side binding) each runs as it is sent.
+
+    Nothing inside the block may wait for a statement's answer (they come at its end), and blocks do not nest (an
+    inner block's statements would run before the outer one's sent earlier)."""
+    if getattr(connection, "_rows_pipeline", False):
+        raise RuntimeError("rows.pipeline blocks do not nest")
+    connection.ensure_connection()
+    options = connection.settings_dict.get("OPTIONS") or {}
+    together = connection.vendor == "postgresql" and _together(
+        type(connection.connection), bool(options.get("server_side_binding"))
+    )
+    p = Pipeline(together)
+    connection._rows_pipeline = True
+    try:
+        yield p
+        p._send()
+    finally:
+        connection._rows_pipeline = False
 
 
 def write(sql: str, params: Sequence[Any] = ()) -> int:
@@ -65,11 +145,14 @@ def _natural(field: models.Field) -> type | None:
 
 
 def insert(
-    model: type[models.Model], fields: Sequence[str], rows: Iterable[Sequence[Any]], returning: Sequence[str] = ()
+    model: type[models.Model], fields: Sequence[str], rows: Iterable[Sequence[Any]], returning: Sequence[str] = (),
+    via: Pipeline | None = None,
 ) -> list[tuple[Any, ...]]:
     """Insert ``rows`` (values in the order of ``fields``) in multi-row statements; with ``returning`` (fields),
     those fields of each inserted row, in no promised order (neither database documents one): match them on
-    what the rows hold."""
+    what the rows hold. ``via``: sent in that pipeline (nothing returned)."""
+    if via is not None and returning:
+        raise ValueError("rows.insert: a pipeline's rows come after its block; insert with returning outside it")
     db = connections[DEFAULT_DB_ALIAS]  # resolved once: each access through the ``connection`` proxy costs a lookup
     prepared = [model._meta.get_field(f) for f in fields]
     values = [
@@ -88,6 +171,9 @@ def insert(
     out: list[tuple[Any, ...]] = []
     for start in range(0, len(values), per):
         chunk = values[start : start + per]
-        found = execute(head + ", ".join([one] * len(chunk)) + tail, [v for row in chunk for v in row])
-        out.extend(tuple(r) for r in found)
+        sql, params = head + ", ".join([one] * len(chunk)) + tail, [v for row in chunk for v in row]
+        if via is not None:
+            via.execute(sql, params)
+            continue
+        out.extend(tuple(r) for r in execute(sql, params))
     return out

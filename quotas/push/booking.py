@@ -49,17 +49,30 @@ def _rows(cluster: Cluster, broker: Broker | None, up_to: int) -> Any:
 SQLITE_WRITE_WAIT_S = 5.0
 
 
-def _bookkeeping(write: Callable[[], _T]) -> _T:
-    """Run ``write`` (a push's UPDATE of its Push rows) in a transaction of its own; returns what it returns.
+def _bookkeeping(write: Callable[[rows.Pipeline], Callable[[], _T]]) -> _T:
+    """Run ``write`` (a push's UPDATE of its Push rows) in a transaction of its own: it sends its statements in the
+    pipeline it is given (``rows.pipeline``: one round trip on PostgreSQL) and returns what reads their answers
+    once the pipeline's block has ended; returns what that returns.
 
     On SQLite (one writer at a time) the write lock is asked for every 2 ms or so: SQLite's busy handler sleeps up
     to 100 ms between its tries, so behind a process committing in a tight loop (free for a few milliseconds
     between its transactions) a push's bookkeeping waited up to the whole 5 s busy timeout, and every push queued
     behind it waited too (push_bench's p99 was that timeout). An attempt that found the lock taken is rolled back
-    whole and ``write`` runs again; elsewhere (PostgreSQL, or inside a caller's transaction) it runs once."""
+    whole and ``write`` runs again; elsewhere (PostgreSQL, or inside a caller's transaction) it runs once.
+
+    A transaction of its own on PostgreSQL commits without waiting for its flush to disk (``synchronous_commit``
+    off for it alone): what it writes is the brokers' word, written down again by the next push to the target
+    (which finds its version there) or by reconcile if a crash loses it, and any later commit flushes it too. A
+    push then costs the disk no flush of its own, which a committing approval would wait behind (the approval's
+    own commit stays synchronous), and its locks go at once."""
     if connection.vendor != "sqlite" or connection.in_atomic_block:
+        own = connection.vendor == "postgresql" and not connection.in_atomic_block
         with transaction.atomic():
-            return write()
+            with rows.pipeline() as p:
+                if own:
+                    p.execute("SET LOCAL synchronous_commit TO OFF")
+                finish = write(p)
+            return finish()
     connection.ensure_connection()
     raw = connection.connection
     (busy_ms,) = raw.execute("PRAGMA busy_timeout").fetchone()
@@ -69,7 +82,9 @@ def _bookkeeping(write: Callable[[], _T]) -> _T:
         while True:
             try:
                 with transaction.atomic():
-                    return write()
+                    with rows.pipeline() as p:
+                        finish = write(p)
+                    return finish()
             except OperationalError as e:
                 if "locked" not in str(e) or time.monotonic() > deadline:
                     raise
@@ -122,14 +137,20 @@ def _applied(
         )
     current: list[int] = []
 
-    def write() -> list[int]:  # plain statements, made before: the write lock is held for the UPDATEs alone
-        if drain is not None:
-            current[:] = [int(v) for (v,) in rows.execute(*drain)]
-        moved = []
+    def write(p: rows.Pipeline) -> Callable[[], list[int]]:
+        # plain statements, made before, sent together: the version row, locked first, is held the shortest time
+        lease = p.execute(*drain) if drain is not None else None
+        updates = []
         for (broker, _), (sql, params) in zip(landed, statements, strict=True):
-            Push.lock_target(cluster.pk, broker.pk if broker is not None else None)  # concurrent pushes take turns
-            moved.append(rows.write(sql, params))
-        return moved
+            Push.lock_target(cluster.pk, broker.pk if broker is not None else None, via=p)  # pushes take turns
+            updates.append(p.execute(sql, params))
+
+        def finish() -> list[int]:
+            if lease is not None:
+                current[:] = [int(v) for (v,) in lease.rows]
+            return [u.count for u in updates]
+
+        return finish
 
     moved = _bookkeeping(write)
     if seen is not None:

@@ -168,7 +168,12 @@ def _end_drain(cluster_id: int) -> None:
     model = DesiredStateVersion
     lease, where = rows.column(model, "drain_until"), rows.column(model, "cluster")
     sql = f"UPDATE {rows.table(model)} SET {lease} = NULL WHERE {where} = %s"
-    booking._bookkeeping(lambda: rows.write(sql, [cluster_id]))
+
+    def write(p: rows.Pipeline) -> Callable[[], None]:
+        p.execute(sql, [cluster_id])
+        return lambda: None
+
+    booking._bookkeeping(write)
 
 
 def _book(
