@@ -43,7 +43,7 @@ from quotas.models import (
 )
 from quotas.models.broker_configs import ConfigOp, ConfigResource, alter_configs
 from quotas.workflow import plan_requests, quota_requests, subscription_requests
-from tests.portal.people import make_user
+from tests.people import make_user
 
 SECRET = "s" * 32
 

@@ -46,8 +46,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from tests.live import TALKS_TO_LIVE_PORTAL, LivePortal, committed_world, live_portal
 from tests.portal import fuzz_world
-from tests.portal.live import TALKS_TO_LIVE_PORTAL, LivePortal, committed_world, live_portal
 from tests.portal.test_schema_promises import column_says_null, serializer_components
 
 pytestmark = TALKS_TO_LIVE_PORTAL

@@ -17,7 +17,7 @@ from devtools.redis_server import free_port
 from engine.budget_store import BudgetStore
 from quotas.choices import ConnectorKind
 from quotas.models import Alteration, Cluster, QuotaOp, alter_client_quotas
-from tests.portal.people import api, make_user
+from tests.people import api, make_user
 from tests.redis_keys import keys_cleared
 
 pytestmark = pytest.mark.django_db

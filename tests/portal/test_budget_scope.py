@@ -28,7 +28,7 @@ from quotas.models import (
     audited_alter,
     effective_client_quotas,
 )
-from tests.portal.people import api, make_user
+from tests.people import api, make_user
 
 pytestmark = pytest.mark.django_db
 

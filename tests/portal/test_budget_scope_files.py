@@ -26,7 +26,7 @@ from quotas.models import (
     alter_client_quotas,
 )
 from quotas.workflow import errors, plan_requests
-from tests.portal.people import api, roles
+from tests.people import api, roles
 
 pytestmark = pytest.mark.django_db
 PBR = "producer_byte_rate"

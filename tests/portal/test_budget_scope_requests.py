@@ -32,11 +32,10 @@ from quotas.models import (
 from quotas.models.capacity import capacity_check
 from quotas.tasks import expire_boosts
 from quotas.workflow import quota_requests
+from tests.brokers import push_everywhere
+from tests.people import api, roles
 from tests.push.fake_kafka import FakeKafka, installed
 from tests.redis_keys import keys_cleared
-
-from .brokers import push_everywhere
-from .people import api, roles
 
 pytestmark = pytest.mark.django_db
 PBR, CBR, CMR = "producer_byte_rate", "consumer_byte_rate", "controller_mutation_rate"

@@ -34,8 +34,8 @@ from quotas.models.desired import desired_state
 from quotas.push import reconcile, resolve, target_push
 from quotas.workflow import subscription_requests
 from quotas.workflow.errors import InvalidRequest, PermissionDenied
-from tests.portal.brokers import push_everywhere
-from tests.portal.people import api, roles
+from tests.brokers import push_everywhere
+from tests.people import api, roles
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db

@@ -10,8 +10,8 @@ import redis
 from django.test import Client
 
 from quotas.models import ClientMetricsSubscription, Cluster, OwnedName, SubscriptionRequest, Tenant, alter_subscription
-from tests.portal.brokers import push_everywhere
-from tests.portal.people import roles
+from tests.brokers import push_everywhere
+from tests.people import roles
 
 pytestmark = pytest.mark.django_db
 PAGE = "/clusters/prod/client-metrics/"

@@ -39,7 +39,7 @@ from quotas.models import (
 )
 from quotas.push import target_push
 from quotas.workflow import quota_requests
-from tests.portal.brokers import queued_pushes
+from tests.brokers import queued_pushes
 from traffic.loadgen import DEMO_TOPIC_BURSTS, DEMO_TRAFFIC, STORM_IP
 
 pytestmark = pytest.mark.django_db

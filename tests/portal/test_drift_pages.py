@@ -33,9 +33,9 @@ from quotas.models import (
 from quotas.push import reconcile, target_push
 from quotas.tasks import heal
 from quotas.workflow import quota_requests
+from tests.brokers import push_everywhere, set_quota
+from tests.people import make_user, roles
 
-from .brokers import push_everywhere, set_quota
-from .people import make_user, roles
 from .test_quota_pages import assert_accessible, browser, parse, text
 
 pytestmark = pytest.mark.django_db

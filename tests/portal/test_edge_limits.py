@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from quotas.choices import EntityType
 from quotas.models import Cluster, OwnedName, QuotaEntity, QuotaRequest, Tenant
-from tests.portal.people import api, make_user
+from tests.people import api, make_user
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from quotas.choices import BudgetScope, ConnectorKind
 from quotas.connectors.base import BUDGET_SCOPE, EXEMPT, GROUP, Item
 from quotas.models import Broker, Cluster, GroupKind, OwnedName, Tenant, create_group, set_exempt, set_group_values
 from quotas.models.desired import desired_state
-from tests.portal.people import api, make_user
+from tests.people import api, make_user
 
 pytestmark = pytest.mark.django_db
 PBR = "producer_byte_rate"

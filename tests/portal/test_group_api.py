@@ -29,7 +29,7 @@ from quotas.models import (
     set_group_values,
 )
 from quotas.workflow import quota_requests
-from tests.portal.people import api, make_user
+from tests.people import api, make_user
 
 pytestmark = pytest.mark.django_db
 PBR, CBR, RP = "producer_byte_rate", "consumer_byte_rate", "request_percentage"

@@ -35,7 +35,7 @@ from quotas.models import (
     set_group_values,
 )
 from quotas.workflow import errors, plan_requests
-from tests.portal.people import api, roles
+from tests.people import api, roles
 
 pytestmark = pytest.mark.django_db
 PBR, CBR = "producer_byte_rate", "consumer_byte_rate"

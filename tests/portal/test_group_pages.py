@@ -29,8 +29,7 @@ from quotas.models import (
     set_group_values,
 )
 from quotas.workflow import quota_requests
-
-from .people import roles
+from tests.people import roles
 
 pytestmark = pytest.mark.django_db
 PBR, CBR = "producer_byte_rate", "consumer_byte_rate"

@@ -28,7 +28,7 @@ from quotas.models import (
 )
 from quotas.models.capacity import capacity_between, capacity_check
 from quotas.workflow.quota_requests import approve, submit
-from tests.portal.people import api, make_user
+from tests.people import api, make_user
 
 pytestmark = pytest.mark.django_db
 PBR, CBR, RP, CMR = "producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate"

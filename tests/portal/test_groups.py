@@ -37,7 +37,7 @@ from quotas.models.desired import desired_state
 from quotas.workflow.boosts import expire_boosts
 from quotas.workflow.errors import InvalidRequest, PermissionDenied
 from quotas.workflow.quota_requests import approve, submit
-from tests.portal.people import make_user
+from tests.people import make_user
 
 pytestmark = pytest.mark.django_db
 PBR, CBR = "producer_byte_rate", "consumer_byte_rate"

@@ -25,10 +25,9 @@ from quotas import tasks
 from quotas.models import Cluster
 from quotas.targets import targets_from_db
 from telemetry_ui.ingest import telemetry_store
+from tests.brokers import push_everywhere
 from tests.redis_keys import delete_matching
 from traffic.loadgen import WAVE_PERIOD_S, BrokerTarget, FakeClock, LoadGenerator
-
-from .brokers import push_everywhere
 
 A, B = "land-a", "land-b"
 KEYS = ("usage:{land-*}*", "mon:{land-*}*", "land:{land-*}*")

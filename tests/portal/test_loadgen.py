@@ -30,9 +30,8 @@ from engine.monitor import latest, recent
 from quotas.models import Cluster, QuotaRequest
 from quotas.targets import targets_from_db
 from quotas.workflow import quota_requests
+from tests.brokers import push_everywhere
 from traffic.loadgen import STORM_IP, WAVE_PERIOD_S, Event, FakeClock, LoadGenerator
-
-from .brokers import push_everywhere
 
 pytestmark = pytest.mark.django_db
 MIB = 1024 * 1024

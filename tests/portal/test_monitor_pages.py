@@ -36,9 +36,9 @@ from quotas.models import (
     owned_by_any,
 )
 from quotas.workflow import quota_requests
+from tests.people import make_user, roles
 from tests.redis_keys import keys_cleared
 
-from .people import make_user, roles
 from .test_quota_pages import assert_accessible, browser, parse, text
 
 pytestmark = pytest.mark.django_db

@@ -49,11 +49,10 @@ from quotas.models import (
 )
 from quotas.push import target_push
 from quotas.workflow import errors, plan_requests, quota_requests, subscription_requests
+from tests.brokers import push_everywhere
 from tests.celery_worker import celery_queue_clean, worker_factory  # noqa: F401 (fixtures)
+from tests.people import api, roles
 from tests.waiting import wait_for
-
-from .brokers import push_everywhere
-from .people import api, roles
 
 assert tasks.deliver_webhook.name in celery_app.tasks  # the tasks are registered (as in a worker)
 PBR = "producer_byte_rate"

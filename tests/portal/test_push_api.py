@@ -31,9 +31,8 @@ from quotas.models import (
 )
 from quotas.push import reconcile, resolve, target_push
 from quotas.workflow import quota_requests
-
-from .brokers import push_everywhere, set_quota
-from .people import api, make_user, roles
+from tests.brokers import push_everywhere, set_quota
+from tests.people import api, make_user, roles
 
 pytestmark = pytest.mark.django_db
 

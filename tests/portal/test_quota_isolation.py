@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from quotas.choices import EntityType
 from quotas.models import Alteration, Cluster, OwnedName, QuotaOp, Tenant, alter_client_quotas
-from tests.portal.people import api, make_user
+from tests.people import api, make_user
 
 pytestmark = pytest.mark.django_db
 

@@ -31,8 +31,7 @@ from quotas.models import (
 )
 from quotas.models.capacity import capacity_check
 from quotas.workflow import quota_requests
-
-from .people import make_user, roles
+from tests.people import make_user, roles
 
 pytestmark = pytest.mark.django_db
 

@@ -35,8 +35,8 @@ from quotas.models import (
     alter_configs,
     alter_subscription,
 )
-from tests.portal.brokers import push_everywhere, set_quota
-from tests.portal.people import api, roles
+from tests.brokers import push_everywhere, set_quota
+from tests.people import api, roles
 
 pytestmark = pytest.mark.django_db
 PBR, CBR = "producer_byte_rate", "consumer_byte_rate"
@@ -145,7 +145,7 @@ def test_a_member_exports_only_what_its_tenant_owns(w: dict[str, Any]) -> None:
 
 
 def roles_user(name: str) -> Any:
-    from tests.portal.people import make_user
+    from tests.people import make_user
 
     return make_user(name)
 

@@ -27,7 +27,7 @@ from rest_framework import serializers
 from quotas.api.params import INT64_MAX, INT64_MIN
 from quotas.choices import ConnectorKind
 from quotas.models import AuditEntry, Cluster, Drift, ScramCredential, Tenant
-from tests.portal.people import api, make_user
+from tests.people import api, make_user
 
 pytestmark = pytest.mark.django_db
 

@@ -41,7 +41,7 @@ from quotas.models import (
     effective_client_quotas,
 )
 from quotas.push import flags, target_push
-from tests.portal.people import api, make_user
+from tests.people import api, make_user
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db

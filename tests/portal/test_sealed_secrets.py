@@ -20,7 +20,7 @@ from rest_framework.test import APIClient
 from quotas import notify
 from quotas.models import Tenant, Webhook, WebhookDelivery
 from quotas.models.sealed import PREFIX, SealedValueError
-from tests.portal.people import roles
+from tests.people import roles
 
 OLD, NEW = Fernet.generate_key().decode(), Fernet.generate_key().decode()
 

@@ -35,8 +35,7 @@ from quotas.models import (
 from quotas.push.resolve import adopt
 from quotas.tasks import expire_boosts
 from quotas.workflow import quota_requests
-
-from .people import api, roles
+from tests.people import api, roles
 
 pytestmark = pytest.mark.django_db
 PBR = "producer_byte_rate"

@@ -16,9 +16,9 @@ from django.test import Client
 from quotas.choices import EntityType
 from quotas.models import Cluster, OwnedName, Tenant
 from telemetry_ui.live.monitoring import tel_instance_key, tel_instances_key
+from tests.people import roles
 from tests.redis_keys import keys_cleared
 
-from .people import roles
 from .test_quota_pages import assert_accessible, text
 
 pytestmark = pytest.mark.django_db

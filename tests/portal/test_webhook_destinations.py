@@ -21,7 +21,7 @@ from django.test import Client
 from quotas import notify
 from quotas.models import Tenant, Webhook, WebhookDelivery
 from quotas.models.webhook_destinations import ForbiddenDestination, connect, opener
-from tests.portal.people import api, make_user
+from tests.people import api, make_user
 from tests.portal.test_secure_defaults import settings_in_each
 
 pytestmark = pytest.mark.django_db

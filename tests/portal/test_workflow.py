@@ -36,11 +36,10 @@ from quotas.models import (
 from quotas.models.capacity import capacity_check
 from quotas.tasks import expire_boosts
 from quotas.workflow import errors, quota_requests, transitions
+from tests.brokers import push_everywhere
 from tests.database import database_url, on_postgres
+from tests.people import api, roles
 from tests.waiting import wait_for
-
-from .brokers import push_everywhere
-from .people import api, roles
 
 pytestmark = pytest.mark.django_db
 
