@@ -52,7 +52,7 @@ def member() -> APIClient:
 
 @pytest.fixture
 def reader() -> APIClient:
-    """An auditor: reads every tenant's quotas (members read their own: tests/portal/test_quota_isolation.py)."""
+    """An auditor: reads every tenant's quotas (members read their own: tests/quotas/api/test_quota_isolation.py)."""
     client = _client("auditor", staff=False)
     user = get_user_model().objects.get(username="auditor")
     user.groups.add(Group.objects.get_or_create(name="auditors")[0])

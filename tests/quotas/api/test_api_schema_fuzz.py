@@ -20,7 +20,7 @@ The per-operation runs leave what they made for the later ones, as use would; ea
 the world again (``restore``: hypothesis replays the start of a scenario in another and must get the same answers).
 
 Bounded so that the file stays near a minute on two cores; the changes of SCRAM credentials, which reach real Kafka,
-are left out (``tests/portal/test_scram_credentials.py`` covers them against a broker); their reads are fuzzed.
+are left out (``tests/quotas/test_scram_credentials.py`` covers them against a broker); their reads are fuzzed.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.live import TALKS_TO_LIVE_PORTAL, LivePortal, committed_world, live_portal
-from tests.portal import fuzz_world
-from tests.portal.test_schema_promises import column_says_null, serializer_components
+from tests.quotas.api import fuzz_world
+from tests.quotas.api.test_schema_promises import column_says_null, serializer_components
 
 pytestmark = TALKS_TO_LIVE_PORTAL
 
@@ -125,7 +125,7 @@ def test_the_world_has_every_kind_and_every_nullable_field_null_somewhere(portal
                 "__".join(field.source_attrs) + "__isnull": True
             }).exists():
                 missing.append(f"{model.__name__}.{field.source} (shown as {name}.{field_name}): never null")
-    assert not missing, "tests/portal/fuzz_world.py lacks: " + "; ".join(sorted(set(missing)))
+    assert not missing, "tests/quotas/api/fuzz_world.py lacks: " + "; ".join(sorted(set(missing)))
 
 
 @schema.parametrize()
