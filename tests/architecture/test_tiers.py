@@ -20,7 +20,10 @@ def collected(*args: str) -> list[str]:
 def test_the_fast_tier_leaves_out_kafka_spark_browser_and_server_tests_by_folder_and_by_fixture() -> None:
     heavy = ("tests/kafka", "tests/pipeline", "tests/browser", "tests/replicas")
     fast = collected("-m", FAST, *heavy, "tests/connectors", "tests/engine/test_budgets.py")
-    assert not [t for t in fast if t.startswith(heavy)], "a Kafka, Spark, browser or server test in the fast tier"
+    landing = "tests/pipeline/test_landing.py"  # the one file of these folders that needs no Spark (pyarrow alone)
+    assert not [t for t in fast if t.startswith(heavy) and not t.startswith(landing)], \
+        "a Kafka, Spark, browser or server test in the fast tier"
+    assert [t for t in fast if t.startswith(landing)] == collected(landing)
     every = collected("tests/connectors", "tests/engine/test_budgets.py")
     assert [t for t in every if "test_budgets.py" in t] == [t for t in fast if "test_budgets.py" in t]
     # the fixture, not the folder: the connectors' real-cluster tests live beside the responder's
