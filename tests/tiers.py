@@ -7,8 +7,9 @@ A test is marked by what it needs, told from its fixtures and its folder, so nob
 - ``spark``: a Spark session or a pipeline worker that starts one (tests/pipeline/, tests/history/; not
   tests/pipeline/test_landing.py: the landing area is written with pyarrow alone);
 - ``browser``: Chromium driven by Playwright (tests/browser/);
-- ``slow``: several servers of the portal's own (tests/replicas/, tests/benchmarks/, the live schema fuzzing), or a
-  Maven build (tests/broker_plugins/: the plugins' JUnit tests, over a minute).
+- ``slow``: several servers of the portal's own (tests/replicas/, tests/benchmarks/, the live schema fuzzing), real
+  Celery workers (the ``worker_factory`` fixture: a worker's start and warm stop are seconds each test), or a Maven
+  build (tests/broker_plugins/: the plugins' JUnit tests, over a minute).
 
 The markers are registered in pyproject.toml; ``-m "not kafka and not spark and not browser and not slow"`` is the
 fast tier.
@@ -23,7 +24,8 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 BY_FOLDER = {"kafka": "kafka", "pipeline": "spark", "history": "spark", "browser": "browser", "replicas": "slow",
              "benchmarks": "slow", "broker_plugins": "slow"}
-BY_FIXTURE = {"kafka_cluster": "kafka", "kafka_tool": "kafka", "spark": "spark", "prometheus": "kafka"}
+BY_FIXTURE = {"kafka_cluster": "kafka", "kafka_tool": "kafka", "spark": "spark", "prometheus": "kafka",
+              "worker_factory": "slow"}
 SLOW_FILES = {"test_api_schema_fuzz.py"}
 # Files of a marked folder that need none of what the folder's marker stands for (the landing area is pyarrow's).
 NOT_BY_FOLDER = {"pipeline/test_landing.py"}
