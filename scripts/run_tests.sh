@@ -92,7 +92,7 @@ for arg in "$@"; do
 done
 if [ "$whole_suite" -eq 1 ] && [ "${QUOTAS_SQLITE_TESTS:-1}" != "0" ] && [ "$pytest_status" -eq 0 ]; then
     echo "run_tests: a short run on SQLite" >&2
-    env -u DATABASE_URL python -m pytest -q -p no:cacheprovider tests/portal/test_quota_api.py \
+    env -u DATABASE_URL python -m pytest -q -p no:cacheprovider tests/quotas/api/test_quota_api.py \
         tests/push/test_worker_pushes.py tests/portal/test_backup_restore.py || pytest_status=$?
 fi
 

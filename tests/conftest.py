@@ -4,7 +4,6 @@ Tests talk to a real redis-server (never a fake): the one scripts/run_tests.sh
 started (QUOTAS_REDIS_URL), or else one this session starts on a free port.
 """
 
-import copy
 import os
 from collections.abc import Iterator
 
@@ -13,6 +12,7 @@ import redis
 
 from devtools.redis_server import RedisServer
 from tests.redis_keys import keys_cleared
+from tests.services import point_portal_at
 
 pytest_plugins = ["tests.kafka_fixtures", "tests.prometheus_fixtures", "tests.tiers"]
 
@@ -21,25 +21,6 @@ pytest_plugins = ["tests.kafka_fixtures", "tests.prometheus_fixtures", "tests.ti
 # CPU than tiered C2 there (a rollups run: 35 s of CPU instead of 55 s), as devtools' Spark daemons and Kafka tools
 # already run. Inherited by every process started from here; a PYSPARK_SUBMIT_ARGS already set is kept.
 os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--driver-java-options -XX:TieredStopAtLevel=1 pyspark-shell")
-
-
-def _point_portal_at(url: str) -> dict[str, object]:
-    """Make the portal (Django settings, Celery, Channels) use Redis at ``url``; return the old settings."""
-    from django.conf import settings
-
-    from portal.celery import app
-
-    names = ("QUOTAS_REDIS_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "CHANNEL_LAYERS")
-    old = {name: getattr(settings, name) for name in names}
-    settings.QUOTAS_REDIS_URL = url
-    settings.CELERY_BROKER_URL = url
-    settings.CELERY_RESULT_BACKEND = url
-    layers = copy.deepcopy(settings.CHANNEL_LAYERS)
-    layers["default"]["CONFIG"]["hosts"] = [{**layers["default"]["CONFIG"]["hosts"][0], "address": url}]
-    settings.CHANNEL_LAYERS = layers
-    app.conf.broker_url = url
-    app.conf.result_backend = url
-    return old
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +36,7 @@ def redis_url() -> Iterator[str]:
         server = RedisServer(name="pytest").start()
         url = server.url
     os.environ["QUOTAS_REDIS_URL"] = url
-    old_settings = _point_portal_at(url)
+    old_settings = point_portal_at(url)
     try:
         yield url
     finally:

@@ -7,6 +7,7 @@ servers stay in each folder's conftest (``tests/telemetry/conftest.py``: the rel
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -28,6 +29,23 @@ from tests.waiting import wait_for
 ROOT = Path(__file__).resolve().parents[1]
 RENEW_S = 0.4
 WATCH_TTL_S = 3.0
+
+
+def point_portal_at(url: str) -> dict[str, object]:
+    """Make the portal (Django settings, Celery, Channels) use Redis at ``url``; return the old settings."""
+    from portal.celery import app
+
+    names = ("QUOTAS_REDIS_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "CHANNEL_LAYERS")
+    old = {name: getattr(settings, name) for name in names}
+    settings.QUOTAS_REDIS_URL = url
+    settings.CELERY_BROKER_URL = url
+    settings.CELERY_RESULT_BACKEND = url
+    layers = copy.deepcopy(settings.CHANNEL_LAYERS)
+    layers["default"]["CONFIG"]["hosts"] = [{**layers["default"]["CONFIG"]["hosts"][0], "address": url}]
+    settings.CHANNEL_LAYERS = layers
+    app.conf.broker_url = url
+    app.conf.result_backend = url
+    return old
 
 
 def service_env(redis_url: str) -> dict[str, str]:

@@ -3,7 +3,7 @@
 A number past its column's range reached the database driver as it was (``OverflowError`` from SQLite, a numeric
 comparison on PostgreSQL): a 500, or a silent empty answer. Every integer the API reads is bounded here or in its
 serializer field (``min_value``/``max_value``, which the schema shows as ``minimum``/``maximum``), and
-``tests/portal/test_schema_promises.py`` fails naming any request-side integer of the schema without both bounds.
+``tests/quotas/api/test_schema_promises.py`` fails naming any request-side integer of the schema without both bounds.
 """
 
 from __future__ import annotations

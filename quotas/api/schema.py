@@ -4,7 +4,7 @@
   reading through a relation that may be null (``webhook.tenant.name`` when ``tenant`` may be), answers null
   sometimes, so the schema says ``nullable`` whether or not the field was declared with ``allow_null``. Declared
   fields (a ``SlugRelatedField`` over a nullable foreign key) otherwise came out as never null while the data had
-  nulls. ``tests/portal/test_schema_promises.py`` walks every serializer of the schema against its model.
+  nulls. ``tests/quotas/api/test_schema_promises.py`` walks every serializer of the schema against its model.
 - **Integer path parameters have the range of what they name** (a row id: 1..2**63-1), as query parameters and
   body fields do (``quotas.api.params``).
 """

@@ -16,7 +16,7 @@ import pytest
 from history.models import ImpactPreview, UsageRollup
 from quotas.models import OwnedName, QuotaEntity, QuotaRequest
 from tests.celery_worker import Worker
-from tests.pipeline.conftest import write_landing
+from tests.landing_files import write_landing
 
 from .conftest import CLUSTER, Portal, log_in, screenshot
 

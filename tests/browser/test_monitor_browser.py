@@ -23,7 +23,7 @@ import redis
 from engine.monitor import Sampler
 from quotas.models import QuotaRequest
 from quotas.workflow import quota_requests
-from tests.portal.brokers import push_everywhere, set_quota
+from tests.brokers import push_everywhere, set_quota
 from tests.waiting import wait_for
 
 from .conftest import CLUSTER, Portal, log_in, screenshot

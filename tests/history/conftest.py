@@ -18,7 +18,7 @@ from engine import usage_log
 from pipeline import landing
 from quotas.models import Cluster, OwnedName, Tenant
 from tests.celery_worker import celery_queue_clean, worker_factory  # noqa: F401 (fixtures)
-from tests.portal.people import roles
+from tests.people import roles
 from tests.redis_keys import keys_cleared
 
 CLUSTER = "hist"

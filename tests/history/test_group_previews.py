@@ -14,7 +14,7 @@ from history.models import ImpactPreview, PreviewState
 from quotas.choices import ConnectorKind
 from quotas.models import Alteration, Cluster, GroupKind, QuotaOp, Tenant, alter_client_quotas, create_group
 from quotas.workflow import quota_requests
-from tests.portal.people import api
+from tests.people import api
 
 from .conftest import CLUSTER, T0, steady, worker_env
 from .test_previews import expected, finished

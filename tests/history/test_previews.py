@@ -31,7 +31,7 @@ from quotas.models import QuotaEntity, QuotaValue
 from quotas.workflow import quota_requests
 from tests.celery_worker import CELERY_KEYS, Worker
 from tests.database import database_url
-from tests.portal.people import api
+from tests.people import api
 from tests.redis_keys import keys_cleared
 from tests.waiting import wait_for
 

@@ -19,8 +19,8 @@ from django.test import Client
 from history import tasks
 from history.models import UsageRollup
 from quotas.models import QuotaEntity
-from tests.pipeline.conftest import write_landing
-from tests.portal.people import api
+from tests.landing_files import write_landing
+from tests.people import api
 
 from .conftest import CLUSTER, T0
 

@@ -31,7 +31,7 @@ from quotas.models.client_metrics import alter_subscription
 from quotas.push import dispatch, target_push
 from telemetry_ui.ingest import telemetry_store as store
 from tests.kafka_fixtures import plugin_problem, release_telemetry_port
-from tests.portal.people import make_user
+from tests.people import make_user
 from tests.services import service_env, start_server
 from tests.telemetry.test_sink import landed
 from tests.waiting import wait_for

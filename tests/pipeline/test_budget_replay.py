@@ -12,8 +12,7 @@ from engine.budgets import BudgetLedger, BudgetParams
 from pipeline import whatif
 from pipeline.budget_replay import delivered_over_budget, replay_budget
 from pipeline.replay import replay_frame, summarize
-
-from .conftest import write_landing
+from tests.landing_files import write_landing
 
 T0 = 1_700_000_040_000
 BUDGET = 100_000.0

@@ -28,8 +28,7 @@ from pipeline.demand import (
     queue_growth,
 )
 from pipeline.kernel import replay_rate
-
-from .conftest import write_landing
+from tests.landing_files import write_landing
 
 L = 512 * 1024.0  # the quota, bytes/s per broker
 SIZE = 8192.0  # one request's bytes

@@ -12,8 +12,7 @@ from engine.groups import PRINCIPALS, GroupSpec, order_of
 from pipeline import whatif
 from pipeline.budget_replay import replay_budget
 from pipeline.replay import replay_frame, summarize
-
-from .conftest import write_landing
+from tests.landing_files import write_landing
 
 T0 = 1_700_000_040_000
 PBR = "producer_byte_rate"

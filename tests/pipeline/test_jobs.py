@@ -13,8 +13,7 @@ import pytest
 
 from pipeline import advice, rollups, whatif
 from pipeline.replay import replay_frame, throttled_fraction
-
-from .conftest import hour_dir, write_landing
+from tests.landing_files import hour_dir, write_landing
 
 T0 = 1_700_000_040_000  # 2023-11-14 22:14:00 UTC: a minute boundary
 

@@ -25,8 +25,7 @@ from observe.prometheus import PrometheusClient
 from pipeline import landing, rollups, whatif
 from pipeline.recorded import MATERIAL_FRACTION
 from pipeline.usage import sampled_usage
-
-from .conftest import write_landing
+from tests.landing_files import write_landing
 
 T0 = 1_700_000_040_000  # a minute boundary (and a multiple of 5 s)
 

@@ -32,10 +32,10 @@ from pipeline.recorded import (
     sensor_tags,
 )
 from pipeline.session import read_dataset
+from tests.landing_files import hour_dir, write_landing
 from tests.redis_keys import keys_cleared
 from traffic.loadgen import BrokerTarget, FakeClock, LoadGenerator, Traffic
 
-from .conftest import hour_dir, write_landing
 from .test_prometheus_history import T0, _prometheus_samples, land_samples
 
 KIB = 1024

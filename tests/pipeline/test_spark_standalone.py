@@ -21,8 +21,8 @@ import pytest
 
 from pipeline import rollups, whatif
 from pipeline.session import java_binary
+from tests.landing_files import write_landing
 
-from .conftest import write_landing
 from .test_jobs import _samples, _usage
 
 ROOT = Path(__file__).resolve().parents[2]

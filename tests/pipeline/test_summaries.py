@@ -16,8 +16,7 @@ from pipeline.errors import PipelineError
 from pipeline.figures import FIGURES
 from pipeline.replay import never_throttled, replay_frame, replay_sorted, summarize
 from pipeline.summaries import arrow_batches_by_rows, summarize_usage
-
-from .conftest import write_landing
+from tests.landing_files import write_landing
 
 T0 = 1_700_000_040_000
 ENTITIES = [("prod", "alice", "app"), ("prod", "alice", "etl"), ("prod", "bob", "app"), ("prod", "bob", ""),

@@ -46,8 +46,8 @@ from quotas.models import (
 )
 from quotas.models.webhooks import Webhook, WebhookDelivery
 from tests.celery_worker import CELERY_KEYS
+from tests.people import make_user
 from tests.portal.access_matrix import ROLES, Row, differences, parse
-from tests.portal.people import make_user
 from tests.redis_keys import delete_matching
 
 CLUSTER = "mx-prod"

@@ -37,9 +37,9 @@ from websockets.exceptions import ConnectionClosed
 
 from quotas.choices import EntityType
 from quotas.models import Cluster, OwnedName, Plan, Tenant
+from tests.live import TALKS_TO_LIVE_PORTAL, committed_world, live_portal
+from tests.people import make_user
 from tests.portal.access_matrix import ROLES, Row, differences, parse
-from tests.portal.live import TALKS_TO_LIVE_PORTAL, committed_world, live_portal
-from tests.portal.people import make_user
 from tests.redis_keys import delete_matching
 from tests.services import Socket, sample, session_cookie
 from tests.waiting import wait_for

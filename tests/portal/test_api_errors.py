@@ -16,7 +16,7 @@ from portal import errors
 from portal.api.users import CurrentUserView
 from portal.errors import api_exception_handler as exception_handler
 from quotas.models import Cluster
-from tests.portal.people import api, make_user
+from tests.people import api, make_user
 
 pytestmark = pytest.mark.django_db
 

@@ -34,10 +34,9 @@ from quotas.models import AuditEntry, Cluster, DesiredStateVersion, Drift, Owned
 from quotas.models.pushes import RESTORE_FENCE
 from quotas.push import reconcile, resolve
 from quotas.workflow import quota_requests
+from tests.brokers import push_everywhere
 from tests.database import database_url, drop_database, on_postgres
-
-from .brokers import push_everywhere
-from .people import make_user
+from tests.people import make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the backup and the restore see what the test committed
 

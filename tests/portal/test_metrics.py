@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from quotas.models import Alteration, Cluster, OwnedName, Push, QuotaOp, Tenant, alter_client_quotas
 from quotas.workflow import quota_requests
-from tests.portal.people import make_user
+from tests.people import make_user
 
 pytestmark = pytest.mark.django_db
 

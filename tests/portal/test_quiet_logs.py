@@ -22,7 +22,7 @@ from portal.logs import ACCESS_LOGGER, QuietProbes, log_probes
 from quotas import notify
 from quotas.models import Cluster, OwnedName, RequestState, Tenant
 from quotas.workflow import quota_requests
-from tests.portal.people import roles
+from tests.people import roles
 from tests.services import service_env, start_server
 from tests.waiting import wait_for
 

@@ -16,7 +16,7 @@ from django.test import Client
 
 from devtools.redis_server import RedisServer
 from quotas.models import Broker, Cluster
-from tests.portal.people import make_user
+from tests.people import make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -24,9 +24,9 @@ pytestmark = pytest.mark.django_db
 def _point_at(url: str) -> None:
     """The portal's Redis (settings, Celery, Channels) is ``url`` from now on; Celery's cached connections dropped."""
     from portal.celery import app
-    from tests.conftest import _point_portal_at
+    from tests.services import point_portal_at
 
-    _point_portal_at(url)
+    point_portal_at(url)
     app._pool = None  # the next publish opens a pool (and producers) on the new URL
     app.amqp._producer_pool = None
 

@@ -31,7 +31,7 @@ from quotas.models import (
 )
 from quotas.push import reconcile, resolve, target_push
 from quotas.workflow import quota_requests
-from tests.portal.people import make_user
+from tests.people import make_user
 from tests.push.fake_kafka import FakeKafka
 
 pytestmark = pytest.mark.django_db

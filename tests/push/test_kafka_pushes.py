@@ -43,7 +43,7 @@ from quotas.models import (
 )
 from quotas.push import reconcile, resolve, target_push
 from quotas.workflow import quota_requests
-from tests.portal.people import make_user
+from tests.people import make_user
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db

@@ -17,8 +17,8 @@ from quotas import push_format
 from quotas.models import Broker, Cluster
 from quotas.push import dispatch
 from quotas.tasks import survey_workers
+from tests.brokers import set_quota
 from tests.celery_worker import Worker
-from tests.portal.brokers import set_quota
 from tests.push.test_worker_pushes import assert_each_version_applied_once
 from tests.waiting import wait_for
 

@@ -15,9 +15,9 @@ from engine.config import EntityRef
 from engine.redis_backend import connect
 from quotas.connectors.base import QUOTA
 from quotas.models import Cluster
+from tests.brokers import set_quota
 from tests.celery_worker import Worker
-from tests.portal.brokers import set_quota
-from tests.portal.people import api, make_user
+from tests.people import api, make_user
 from tests.push.test_worker_pushes import (  # noqa: F401 (fixtures and tests run here on the cluster)
     PBR,
     cluster,

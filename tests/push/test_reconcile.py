@@ -29,7 +29,7 @@ from quotas.models import (
 )
 from quotas.push import booking, dispatch, flags, group_push, reconcile, target_push
 from quotas.workflow import quota_requests
-from tests.portal.brokers import queued_push_messages, queued_pushes, set_quota
+from tests.brokers import queued_push_messages, queued_pushes, set_quota
 
 pytestmark = pytest.mark.django_db
 PBR = "producer_byte_rate"

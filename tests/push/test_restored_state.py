@@ -24,9 +24,9 @@ from quotas.models import AuditEntry, Broker, Cluster, DesiredStateVersion, Drif
 from quotas.models.pushes import RESTORE_FENCE
 from quotas.push import reconcile, resolve, target_push
 from quotas.workflow import quota_requests
+from tests.brokers import set_quota
 from tests.database import drop_database
-from tests.portal.brokers import set_quota
-from tests.portal.people import make_user
+from tests.people import make_user
 from tests.push.test_kafka_pushes import bare_kafka, each_broker, quotas_on  # noqa: F401 (a fixture)
 
 PBR = "producer_byte_rate"

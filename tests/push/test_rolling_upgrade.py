@@ -17,8 +17,8 @@ from engine.desired import NamespaceState
 from quotas import push_format
 from quotas.models import Broker, Cluster, Push
 from quotas.tasks import survey_workers
+from tests.brokers import set_quota
 from tests.celery_worker import ROOT, Worker
-from tests.portal.brokers import set_quota
 from tests.replicas.test_two_replicas import chain
 from tests.waiting import wait_for
 

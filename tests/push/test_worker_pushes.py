@@ -28,8 +28,8 @@ from quotas.models import (
 )
 from quotas.push.address import target_of
 from quotas.tasks import heal, reconcile
+from tests.brokers import set_quota
 from tests.celery_worker import Worker
-from tests.portal.brokers import set_quota
 from tests.redis_keys import delete_matching
 from tests.waiting import wait_for
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from quotas.models import Alteration, Cluster, OwnedName, QuotaOp, QuotaRequest, QuotaValue, Tenant, alter_client_quotas
-from tests.portal.people import make_user
+from tests.people import make_user
 from tests.quotactl.conftest import quotactl, token_for, unique
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -23,7 +23,7 @@ from quotas.models import (
     set_exempt,
     set_group_values,
 )
-from tests.portal.people import make_user
+from tests.people import make_user
 from tests.quotactl.conftest import quotactl, token_for, unique
 
 PBR, CBR = "producer_byte_rate", "consumer_byte_rate"

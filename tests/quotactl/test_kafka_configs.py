@@ -21,7 +21,7 @@ from quotas.connectors.kafka import KafkaConnector
 from quotas.models import Cluster, DesiredStateVersion, OwnedName, Push, QuotaRequest, Tenant
 from quotas.models.desired import desired_state
 from quotas.push import address, target_push
-from tests.portal.people import make_user
+from tests.people import make_user
 from tests.quotactl.conftest import ROOT_DIR, Ran, quotactl, token_for, unique
 from tests.waiting import wait_for
 

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from access_tokens.models import AccessToken
 from quotas.models import Cluster, OwnedName, Tenant
-from tests.portal.people import api, make_user
+from tests.people import api, make_user
 
 pytestmark = pytest.mark.django_db
 

@@ -29,7 +29,7 @@ from engine.monitor import Sampler
 from quotas.models import Cluster, DesiredStateVersion, OwnedName, Push, QuotaRequest, Tenant
 from quotas.workflow import quota_requests
 from tests.celery_worker import Worker
-from tests.portal.people import roles
+from tests.people import roles
 from tests.services import Service, Socket, sample, service_env, session_cookie, start_relay, start_server
 from tests.waiting import wait_for
 

@@ -14,7 +14,7 @@ from websockets.exceptions import ConnectionClosed
 from quotas.choices import EntityType
 from quotas.models import OwnedName, Tenant
 from telemetry_ui.live.monitoring import WATCHED_KEY, watched_member
-from tests.portal.people import make_user
+from tests.people import make_user
 from tests.services import RENEW_S, Socket, sample
 from tests.waiting import wait_for
 

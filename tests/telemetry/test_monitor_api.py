@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from engine.monitor import Sampler
 from quotas.choices import EntityType
 from quotas.models import Cluster, OwnedName, Tenant
-from tests.portal.people import api, make_user
+from tests.people import api, make_user
 from tests.services import sample
 
 pytestmark = pytest.mark.django_db

@@ -20,7 +20,7 @@ from telemetry_ui.live.monitoring import (
     tel_instances_key,
     tel_watched_member,
 )
-from tests.portal.people import make_user
+from tests.people import make_user
 from tests.services import Socket
 from tests.telemetry.test_live import tenant_member
 from tests.waiting import wait_for
