@@ -13,8 +13,7 @@ from django.test import Client
 
 from quotas.models import AuditEntry, Cluster
 from quotas.models.audit import AuditAction
-
-from .people import make_user
+from tests.people import make_user
 
 pytestmark = pytest.mark.django_db
 
