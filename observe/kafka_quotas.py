@@ -22,7 +22,9 @@ scraped, and makes of each (broker, quota type, sensor) one sample in the format
   mutation gets now), ``thr_frac`` an estimate: Kafka publishes no throttled-time total per entity, so it is
   ``thr_avg`` per second (capped at 1) while the sensor throttles now (its value above the bound, its bucket below
   zero, or new throttle times in the query window), else 0: Kafka's average keeps the throttles of the last
-  minute, long after its clients stopped waiting.
+  minute, long after its clients stopped waiting. A request sensor without a request quota never throttles now:
+  Kafka's broker records there the controller's throttle of a forwarded CreateTopics, DeleteTopics or
+  CreatePartitions, which the client's controller-mutation sample shows.
 - ``budget`` and ``share`` (only for a sensor under a cluster-wide budget, published by the portal's quota callback
   plugin as ``kafka_server_<type>_budget`` and ``..._budget_share``): the budget B for the whole cluster and this
   broker's share of it, which is then the sample's ``bound`` (what this broker enforces).
@@ -380,6 +382,11 @@ class PrometheusSource:
         else:
             s["util"] = rate / bound if rate is not None and bound else None
         throttling = acc.thr_moved or bucket_ms > 0 or (s["util"] is not None and s["util"] > 1.0)
+        if q == REQUEST and bound is None:
+            # Kafka's request quota throttles only the clients it bounds. An unbounded client's request sensor gets
+            # the throttles the controller gave the topic changes its broker forwarded (KafkaApis records them under
+            # the request quota, sendForwardedResponse): its controller-mutation sample shows them as throttling
+            throttling = False
         s["thr_avg"] = thr_avg
         s["thr_max"] = max(acc.thr_max, thr_avg, bucket_ms)
         s["thr_frac"] = min(1.0, max(thr_avg, bucket_ms) / 1000.0) if throttling else 0.0

@@ -159,6 +159,27 @@ def test_time_throttled_only_while_the_sensor_throttles() -> None:
     assert burst["util"] > 1 and burst["thr_max"] == 500.0 and burst["thr_frac"] == 0.5  # -512 / 1024 per s
 
 
+def test_a_request_sensor_without_a_request_quota_is_not_throttled_by_the_controllers_forwarded_throttles() -> None:
+    """A client that creates topics past its controller mutation quota gets the controller's throttle; the broker
+    that forwarded its CreateTopics records it under the client's request quota. Without a request quota Kafka
+    throttles nothing there: the row is the controller's (its mutation sample), not 100 % at 0 % of a bound."""
+    result = [
+        series("kafka_server_request_request_time", [(1500, "0.2"), (500, "0.2")], broker="1", client_id="admin"),
+        series("kafka_server_request_throttle_time", [(1500, "800"), (500, "1200")], broker="1", client_id="admin"),
+        series("kafka_server_controllermutation_tokens", [(500, "-2048")], broker="1", client_id="admin"),
+        series("kafka_server_request_request_time", [(500, "2048")], broker="1", client_id="bounded"),
+        series("kafka_server_request_throttle_time", [(1500, "600"), (500, "800")], broker="1", client_id="bounded"),
+    ]
+    source = PrometheusSource(Answers(result), "prod",  # type: ignore[arg-type]
+                              bound=lambda e: 1024.0 if e.client_id == "bounded" or e.quota_type != "request" else None)
+    by_key = {(s["q"], s["e"]): s for s in source.poll(NOW_MS).samples}
+    forwarded = by_key[("request", ":admin")]
+    assert (forwarded["bound"], forwarded["util"], forwarded["thr_frac"]) == (None, None, 0.0)
+    assert forwarded["thr_avg"] == 1200.0  # Kafka's figure is kept for the request chart
+    assert by_key[("controller_mutation", ":admin")]["thr_frac"] > 0  # where the throttling shows
+    assert by_key[("request", ":bounded")]["thr_frac"] == 0.8  # a request quota's own throttle still counts
+
+
 def test_series_without_a_broker_are_left_out_unless_their_instance_is_mapped() -> None:
     result = [
         series("kafka_server_produce_byte_rate", [(100, "5")], client_id="nobody"),  # no broker label, no mapping
