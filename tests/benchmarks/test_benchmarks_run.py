@@ -111,8 +111,6 @@ def _budget_alloc(s: Summary) -> None:
     for n in (30, 100):
         positive(s, f"alloc_ms_per_report_{n}", f"baseline_ms_per_report_{n}", f"alloc_ratio_{n}", f"core_share_{n}",
                  f"steady_ms_per_report_{n}", f"state_bytes_per_budget_{n}")
-    # a budget's packed state holds every broker's demand, saturation, round and share: it grows with the brokers
-    assert s["state_bytes_per_budget_100"] > s["state_bytes_per_budget_30"]
     assert s["budgets"] == 1000 and s["target_met"] == (s["core_share_30"] <= 0.1)
 
 
