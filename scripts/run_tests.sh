@@ -10,7 +10,7 @@
 # Compose client (Debian's docker-compose installed when no docker compose plugin is there).
 # Arguments go to pytest, e.g.  bash scripts/run_tests.sh -q tests/portal
 # --fast (first argument) runs only the tests that need no Kafka, Spark, browser or extra servers (the markers of
-# tests/tiers.py): a few minutes, for the edit-test loop; CI runs everything.
+# tests/tiers.py) on one pytest-xdist worker per core: a few minutes, for the edit-test loop; CI runs everything.
 # Exits non-zero when ruff, the contracts, the docs or pytest fail (pytest's own status when pytest fails).
 
 set -euo pipefail
@@ -75,22 +75,27 @@ echo "run_tests: mkdocs build --strict" >&2
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir .run/site 2>&1 | { grep -v '^INFO ' >&2 || true; } ||
     docs_status=$?
 
-pytest_status=0
-if [ "$FAST" -eq 1 ]; then
-    python -m pytest --durations=30 -m "not kafka and not spark and not browser and not slow" "$@" ||
-        pytest_status=$?
-else
-    python -m pytest --durations=30 "$@" || pytest_status=$?
-fi
-
-# The quick start's embedded database keeps working: the quota API (migrations, versioned writes, a batch of
-# thousands), a real worker's pushes and a backup restored once more on SQLite, after a full run (options such as -q
-# do not count as a selection; named tests do, and then this is left out).
-whole_suite=$((1 - FAST))
+# A named selection (options such as -q do not count) runs as given; otherwise the fast tier runs first on one
+# pytest-xdist worker per core (a test file kept on one worker, its module fixtures built once), and a full run then
+# runs the Kafka, Spark, browser and server tests one at a time: they start clusters and time what they see.
+whole_suite=1
 for arg in "$@"; do
     case "$arg" in -*) ;; *) whole_suite=0 ;; esac
 done
-if [ "$whole_suite" -eq 1 ] && [ "${QUOTAS_SQLITE_TESTS:-1}" != "0" ] && [ "$pytest_status" -eq 0 ]; then
+FAST_TIER="not kafka and not spark and not browser and not slow"
+pytest_status=0
+if [ "$whole_suite" -eq 0 ] && [ "$FAST" -eq 0 ]; then
+    python -m pytest --durations=30 "$@" || pytest_status=$?
+else
+    python -m pytest --durations=30 -n auto --dist loadfile -m "$FAST_TIER" "$@" || pytest_status=$?
+    if [ "$FAST" -eq 0 ]; then
+        python -m pytest --durations=30 -m "kafka or spark or browser or slow" "$@" || pytest_status=$?
+    fi
+fi
+
+# The quick start's embedded database keeps working: the quota API (migrations, versioned writes, a batch of
+# thousands), a real worker's pushes and a backup restored once more on SQLite, after a full run.
+if [ "$whole_suite" -eq 1 ] && [ "$FAST" -eq 0 ] && [ "${QUOTAS_SQLITE_TESTS:-1}" != "0" ] && [ "$pytest_status" -eq 0 ]; then
     echo "run_tests: a short run on SQLite" >&2
     env -u DATABASE_URL python -m pytest -q -p no:cacheprovider tests/quotas/api/test_quota_api.py \
         tests/push/test_worker_pushes.py tests/portal/test_backup_restore.py || pytest_status=$?

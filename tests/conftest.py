@@ -67,12 +67,15 @@ def engine_redis_url(request: pytest.FixtureRequest, redis_url: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def django_db_modify_db_settings(tmp_path_factory: pytest.TempPathFactory) -> None:
+def django_db_modify_db_settings(
+    tmp_path_factory: pytest.TempPathFactory, django_db_modify_db_settings_parallel_suffix: None
+) -> None:
     """SQLite tests use a database file (in pytest's temp dir), not Django's shared-cache in-memory database.
 
     Two connections to the shared-cache memory database fail at once with "database table is locked"
     instead of waiting, so tests with concurrent connections (the approval race) could not run; a file
-    database waits on its busy timeout, as the portal's own SQLite does.
+    database waits on its busy timeout, as the portal's own SQLite does. Each pytest-xdist worker gets a database
+    of its own (pytest-django's suffix, which this fixture replaces, is asked for).
     """
     from django.conf import settings
 

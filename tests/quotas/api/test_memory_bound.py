@@ -13,16 +13,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.test import override_settings
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from portal.api.errors import ResourceExhausted
 from quotas.api.memory import memory_permits, metrics_text, reset
 from quotas.api.views.base import AUDIT_ROW_BYTES, DESCRIBE_ROW_BYTES
 from quotas.models import Cluster
+from tests.people import api, make_user
 
 DESCRIBE = "/api/clusters/prod/client-quotas/describe"
 ONE_AUDIT_PAGE = 2 * AUDIT_ROW_BYTES  # page_size=1 reads 2 rows
@@ -34,14 +32,8 @@ def fresh_limiter() -> None:
     reset()
 
 
-def _client(username: str, **flags: Any) -> APIClient:
-    groups = flags.pop("groups", ())
-    user = get_user_model().objects.create_user(username, **flags)  # a token, no password: no slow hashing
-    for name in groups:
-        user.groups.add(Group.objects.get(name=name))
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
-    return client
+def _client(username: str, *, is_staff: bool = False, groups: tuple[str, ...] = ()) -> APIClient:
+    return api(make_user(username, staff=is_staff, groups=groups))
 
 
 @pytest.fixture

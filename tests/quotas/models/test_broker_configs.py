@@ -10,12 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from quotas.models import AuditAction, AuditEntry, BrokerConfig, Cluster, DesiredStateVersion, TopicConfig
+from tests.people import api, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -24,12 +22,7 @@ DEFAULT: dict[str, Any] = {"broker": None}
 
 
 def _client(username: str, *, staff: bool = False, groups: tuple[str, ...] = ()) -> APIClient:
-    user = get_user_model().objects.create_user(username, is_staff=staff)  # a token, no password: no slow hashing
-    for name in groups:
-        user.groups.add(Group.objects.get(name=name))
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
-    return client
+    return api(make_user(username, staff=staff, groups=groups))
 
 
 @pytest.fixture
