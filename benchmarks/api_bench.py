@@ -187,7 +187,6 @@ def remove_database(db_path: Path) -> None:
 # ---- the portal under uvicorn ----------------------------------------------------------------------------
 
 
-
 class Portal(SessionProcess):
     """The portal under uvicorn in its own session, so stopping it stops its workers too."""
 
@@ -229,7 +228,6 @@ class Portal(SessionProcess):
             return resp.status, resp.read()
         finally:
             conn.close()
-
 
 
 def pin_server(wanted: bool, workers: int) -> tuple[set[int], set[int]] | None:

@@ -348,7 +348,6 @@ class Service(SessionProcess):
         raise RuntimeError(f"{self.name} did not answer within {timeout_s:g} s:\n{self.log_tail()}")
 
 
-
 def uvicorn_cmd(app: str, port: int) -> list[str]:
     return [
         sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
@@ -997,7 +996,6 @@ def run(args: argparse.Namespace, server: RedisServer, stack: list[Callable[[], 
         target_met=p99_ok,
     )
     return summary
-
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -215,7 +215,6 @@ class Worker(SessionProcess):
         return runs
 
 
-
 # ---- watching the commits --------------------------------------------------------------------------------
 
 

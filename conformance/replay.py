@@ -184,8 +184,6 @@ def _sampled_stat_case(backend: Any, ns: str, config: dict[str, Any]) -> Callabl
     return step
 
 
-
-
 def _cumulative_sum_case(backend: Any, ns: str, config: dict[str, Any]) -> Callable[[dict[str, Any]], Out]:
     key = f"qe:{{{ns}|cumulative}}"
 

@@ -336,8 +336,6 @@ class ModelConnectionQuotas:
         return float(self.ip_rates.rate_for(ip)) if f"ip:{ip}" in self.sensors else None
 
 
-
-
 # ---------------------------------------------------------------- Redis
 
 

@@ -365,8 +365,6 @@ def earlier_quotas(preview: ImpactPreview) -> list[str]:
     return sorted(found)
 
 
-
-
 def summary(preview: ImpactPreview | None) -> dict[str, Any] | None:
     """What the pages show of a finished preview: the replay's figures and the advice (the strictest client's)."""
     if preview is None or preview.state != PreviewState.DONE or not preview.result:

@@ -127,11 +127,9 @@ def budget_figures(rows: pd.DataFrame, budget: float, window_ms: int) -> dict | 
                                          for _, g in rows.groupby(["cluster", "user", "client_id"]))}
 
 
-
 def runs(a: np.ndarray) -> Iterator[tuple[int, int]]:
     """(start, end) of each run of equal values in ``a``."""
     return itertools.pairwise([0, *(np.flatnonzero(a[1:] != a[:-1]) + 1).tolist(), len(a)]) if len(a) else iter(())
-
 
 
 def replay_entity(part: Figures, user: str, client_id: str, broker: np.ndarray, t_ms: np.ndarray,

@@ -28,8 +28,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CELERY = str(Path(sys.executable).with_name("celery"))
 
 
-
-
 class Worker:
     """A `celery worker` subprocess: start, stop (warm), kill (SIGKILL of its whole process group)."""
 

@@ -53,15 +53,12 @@ QUORUM_LOST_GRACE_S = 3.0
 TOOL_JVM_OPTS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 
-
 class KafkaError(RuntimeError):
     """The cluster could not be fetched, formatted, started or stopped; the message says where to look."""
 
 
 def _log(message: str) -> None:
     print(f"kafka_cluster: {message}", file=sys.stderr, flush=True)
-
-
 
 
 def _sha256(path: Path) -> str:

@@ -72,6 +72,7 @@ BROKERS_TTL_S = 30.0
 #: Up to this many changed entities are verified one by one (an exact filter each), more with one full describe.
 VERIFY_ENTITIES_ONE_BY_ONE = 8
 
+
 class KafkaConnector:
     """Applies and describes the desired state of Kafka brokers (``Target.address`` is ``host:port``).
 

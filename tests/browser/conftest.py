@@ -98,10 +98,6 @@ def chromium(django_db_setup: None) -> Iterator[Any]:
     pw.stop()
 
 
-
-
-
-
 @dataclass
 class Portal:
     """The running portal: its URL, the environment of its processes, what runs beside it, and their logs."""

@@ -59,7 +59,6 @@ def w(engine_redis: redis.Redis) -> dict[str, Any]:
     return w
 
 
-
 def drifted(w: dict[str, Any]) -> Broker:
     """Two quotas pushed to every broker of prod; then broker 1 changed behind the portal's back and reconciled."""
     set_quota(w["prod"], "svc-a-1", 1000, PBR)

@@ -39,8 +39,6 @@ PBR, CBR = "producer_byte_rate", "consumer_byte_rate"
 User = get_user_model()
 
 
-
-
 def browser(user: Any, *, csrf: bool = False) -> Client:
     """A logged-in session, as a person's browser holds it."""
     client = Client(enforce_csrf_checks=csrf)

@@ -35,7 +35,6 @@ pytestmark = pytest.mark.django_db
 PBR = "producer_byte_rate"
 
 
-
 def item(user: str) -> tuple[str, str, str]:
     return (QUOTA, EntityRef(user=user).field(), PBR)
 

@@ -63,7 +63,6 @@ def cluster(redis_url: str, engine_redis_url: str, lone_redis: RedisServer) -> I
         engine.close()
 
 
-
 def state_of(cluster: Cluster, broker_id: int, url: str) -> NamespaceState:
     return NamespaceState(connect(url, 5.0), namespace_for_broker(cluster.name, broker_id), broker_id)
 

@@ -58,7 +58,6 @@ def make_cluster(services: dict[str, Any], transactional_db: None) -> Callable[[
     return make
 
 
-
 @pytest.fixture
 def sockets(services: dict[str, Any]) -> Iterator[Callable[[Any], Socket]]:
     """Open sockets as a user (None = anonymous); all closed at the end."""
@@ -72,7 +71,6 @@ def sockets(services: dict[str, Any]) -> Iterator[Callable[[Any], Socket]]:
     yield open_as
     for s in opened:
         s.close()
-
 
 
 @pytest.fixture

@@ -56,7 +56,6 @@ def w(engine_redis: redis.Redis) -> dict[str, Any]:
     return w
 
 
-
 def approved(w: dict[str, Any], value: float = 1000) -> QuotaRequest:
     """A request of alice's, approved by the other admin: its version is committed, its pushes pending."""
     request = quota_requests.submit(w["alice"], w["a"], w["prod"], user="svc-a-1", client_id=None, key=PBR, value=value)

@@ -47,10 +47,6 @@ PBR, CBR = "producer_byte_rate", "consumer_byte_rate"
 User = get_user_model()
 
 
-
-
-
-
 @pytest.fixture
 def world(engine_redis: redis.Redis) -> dict[str, Any]:
     """Two tenants with a member each (plus a second member of team-a), two admins and an auditor."""
