@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterable
+from typing import Any
 
 import redis
 
@@ -42,3 +44,11 @@ def queued_pushes(client: redis.Redis) -> list[tuple[int, int | None]]:
         else:
             out.append((args[0], args[1]))  # type: ignore[arg-type]
     return out
+
+
+def cluster_with_brokers(broker_ids: Iterable[int], **fields: Any) -> Cluster:
+    """A cluster of the portal (``fields`` as ``Cluster``'s) with brokers of these ids at ``b<id>:9092``."""
+    cluster = Cluster.objects.create(**fields)
+    for i in broker_ids:
+        cluster.brokers.create(broker_id=i, host=f"b{i}:9092")
+    return cluster

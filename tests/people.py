@@ -1,13 +1,16 @@
-"""The people of the portal tests: users in the role groups the migrations create, and their clients."""
+"""The people of the portal tests: users in the role groups the migrations create, their clients, their tenants."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+from quotas.models import OwnedName, Tenant
 
 
 def make_user(username: str, *, staff: bool = False, groups: tuple[str, ...] = ()) -> Any:
@@ -35,3 +38,14 @@ def roles() -> dict[str, Any]:
         "alice2": make_user("alice2"),
         "bob": make_user("bob"),
     }
+
+
+def make_tenant(name: str, *members: Any, users: Sequence[str] = (), client_ids: Sequence[str] = ()) -> Tenant:
+    """A tenant with these members, owning the principals (``users``) and client-ids of these name patterns."""
+    tenant = Tenant.objects.create(name=name)
+    if members:
+        tenant.members.add(*members)
+    for kind, patterns in (("user", users), ("client-id", client_ids)):
+        for pattern in patterns:
+            OwnedName.objects.create(tenant=tenant, entity_type=kind, pattern=pattern)
+    return tenant

@@ -32,7 +32,8 @@ from django.contrib.auth.hashers import make_password
 
 from devtools.processes import stop_session
 from devtools.redis_server import free_port
-from quotas.models import Cluster, OwnedName, Tenant
+from quotas.models import OwnedName, Tenant
+from tests.brokers import cluster_with_brokers
 from tests.celery_worker import celery_queue_clean  # noqa: F401 (a fixture)
 from tests.database import database_url
 from tests.redis_keys import keys_cleared
@@ -253,7 +254,6 @@ def world(engine_redis: redis.Redis, monitor_keys: redis.Redis) -> dict[str, Any
     b.members.add(bob)
     OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
     OwnedName.objects.create(tenant=b, entity_type="user", pattern="svc-b-*")
-    cluster = Cluster.objects.create(name=CLUSTER, capacity_in_bytes_per_s=10_000_000)
-    for i in range(3):
-        cluster.brokers.create(broker_id=i, host=f"b{i}:9092")  # engine namespaces bprod.broker-<i> in the test Redis
+    # engine namespaces bprod.broker-<i> in the test Redis
+    cluster = cluster_with_brokers(range(3), name=CLUSTER, capacity_in_bytes_per_s=10_000_000)
     return {"alice": alice, "bob": bob, "admin": admin, "a": a, "b": b, "cluster": cluster, "redis": engine_redis}

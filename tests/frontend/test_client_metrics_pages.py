@@ -9,9 +9,9 @@ import pytest
 import redis
 from django.test import Client
 
-from quotas.models import ClientMetricsSubscription, Cluster, OwnedName, SubscriptionRequest, Tenant, alter_subscription
+from quotas.models import ClientMetricsSubscription, Cluster, SubscriptionRequest, Tenant, alter_subscription
 from tests.brokers import push_everywhere
-from tests.people import roles
+from tests.people import make_tenant, roles
 
 pytestmark = pytest.mark.django_db
 PAGE = "/clusters/prod/client-metrics/"
@@ -20,9 +20,7 @@ PAGE = "/clusters/prod/client-metrics/"
 @pytest.fixture
 def w(engine_redis: redis.Redis) -> dict[str, Any]:
     w: dict[str, Any] = roles()
-    a = Tenant.objects.create(name="team-a")
-    a.members.add(w["alice"])
-    OwnedName.objects.create(tenant=a, entity_type="client-id", pattern="app-1")
+    a = make_tenant("team-a", w["alice"], client_ids=["app-1"])
     prod = Cluster.objects.create(name="prod")
     prod.brokers.create(broker_id=1, host="b1:9092")
     w.update(a=a, prod=prod)

@@ -26,15 +26,13 @@ from quotas.models import (
     Broker,
     Cluster,
     Drift,
-    OwnedName,
     QuotaRequest,
-    Tenant,
 )
 from quotas.push import reconcile, target_push
 from quotas.tasks import heal
 from quotas.workflow import quota_requests
-from tests.brokers import push_everywhere, set_quota
-from tests.people import make_user, roles
+from tests.brokers import cluster_with_brokers, push_everywhere, set_quota
+from tests.people import make_tenant, make_user, roles
 
 from .test_quota_pages import assert_accessible, browser, parse, text
 
@@ -49,12 +47,8 @@ REAPPLY = "Re-apply desired state"
 def w(engine_redis: redis.Redis) -> dict[str, Any]:
     """The people, team-a (alice owns svc-a-*), cluster prod with 3 brokers, and the test Redis."""
     w: dict[str, Any] = roles()
-    a = Tenant.objects.create(name="team-a")
-    a.members.add(w["alice"], w["alice2"])
-    OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
-    prod = Cluster.objects.create(name="prod")
-    for i in range(3):
-        prod.brokers.create(broker_id=i, host=f"b{i}:9092")
+    a = make_tenant("team-a", w["alice"], w["alice2"], users=["svc-a-*"])
+    prod = cluster_with_brokers(range(3), name="prod")
     w.update(a=a, prod=prod, redis=engine_redis)
     return w
 

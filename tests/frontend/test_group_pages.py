@@ -23,13 +23,12 @@ from quotas.models import (
     OwnedName,
     QuotaGroup,
     QuotaRequest,
-    Tenant,
     create_group,
     set_exempt,
     set_group_values,
 )
 from quotas.workflow import quota_requests
-from tests.people import roles
+from tests.people import make_tenant, roles
 
 pytestmark = pytest.mark.django_db
 PBR, CBR = "producer_byte_rate", "consumer_byte_rate"
@@ -51,13 +50,8 @@ def w() -> dict[str, Any]:
     """team-a (alice; svc-a-*, batch-a) and team-b (bob; svc-b-*) on Kafka cluster kprod: a tenant group of team-a
     with a cluster-wide value, a principals group of team-b, one exempt principal."""
     w: dict[str, Any] = roles()
-    a = Tenant.objects.create(name="team-a")
-    a.members.add(w["alice"], w["alice2"])
-    OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
-    OwnedName.objects.create(tenant=a, entity_type="user", pattern="batch-a")
-    b = Tenant.objects.create(name="team-b")
-    b.members.add(w["bob"])
-    OwnedName.objects.create(tenant=b, entity_type="user", pattern="svc-b-*")
+    a = make_tenant("team-a", w["alice"], w["alice2"], users=["svc-a-*", "batch-a"])
+    b = make_tenant("team-b", w["bob"], users=["svc-b-*"])
     cluster = Cluster.objects.create(name="kprod", connector=ConnectorKind.KAFKA)
     ga = create_group(w["admin"], cluster, a, "team-a-all", GroupKind.TENANT)
     set_group_values(w["admin"], ga, {PBR: (3 * MIB, BudgetScope.CLUSTER_WIDE), CBR: (MIB, None)})

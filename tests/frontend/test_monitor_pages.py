@@ -36,7 +36,8 @@ from quotas.models import (
     owned_by_any,
 )
 from quotas.workflow import quota_requests
-from tests.people import make_user, roles
+from tests.brokers import cluster_with_brokers
+from tests.people import make_tenant, make_user, roles
 from tests.redis_keys import keys_cleared
 
 from .test_quota_pages import assert_accessible, browser, parse, text
@@ -57,19 +58,11 @@ def mon(redis_url: str) -> Iterator[redis.Redis]:
 @pytest.fixture
 def w(mon: redis.Redis) -> dict[str, Any]:
     """team-a owns svc-a-* and app-a-*, team-b owns svc-b-*; cluster monpages with 3 brokers and a few quotas."""
-    from quotas.models import Cluster
 
     w: dict[str, Any] = roles()
-    a = Tenant.objects.create(name="team-a")
-    a.members.add(w["alice"], w["alice2"])
-    OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
-    OwnedName.objects.create(tenant=a, entity_type="client-id", pattern="app-a-*")
-    b = Tenant.objects.create(name="team-b")
-    b.members.add(w["bob"])
-    OwnedName.objects.create(tenant=b, entity_type="user", pattern="svc-b-*")
-    cluster = Cluster.objects.create(name=CLUSTER)
-    for i in range(3):
-        cluster.brokers.create(broker_id=i, host=f"b{i}:9092")
+    a = make_tenant("team-a", w["alice"], w["alice2"], users=["svc-a-*"], client_ids=["app-a-*"])
+    b = make_tenant("team-b", w["bob"], users=["svc-b-*"])
+    cluster = cluster_with_brokers(range(3), name=CLUSTER)
     rows = [
         ([("user", "svc-a-1")], PBR, 1000),
         ([("user", "svc-b-1")], PBR, 3000),

@@ -31,7 +31,8 @@ from quotas.models import (
 )
 from quotas.models.capacity import capacity_check
 from quotas.workflow import quota_requests
-from tests.people import make_user, roles
+from tests.brokers import cluster_with_brokers
+from tests.people import make_tenant, make_user, roles
 
 pytestmark = pytest.mark.django_db
 
@@ -54,13 +55,10 @@ def w() -> dict[str, Any]:
     a.members.add(w["alice"], w["alice2"])
     OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
     OwnedName.objects.create(tenant=a, entity_type="client-id", pattern="app-a-*")
-    b = Tenant.objects.create(name="team-b")
-    b.members.add(w["bob"])
-    OwnedName.objects.create(tenant=b, entity_type="user", pattern="svc-b-*")
-    OwnedName.objects.create(tenant=b, entity_type="client-id", pattern="app-b-?")
-    cluster = Cluster.objects.create(name="prod", capacity_in_bytes_per_s=10_000, capacity_out_bytes_per_s=50_000)
-    for i in range(3):
-        cluster.brokers.create(broker_id=i, host=f"b{i}:9092")
+    b = make_tenant("team-b", w["bob"], users=["svc-b-*"], client_ids=["app-b-?"])
+    cluster = cluster_with_brokers(
+        range(3), name="prod", capacity_in_bytes_per_s=10_000, capacity_out_bytes_per_s=50_000
+    )
     cluster.listeners.create(name="INTERNAL", is_inter_broker=True)
     rows = [
         ([("user", "svc-a-1")], PBR, 1000),

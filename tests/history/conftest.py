@@ -16,7 +16,8 @@ import redis
 
 from engine import usage_log
 from pipeline import landing
-from quotas.models import Cluster, OwnedName, Tenant
+from quotas.models import OwnedName, Tenant
+from tests.brokers import cluster_with_brokers
 from tests.celery_worker import celery_queue_clean, worker_factory  # noqa: F401 (fixtures)
 from tests.people import roles
 from tests.redis_keys import keys_cleared
@@ -36,9 +37,7 @@ def world(engine_redis: redis.Redis) -> dict[str, Any]:
     OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
     OwnedName.objects.create(tenant=a, entity_type="client-id", pattern="app-a-*")
     OwnedName.objects.create(tenant=b, entity_type="user", pattern="svc-b-*")
-    w["cluster"] = Cluster.objects.create(name=CLUSTER)
-    for i in (1, 2):
-        w["cluster"].brokers.create(broker_id=i, host=f"b{i}:9092")
+    w["cluster"] = cluster_with_brokers((1, 2), name=CLUSTER)
     return w
 
 

@@ -19,14 +19,13 @@ from quotas.models import (
     Cluster,
     DesiredChange,
     DesiredStateVersion,
-    OwnedName,
     QuotaOp,
     QuotaValue,
-    Tenant,
     alter_client_quotas,
 )
 from quotas.workflow import errors, plan_requests
-from tests.people import api, roles
+from tests.brokers import cluster_with_brokers
+from tests.people import api, make_tenant, roles
 
 pytestmark = pytest.mark.django_db
 PBR = "producer_byte_rate"
@@ -37,12 +36,10 @@ HEAD = "apiVersion: quotas/v1\nkind: ClusterQuotas\ncluster: kprod\n"
 @pytest.fixture
 def w(engine_redis: redis.Redis) -> dict[str, Any]:
     w: dict[str, Any] = roles()
-    a = Tenant.objects.create(name="team-a")
-    a.members.add(w["alice"])
-    OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
-    kprod = Cluster.objects.create(name="kprod", connector=ConnectorKind.KAFKA, capacity_in_bytes_per_s=64 * MiB)
-    for i in (1, 2, 3):
-        kprod.brokers.create(broker_id=i, host=f"b{i}:9092")
+    a = make_tenant("team-a", w["alice"], users=["svc-a-*"])
+    kprod = cluster_with_brokers(
+        (1, 2, 3), name="kprod", connector=ConnectorKind.KAFKA, capacity_in_bytes_per_s=64 * MiB
+    )
     alter_client_quotas(kprod, [
         Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 10 * MiB, scope="cluster_wide")]),
         Alteration([("user", "svc-a-2")], [QuotaOp(PBR, MiB)]),

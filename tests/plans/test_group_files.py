@@ -23,11 +23,9 @@ from quotas.models import (
     DesiredStateVersion,
     ExemptPrincipal,
     GroupValue,
-    OwnedName,
     PlanRequest,
     QuotaGroup,
     QuotaOp,
-    Tenant,
     alter_client_quotas,
     create_group,
     plan_groups,
@@ -35,7 +33,8 @@ from quotas.models import (
     set_group_values,
 )
 from quotas.workflow import errors, plan_requests
-from tests.people import api, roles
+from tests.brokers import cluster_with_brokers
+from tests.people import api, make_tenant, roles
 
 pytestmark = pytest.mark.django_db
 PBR, CBR = "producer_byte_rate", "consumer_byte_rate"
@@ -46,14 +45,9 @@ HEAD = "apiVersion: quotas/v1\nkind: ClusterQuotas\ncluster: kpay\n"
 @pytest.fixture
 def w(engine_redis: redis.Redis) -> dict[str, Any]:
     w: dict[str, Any] = roles()
-    pay = Tenant.objects.create(name="payments")
-    pay.members.add(w["alice"])
-    OwnedName.objects.create(tenant=pay, entity_type="user", pattern="svc-pay-*")
-    ops = Tenant.objects.create(name="ops")
-    OwnedName.objects.create(tenant=ops, entity_type="user", pattern="ops-*")
-    kpay = Cluster.objects.create(name="kpay", connector=ConnectorKind.KAFKA, capacity_in_bytes_per_s=64 * MiB)
-    for i in (1, 2, 3):
-        kpay.brokers.create(broker_id=i, host=f"b{i}:9092")
+    pay = make_tenant("payments", w["alice"], users=["svc-pay-*"])
+    ops = make_tenant("ops", users=["ops-*"])
+    kpay = cluster_with_brokers((1, 2, 3), name="kpay", connector=ConnectorKind.KAFKA, capacity_in_bytes_per_s=64 * MiB)
     group = create_group(w["admin"], kpay, pay, "payments", "tenant")
     set_group_values(w["admin"], group, {PBR: (3 * MiB, "cluster_wide"), CBR: (8 * MiB, None)})
     tools = create_group(w["admin"], kpay, ops, "ops-tools", "principals", principals=["ops-a"])

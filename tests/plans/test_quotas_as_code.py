@@ -24,19 +24,17 @@ from quotas.models import (
     ConfigResource,
     DesiredChange,
     DesiredStateVersion,
-    OwnedName,
     Plan,
     PlanRequest,
     Push,
     QuotaOp,
     QuotaValue,
-    Tenant,
     alter_client_quotas,
     alter_configs,
     alter_subscription,
 )
-from tests.brokers import push_everywhere, set_quota
-from tests.people import api, roles
+from tests.brokers import cluster_with_brokers, push_everywhere, set_quota
+from tests.people import api, make_tenant, roles
 
 pytestmark = pytest.mark.django_db
 PBR, CBR = "producer_byte_rate", "consumer_byte_rate"
@@ -54,16 +52,9 @@ def w(engine_redis: redis.Redis) -> dict[str, Any]:
     """team-a (alice: users svc-a-*, client-ids app-*), team-b (bob: users svc-b-*); prod with brokers 1 and 2,
     4 MiB/s of ingress, quotas at several levels, a broker config and a subscription of team-a."""
     w: dict[str, Any] = roles()
-    a = Tenant.objects.create(name="team-a")
-    a.members.add(w["alice"], w["alice2"])
-    OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
-    OwnedName.objects.create(tenant=a, entity_type="client-id", pattern="app-*")
-    b = Tenant.objects.create(name="team-b")
-    b.members.add(w["bob"])
-    OwnedName.objects.create(tenant=b, entity_type="user", pattern="svc-b-*")
-    prod = Cluster.objects.create(name="prod", capacity_in_bytes_per_s=4 * MiB)
-    for i in (1, 2):
-        prod.brokers.create(broker_id=i, host=f"b{i}:9092")
+    a = make_tenant("team-a", w["alice"], w["alice2"], users=["svc-a-*"], client_ids=["app-*"])
+    b = make_tenant("team-b", w["bob"], users=["svc-b-*"])
+    prod = cluster_with_brokers((1, 2), name="prod", capacity_in_bytes_per_s=4 * MiB)
     alter(prod, {"user": "svc-a-1"}, **{PBR: MiB})
     alter(prod, {"user": "svc-a-1", "client-id": "app-1"}, **{PBR: 512 * 1024, CBR: 2 * MiB})
     alter(prod, {"user": "svc-b-1"}, **{PBR: 3 * MiB})

@@ -30,13 +30,13 @@ from engine.desired import NamespaceState
 from portal import backups
 from portal.backups import PG_MAGIC, SQLITE_MAGIC, BackupError
 from quotas.connectors.base import QUOTA
-from quotas.models import AuditEntry, Cluster, DesiredStateVersion, Drift, OwnedName, QuotaValue, Tenant
+from quotas.models import AuditEntry, DesiredStateVersion, Drift, QuotaValue
 from quotas.models.pushes import RESTORE_FENCE
 from quotas.push import reconcile, resolve
 from quotas.workflow import quota_requests
-from tests.brokers import push_everywhere
+from tests.brokers import cluster_with_brokers, push_everywhere
 from tests.database import database_url, drop_database, on_postgres
-from tests.people import make_user
+from tests.people import make_tenant, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the backup and the restore see what the test committed
 
@@ -47,13 +47,10 @@ PBR, CBR = "producer_byte_rate", "consumer_byte_rate"
 @pytest.fixture
 def w(engine_redis: redis.Redis) -> dict[str, Any]:
     """team-a (alice asks for svc-a-*), two admins, and cluster prod with two engine brokers."""
-    a = Tenant.objects.create(name="team-a")
-    OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
+    a = make_tenant("team-a", users=["svc-a-*"])
     alice = make_user("alice")
     a.members.add(alice)
-    prod = Cluster.objects.create(name="prod")
-    for i in (1, 2):
-        prod.brokers.create(broker_id=i, host=f"b{i}:9092")
+    prod = cluster_with_brokers((1, 2), name="prod")
     return {"a": a, "alice": alice, "root": make_user("root", staff=True), "ops": make_user("ops", staff=True),
             "prod": prod, "redis": engine_redis}  # fmt: skip
 

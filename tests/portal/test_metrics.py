@@ -11,9 +11,9 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from quotas.models import Alteration, Cluster, OwnedName, Push, QuotaOp, Tenant, alter_client_quotas
+from quotas.models import Alteration, Cluster, Push, QuotaOp, alter_client_quotas
 from quotas.workflow import quota_requests
-from tests.people import make_user
+from tests.people import make_tenant, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -31,8 +31,7 @@ def scrape(client: Client, **headers: str) -> dict[tuple[str, tuple[tuple[str, s
 
 def test_requests_pushes_latency_and_queues_are_counted(engine_redis: redis.Redis) -> None:
     cluster = Cluster.objects.create(name="prod")  # an engine cluster with no broker: versions, no push rows
-    tenant = Tenant.objects.create(name="team")
-    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="svc-*")
+    tenant = make_tenant("team", users=["svc-*"])
     alice = make_user("alice")
     tenant.members.add(alice)
     quota_requests.submit(alice, tenant, cluster, user="svc-1", client_id=None, key="producer_byte_rate", value=1024)

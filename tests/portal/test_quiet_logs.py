@@ -20,9 +20,9 @@ import pytest
 
 from portal.logs import ACCESS_LOGGER, QuietProbes, log_probes
 from quotas import notify
-from quotas.models import Cluster, OwnedName, RequestState, Tenant
+from quotas.models import Cluster, RequestState
 from quotas.workflow import quota_requests
-from tests.people import roles
+from tests.people import make_tenant, roles
 from tests.services import service_env, start_server
 from tests.waiting import wait_for
 
@@ -89,9 +89,7 @@ def test_a_mail_without_a_mail_server_is_logged_at_info(caplog: Any, settings: A
     people = roles()
     people["alice"].email = "alice@team-a.test"
     people["alice"].save()
-    tenant = Tenant.objects.create(name="team-a")
-    tenant.members.add(people["alice"])
-    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="svc-a-*")
+    tenant = make_tenant("team-a", people["alice"], users=["svc-a-*"])
     cluster = Cluster.objects.create(name="prod")
     request = quota_requests.submit(people["alice"], tenant, cluster, user="svc-a-1", client_id=None,
                                     key="producer_byte_rate", value=1024)

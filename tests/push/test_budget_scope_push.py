@@ -23,15 +23,13 @@ from quotas.models import (
     Broker,
     Cluster,
     Drift,
-    OwnedName,
     Push,
     QuotaOp,
-    Tenant,
     alter_client_quotas,
 )
 from quotas.push import reconcile, resolve, target_push
 from quotas.workflow import quota_requests
-from tests.people import make_user
+from tests.people import make_tenant, make_user
 from tests.push.fake_kafka import FakeKafka
 
 pytestmark = pytest.mark.django_db
@@ -111,8 +109,7 @@ def test_a_value_joins_the_scope_before_kafka_takes_it_and_leaves_after(
 def test_a_push_whose_scope_cannot_be_written_is_retried_never_reported_applied(
     kafka: FakeKafka, cluster: Cluster, budget_redis: redis.Redis, redis_url: str
 ) -> None:
-    tenant = Tenant.objects.create(name="team")
-    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="alice")
+    tenant = make_tenant("team", users=["alice"])
     alice, root = make_user("alice"), make_user("root", staff=True)
     tenant.members.add(alice)
     asked = quota_requests.submit(alice, tenant, cluster, user="alice", client_id=None, key=PBR, value=3000,

@@ -15,8 +15,9 @@ from engine.entities import QuotaType
 from engine.groups import GroupSpec
 from engine.managers import UsageRecord
 from quotas.choices import BudgetScope
-from quotas.models import Broker, Cluster, GroupKind, OwnedName, Tenant, create_group, set_exempt, set_group_values
+from quotas.models import Broker, Cluster, GroupKind, create_group, set_exempt, set_group_values
 from quotas.push import reconcile, target_push
+from tests.people import make_tenant
 from traffic.engine_budgets import BrokerBudgets
 
 pytestmark = pytest.mark.django_db
@@ -31,8 +32,7 @@ def test_a_group_on_a_per_broker_engine_cluster_is_pushed_and_enforced_by_its_br
     staging = Cluster.objects.create(name="gstaging")  # an engine cluster, per broker
     for i in (1, 2):
         Broker.objects.create(cluster=staging, broker_id=i, host=f"e{i}:9092")
-    tenant = Tenant.objects.create(name="payments")
-    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="svc-pay-*")
+    tenant = make_tenant("payments", users=["svc-pay-*"])
     group = create_group(None, staging, tenant, "payments", GroupKind.TENANT)
     set_group_values(None, group, {PBR: (BUDGET, BudgetScope.CLUSTER_WIDE)})
     set_exempt(None, staging, "replicator", True)

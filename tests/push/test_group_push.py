@@ -20,6 +20,7 @@ from quotas.choices import BudgetScope, ConnectorKind
 from quotas.connectors.base import GROUP
 from quotas.models import Cluster, Drift, GroupKind, OwnedName, Tenant, create_group, set_exempt, set_group_values
 from quotas.push import reconcile, resolve, target_push
+from tests.people import make_tenant
 from tests.push.fake_kafka import FakeKafka
 
 pytestmark = pytest.mark.django_db
@@ -33,8 +34,7 @@ def cluster() -> Cluster:
 
 @pytest.fixture
 def tenant() -> Tenant:
-    t = Tenant.objects.create(name="payments")
-    OwnedName.objects.create(tenant=t, entity_type="user", pattern="svc-pay-*")
+    t = make_tenant("payments", users=["svc-pay-*"])
     return t
 
 

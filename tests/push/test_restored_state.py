@@ -20,13 +20,13 @@ from engine.config import EntityRef, namespace_for_broker
 from engine.desired import NamespaceState
 from quotas.choices import ConnectorKind
 from quotas.connectors.base import QUOTA, PushError
-from quotas.models import AuditEntry, Broker, Cluster, DesiredStateVersion, Drift, OwnedName, Push, QuotaValue, Tenant
+from quotas.models import AuditEntry, Broker, Cluster, DesiredStateVersion, Drift, Push, QuotaValue
 from quotas.models.pushes import RESTORE_FENCE
 from quotas.push import reconcile, resolve, target_push
 from quotas.workflow import quota_requests
 from tests.brokers import set_quota
 from tests.database import drop_database
-from tests.people import make_user
+from tests.people import make_tenant, make_user
 from tests.push.test_kafka_pushes import bare_kafka, each_broker, quotas_on  # noqa: F401 (a fixture)
 
 PBR = "producer_byte_rate"
@@ -82,8 +82,7 @@ def test_kafka_keeps_what_it_holds_though_the_backup_booked_no_push_to_it(
     cluster = Cluster.objects.create(name=f"kprod-{uuid.uuid4().hex[:6]}", connector=ConnectorKind.KAFKA)
     for node in kafka_cluster.nodes:
         Broker.objects.create(cluster=cluster, broker_id=node.node_id, host=node.address("PLAINTEXT"))
-    team = Tenant.objects.create(name="team-a")
-    OwnedName.objects.create(tenant=team, entity_type="user", pattern="svc-*")
+    team = make_tenant("team-a", users=["svc-*"])
     alice, root, ops = make_user("alice"), make_user("root", staff=True), make_user("ops", staff=True)
     team.members.add(alice)
 

@@ -17,7 +17,7 @@ from devtools.redis_server import free_port
 from engine.budget_store import BudgetStore
 from quotas.choices import ConnectorKind
 from quotas.models import Alteration, Cluster, QuotaOp, alter_client_quotas
-from tests.people import api, make_user
+from tests.people import api, make_tenant, make_user
 from tests.redis_keys import keys_cleared
 
 pytestmark = pytest.mark.django_db
@@ -153,10 +153,9 @@ def test_a_budget_redis_that_cannot_be_read_is_unknown_not_an_error(clusters: di
 
 def test_groups_or_exempt_principals_without_the_callback_are_degraded(clusters: dict[str, Any]) -> None:
     """Only the brokers' quota callback enforces a group or an exemption: with none reporting, they do nothing."""
-    from quotas.models import GroupKind, OwnedName, Tenant, create_group, set_exempt, set_group_values
+    from quotas.models import GroupKind, create_group, set_exempt, set_group_values
 
-    tenant = Tenant.objects.create(name="team")
-    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="svc-*")
+    tenant = make_tenant("team", users=["svc-*"])
     group = create_group(None, clusters["kprod"], tenant, "team", GroupKind.TENANT)
     body = health()
     assert body["status"] == "degraded"

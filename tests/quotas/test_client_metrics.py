@@ -24,18 +24,16 @@ from quotas.models import (
     DesiredChange,
     DesiredStateVersion,
     Drift,
-    OwnedName,
     Push,
     SubscriptionRequest,
-    Tenant,
     alter_subscription,
 )
 from quotas.models.desired import desired_state
 from quotas.push import reconcile, resolve, target_push
 from quotas.workflow import subscription_requests
 from quotas.workflow.errors import InvalidRequest, PermissionDenied
-from tests.brokers import push_everywhere
-from tests.people import api, roles
+from tests.brokers import cluster_with_brokers, push_everywhere
+from tests.people import api, make_tenant, roles
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
@@ -47,13 +45,8 @@ SUB = {"name": "app-metrics", "metrics": "org.apache.kafka.producer.", "interval
 def w(engine_redis: redis.Redis) -> dict[str, Any]:
     """The people, team-a (alice owns client-ids app-1 and svc-a-*), cluster prod with brokers 1 and 2."""
     w: dict[str, Any] = roles()
-    a = Tenant.objects.create(name="team-a")
-    a.members.add(w["alice"])
-    OwnedName.objects.create(tenant=a, entity_type="client-id", pattern="app-1")
-    OwnedName.objects.create(tenant=a, entity_type="client-id", pattern="svc-a-*")
-    prod = Cluster.objects.create(name="prod")
-    for i in (1, 2):
-        prod.brokers.create(broker_id=i, host=f"b{i}:9092")
+    a = make_tenant("team-a", w["alice"], client_ids=["app-1", "svc-a-*"])
+    prod = cluster_with_brokers((1, 2), name="prod")
     w.update(a=a, prod=prod, redis=engine_redis)
     return w
 

@@ -14,6 +14,7 @@ from django.core.management.base import CommandError
 
 from quotas.management.live_sources import CLIENT, PROMETHEUS, live_source, parse
 from quotas.models import Cluster
+from tests.people import make_tenant
 
 
 def test_the_setting_names_the_exceptions_and_prometheus_is_the_default() -> None:
@@ -73,11 +74,10 @@ def test_a_groups_sensor_is_bounded_by_the_groups_value() -> None:
     is the group's value (a member's own sensor keeps its own)."""
     from observe.kafka_quotas import Entity
     from quotas.management.commands.prometheus_source import Bounds
-    from quotas.models import GroupKind, OwnedName, Tenant, create_group, set_group_values
+    from quotas.models import GroupKind, create_group, set_group_values
 
     cluster = Cluster.objects.create(name="lsrc-groups", connector="kafka", bootstrap_servers="127.0.0.1:9")
-    tenant = Tenant.objects.create(name="lsrc-team")
-    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="svc-*")
+    tenant = make_tenant("lsrc-team", users=["svc-*"])
     group = create_group(None, cluster, tenant, "team", GroupKind.TENANT)
     set_group_values(None, group, {"producer_byte_rate": (4096.0, "cluster_wide")})
     bounds = Bounds(cluster)

@@ -41,7 +41,6 @@ from quotas.models import (
     QuotaOp,
     QuotaRequest,
     SubscriptionRequest,
-    Tenant,
     Webhook,
     WebhookDelivery,
     alter_client_quotas,
@@ -49,9 +48,9 @@ from quotas.models import (
 )
 from quotas.push import target_push
 from quotas.workflow import errors, plan_requests, quota_requests, subscription_requests
-from tests.brokers import push_everywhere
+from tests.brokers import cluster_with_brokers, push_everywhere
 from tests.celery_worker import celery_queue_clean, worker_factory  # noqa: F401 (fixtures)
-from tests.people import api, roles
+from tests.people import api, make_tenant, roles
 from tests.waiting import wait_for
 
 assert tasks.deliver_webhook.name in celery_app.tasks  # the tasks are registered (as in a worker)
@@ -205,15 +204,9 @@ def w(engine_redis: redis.Redis) -> dict[str, Any]:
                           ("auditor", "audit@ops.test"), ("bob", "bob@team-b.test")):
         User.objects.filter(pk=people[name].pk).update(email=address)
         people[name].refresh_from_db()
-    a = Tenant.objects.create(name="team-a")
-    a.members.add(people["alice"], people["alice2"])
-    OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
-    b = Tenant.objects.create(name="team-b")
-    b.members.add(people["bob"])
-    OwnedName.objects.create(tenant=b, entity_type="user", pattern="svc-b-*")
-    cluster = Cluster.objects.create(name="prod")
-    for i in range(2):
-        cluster.brokers.create(broker_id=i, host=f"b{i}:9092")
+    a = make_tenant("team-a", people["alice"], people["alice2"], users=["svc-a-*"])
+    b = make_tenant("team-b", people["bob"], users=["svc-b-*"])
+    cluster = cluster_with_brokers(range(2), name="prod")
     people.update(a=a, b=b, cluster=cluster)
     return people
 
@@ -819,9 +812,7 @@ def test_a_real_worker_mails_and_delivers_with_retries(
     people = roles()
     User.objects.filter(pk=people["alice"].pk).update(email="alice@team-a.test")
     User.objects.filter(pk=people["admin2"].pk).update(email="ops@ops.test")
-    tenant = Tenant.objects.create(name="team-a")
-    tenant.members.add(people["alice"])
-    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="svc-a-*")
+    tenant = make_tenant("team-a", people["alice"], users=["svc-a-*"])
     Cluster.objects.create(name="prod").brokers.create(broker_id=0, host="b0:9092")
     Webhook.objects.create(tenant=tenant, name="chat", url=receiver.url, secret=SECRET, events=["request.approved"])
     worker_factory(

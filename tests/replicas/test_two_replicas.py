@@ -26,10 +26,11 @@ from rest_framework.authtoken.models import Token
 from engine.config import namespace_for_broker
 from engine.desired import NamespaceState
 from engine.monitor import Sampler
-from quotas.models import Cluster, DesiredStateVersion, OwnedName, Push, QuotaRequest, Tenant
+from quotas.models import DesiredStateVersion, Push, QuotaRequest
 from quotas.workflow import quota_requests
+from tests.brokers import cluster_with_brokers
 from tests.celery_worker import Worker
-from tests.people import roles
+from tests.people import make_tenant, roles
 from tests.services import Service, Socket, sample, service_env, session_cookie, start_relay, start_server
 from tests.waiting import wait_for
 
@@ -122,13 +123,9 @@ def test_two_replicas_and_two_workers_share_the_database_and_redis(
     replicas: dict[str, Any], worker_factory: Callable[..., Worker], engine_redis: redis.Redis, redis_url: str
 ) -> None:
     people = roles()
-    tenant = Tenant.objects.create(name="team-r")
-    tenant.members.add(people["alice"])
-    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="svc-r-*")
+    tenant = make_tenant("team-r", people["alice"], users=["svc-r-*"])
     name = f"rep-{uuid.uuid4().hex[:8]}"
-    cluster = Cluster.objects.create(name=name)
-    for i in BROKERS:
-        cluster.brokers.create(broker_id=i, host=f"b{i}:9092")
+    cluster = cluster_with_brokers(BROKERS, name=name)
     wait_for(f"the relay to tail {name}", lambda: name in replicas["relay"].text(), 10)
     workers = [worker_factory(), worker_factory()]
     tokens = {who: Token.objects.get_or_create(user=people[who])[0].key for who in ("admin", "admin2", "alice")}

@@ -25,14 +25,12 @@ from quotas.models import (
     AuditEntry,
     Broker,
     Cluster,
-    OwnedName,
     QuotaRequest,
-    Tenant,
 )
 from quotas.push import reconcile, resolve, target_push
 from quotas.workflow import quota_requests
-from tests.brokers import push_everywhere, set_quota
-from tests.people import api, make_user, roles
+from tests.brokers import cluster_with_brokers, push_everywhere, set_quota
+from tests.people import api, make_tenant, make_user, roles
 
 pytestmark = pytest.mark.django_db
 
@@ -44,12 +42,8 @@ DEAD_REDIS = "redis://127.0.0.1:1/0"  # nothing listens on port 1: a broker that
 def w(engine_redis: redis.Redis) -> dict[str, Any]:
     """The people, team-a (alice owns svc-a-*), cluster prod (3 brokers) and dev (1 broker), and the Redis."""
     w: dict[str, Any] = roles()
-    a = Tenant.objects.create(name="team-a")
-    a.members.add(w["alice"])
-    OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
-    prod = Cluster.objects.create(name="prod")
-    for i in range(3):
-        prod.brokers.create(broker_id=i, host=f"b{i}:9092")
+    a = make_tenant("team-a", w["alice"], users=["svc-a-*"])
+    prod = cluster_with_brokers(range(3), name="prod")
     dev = Cluster.objects.create(name="dev")
     dev.brokers.create(broker_id=0, host="d0:9092")
     w.update(a=a, prod=prod, dev=dev, redis=engine_redis)
@@ -290,10 +284,9 @@ def test_a_quota_set_on_the_broker_for_a_groups_member_says_which_group_it_shado
     group: the drift says which group, in the API and on the page; other drift shadows nothing."""
     from django.test import Client
 
-    from quotas.models import GroupKind, OwnedName, Tenant, create_group, set_group_values
+    from quotas.models import GroupKind, create_group, set_group_values
 
-    tenant = Tenant.objects.create(name="team-m")
-    OwnedName.objects.create(tenant=tenant, entity_type="user", pattern="mallory")
+    tenant = make_tenant("team-m", users=["mallory"])
     group = create_group(None, w["prod"], tenant, "m-apps", GroupKind.PRINCIPALS, principals=["mallory"])
     set_group_values(None, group, {PBR: (1e6, None)})
     drifted(w)

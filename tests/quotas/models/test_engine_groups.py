@@ -10,9 +10,9 @@ import pytest
 from engine.groups import entity_field
 from quotas.choices import BudgetScope, ConnectorKind
 from quotas.connectors.base import BUDGET_SCOPE, EXEMPT, GROUP, Item
-from quotas.models import Broker, Cluster, GroupKind, OwnedName, Tenant, create_group, set_exempt, set_group_values
+from quotas.models import Broker, Cluster, GroupKind, Tenant, create_group, set_exempt, set_group_values
 from quotas.models.desired import desired_state
-from tests.people import api, make_user
+from tests.people import api, make_tenant, make_user
 
 pytestmark = pytest.mark.django_db
 PBR = "producer_byte_rate"
@@ -27,8 +27,7 @@ def staging() -> Cluster:
 
 @pytest.fixture
 def tenant() -> Tenant:
-    t = Tenant.objects.create(name="payments")
-    OwnedName.objects.create(tenant=t, entity_type="user", pattern="svc-pay-*")
+    t = make_tenant("payments", users=["svc-pay-*"])
     return t
 
 

@@ -28,7 +28,7 @@ from quotas.models import (
 )
 from quotas.models.capacity import capacity_between, capacity_check
 from quotas.workflow.quota_requests import approve, submit
-from tests.people import api, make_user
+from tests.people import api, make_tenant, make_user
 
 pytestmark = pytest.mark.django_db
 PBR, CBR, RP, CMR = "producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate"
@@ -47,8 +47,7 @@ def kafka() -> Cluster:
 
 @pytest.fixture
 def tenant() -> Tenant:
-    t = Tenant.objects.create(name="payments")
-    OwnedName.objects.create(tenant=t, entity_type="user", pattern="svc-pay-*")
+    t = make_tenant("payments", users=["svc-pay-*"])
     return t
 
 

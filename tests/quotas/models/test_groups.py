@@ -37,7 +37,7 @@ from quotas.models.desired import desired_state
 from quotas.workflow.boosts import expire_boosts
 from quotas.workflow.errors import InvalidRequest, PermissionDenied
 from quotas.workflow.quota_requests import approve, submit
-from tests.people import make_user
+from tests.people import make_tenant, make_user
 
 pytestmark = pytest.mark.django_db
 PBR, CBR = "producer_byte_rate", "consumer_byte_rate"
@@ -50,9 +50,7 @@ def kafka() -> Cluster:
 
 @pytest.fixture
 def tenant() -> Tenant:
-    t = Tenant.objects.create(name="payments")
-    OwnedName.objects.create(tenant=t, entity_type="user", pattern="svc-pay-*")
-    OwnedName.objects.create(tenant=t, entity_type="user", pattern="batch-pay")
+    t = make_tenant("payments", users=["svc-pay-*", "batch-pay"])
     return t
 
 

@@ -22,18 +22,16 @@ from quotas.models import (
     Alteration,
     AuditEntry,
     Cluster,
-    OwnedName,
     QuotaOp,
     QuotaRequest,
     QuotaValue,
-    Tenant,
     alter_client_quotas,
 )
 from quotas.models.capacity import capacity_check
 from quotas.tasks import expire_boosts
 from quotas.workflow import quota_requests
-from tests.brokers import push_everywhere
-from tests.people import api, roles
+from tests.brokers import cluster_with_brokers, push_everywhere
+from tests.people import api, make_tenant, roles
 from tests.push.fake_kafka import FakeKafka, installed
 from tests.redis_keys import keys_cleared
 
@@ -51,12 +49,10 @@ def fake_kafka(redis_url: str, engine_redis: redis.Redis) -> Iterator[FakeKafka]
 def w(fake_kafka: FakeKafka) -> dict[str, Any]:
     """team-a (alice) owns svc-a-*; a Kafka cluster of 3 brokers taking 10,000 B/s in; two admins and an auditor."""
     w: dict[str, Any] = roles()
-    a = Tenant.objects.create(name="team-a")
-    a.members.add(w["alice"])
-    OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
-    cluster = Cluster.objects.create(name="kprod", connector=ConnectorKind.KAFKA, capacity_in_bytes_per_s=10_000)
-    for i in range(3):
-        cluster.brokers.create(broker_id=i, host=f"b{i}:9092")
+    a = make_tenant("team-a", w["alice"], users=["svc-a-*"])
+    cluster = cluster_with_brokers(
+        range(3), name="kprod", connector=ConnectorKind.KAFKA, capacity_in_bytes_per_s=10_000
+    )
     w.update(a=a, cluster=cluster, kafka=fake_kafka)
     return w
 

@@ -21,21 +21,19 @@ from quotas.models import (
     Alteration,
     Approval,
     AuditEntry,
-    Cluster,
     DesiredStateVersion,
     Drift,
-    OwnedName,
     PlanRequest,
     QuotaOp,
     QuotaRequest,
     QuotaValue,
-    Tenant,
     audited_alter,
 )
 from quotas.push.resolve import adopt
 from quotas.tasks import expire_boosts
 from quotas.workflow import quota_requests
-from tests.people import api, roles
+from tests.brokers import cluster_with_brokers
+from tests.people import api, make_tenant, roles
 
 pytestmark = pytest.mark.django_db
 PBR = "producer_byte_rate"
@@ -46,12 +44,8 @@ KiB, MiB = 1024, 1 << 20
 def w(engine_redis: redis.Redis) -> dict[str, Any]:
     """team-a (alice, alice2: users svc-a-*) on prod (two engine brokers), where svc-a-1 produces at 512 KiB/s."""
     w: dict[str, Any] = roles()
-    a = Tenant.objects.create(name="team-a")
-    a.members.add(w["alice"], w["alice2"])
-    OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
-    prod = Cluster.objects.create(name="prod")
-    for i in (1, 2):
-        prod.brokers.create(broker_id=i, host=f"b{i}:9092")
+    a = make_tenant("team-a", w["alice"], w["alice2"], users=["svc-a-*"])
+    prod = cluster_with_brokers((1, 2), name="prod")
     audited_alter(prod, [Alteration([("user", "svc-a-1")], [QuotaOp(PBR, 512 * KiB)])], w["admin"])
     w.update(a=a, prod=prod)
     return w

@@ -36,9 +36,9 @@ from quotas.models import (
 from quotas.models.capacity import capacity_check
 from quotas.tasks import expire_boosts
 from quotas.workflow import errors, quota_requests, transitions
-from tests.brokers import push_everywhere
+from tests.brokers import cluster_with_brokers, push_everywhere
 from tests.database import database_url, on_postgres
-from tests.people import api, roles
+from tests.people import api, make_tenant, roles
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
@@ -51,17 +51,11 @@ User = get_user_model()
 def world(engine_redis: redis.Redis) -> dict[str, Any]:
     """Two tenants with a member each (plus a second member of team-a), two admins and an auditor."""
     w: dict[str, Any] = roles()
-    a = Tenant.objects.create(name="team-a")
-    a.members.add(w["alice"], w["alice2"])
-    OwnedName.objects.create(tenant=a, entity_type="user", pattern="svc-a-*")
-    OwnedName.objects.create(tenant=a, entity_type="client-id", pattern="app-a-*")
-    b = Tenant.objects.create(name="team-b")
-    b.members.add(w["bob"])
-    OwnedName.objects.create(tenant=b, entity_type="user", pattern="svc-b-*")
-    OwnedName.objects.create(tenant=b, entity_type="client-id", pattern="app-b-?")
-    cluster = Cluster.objects.create(name="prod", capacity_in_bytes_per_s=10_000, capacity_out_bytes_per_s=50_000)
-    for i in range(3):
-        cluster.brokers.create(broker_id=i, host=f"b{i}:9092")
+    a = make_tenant("team-a", w["alice"], w["alice2"], users=["svc-a-*"], client_ids=["app-a-*"])
+    b = make_tenant("team-b", w["bob"], users=["svc-b-*"], client_ids=["app-b-?"])
+    cluster = cluster_with_brokers(
+        range(3), name="prod", capacity_in_bytes_per_s=10_000, capacity_out_bytes_per_s=50_000
+    )
     w.update(a=a, b=b, cluster=cluster)
     return w
 
