@@ -13,7 +13,7 @@ from django.conf import settings
 from engine.config import cluster_namespace, namespace_for_broker
 from quotas.choices import ConnectorKind, QuotaScope
 from quotas.models import Cluster
-from traffic.loadgen import BrokerTarget
+from traffic.workload import BrokerTarget
 
 
 def targets_from_db(cluster_names: Sequence[str] | None = None) -> dict[str, list[BrokerTarget]]:

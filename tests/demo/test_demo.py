@@ -40,7 +40,7 @@ from quotas.models import (
 from quotas.push import target_push
 from quotas.workflow import quota_requests
 from tests.brokers import queued_pushes
-from traffic.loadgen import DEMO_TOPIC_BURSTS, DEMO_TRAFFIC, STORM_IP
+from traffic.workload import DEMO_TOPIC_BURSTS, DEMO_TRAFFIC, STORM_IP
 
 pytestmark = pytest.mark.django_db
 MIB = 1024 * 1024

@@ -27,7 +27,8 @@ from quotas.targets import targets_from_db
 from telemetry_ui.ingest import telemetry_store
 from tests.brokers import push_everywhere
 from tests.redis_keys import delete_matching
-from traffic.loadgen import WAVE_PERIOD_S, BrokerTarget, FakeClock, LoadGenerator
+from traffic.loadgen import FakeClock, LoadGenerator
+from traffic.workload import WAVE_PERIOD_S, BrokerTarget
 
 A, B = "land-a", "land-b"
 KEYS = ("usage:{land-*}*", "mon:{land-*}*", "land:{land-*}*")

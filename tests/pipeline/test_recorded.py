@@ -34,7 +34,8 @@ from pipeline.recorded import (
 from pipeline.session import read_dataset
 from tests.landing_files import hour_dir, write_landing
 from tests.redis_keys import keys_cleared
-from traffic.loadgen import BrokerTarget, FakeClock, LoadGenerator, Traffic
+from traffic.loadgen import FakeClock, LoadGenerator
+from traffic.workload import BrokerTarget, Traffic
 
 from .test_prometheus_history import T0, _prometheus_samples, land_samples
 

@@ -31,7 +31,8 @@ from quotas.models import Cluster, QuotaRequest
 from quotas.targets import targets_from_db
 from quotas.workflow import quota_requests
 from tests.brokers import push_everywhere
-from traffic.loadgen import STORM_IP, WAVE_PERIOD_S, Event, FakeClock, LoadGenerator
+from traffic.loadgen import FakeClock, LoadGenerator
+from traffic.workload import STORM_IP, WAVE_PERIOD_S, Event
 
 pytestmark = pytest.mark.django_db
 MIB = 1024 * 1024

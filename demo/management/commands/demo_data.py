@@ -56,7 +56,7 @@ from quotas.models import (
 from quotas.models.client_metrics import alter_subscription
 from quotas.workflow import quota_requests
 from traffic.kafka_clients import DEMO_KAFKA_TRAFFIC, MECHANISM, demo_password
-from traffic.loadgen import KIB, MIB, STORM_IP
+from traffic.workload import KIB, MIB, STORM_IP
 
 DEMO_PASSWORD = "quota-demo"
 #: With the SASL_PLAINTEXT bootstrap servers of a Kafka cluster here (scripts/run_portal.sh starts one), ``prod`` is
