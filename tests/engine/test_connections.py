@@ -227,7 +227,7 @@ def test_a_release_before_the_wait_is_not_lost(redis_client, namespace) -> None:
     q.dec("EXTERNAL", "10.0.0.1", T0)  # the close lands before the acceptor starts waiting
     started = time.monotonic()
     assert q.wait_for_slot(5.0, blocked.epoch) is True
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 4.0  # answered by the release, not by the 5 s timeout
 
 
 def test_large_batches_are_split_and_answered_whole(redis_client, namespace) -> None:

@@ -163,9 +163,7 @@ def test_a_full_queue_answers_503_with_retry_after(admin: APIClient) -> None:
     wait_for(lambda: metric("quotas_api_list_heap_memory_used_bytes") == ONE_AUDIT_PAGE)
     waiter, waited = in_thread(small_listing)  # takes the one queue slot
     wait_for(lambda: metric("quotas_api_list_heap_queue_size") == 1)
-    started = time.monotonic()
-    response = admin.get("/api/audit/", {"page_size": 1})
-    assert time.monotonic() - started < 1.0  # refused at once, not queued
+    response = admin.get("/api/audit/", {"page_size": 1})  # refused at once: queued, it would time out (below)
     release.set()
     holder.join(10)
     waiter.join(10)
@@ -184,7 +182,7 @@ def test_a_wait_that_times_out_answers_503(admin: APIClient) -> None:
     with memory_permits(ONE_AUDIT_PAGE):
         started = time.monotonic()
         response = admin.get("/api/audit/", {"page_size": 1})
-        assert 0.15 < time.monotonic() - started < 3
+        assert 0.15 < time.monotonic() - started < 8  # it waited for its 200 ms timeout, not the default 10 s
     assert response.status_code == 503 and response.json()["details"]["reason"] == "timeout"
     assert response["Retry-After"] == "1"
     assert metric("quotas_api_list_heap_timeout_total") == 1
