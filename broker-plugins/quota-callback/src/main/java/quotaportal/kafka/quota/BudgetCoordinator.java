@@ -25,7 +25,8 @@ import quotaportal.kafka.quota.QuotaTable.EntityKey;
  *
  * <p>A round: the live sensors whose resolving config entity is cluster-wide (the scope the engine last answered)
  * are reported with their budget B, their demand ({@link DemandEstimator}) and whether they are saturated (the rate
- * Kafka measures at or above 95 % of the share enforced); {@code budget_share.lua} answers each one's share. Then
+ * Kafka measures at or above 95 % of the share enforced); only those whose report moved go to {@code budget_share.lua}
+ * ({@link ReportDelta}), which answers their shares and those other brokers' reports moved; the rest are kept. Then
  * every cluster-wide sensor's limit is published: the share while the last successful round is at most the lease
  * old, else (Redis away or slow for longer, or a new budget with no share yet) {@code B / live brokers} (live = the
  * brokers of the cluster metadata, at least 1): never unlimited, never zero. The state is {@code coordinated}
@@ -144,7 +145,8 @@ final class BudgetCoordinator {
     private record Held(EntityKey entity, double budget, double share) {
     }
 
-    private record Report(SensorBudget sensor, String scopeField, double demand, boolean saturated) {
+    /** One cluster-wide sensor's report in a round: its scope field, demand and saturation. */
+    record Report(SensorBudget sensor, String scopeField, double demand, boolean saturated) {
     }
 
     private final BudgetSettings settings;
@@ -165,6 +167,8 @@ final class BudgetCoordinator {
     private String scopeVersion = "";
     private boolean scopeKnown;
     private Map<SensorKey, Held> held = Map.of();
+    /** What the engine holds of this broker's reports: only what moved is sent. */
+    private final ReportDelta delta = new ReportDelta();
     private final Map<SensorKey, DemandEstimator> estimators = new HashMap<>();
     private final Set<SensorKey> saturated = new java.util.HashSet<>();
     private final Map<SensorKey, Integer> falling = new HashMap<>();
@@ -315,11 +319,15 @@ final class BudgetCoordinator {
             }
         }
         boolean scopeChanged = false;
+        ReportDelta.Selection sending = delta.select(reports, r -> limit(r.sensor().sensor(),
+                new QuotaTable.Resolved(r.sensor().entity(), r.sensor().budget())), now, settings.leaseMs(),
+                settings.floorFraction());
         try {
-            BudgetRedis.Reply reply = redis.round(keys(reports), args(reports, now));
-            if (reply.shares().size() != reports.size()) {
+            BudgetRedis.Reply reply = redis.round(keys(sending), args(sending, now));
+            int asked = sending.reports().size() + sending.leaving().size();
+            if (reply.shares().size() != asked) {
                 throw new IllegalStateException("budget_share.lua answered " + reply.shares().size() + " shares for "
-                        + reports.size() + " budgets");
+                        + asked + " budgets");
             }
             scopeChanged = !scopeKnown || !reply.scopeVersion().equals(scopeVersion);
             Map<TypedEntity, String> clusterWide = before.clusterWide;
@@ -330,15 +338,7 @@ final class BudgetCoordinator {
                 scopeVersion = reply.scopeVersion();
                 scopeKnown = true;
             }
-            Map<SensorKey, Held> taken = new HashMap<>();
-            for (int i = 0; i < reports.size(); i++) {
-                String share = reply.shares().get(i);
-                if (!share.isEmpty()) {
-                    SensorBudget s = reports.get(i).sensor();
-                    taken.put(s.sensor(), new Held(s.entity(), s.budget(), Double.parseDouble(share)));
-                }
-            }
-            held = taken;
+            held = taken(reports, sending, reply, now);
             lastSuccessMs = now;
             rounds.incrementAndGet();
             if (failing) {
@@ -347,6 +347,7 @@ final class BudgetCoordinator {
             }
             publish(now, live, clusterWide, groups);
         } catch (Exception e) {
+            delta.failed();
             failedRounds.incrementAndGet();
             lastError = e.toString();
             if (!failing) {
@@ -393,29 +394,71 @@ final class BudgetCoordinator {
         return until;
     }
 
-    private List<String> keys(List<Report> reports) {
-        List<String> keys = new ArrayList<>(reports.size() + 2);
+    /**
+     * The shares held after a good round: those the engine answered for what was reported, those it moved for
+     * budgets not reported, the rest as they were (none for a sensor no longer reported).
+     */
+    private Map<SensorKey, Held> taken(List<Report> reports, ReportDelta.Selection sending, BudgetRedis.Reply reply,
+                                       long now) {
+        Map<SensorKey, Held> taken = new HashMap<>();
+        for (Report r : reports) {
+            Held h = held.get(r.sensor().sensor());
+            if (h != null) {
+                taken.put(r.sensor().sensor(), h);
+            }
+        }
+        List<Boolean> answered = new ArrayList<>(sending.reports().size());
+        for (int i = 0; i < sending.reports().size(); i++) {
+            String share = reply.shares().get(i);
+            SensorBudget s = sending.reports().get(i).sensor();
+            answered.add(!share.isEmpty());
+            if (share.isEmpty()) {
+                taken.remove(s.sensor());
+            } else {
+                taken.put(s.sensor(), new Held(s.entity(), s.budget(), Double.parseDouble(share)));
+            }
+        }
+        for (Map.Entry<String, String> moved : reply.moved().entrySet()) {
+            Report r = delta.sent(moved.getKey());
+            if (r != null && taken.containsKey(r.sensor().sensor())) {
+                taken.put(r.sensor().sensor(), new Held(r.sensor().entity(), r.sensor().budget(),
+                        Double.parseDouble(moved.getValue())));
+            }
+        }
+        delta.accepted(sending, answered, reply.resync(), now);
+        return taken;
+    }
+
+    private List<String> keys(ReportDelta.Selection sending) {
+        List<String> keys = new ArrayList<>(sending.reports().size() + sending.leaving().size() + 2);
         keys.add(prefix + "scope");
         keys.add(prefix + "brokers");
-        for (Report r : reports) {
+        for (Report r : sending.reports()) {
             keys.add(prefix + "b:" + r.sensor().sensor().budgetId());
+        }
+        for (String id : sending.leaving()) {
+            keys.add(prefix + "b:" + id);
         }
         return keys;
     }
 
-    private List<String> args(List<Report> reports, long now) {
-        List<String> args = new ArrayList<>(6 + 4 * reports.size());
+    private List<String> args(ReportDelta.Selection sending, long now) {
+        List<String> args = new ArrayList<>(7 + 4 * (sending.reports().size() + sending.leaving().size()));
         args.add(Integer.toString(settings.brokerId()));
         args.add(Long.toString(settings.leaseMs()));
         args.add(number(settings.floorFraction()));
         args.add(number(settings.headroom()));
         args.add(engineClockMs == null ? "" : Long.toString(engineClockMs.getAsLong()));
         args.add(scopeKnown ? scopeVersion : "");
-        for (Report r : reports) {
+        args.add(sending.whole() ? "1" : "0");
+        for (Report r : sending.reports()) {
             args.add(r.scopeField());
             args.add(number(r.sensor().budget()));
             args.add(number(r.demand()));
             args.add(r.saturated() ? "1" : "0");
+        }
+        for (int i = 0; i < sending.leaving().size(); i++) {
+            args.addAll(List.of("", "", "", "-")); // the broker leaves the budget: its share returns at once
         }
         return args;
     }
