@@ -60,17 +60,18 @@ BUDGET = 10 * 1048576.0  # 10 MiB/s per budget
 #: Writes one budget's state as ``budget_share.lua`` keeps it: KEYS[1] the budget; ARGV B as reported, the time,
 #: then per broker its id, demand text, saturated (1/0) and share (the default params); each broker holds it (h:).
 FILL_LUA = """
-local ids, d, x, s, texts = {}, {}, {}, {}, {}
+local ids, d, x, s, reports = {}, {}, {}, {}, {}
 local prefix = string.match(KEYS[1], '^(qb:%b{}:)b:')
 local id = string.sub(KEYS[1], #prefix + 3)
 for j = 3, #ARGV, 4 do
   local n = #ids + 1
   ids[n], d[n], x[n], s[n] = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), ARGV[j + 2] == '1', tonumber(ARGV[j + 3])
-  texts[n] = ARGV[1] .. ' ' .. ARGV[j + 1] .. ' ' .. ARGV[j + 2]
+  reports[#reports + 1] = 'r:' .. ARGV[j]
+  reports[#reports + 1] = ARGV[1] .. ' ' .. ARGV[j + 1] .. ' ' .. ARGV[j + 2]
   redis.call('SADD', prefix .. 'h:' .. ARGV[j], id)
 end
-redis.call('HSET', KEYS[1], 'st', cmsgpack.pack({ids, d, x, s, ARGV[1], '0.05 0.2', texts}), 'v', '1',
-  'lo', ARGV[2])
+redis.call('HSET', KEYS[1], 'st', cmsgpack.pack({ids, d, x, s, ARGV[1], '0.05 0.2', 2}), 'v', '1',
+  'lo', ARGV[2], unpack(reports))
 return 1
 """
 

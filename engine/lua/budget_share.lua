@@ -5,12 +5,14 @@
 -- KEYS[1] qb:{C}:scope  (scope field -> 'cluster', and '#version')
 -- KEYS[2] qb:{C}:brokers (broker id -> ms of its last round: the lease of every budget entry it holds)
 -- KEYS[3..] qb:{C}:b:<budget id>, one per budget in the report: a hash of
---   st   cmsgpack {broker ids ascending, demands, saturated (booleans), held shares (false: none yet), B, params,
---        each broker's last report as it sent it ('<B> <demand> <saturated>')}
+--   st   cmsgpack {broker ids ascending, demands, saturated (booleans), held shares (false: none yet), B, params, 2}
+--        (2: this layout)
 --   v    the budget's version: one more whenever what its targets depend on changes (B, the params, a demand,
 --        a saturation, a broker joining or leaving)
 --   lo   a time no broker's last round is older than (so leases are read only when one may have run out)
 --   k:<broker>  '<v> <its last report's four values> <share>' while its share is settled at its target
+--   r:<broker>  its last report as it sent it, '<B> <demand> <saturated>' (the entry's report, computed again when
+--        other brokers' reports move its share)
 -- Beside them (same hash tag, so the same slot): qb:{C}:seq a counter, one more each round; qb:{C}:moved a sorted
 -- set of budget ids scored by the round (seq) that last moved an input of their brokers' shares, so a broker's round
 -- computes again each budget it holds that moved after its last round (qb:{C}:seen, broker -> the seq of its last
@@ -124,15 +126,15 @@ local me = tonumber(broker)
 local params = ARGV[3] .. ' ' .. ARGV[4]
 
 -- The columns of a state with one entry per broker.
-local COLUMNS = {1, 2, 3, 4, 7}
+local COLUMNS = {1, 2, 3, 4}
 
 -- A budget's state, or nil for none or a hash of a layout before (four fields per broker, or the packed state
--- without the reports' texts): those are deleted, their brokers start afresh.
+-- without the layout's mark): those are deleted, their brokers start afresh.
 local function state_of(key)
   local raw = redis.call('HGET', key, 'st')
   if raw then
     local st = cmsgpack.unpack(raw)
-    if st[7] then
+    if st[7] == 2 then
       return st
     end
   end
@@ -157,13 +159,13 @@ local function expire(st, key)
     names[j] = tostring(ids0[j])
   end
   local rounds = redis.call('HMGET', KEYS[2], unpack(names))
-  local cols = {{}, {}, {}, {}, nil, nil, {}}
+  local cols = {{}, {}, {}, {}}
   local oldest
   local dropped = false
   for j = 1, #ids0 do
     local last = tonumber(rounds[j] or 0)
     if ids0[j] ~= me and now - last > lease then
-      redis.call('HDEL', key, 'k:' .. ids0[j])  -- its lease ran out: its share returns to the pool
+      redis.call('HDEL', key, 'k:' .. ids0[j], 'r:' .. ids0[j])  -- its lease ran out: its share returns
       dropped = true
     else
       local n = #cols[1] + 1
@@ -199,7 +201,7 @@ local function allocate(id, key, budget_text, demand_text, saturated_text, sig, 
   if st then
     changed = st[5] ~= budget_text or st[6] ~= params
   else
-    st, changed, v, lo = {{}, {}, {}, {}, budget_text, params, {}}, true, nil, nil
+    st, changed, v, lo = {{}, {}, {}, {}, budget_text, params, 2}, true, nil, nil
   end
   -- every broker's last round is at least lo: only when that is older than the lease are they read
   if lo and now - tonumber(lo) > lease then
@@ -207,7 +209,7 @@ local function allocate(id, key, budget_text, demand_text, saturated_text, sig, 
     changed = changed or dropped
     lo = oldest or now
   end
-  local ids, d, x, s, texts = st[1], st[2], st[3], st[4], st[7]
+  local ids, d, x, s = st[1], st[2], st[3], st[4]
   local demand, saturated = tonumber(demand_text), saturated_text == '1'
   local mine_at
   for j = 1, #ids do
@@ -232,7 +234,6 @@ local function allocate(id, key, budget_text, demand_text, saturated_text, sig, 
     table.insert(d, mine_at, demand)
     table.insert(x, mine_at, saturated)
     table.insert(s, mine_at, false)
-    table.insert(texts, mine_at, '')
     changed = true
     redis.call('SADD', prefix .. 'h:' .. broker, id)
   end
@@ -265,7 +266,7 @@ local function allocate(id, key, budget_text, demand_text, saturated_text, sig, 
     share = math.max(floor, mine, math.min(target, budget - others))
   end
   s[mine_at] = share
-  texts[mine_at] = budget_text .. ' ' .. demand_text .. ' ' .. saturated_text
+  local report = budget_text .. ' ' .. demand_text .. ' ' .. saturated_text
   st[5], st[6] = budget_text, params
   local text = string.format('%.17g', share)
   if changed then
@@ -281,9 +282,10 @@ local function allocate(id, key, budget_text, demand_text, saturated_text, sig, 
   if target <= share then
     -- settled: until the budget's inputs change (v), the same report gives the same share (budgets.next_share
     -- keeps max(floor, target) once the share reaches its target), so it is answered from this field
-    redis.call('HSET', key, 'st', cmsgpack.pack(st), 'v', v, 'lo', lo, 'k:' .. broker, v .. ' ' .. sig .. text)
+    redis.call('HSET', key, 'st', cmsgpack.pack(st), 'v', v, 'lo', lo, 'r:' .. broker, report,
+      'k:' .. broker, v .. ' ' .. sig .. text)
   else
-    save(key, st, v, lo)
+    redis.call('HSET', key, 'st', cmsgpack.pack(st), 'v', v, 'lo', lo, 'r:' .. broker, report)
     redis.call('HDEL', key, 'k:' .. broker)
   end
   return text
@@ -317,7 +319,7 @@ local function leave(id, key)
         table.remove(st[c], j)
       end
       local v = tostring((tonumber(redis.call('HGET', key, 'v')) or 0) + 1)
-      redis.call('HDEL', key, 'k:' .. broker)
+      redis.call('HDEL', key, 'k:' .. broker, 'r:' .. broker)
       tell(id)
       save(key, st, v, redis.call('HGET', key, 'lo') or now)
       return
@@ -414,22 +416,17 @@ end
 for _, id in ipairs(ids) do
   if not reported[id] then
     local key = prefix .. 'b:' .. id
-    local head = redis.call('HMGET', key, 'v', 'lo', 'k:' .. broker)
-    local v, lo, k = head[1], head[2], head[3]
+    local head = redis.call('HMGET', key, 'v', 'lo', 'k:' .. broker, 'r:' .. broker)
+    local v, lo, k, r = head[1], head[2], head[3], head[4]
     -- settled at the budget's current version: its share is the one it holds (it moved only below the others'
-    -- targets, or for a broker below its target), nothing to answer
+    -- targets, or for a broker below its target), nothing to answer; no report of it: it holds no entry
     local settled = k and now - tonumber(lo) <= lease and string.sub(k, 1, #v + #params + 2) == v .. ' ' .. params .. ' '
-    local st = v and not settled and state_of(key)
+    local st = v and r and not settled and state_of(key)
     if st then
-      for j = 1, #st[1] do
-        if st[1][j] == me then
-          local b, dm, x = string.match(st[7][j], '^(%S+) (%S+) (%S+)$')
-          local sig = params .. ' ' .. b .. ' ' .. dm .. ' ' .. x .. ' '
-          moved[#moved + 1] = id
-          moved[#moved + 1] = allocate(id, key, b, dm, x, sig, v, lo, st)
-          break
-        end
-      end
+      local b, dm, x = string.match(r, '^(%S+) (%S+) (%S+)$')
+      local sig = params .. ' ' .. b .. ' ' .. dm .. ' ' .. x .. ' '
+      moved[#moved + 1] = id
+      moved[#moved + 1] = allocate(id, key, b, dm, x, sig, v, lo, st)
     end
   end
 end

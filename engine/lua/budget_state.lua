@@ -7,7 +7,7 @@ if not raw then
   return {}
 end
 local state = cmsgpack.unpack(raw)
-if not state[7] then
+if state[7] ~= 2 then
   return {}
 end
 local brokers = string.match(KEYS[1], '^(qb:%b{}:)b:') .. 'brokers'
