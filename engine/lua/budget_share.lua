@@ -11,6 +11,7 @@
 --        a saturation, a broker joining or leaving)
 --   lo   a time no broker's last round is older than (so leases are read only when one may have run out)
 --   k:<broker>  '<v> <its last report's four values> <share>' while its share is settled at its target
+--   w    cmsgpack {v, params, B, the water-fill of that version} (fill_of): computed once per version
 --   r:<broker>  its last report as it sent it, '<B> <demand> <saturated>' (the entry's report, computed again when
 --        other brokers' reports move its share)
 -- Beside them (same hash tag, so the same slot): qb:{C}:seq a counter, one more each round; qb:{C}:moved a sorted
@@ -61,14 +62,15 @@ redis.call('HSET', prefix .. 'seen', broker, seq)
 local resync = (not whole and (not previous or not seen or now - tonumber(previous) > lease)) and 1 or 0
 redis.call('HSET', KEYS[2], broker, now)
 
--- This broker's target share (budgets.targets, of which a report needs only its own entry). Needs are summed in
--- ascending broker id and water-filled in ascending need as the model does, so the doubles are the model's: the
--- needs are sorted as plain numbers (ties subtract the same value), and ties at the last need water-filled are
--- broken by broker id, as the model's sort by (need, id) breaks them.
-local function target_of(budget, ids, need, total, mine_at)
-  local n = #ids
+-- The water-fill of a demand vector (budgets.targets), what every broker's target follows from: the needs' total,
+-- and when that is over the budget the brokers filled with their need, the level the others get, the last need
+-- filled and how many brokers filled have it. Needs are summed in ascending broker id and water-filled in ascending
+-- need as the model does, so the doubles are the model's: the needs are sorted as plain numbers (ties subtract the
+-- same value), and ties at the last need filled are broken by broker id, as the model's sort by (need, id) does.
+local function fill_of(budget, need, total)
+  local n = #need
   if total <= budget then
-    return need[mine_at] + (budget - total) / n
+    return {total}
   end
   local sorted = {}
   for i = 1, n do
@@ -88,21 +90,10 @@ local function target_of(budget, ids, need, total, mine_at)
     left = left - 1
     filled = i
   end
-  if filled == n then
-    return need[mine_at]
-  end
-  local mine = need[mine_at]
-  if filled == 0 then
-    return level
+  if filled == n or filled == 0 then
+    return {total, filled, level}
   end
   local last = sorted[filled]
-  if mine < last then
-    return mine
-  end
-  if mine > last then
-    return level
-  end
-  -- how many brokers of need `last` were filled, and whether this one is among them (ties in id order)
   local ties = 0
   for i = filled, 1, -1 do
     if sorted[i] ~= last then
@@ -110,6 +101,30 @@ local function target_of(budget, ids, need, total, mine_at)
     end
     ties = ties + 1
   end
+  return {total, filled, level, last, ties}
+end
+
+-- One broker's target from the water-fill: its need, or the level.
+local function target_of(f, budget, need, mine_at)
+  local n = #need
+  local total, filled, level, last, ties = f[1], f[2], f[3], f[4], f[5]
+  if total <= budget then
+    return need[mine_at] + (budget - total) / n
+  end
+  if filled == n then
+    return need[mine_at]
+  end
+  local mine = need[mine_at]
+  if filled == 0 then
+    return level
+  end
+  if mine < last then
+    return mine
+  end
+  if mine > last then
+    return level
+  end
+  -- whether this broker is among the brokers of need `last` that were filled (ties in id order)
   local before = 0
   for i = 1, mine_at - 1 do
     if need[i] == last then
@@ -194,7 +209,7 @@ end
 
 -- One budget, the long way: its whole state read, this broker's report put in its place, the brokers whose lease
 -- ran out dropped (their shares return), this broker's target and share computed over all of them.
-local function allocate(id, key, budget_text, demand_text, saturated_text, sig, v, lo, st)
+local function allocate(id, key, budget_text, demand_text, saturated_text, sig, v, lo, w, st)
   local budget = tonumber(budget_text)
   st = st or state_of(key)
   local changed
@@ -249,7 +264,22 @@ local function allocate(id, key, budget_text, demand_text, saturated_text, sig, 
     end
     total = total + need[j]
   end
-  local target = target_of(budget, ids, need, total, mine_at)
+  if changed then
+    v = tostring((tonumber(v) or 0) + 1)  -- every settled share must be computed again: the others are told
+  end
+  -- the water-fill depends on the version, the params and B alone: computed once for all the brokers of a version
+  local f
+  if w then
+    local cached = cmsgpack.unpack(w)
+    if cached[1] == v and cached[2] == params and cached[3] == budget_text then
+      f = cached[4]
+    end
+  end
+  local fresh = not f
+  if fresh then
+    f = fill_of(budget, need, total)
+  end
+  local target = target_of(f, budget, need, mine_at)
   local others = 0.0
   for j = 1, n do
     if j ~= mine_at and s[j] then
@@ -270,7 +300,6 @@ local function allocate(id, key, budget_text, demand_text, saturated_text, sig, 
   st[5], st[6] = budget_text, params
   local text = string.format('%.17g', share)
   if changed then
-    v = tostring((tonumber(v) or 0) + 1)  -- every settled share must be computed again: the others are told
     tell(id)
   elseif held and share < held then
     -- it released some: a broker below its target may grow into it (one at its target answers the short way)
@@ -279,13 +308,19 @@ local function allocate(id, key, budget_text, demand_text, saturated_text, sig, 
   if not lo or now < tonumber(lo) then
     lo = now
   end
+  local fields = {'st', cmsgpack.pack(st), 'v', v, 'lo', lo, 'r:' .. broker, report}
+  if fresh then
+    fields[#fields + 1] = 'w'
+    fields[#fields + 1] = cmsgpack.pack({v, params, budget_text, f})
+  end
   if target <= share then
     -- settled: until the budget's inputs change (v), the same report gives the same share (budgets.next_share
     -- keeps max(floor, target) once the share reaches its target), so it is answered from this field
-    redis.call('HSET', key, 'st', cmsgpack.pack(st), 'v', v, 'lo', lo, 'r:' .. broker, report,
-      'k:' .. broker, v .. ' ' .. sig .. text)
+    fields[#fields + 1] = 'k:' .. broker
+    fields[#fields + 1] = v .. ' ' .. sig .. text
+    redis.call('HSET', key, unpack(fields))
   else
-    redis.call('HSET', key, 'st', cmsgpack.pack(st), 'v', v, 'lo', lo, 'r:' .. broker, report)
+    redis.call('HSET', key, unpack(fields))
     redis.call('HDEL', key, 'k:' .. broker)
   end
   return text
@@ -295,7 +330,7 @@ end
 -- budget and no lease can have run out, else the long way.
 local function share_of(id, key, budget_text, demand_text, saturated_text, st)
   local sig = params .. ' ' .. budget_text .. ' ' .. demand_text .. ' ' .. saturated_text .. ' '
-  local head = redis.call('HMGET', key, 'v', 'lo', 'k:' .. broker)
+  local head = redis.call('HMGET', key, 'v', 'lo', 'k:' .. broker, 'w')
   local v, lo, k = head[1], head[2], head[3]
   if k and now - tonumber(lo) <= lease and string.sub(k, 1, #v + 1 + #sig) == v .. ' ' .. sig then
     if now < tonumber(lo) then
@@ -303,7 +338,7 @@ local function share_of(id, key, budget_text, demand_text, saturated_text, st)
     end
     return string.sub(k, #v + #sig + 2)
   end
-  return allocate(id, key, budget_text, demand_text, saturated_text, sig, v, lo, st)
+  return allocate(id, key, budget_text, demand_text, saturated_text, sig, v, lo, head[4], st)
 end
 
 -- The broker leaves a budget (its sensor is gone, or the value is no longer cluster-wide): its share returns.
@@ -416,7 +451,7 @@ end
 for _, id in ipairs(ids) do
   if not reported[id] then
     local key = prefix .. 'b:' .. id
-    local head = redis.call('HMGET', key, 'v', 'lo', 'k:' .. broker, 'r:' .. broker)
+    local head = redis.call('HMGET', key, 'v', 'lo', 'k:' .. broker, 'r:' .. broker, 'w')
     local v, lo, k, r = head[1], head[2], head[3], head[4]
     -- settled at the budget's current version: its share is the one it holds (it moved only below the others'
     -- targets, or for a broker below its target), nothing to answer; no report of it: it holds no entry
@@ -426,7 +461,7 @@ for _, id in ipairs(ids) do
       local b, dm, x = string.match(r, '^(%S+) (%S+) (%S+)$')
       local sig = params .. ' ' .. b .. ' ' .. dm .. ' ' .. x .. ' '
       moved[#moved + 1] = id
-      moved[#moved + 1] = allocate(id, key, b, dm, x, sig, v, lo, st)
+      moved[#moved + 1] = allocate(id, key, b, dm, x, sig, v, lo, head[5], st)
     end
   end
 end
