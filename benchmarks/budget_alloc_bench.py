@@ -70,8 +70,8 @@ for j = 3, #ARGV, 4 do
   reports[#reports + 1] = ARGV[1] .. ' ' .. ARGV[j + 1] .. ' ' .. ARGV[j + 2]
   redis.call('SADD', prefix .. 'h:' .. ARGV[j], id)
 end
-redis.call('HSET', KEYS[1], 'st', cmsgpack.pack({ids, d, x, s, ARGV[1], '0.05 0.2', 2}), 'v', '1',
-  'lo', ARGV[2], unpack(reports))
+redis.call('HSET', KEYS[1], 'st', cmsgpack.pack({ids, d, x, false, ARGV[1], '0.05 0.2', 3}),
+  'sh', cmsgpack.pack(s), 'v', '1', 'lo', ARGV[2], unpack(reports))
 return 1
 """
 

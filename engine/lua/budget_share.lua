@@ -5,13 +5,14 @@
 -- KEYS[1] qb:{C}:scope  (scope field -> 'cluster', and '#version')
 -- KEYS[2] qb:{C}:brokers (broker id -> ms of its last round: the lease of every budget entry it holds)
 -- KEYS[3..] qb:{C}:b:<budget id>, one per budget in the report: a hash of
---   st   cmsgpack {broker ids ascending, demands, saturated (booleans), held shares (false: none yet), B, params, 2}
---        (2: this layout)
+--   st   cmsgpack {broker ids ascending, demands, saturated (booleans), false, B, params, 3} (3: this layout)
+--   sh   cmsgpack {held shares in the ids' order (false: none yet)}: apart, so that a share computed again writes
+--        only them
 --   v    the budget's version: one more whenever what its targets depend on changes (B, the params, a demand,
 --        a saturation, a broker joining or leaving)
 --   lo   a time no broker's last round is older than (so leases are read only when one may have run out)
 --   k:<broker>  '<v> <its last report's four values> <share>' while its share is settled at its target
---   w    cmsgpack {v, params, B, the water-fill of that version} (fill_of): computed once per version
+--   w    cmsgpack {v, params, B, the water-fill of that version (fill_of), the broker ids}: computed once per version
 --   r:<broker>  its last report as it sent it, '<B> <demand> <saturated>' (the entry's report, computed again when
 --        other brokers' reports move its share)
 -- Beside them (same hash tag, so the same slot): qb:{C}:seq a counter, one more each round; qb:{C}:moved a sorted
@@ -105,8 +106,7 @@ local function fill_of(budget, need, total)
 end
 
 -- One broker's target from the water-fill: its need, or the level.
-local function target_of(f, budget, need, mine_at)
-  local n = #need
+local function target_of(f, budget, n, need, mine_at)
   local total, filled, level, last, ties = f[1], f[2], f[3], f[4], f[5]
   if total <= budget then
     return need[mine_at] + (budget - total) / n
@@ -143,18 +143,28 @@ local params = ARGV[3] .. ' ' .. ARGV[4]
 -- The columns of a state with one entry per broker.
 local COLUMNS = {1, 2, 3, 4}
 
--- A budget's state, or nil for none or a hash of a layout before (four fields per broker, or the packed state
--- without the layout's mark): those are deleted, their brokers start afresh.
+-- A budget's state, its held shares in st[4], or nil for none or a hash of a layout before (four fields per
+-- broker, or a packed state without this layout's mark): those are deleted, their brokers start afresh.
 local function state_of(key)
-  local raw = redis.call('HGET', key, 'st')
-  if raw then
-    local st = cmsgpack.unpack(raw)
-    if st[7] == 2 then
+  local raw = redis.call('HMGET', key, 'st', 'sh')
+  if raw[1] and raw[2] then
+    local st = cmsgpack.unpack(raw[1])
+    if st[7] == 3 then
+      st[4] = cmsgpack.unpack(raw[2])
       return st
     end
   end
   redis.call('DEL', key)
   return nil
+end
+
+-- A state as stored: the fields st and sh.
+local function packed(st)
+  local s = st[4]
+  st[4] = false
+  local raw = cmsgpack.pack(st)
+  st[4] = s
+  return raw, cmsgpack.pack(s)
 end
 
 -- The brokers of a budget whose share may have moved compute it again at their next round.
@@ -203,7 +213,8 @@ local function save(key, st, v, lo)
     redis.call('DEL', key)
     redis.call('ZREM', MOVED, string.sub(key, #prefix + 3))
   else
-    redis.call('HSET', key, 'st', cmsgpack.pack(st), 'v', v, 'lo', lo)
+    local raw, sh = packed(st)
+    redis.call('HSET', key, 'st', raw, 'sh', sh, 'v', v, 'lo', lo)
   end
 end
 
@@ -216,7 +227,7 @@ local function allocate(id, key, budget_text, demand_text, saturated_text, sig, 
   if st then
     changed = st[5] ~= budget_text or st[6] ~= params
   else
-    st, changed, v, lo = {{}, {}, {}, {}, budget_text, params, 2}, true, nil, nil
+    st, changed, v, lo = {{}, {}, {}, {}, budget_text, params, 3}, true, nil, nil
   end
   -- every broker's last round is at least lo: only when that is older than the lease are they read
   if lo and now - tonumber(lo) > lease then
@@ -279,7 +290,7 @@ local function allocate(id, key, budget_text, demand_text, saturated_text, sig, 
   if fresh then
     f = fill_of(budget, need, total)
   end
-  local target = target_of(f, budget, need, mine_at)
+  local target = target_of(f, budget, n, need, mine_at)
   local others = 0.0
   for j = 1, n do
     if j ~= mine_at and s[j] then
@@ -308,10 +319,11 @@ local function allocate(id, key, budget_text, demand_text, saturated_text, sig, 
   if not lo or now < tonumber(lo) then
     lo = now
   end
-  local fields = {'st', cmsgpack.pack(st), 'v', v, 'lo', lo, 'r:' .. broker, report}
+  local raw, sh = packed(st)
+  local fields = {'st', raw, 'sh', sh, 'v', v, 'lo', lo, 'r:' .. broker, report}
   if fresh then
     fields[#fields + 1] = 'w'
-    fields[#fields + 1] = cmsgpack.pack({v, params, budget_text, f})
+    fields[#fields + 1] = cmsgpack.pack({v, params, budget_text, f, ids})
   end
   if target <= share then
     -- settled: until the budget's inputs change (v), the same report gives the same share (budgets.next_share
@@ -322,6 +334,65 @@ local function allocate(id, key, budget_text, demand_text, saturated_text, sig, 
   else
     redis.call('HSET', key, unpack(fields))
     redis.call('HDEL', key, 'k:' .. broker)
+  end
+  return text
+end
+
+-- A share computed again for this broker while the budget's water-fill of its version is kept (w) and no lease can
+-- have run out: nothing it depends on moved but the shares the others hold, so its report, the fill and the shares
+-- are all it takes, and only the shares are written again. nil when its need ties at the fill's edge (the needs of
+-- the brokers before it decide: the long way).
+local function again(id, key, sig, b, dm, x, lo, cached, sh)
+  local v, f, ids = cached[1], cached[4], cached[5]
+  local n = #ids
+  local mine_at
+  for j = 1, n do
+    if ids[j] == me then
+      mine_at = j
+      break
+    end
+  end
+  local budget = tonumber(b)
+  local floor = budget * floor_fraction / n
+  local need = {}
+  if x == '1' then
+    need[mine_at] = math.huge
+  else
+    need[mine_at] = math.max(floor, tonumber(dm) * (1 + headroom))
+  end
+  if f[1] > budget and f[2] ~= n and f[2] ~= 0 and need[mine_at] == f[4] then
+    return nil
+  end
+  local target = target_of(f, budget, n, need, mine_at)
+  local s = cmsgpack.unpack(sh)
+  local others = 0.0
+  for j = 1, n do
+    if j ~= mine_at and s[j] then
+      others = others + s[j]
+    end
+  end
+  -- budgets.next_share, as the long way computes it
+  local held = s[mine_at]
+  local mine = held or budget / n
+  local share
+  if target <= mine then
+    share = math.max(floor, target)
+  else
+    share = math.max(floor, mine, math.min(target, budget - others))
+  end
+  s[mine_at] = share
+  local text = string.format('%.17g', share)
+  if held and share < held then
+    tell(id)  -- it released some
+  end
+  if target <= share then
+    redis.call('HSET', key, 'sh', cmsgpack.pack(s), 'k:' .. broker, v .. ' ' .. sig .. text)
+  else
+    redis.call('HSET', key, 'sh', cmsgpack.pack(s))
+    redis.call('HDEL', key, 'k:' .. broker)
+  end
+  if now < tonumber(lo) then
+    redis.call('HSET', key, 'lo', now)  -- a clock that went back: lo stays a bound of every last round
   end
   return text
 end
@@ -451,17 +522,29 @@ end
 for _, id in ipairs(ids) do
   if not reported[id] then
     local key = prefix .. 'b:' .. id
-    local head = redis.call('HMGET', key, 'v', 'lo', 'k:' .. broker, 'r:' .. broker, 'w')
+    local head = redis.call('HMGET', key, 'v', 'lo', 'k:' .. broker, 'r:' .. broker, 'w', 'sh')
     local v, lo, k, r = head[1], head[2], head[3], head[4]
     -- settled at the budget's current version: its share is the one it holds (it moved only below the others'
     -- targets, or for a broker below its target), nothing to answer; no report of it: it holds no entry
     local settled = k and now - tonumber(lo) <= lease and string.sub(k, 1, #v + #params + 2) == v .. ' ' .. params .. ' '
-    local st = v and r and not settled and state_of(key)
-    if st then
+    if v and r and not settled then
       local b, dm, x = string.match(r, '^(%S+) (%S+) (%S+)$')
       local sig = params .. ' ' .. b .. ' ' .. dm .. ' ' .. x .. ' '
-      moved[#moved + 1] = id
-      moved[#moved + 1] = allocate(id, key, b, dm, x, sig, v, lo, head[5], st)
+      local text
+      if head[5] and head[6] and now - tonumber(lo) <= lease then
+        local cached = cmsgpack.unpack(head[5])
+        if cached[1] == v and cached[2] == params and cached[3] == b then
+          text = again(id, key, sig, b, dm, x, lo, cached, head[6])
+        end
+      end
+      if not text then
+        local st = state_of(key)
+        text = st and allocate(id, key, b, dm, x, sig, v, lo, head[5], st)
+      end
+      if text then
+        moved[#moved + 1] = id
+        moved[#moved + 1] = text
+      end
     end
   end
 end

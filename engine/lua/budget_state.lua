@@ -7,10 +7,11 @@ if not raw then
   return {}
 end
 local state = cmsgpack.unpack(raw)
-if state[7] ~= 2 then
+if state[7] ~= 3 then
   return {}
 end
 local brokers = string.match(KEYS[1], '^(qb:%b{}:)b:') .. 'brokers'
+local held = cmsgpack.unpack(redis.call('HGET', KEYS[1], 'sh'))
 local out = {}
 for j = 1, #state[1] do
   local id = string.format('%d', state[1][j])
@@ -18,6 +19,6 @@ for j = 1, #state[1] do
   out[#out + 1] = string.format('%.17g', state[2][j])
   out[#out + 1] = state[3][j] and '1' or '0'
   out[#out + 1] = redis.call('HGET', brokers, id) or ''
-  out[#out + 1] = state[4][j] and string.format('%.17g', state[4][j]) or ''
+  out[#out + 1] = held[j] and string.format('%.17g', held[j]) or ''
 end
 return out
