@@ -182,6 +182,7 @@ final class BudgetCoordinator {
     private final AtomicLong failedRounds = new AtomicLong();
     private final AtomicLong sharesMoved = new AtomicLong();
     private volatile long lastRoundMs;
+    private volatile int lastReported;
     private volatile String lastError = "";
 
     /**
@@ -325,6 +326,7 @@ final class BudgetCoordinator {
         try {
             BudgetRedis.Reply reply = redis.round(keys(sending), args(sending, now));
             int asked = sending.reports().size() + sending.leaving().size();
+            lastReported = asked;
             if (reply.shares().size() != asked) {
                 throw new IllegalStateException("budget_share.lua answered " + reply.shares().size() + " shares for "
                         + asked + " budgets");
@@ -586,6 +588,11 @@ final class BudgetCoordinator {
 
     long lastRoundMs() {
         return lastRoundMs;
+    }
+
+    /** How many budgets the last good round carried (reported or left): only those whose report moved. */
+    int lastReported() {
+        return lastReported;
     }
 
     String lastError() {
