@@ -324,7 +324,8 @@ final class BudgetCoordinator {
                 new QuotaTable.Resolved(r.sensor().entity(), r.sensor().budget())), now, settings.leaseMs(),
                 settings.floorFraction());
         try {
-            BudgetRedis.Reply reply = redis.round(keys(sending), args(sending, now));
+            BudgetRedis.Reply reply = redis.round(sending.keys(prefix), sending.args(settings,
+                    engineClockMs == null ? "" : Long.toString(engineClockMs.getAsLong()), scopeKnown ? scopeVersion : ""));
             int asked = sending.reports().size() + sending.leaving().size();
             lastReported = asked;
             if (reply.shares().size() != asked) {
@@ -429,48 +430,6 @@ final class BudgetCoordinator {
         }
         delta.accepted(sending, answered, reply.resync(), now);
         return taken;
-    }
-
-    private List<String> keys(ReportDelta.Selection sending) {
-        List<String> keys = new ArrayList<>(sending.reports().size() + sending.leaving().size() + 2);
-        keys.add(prefix + "scope");
-        keys.add(prefix + "brokers");
-        for (Report r : sending.reports()) {
-            keys.add(prefix + "b:" + r.sensor().sensor().budgetId());
-        }
-        for (String id : sending.leaving()) {
-            keys.add(prefix + "b:" + id);
-        }
-        return keys;
-    }
-
-    private List<String> args(ReportDelta.Selection sending, long now) {
-        List<String> args = new ArrayList<>(7 + 4 * (sending.reports().size() + sending.leaving().size()));
-        args.add(Integer.toString(settings.brokerId()));
-        args.add(Long.toString(settings.leaseMs()));
-        args.add(number(settings.floorFraction()));
-        args.add(number(settings.headroom()));
-        args.add(engineClockMs == null ? "" : Long.toString(engineClockMs.getAsLong()));
-        args.add(scopeKnown ? scopeVersion : "");
-        args.add(sending.whole() ? "1" : "0");
-        for (Report r : sending.reports()) {
-            args.add(r.scopeField());
-            args.add(number(r.sensor().budget()));
-            args.add(number(r.demand()));
-            args.add(r.saturated() ? "1" : "0");
-        }
-        for (int i = 0; i < sending.leaving().size(); i++) {
-            args.addAll(List.of("", "", "", "-")); // the broker leaves the budget: its share returns at once
-        }
-        return args;
-    }
-
-    /** A number as the script reads it (Lua's tonumber): integers without a fraction, else Java's shortest form. */
-    static String number(double value) {
-        if (value == Math.rint(value) && Math.abs(value) < 1e15) {
-            return Long.toString((long) value);
-        }
-        return Double.toString(value);
     }
 
     private static Map<TypedEntity, String> parseScope(List<String> fields) {

@@ -33,6 +33,50 @@ final class ReportDelta {
 
     /** What one round reports: budgets (in the order they go to the script), budgets left, whether it is whole. */
     record Selection(List<BudgetCoordinator.Report> reports, List<String> leaving, boolean whole) {
+
+        /** The script's KEYS: the scope, the brokers, then each budget reported, then each budget left. */
+        List<String> keys(String prefix) {
+            List<String> keys = new ArrayList<>(reports.size() + leaving.size() + 2);
+            keys.add(prefix + "scope");
+            keys.add(prefix + "brokers");
+            for (BudgetCoordinator.Report r : reports) {
+                keys.add(prefix + "b:" + r.sensor().sensor().budgetId());
+            }
+            for (String id : leaving) {
+                keys.add(prefix + "b:" + id);
+            }
+            return keys;
+        }
+
+        /** The script's ARGV, with {@code now} ARGV[5] ("" = Redis's clock) and the scope version the broker holds. */
+        List<String> args(BudgetSettings settings, String now, String scopeVersion) {
+            List<String> args = new ArrayList<>(7 + 4 * (reports.size() + leaving.size()));
+            args.add(Integer.toString(settings.brokerId()));
+            args.add(Long.toString(settings.leaseMs()));
+            args.add(number(settings.floorFraction()));
+            args.add(number(settings.headroom()));
+            args.add(now);
+            args.add(scopeVersion);
+            args.add(whole ? "1" : "0");
+            for (BudgetCoordinator.Report r : reports) {
+                args.add(r.scopeField());
+                args.add(number(r.sensor().budget()));
+                args.add(number(r.demand()));
+                args.add(r.saturated() ? "1" : "0");
+            }
+            for (int i = 0; i < leaving.size(); i++) {
+                args.addAll(List.of("", "", "", "-")); // the broker leaves the budget: its share returns at once
+            }
+            return args;
+        }
+    }
+
+    /** A number as the script reads it (Lua's tonumber): integers without a fraction, else Java's shortest form. */
+    static String number(double value) {
+        if (value == Math.rint(value) && Math.abs(value) < 1e15) {
+            return Long.toString((long) value);
+        }
+        return Double.toString(value);
     }
 
     private final Map<String, BudgetCoordinator.Report> sent = new HashMap<>(); // budget id -> as the engine holds it
