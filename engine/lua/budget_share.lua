@@ -22,7 +22,8 @@
 -- ran out, not yet swept.
 -- ARGV[1] broker id, ARGV[2] lease ms, ARGV[3] floor fraction, ARGV[4] headroom,
 -- ARGV[5] now ms ('' = Redis's clock), ARGV[6] the scope version the broker holds ('' = none),
--- ARGV[7] '1' when the report carries every budget the broker holds (its first round, or after a resync), else '0',
+-- ARGV[7] '1' when the report carries every budget the broker holds (its first round, or after a resync: one it held
+-- and left out is left), else '0',
 -- then per budget in the report: scope field, budget, demand, saturated (1/0; '-' = the broker drops the budget).
 -- Returns {now_ms, scope version, scope fields (empty when the broker's version is current), shares (one per
 -- budget in the report), moved (budget id, share, ... of budgets not in the report whose share was computed
@@ -480,10 +481,21 @@ local shares = {}
 local reported = {}
 local skip = #prefix + 3  -- 'b:'
 for i = 3, #KEYS do
+  reported[string.sub(KEYS[i], skip)] = true
+end
+if whole then
+  -- a whole report carries every budget the broker holds: one it held and left out (a restarted broker whose
+  -- sensor is gone does not know it held it) is left, or its entry would live on with the broker's rounds
+  for _, id in ipairs(redis.call('SMEMBERS', prefix .. 'h:' .. broker)) do
+    if not reported[id] then
+      leave(id, prefix .. 'b:' .. id)
+    end
+  end
+end
+for i = 3, #KEYS do
   local a = FIRST + (i - 3) * 4
   local key = KEYS[i]
   local id = string.sub(key, skip)
-  reported[id] = true
   if ARGV[a + 3] == '-' then
     leave(id, key)
     shares[#shares + 1] = ''

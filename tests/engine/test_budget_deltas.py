@@ -162,3 +162,17 @@ def test_a_broker_leaving_a_budget_hands_its_share_on_at_once(store: BudgetStore
     two.round(T0 + 2200, {})
     one.round(T0 + 2300, {})
     assert not store.client.exists(store.budget_key(IDS["u0"])), "the last broker out deletes the budget"
+
+
+def test_a_whole_report_leaves_the_budgets_it_left_out(store: BudgetStore) -> None:
+    # a restarted broker does not know which budgets it held: those its whole report leaves out are left
+    one, two = DeltaBroker(store, 1), DeltaBroker(store, 2)
+    busy = {"u0": (2 * MIB, 3 * MIB, True), "u1": (2 * MIB, 3 * MIB, True)}
+    for t in (T0, T0 + 1000):
+        one.round(t, busy)
+        two.round(t, busy)
+    restarted = DeltaBroker(store, 2)
+    restarted.round(T0 + 2000, {"u1": busy["u1"]})
+    assert set(store.shares(IDS["u0"])) == {1} and set(store.shares(IDS["u1"])) == {1, 2}
+    one.round(T0 + 2100, busy)
+    assert one.held["u0"] == 2 * MIB and one.held["u1"] == pytest.approx(MIB)
