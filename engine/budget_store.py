@@ -12,7 +12,7 @@ import json
 import secrets
 import urllib.parse
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
@@ -25,7 +25,7 @@ from .groups import entity_field
 
 DEFAULT_PARAMS = BudgetParams()
 BUDGET_LUA = (Path(__file__).parent / "lua" / "budget_share.lua").read_text()
-#: Reads one budget's state (the hash ``budget_share.lua`` keeps) as strings, five per broker.
+#: Reads one budget's state (the hash ``budget_share.lua`` keeps) and its brokers' last rounds, five strings each.
 BUDGET_STATE_LUA = (Path(__file__).parent / "lua" / "budget_state.lua").read_text()
 
 #: Replaces a cluster's scope whole, with a new version: KEYS[1] scope; ARGV[1] a random epoch for a hash that has
@@ -95,12 +95,16 @@ class BudgetReport:
 
 @dataclass(frozen=True)
 class Round:
-    """What a round answered: the engine's clock, the scope (when it changed) and a share per report."""
+    """What a round answered: the engine's clock, the scope (when it changed) and a share per report; the shares of
+    budgets not in the report that other brokers' rounds moved (budget id -> share); and whether the broker's lease
+    had run out (or it never reported), so that its next report must carry every budget it holds."""
 
     now_ms: int
     scope_version: str
     scope: list[str] | None
     shares: list[float | None]
+    moved: dict[str, float] = field(default_factory=dict)
+    resync: bool = False
 
 
 class BudgetStore:
@@ -141,8 +145,14 @@ class BudgetStore:
         params: BudgetParams = DEFAULT_PARAMS,
         now_ms: int | None = None,
         scope_version: str | None = None,
+        leaving: Sequence[str] = (),
+        whole: bool = False,
     ) -> Round:
-        """One broker's round (what the plugin does every second), through ``budget_share.lua``."""
+        """One broker's round (what the plugin does every second), through ``budget_share.lua``.
+
+        ``reports`` are the budgets whose report moved (or all of them: the answer is the same); the others keep
+        the entries of their last report while the broker's rounds go on. ``leaving``: budget ids the broker
+        holds no more (its share returns at once). ``whole``: ``reports`` carries every budget the broker holds."""
         args: list[str] = [
             str(broker),
             str(params.lease_ms),
@@ -150,14 +160,20 @@ class BudgetStore:
             repr(float(params.headroom)),
             "" if now_ms is None else str(now_ms),
             scope_version or "",
+            "1" if whole else "0",
         ]
         for r in reports:
             args += [r.scope_field, repr(float(r.budget)), repr(float(r.demand)), "1" if r.saturated else "0"]
+        for _ in leaving:
+            args += ["", "", "", "-"]
         keys = [self.scope_key, self.brokers_key] + [self.budget_key(r.budget_id) for r in reports]
-        now, version, scope, shares = self._share(keys=keys, args=args)
+        keys += [self.budget_key(b) for b in leaving]
+        now, version, scope, shares, moved, resync = self._share(keys=keys, args=args)
         held = version.decode() if version else ""
         changed = [f.decode() for f in scope] if held != (scope_version or "") else None
-        return Round(int(now), held, changed, [float(s) if s else None for s in shares])
+        others = {moved[j].decode(): float(moved[j + 1]) for j in range(0, len(moved), 2)}
+        mine = [float(s) if s else None for s in shares[: len(reports)]]
+        return Round(int(now), held, changed, mine, others, bool(resync))
 
     def shares(self, budget_id: str) -> dict[int, dict[str, float]]:
         """Per broker of one budget: its held share ``s`` (absent before its first share), demand ``d``, saturation

@@ -123,6 +123,16 @@ class BudgetLedger:
         entry.share = next_share(budget, params, len(live), target, entry.share, others)
         return entry.share
 
+    def leave(self, broker: int) -> None:
+        """The broker holds the budget no more (its sensor is gone): its share returns to the pool at once."""
+        self.entries.pop(broker, None)
+
+    def expire(self, now_ms: int, params: BudgetParams) -> None:
+        """Drop the entries of brokers whose last round is older than the lease (what a sweep does to every budget
+        of a broker whose lease ran out, without waiting for a report of the budget)."""
+        for other in [b for b, e in self.entries.items() if now_ms - e.reported_ms > params.lease_ms]:
+            del self.entries[other]
+
     def quiet(self, now_ms: int) -> None:
         """Every broker reported its sensor idle until ``now_ms`` (what the plugin does while nothing is sent):
         their leases go on and their demand is 0."""

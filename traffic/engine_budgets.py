@@ -57,6 +57,9 @@ class BrokerBudgets:
         self.used: dict[tuple[QuotaType, str, str], list] = {}
         self.last_ok_ms: int | None = None
         self._unshared: dict[QuotaType, Callable[[Resolution], float | None]] = {}
+        # the budgets the last good round reported: one no longer reported is left at once (its entry would
+        # otherwise live on with the broker's rounds)
+        self.reported: set[str] = set()
         self.state = "off"
 
     def note(self, quota_type: QuotaType, user: str, client_id: str, value: float, throttle_ms: int, t: int) -> None:
@@ -92,8 +95,11 @@ class BrokerBudgets:
             BudgetReport(f, budget_id(str(q), *tags.split(":", 1)), b, d, x)
             for (q, tags), (f, b, d, x) in zip(keys, sensors.values(), strict=True)
         ]
+        ids = {r.budget_id for r in reports}
         try:
-            answer = self.store.round(self.broker_id, reports, self.params, scope_version=self.scope_version)
+            # every budget in every round (whole): the plugin on Kafka sends only what moved
+            answer = self.store.round(self.broker_id, reports, self.params, scope_version=self.scope_version,
+                                      leaving=sorted(self.reported - ids), whole=True)
         except (redis.RedisError, OSError, EngineUnavailable) as e:
             self._away(t, e, keys, [s[1] for s in sensors.values()])
             return
@@ -103,7 +109,7 @@ class BrokerBudgets:
             groups = GroupLayer.from_scope(self.scope)
             for m in self.all_managers.values():  # an exempt principal has no quota of any type
                 m.set_groups(groups)
-        self.scope_version = answer.scope_version
+        self.scope_version, self.reported = answer.scope_version, ids
         shares: dict[QuotaType, dict[str, float]] = {q: {} for q in self.managers}
         for (q, tags), share in zip(keys, answer.shares, strict=True):
             if share is not None:

@@ -25,7 +25,8 @@ import quotaportal.kafka.quota.QuotaTable.EntityKey;
  *
  * <p>A round: the live sensors whose resolving config entity is cluster-wide (the scope the engine last answered)
  * are reported with their budget B, their demand ({@link DemandEstimator}) and whether they are saturated (the rate
- * Kafka measures at or above 95 % of the share enforced); {@code budget_share.lua} answers each one's share. Then
+ * Kafka measures at or above 95 % of the share enforced); only those whose report moved go to {@code budget_share.lua}
+ * ({@link ReportDelta}), which answers their shares and those other brokers' reports moved; the rest are kept. Then
  * every cluster-wide sensor's limit is published: the share while the last successful round is at most the lease
  * old, else (Redis away or slow for longer, or a new budget with no share yet) {@code B / live brokers} (live = the
  * brokers of the cluster metadata, at least 1): never unlimited, never zero. The state is {@code coordinated}
@@ -144,7 +145,8 @@ final class BudgetCoordinator {
     private record Held(EntityKey entity, double budget, double share) {
     }
 
-    private record Report(SensorBudget sensor, String scopeField, double demand, boolean saturated) {
+    /** One cluster-wide sensor's report in a round: its scope field, demand and saturation. */
+    record Report(SensorBudget sensor, String scopeField, double demand, boolean saturated) {
     }
 
     private final BudgetSettings settings;
@@ -165,6 +167,8 @@ final class BudgetCoordinator {
     private String scopeVersion = "";
     private boolean scopeKnown;
     private Map<SensorKey, Held> held = Map.of();
+    /** What the engine holds of this broker's reports: only what moved is sent. */
+    private final ReportDelta delta = new ReportDelta();
     private final Map<SensorKey, DemandEstimator> estimators = new HashMap<>();
     private final Set<SensorKey> saturated = new java.util.HashSet<>();
     private final Map<SensorKey, Integer> falling = new HashMap<>();
@@ -178,6 +182,7 @@ final class BudgetCoordinator {
     private final AtomicLong failedRounds = new AtomicLong();
     private final AtomicLong sharesMoved = new AtomicLong();
     private volatile long lastRoundMs;
+    private volatile int lastReported;
     private volatile String lastError = "";
 
     /**
@@ -315,11 +320,17 @@ final class BudgetCoordinator {
             }
         }
         boolean scopeChanged = false;
+        ReportDelta.Selection sending = delta.select(reports, r -> limit(r.sensor().sensor(),
+                new QuotaTable.Resolved(r.sensor().entity(), r.sensor().budget())), now, settings.leaseMs(),
+                settings.floorFraction());
         try {
-            BudgetRedis.Reply reply = redis.round(keys(reports), args(reports, now));
-            if (reply.shares().size() != reports.size()) {
+            BudgetRedis.Reply reply = redis.round(sending.keys(prefix), sending.args(settings,
+                    engineClockMs == null ? "" : Long.toString(engineClockMs.getAsLong()), scopeKnown ? scopeVersion : ""));
+            int asked = sending.reports().size() + sending.leaving().size();
+            lastReported = asked;
+            if (reply.shares().size() != asked) {
                 throw new IllegalStateException("budget_share.lua answered " + reply.shares().size() + " shares for "
-                        + reports.size() + " budgets");
+                        + asked + " budgets");
             }
             scopeChanged = !scopeKnown || !reply.scopeVersion().equals(scopeVersion);
             Map<TypedEntity, String> clusterWide = before.clusterWide;
@@ -330,15 +341,7 @@ final class BudgetCoordinator {
                 scopeVersion = reply.scopeVersion();
                 scopeKnown = true;
             }
-            Map<SensorKey, Held> taken = new HashMap<>();
-            for (int i = 0; i < reports.size(); i++) {
-                String share = reply.shares().get(i);
-                if (!share.isEmpty()) {
-                    SensorBudget s = reports.get(i).sensor();
-                    taken.put(s.sensor(), new Held(s.entity(), s.budget(), Double.parseDouble(share)));
-                }
-            }
-            held = taken;
+            held = taken(reports, sending, reply, now);
             lastSuccessMs = now;
             rounds.incrementAndGet();
             if (failing) {
@@ -347,6 +350,7 @@ final class BudgetCoordinator {
             }
             publish(now, live, clusterWide, groups);
         } catch (Exception e) {
+            delta.failed();
             failedRounds.incrementAndGet();
             lastError = e.toString();
             if (!failing) {
@@ -393,39 +397,39 @@ final class BudgetCoordinator {
         return until;
     }
 
-    private List<String> keys(List<Report> reports) {
-        List<String> keys = new ArrayList<>(reports.size() + 2);
-        keys.add(prefix + "scope");
-        keys.add(prefix + "brokers");
+    /**
+     * The shares held after a good round: those the engine answered for what was reported, those it moved for
+     * budgets not reported, the rest as they were (none for a sensor no longer reported).
+     */
+    private Map<SensorKey, Held> taken(List<Report> reports, ReportDelta.Selection sending, BudgetRedis.Reply reply,
+                                       long now) {
+        Map<SensorKey, Held> taken = new HashMap<>();
         for (Report r : reports) {
-            keys.add(prefix + "b:" + r.sensor().sensor().budgetId());
+            Held h = held.get(r.sensor().sensor());
+            if (h != null) {
+                taken.put(r.sensor().sensor(), h);
+            }
         }
-        return keys;
-    }
-
-    private List<String> args(List<Report> reports, long now) {
-        List<String> args = new ArrayList<>(6 + 4 * reports.size());
-        args.add(Integer.toString(settings.brokerId()));
-        args.add(Long.toString(settings.leaseMs()));
-        args.add(number(settings.floorFraction()));
-        args.add(number(settings.headroom()));
-        args.add(engineClockMs == null ? "" : Long.toString(engineClockMs.getAsLong()));
-        args.add(scopeKnown ? scopeVersion : "");
-        for (Report r : reports) {
-            args.add(r.scopeField());
-            args.add(number(r.sensor().budget()));
-            args.add(number(r.demand()));
-            args.add(r.saturated() ? "1" : "0");
+        List<Boolean> answered = new ArrayList<>(sending.reports().size());
+        for (int i = 0; i < sending.reports().size(); i++) {
+            String share = reply.shares().get(i);
+            SensorBudget s = sending.reports().get(i).sensor();
+            answered.add(!share.isEmpty());
+            if (share.isEmpty()) {
+                taken.remove(s.sensor());
+            } else {
+                taken.put(s.sensor(), new Held(s.entity(), s.budget(), Double.parseDouble(share)));
+            }
         }
-        return args;
-    }
-
-    /** A number as the script reads it (Lua's tonumber): integers without a fraction, else Java's shortest form. */
-    static String number(double value) {
-        if (value == Math.rint(value) && Math.abs(value) < 1e15) {
-            return Long.toString((long) value);
+        for (Map.Entry<String, String> moved : reply.moved().entrySet()) {
+            Report r = delta.sent(moved.getKey());
+            if (r != null && taken.containsKey(r.sensor().sensor())) {
+                taken.put(r.sensor().sensor(), new Held(r.sensor().entity(), r.sensor().budget(),
+                        Double.parseDouble(moved.getValue())));
+            }
         }
-        return Double.toString(value);
+        delta.accepted(sending, answered, reply.resync(), now);
+        return taken;
     }
 
     private static Map<TypedEntity, String> parseScope(List<String> fields) {
@@ -543,6 +547,11 @@ final class BudgetCoordinator {
 
     long lastRoundMs() {
         return lastRoundMs;
+    }
+
+    /** How many budgets the last good round carried (reported or left): only those whose report moved. */
+    int lastReported() {
+        return lastReported;
     }
 
     String lastError() {

@@ -30,8 +30,8 @@ import org.slf4j.LoggerFactory;
  * <pre>
  *   kafka.server:type=quota-budget-callback
  *       state (off | coordinated | fallback), coordinated (1/0), fallback (1/0), rounds, failedRounds,
- *       lastRoundMs (the last round's duration), budgets (cluster-wide budgets on this broker), sharesMoved,
- *       liveBrokers, lastError
+ *       lastRoundMs (the last round's duration), budgets (cluster-wide budgets on this broker), lastReported (the
+ *       budgets the last good round carried: those whose report moved), sharesMoved, liveBrokers, lastError
  *   kafka.server:type=quota-budget,quota-type=Produce|Fetch|Request,user=U,client-id=C     (one per budget)
  *       share (the limit this broker enforces), demand (its estimate), budget (B), live-brokers
  *   kafka.server:type=quota-budget-group,group=G                                           (one per quota group)
@@ -97,6 +97,8 @@ final class BudgetMBeans implements BudgetCoordinator.Listener {
         attrs.put("failedRounds", new Attr(Long.class, () -> coordinator == null ? 0L : coordinator.failedRounds()));
         attrs.put("lastRoundMs", new Attr(Long.class, () -> coordinator == null ? 0L : coordinator.lastRoundMs()));
         attrs.put("budgets", new Attr(Integer.class, () -> coordinator == null ? 0 : coordinator.view().limits.size()));
+        attrs.put("lastReported", new Attr(Integer.class,
+                () -> coordinator == null ? 0 : coordinator.lastReported()));
         attrs.put("sharesMoved", new Attr(Long.class, () -> coordinator == null ? 0L : coordinator.sharesMoved()));
         attrs.put("liveBrokers", new Attr(Integer.class, () -> coordinator == null ? 0 : coordinator.liveBrokers()));
         attrs.put("lastError", new Attr(String.class, () -> coordinator == null ? "" : coordinator.lastError()));

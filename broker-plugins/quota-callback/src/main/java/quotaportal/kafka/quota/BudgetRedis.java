@@ -1,7 +1,9 @@
 package quotaportal.kafka.quota;
 
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
  * What the plugin asks of the engine's Redis: a broker runs {@code budget_share.lua} with these KEYS and ARGV
@@ -29,20 +31,34 @@ interface BudgetRedis extends AutoCloseable {
     }
 
     /**
-     * The script's answer {@code {now_ms, scope_version, scope, shares}}: the engine's clock, the scope's version
-     * ("" when there is no scope), every scope field when the version differs from the one the broker sent (else an
-     * empty list), and one share per reported budget as a decimal string ("" = not cluster-wide).
+     * The script's answer {@code {now_ms, scope_version, scope, shares, moved, resync}}: the engine's clock, the
+     * scope's version ("" when there is no scope), every scope field when the version differs from the one the
+     * broker sent (else an empty list), one share per budget in the report as a decimal string ("" = not
+     * cluster-wide, or left), the shares other brokers' rounds moved of budgets not in the report (budget id ->
+     * share), and whether the engine asks for a whole report next.
      */
-    record Reply(long nowMs, String scopeVersion, List<String> scope, List<String> shares) {
+    record Reply(long nowMs, String scopeVersion, List<String> scope, List<String> shares, Map<String, String> moved,
+                 boolean resync) {
+
+        Reply(long nowMs, String scopeVersion, List<String> scope, List<String> shares) {
+            this(nowMs, scopeVersion, scope, shares, Map.of(), false);
+        }
 
         /** From what a Redis client returns for the script's table (nested lists, strings or numbers, nulls). */
         static Reply parse(Object raw) {
-            if (!(raw instanceof List<?> parts) || parts.size() < 4) {
-                throw new IllegalStateException("budget_share.lua answered " + raw + ", not {now, version, scope, shares}");
+            if (!(raw instanceof List<?> parts) || parts.size() < 6) {
+                throw new IllegalStateException("budget_share.lua answered " + raw
+                        + ", not {now, version, scope, shares, moved, resync}");
             }
             long now = Long.parseLong(text(parts.get(0)));
             String version = text(parts.get(1));
-            return new Reply(now, version, strings(parts.get(2)), strings(parts.get(3)));
+            List<String> pairs = strings(parts.get(4));
+            Map<String, String> moved = new LinkedHashMap<>();
+            for (int i = 0; i + 1 < pairs.size(); i += 2) {
+                moved.put(pairs.get(i), pairs.get(i + 1));
+            }
+            return new Reply(now, version, strings(parts.get(2)), strings(parts.get(3)), moved,
+                    "1".equals(text(parts.get(5))));
         }
 
         private static List<String> strings(Object raw) {

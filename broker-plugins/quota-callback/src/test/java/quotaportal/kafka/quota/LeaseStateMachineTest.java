@@ -7,8 +7,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.net.SocketTimeoutException;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.kafka.server.quota.ClientQuotaType;
@@ -34,6 +36,9 @@ class LeaseStateMachineTest {
         String version = "";
         List<String> scope = new ArrayList<>();
         final Map<String, String> shares = new HashMap<>(); // budget id -> share ('' or absent: not cluster-wide)
+        private final Map<String, String> answered = new HashMap<>(); // budget id -> the share the broker was told
+        // budget id -> the four values of the broker's report the script holds (a round sends only what moved)
+        private final Map<String, List<String>> held = new java.util.LinkedHashMap<>();
         Exception failure;
         final List<List<String>> keys = new ArrayList<>();
         final List<List<String>> args = new ArrayList<>();
@@ -46,12 +51,34 @@ class LeaseStateMachineTest {
                 throw failure;
             }
             List<String> answer = new ArrayList<>();
+            Set<String> reported = new HashSet<>();
             for (int i = 2; i < k.size(); i++) {
-                String field = a.get(6 + (i - 2) * 4);
+                String field = a.get(7 + (i - 2) * 4);
                 String id = k.get(i).substring(k.get(i).indexOf(":b:") + 3);
-                answer.add(scope.contains(field) ? shares.getOrDefault(id, "") : "");
+                reported.add(id);
+                List<String> values = a.subList(7 + (i - 2) * 4, 11 + (i - 2) * 4);
+                if ("-".equals(values.get(3))) {
+                    held.remove(id);
+                } else {
+                    held.put(id, List.copyOf(values));
+                }
+                String share = scope.contains(field) && !"-".equals(a.get(10 + (i - 2) * 4))
+                        ? shares.getOrDefault(id, "") : "";
+                answer.add(share);
+                answered.put(id, share);
             }
-            return new Reply(1_000, version, version.equals(a.get(5)) ? List.of() : List.copyOf(scope), answer);
+            // as the script does: the shares of budgets not in the report that moved since the broker was told
+            Map<String, String> moved = new HashMap<>();
+            for (Map.Entry<String, String> e : answered.entrySet()) {
+                String now = shares.getOrDefault(e.getKey(), "");
+                if (!reported.contains(e.getKey()) && !e.getValue().isEmpty() && !now.isEmpty()
+                        && !now.equals(e.getValue())) {
+                    moved.put(e.getKey(), now);
+                    e.setValue(now);
+                }
+            }
+            return new Reply(1_000, version, version.equals(a.get(5)) ? List.of() : List.copyOf(scope), answer, moved,
+                    false);
         }
 
         @Override
@@ -63,8 +90,16 @@ class LeaseStateMachineTest {
             return version.equals(knownVersion) ? null : new Scope(version, List.copyOf(scope));
         }
 
+        /**
+         * The broker's report as the script holds it after the last round: that round's ARGV[1..6], then the four
+         * values of each budget as last reported (a round carries only the budgets whose report moved).
+         */
         List<String> lastArgs() {
-            return args.get(args.size() - 1);
+            List<String> a = new ArrayList<>(args.get(args.size() - 1).subList(0, 6));
+            for (List<String> values : held.values()) {
+                a.addAll(values);
+            }
+            return a;
         }
     }
 
@@ -140,7 +175,8 @@ class LeaseStateMachineTest {
         assertEquals("", redis.args.get(0).get(5));
         assertEquals(List.of("qb:{c1}:scope", "qb:{c1}:brokers", "qb:{c1}:b:produce {\"client-id\":\"\",\"user\":\"alice\"}"),
                 redis.keys.get(1));
-        assertEquals(List.of("2", "10000", "0.05", "0.2", "", "1", ALICE_FIELD, "3000", "0", "0"), redis.args.get(1));
+        assertEquals(List.of("2", "10000", "0.05", "0.2", "", "1", "0", ALICE_FIELD, "3000", "0", "0"),
+                redis.args.get(1));
         assertEquals(State.COORDINATED, coordinator.state());
         assertEquals(1_800.5, limit(ALICE));
         assertEquals(500.0, limit(BOB), "a per-broker value stays Kafka's");

@@ -180,6 +180,50 @@ class RealRedisScriptTest {
     }
 
     @Test
+    void aRoundCarriesOnlyWhatMovedAndTakesTheSharesOthersMoved() {
+        try (Jedis jedis = jedis()) {
+            jedis.hset("qb:{" + cluster + "}:scope", Map.of("#version", "1", FIELD, "cluster"));
+        }
+        AtomicLong clock = new AtomicLong(1_000_000_000L);
+        Map<Integer, Double> limits = new HashMap<>();
+        Map<Integer, Double> want = new HashMap<>(Map.of(1, 400_000.0, 2, 400_000.0, 3, 0.0));
+        List<BudgetCoordinator> brokers = List.of(broker(1, clock, limits, want), broker(2, clock, limits, want),
+                broker(3, clock, limits, want));
+        Runnable second = () -> {
+            for (int i = 0; i < brokers.size(); i++) {
+                BudgetCoordinator c = brokers.get(i);
+                clock.addAndGet(100);
+                if (c.runRound()) {
+                    c.runRound();
+                }
+                assertEquals(BudgetCoordinator.State.COORDINATED, c.state(), c.lastError());
+                limits.put(i + 1, limit(c));
+            }
+            clock.addAndGet(700);
+        };
+        for (int s = 0; s < 10; s++) {
+            second.run();
+        }
+        // demand steady: the rounds are heartbeats, and the spare is spread evenly over the three
+        for (BudgetCoordinator c : brokers) {
+            assertEquals(0, c.lastReported(), "nothing moved, nothing reported");
+        }
+        double before = limits.get(1);
+        assertTrue(before > 1_000_000, limits.toString());
+        // broker 3's clients arrive: its round reports it, and the others' next rounds take the shares it moved
+        // though their own reports did not move (the water-fill gives them their need: 400,000 with 20 % headroom)
+        want.put(3, 600_000.0);
+        second.run();
+        assertEquals(1, brokers.get(2).lastReported());
+        second.run();
+        for (int i = 0; i < 2; i++) {
+            assertEquals(0, brokers.get(i).lastReported(), "broker " + (i + 1) + " reported nothing");
+            assertEquals(480_000.0, limits.get(i + 1), 1e-6, "broker " + (i + 1) + " took the share moved: " + limits);
+        }
+        assertEquals(limits.get(1), heldInRedis().get(1), 1e-6);
+    }
+
+    @Test
     void productionRoundsUseRedissClock() throws Exception {
         try (Jedis jedis = jedis()) {
             jedis.hset("qb:{" + cluster + "}:scope", Map.of("#version", "7", FIELD, "cluster"));
