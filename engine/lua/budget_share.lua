@@ -138,6 +138,27 @@ local function target_of(f, budget, n, need, mine_at)
   return level
 end
 
+-- budgets.next_share: a broker's share moves down at once, and up only from what the others released, never below
+-- what it holds; the new share is written into s.
+local function next_share(s, n, mine_at, target, floor, budget)
+  local others = 0.0
+  for j = 1, n do
+    if j ~= mine_at and s[j] then
+      others = others + s[j]
+    end
+  end
+  local held = s[mine_at]
+  local mine = held or budget / n
+  local share
+  if target <= mine then
+    share = math.max(floor, target)
+  else
+    share = math.max(floor, mine, math.min(target, budget - others))
+  end
+  s[mine_at] = share
+  return share, held
+end
+
 local me = tonumber(broker)
 local params = ARGV[3] .. ' ' .. ARGV[4]
 
@@ -292,22 +313,7 @@ local function allocate(id, key, budget_text, demand_text, saturated_text, sig, 
     f = fill_of(budget, need, total)
   end
   local target = target_of(f, budget, n, need, mine_at)
-  local others = 0.0
-  for j = 1, n do
-    if j ~= mine_at and s[j] then
-      others = others + s[j]
-    end
-  end
-  -- budgets.next_share: down at once, up only from what the others released, never below what it holds
-  local held = s[mine_at]
-  local mine = held or budget / n
-  local share
-  if target <= mine then
-    share = math.max(floor, target)
-  else
-    share = math.max(floor, mine, math.min(target, budget - others))
-  end
-  s[mine_at] = share
+  local share, held = next_share(s, n, mine_at, target, floor, budget)
   local report = budget_text .. ' ' .. demand_text .. ' ' .. saturated_text
   st[5], st[6] = budget_text, params
   local text = string.format('%.17g', share)
@@ -366,22 +372,7 @@ local function again(id, key, sig, b, dm, x, lo, cached, sh)
   end
   local target = target_of(f, budget, n, need, mine_at)
   local s = cmsgpack.unpack(sh)
-  local others = 0.0
-  for j = 1, n do
-    if j ~= mine_at and s[j] then
-      others = others + s[j]
-    end
-  end
-  -- budgets.next_share, as the long way computes it
-  local held = s[mine_at]
-  local mine = held or budget / n
-  local share
-  if target <= mine then
-    share = math.max(floor, target)
-  else
-    share = math.max(floor, mine, math.min(target, budget - others))
-  end
-  s[mine_at] = share
+  local share, held = next_share(s, n, mine_at, target, floor, budget)
   local text = string.format('%.17g', share)
   if held and share < held then
     tell(id)  -- it released some
