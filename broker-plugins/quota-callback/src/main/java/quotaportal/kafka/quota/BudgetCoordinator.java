@@ -89,6 +89,14 @@ final class BudgetCoordinator {
     private record Mute(long requestMs, long untilMs) {
     }
 
+    /** The limit a sensor enforces, since when (ms: the round that published it ended) and the one before it. */
+    private record Enforced(double value, long sinceMs, double before) {
+        /** The limit Kafka applied to a request at {@code requestMs} (it reads a new limit at the next request). */
+        double at(long requestMs) {
+            return requestMs >= sinceMs ? value : before;
+        }
+    }
+
     /** The sensors Kafka has now (those the hot path handed tags out for, still registered). */
     interface SensorSource {
         List<SensorBudget> sensors();
@@ -169,6 +177,9 @@ final class BudgetCoordinator {
     private final Set<SensorKey> saturated = new java.util.HashSet<>();
     private final Map<SensorKey, Integer> falling = new HashMap<>();
     private final Map<SensorKey, Mute> mutes = new HashMap<>();
+    private final Map<SensorKey, Enforced> enforcedSince = new HashMap<>();
+    /** When the last round's limits were published (its end): a request before it met the limits before. */
+    private long publishedMs = Long.MIN_VALUE;
     /** Per sensor found silent: the last request it had then. Silent it stays until a request comes after it. */
     private final Map<SensorKey, Long> silentAfter = new HashMap<>();
     private long lastSuccessMs = Long.MIN_VALUE;
@@ -357,6 +368,7 @@ final class BudgetCoordinator {
             publish(now, live, before.clusterWide, before.groups); // the last known scope and groups
         } finally {
             lastRoundMs = (System.nanoTime() - started) / 1_000_000;
+            publishedMs = clockMs.getAsLong();
         }
         // a sensor gone (Kafka expired it) needs no estimate any more
         if (estimators.size() > live.size()) {
@@ -368,27 +380,38 @@ final class BudgetCoordinator {
             saturated.retainAll(keep);
             falling.keySet().retainAll(keep);
             mutes.keySet().retainAll(keep);
+            enforcedSince.keySet().retainAll(keep);
             silentAfter.keySet().retainAll(keep);
         }
         return scopeChanged;
     }
 
     /**
-     * Until when (ms) Kafka may mute the sensor's clients after their last request: the longest mute its rate over
-     * the limit enforced implies, over every round since that request (a round's rate is read after the request
-     * was recorded; the window only loses samples after it). {@code Long.MIN_VALUE} when no request is known.
+     * Until when (ms) Kafka may mute the sensor's clients after their last request: the mute its rate over the
+     * limit Kafka applied to that request implies, computed once, at the first round that sees the request (its
+     * rate is read after the request was recorded; the window only loses samples after it). A limit published
+     * after the request does not extend it: Kafka throttled the request when it came, so a share cut since then
+     * (the demand's new broker took half of it) would predict a mute that never happens and hold a broker its
+     * clients left for up to a window more. {@code Long.MIN_VALUE} when no request is known.
      */
     private long mutedUntil(SensorBudget s, double rate, double enforced) {
+        Enforced limit = enforcedSince.get(s.sensor());
+        if (limit == null) {
+            limit = new Enforced(enforced, Long.MIN_VALUE, enforced);
+        } else if (!same(limit.value(), enforced)) {
+            limit = new Enforced(enforced, publishedMs, limit.value());
+        }
+        enforcedSince.put(s.sensor(), limit);
         long request = s.lastRequestMs();
         if (request < 0) {
             mutes.remove(s.sensor());
             return Long.MIN_VALUE;
         }
-        long until = request + muteMs(rate, enforced, settings.throttleWindowSeconds());
         Mute was = mutes.get(s.sensor());
         if (was != null && was.requestMs() == request) {
-            until = Math.max(until, was.untilMs());
+            return was.untilMs();
         }
+        long until = request + muteMs(rate, limit.at(request), settings.throttleWindowSeconds());
         mutes.put(s.sensor(), new Mute(request, until));
         return until;
     }

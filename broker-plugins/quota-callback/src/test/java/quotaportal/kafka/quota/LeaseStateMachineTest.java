@@ -350,6 +350,44 @@ class LeaseStateMachineTest {
     }
 
     @Test
+    void aMuteIsPredictedFromTheLimitItsRequestMetNotFromACutPublishedAfterIt() {
+        clock.set(100_000);
+        redis.shares.put(ALICE.budgetId(), "1000");
+        measured.put(ALICE, 960.0);
+        round();
+        round();
+        // a request half a second before the round that cuts the share to half (the demand's new broker took the
+        // other half): Kafka throttled it against 1000, for 220 ms
+        long request = clock.get() - 500;
+        lastRequests.put(ALICE, request);
+        measured.put(ALICE, 1_020.0);
+        redis.shares.put(ALICE.budgetId(), "500");
+        round();
+        assertEquals(500.0, limit(ALICE));
+        // its clients left: the window, now twice the new share, predicts no mute of that request (the old rule
+        // held the sensor for 11 s more, (1000 - 500) / 500 of Kafka's window)
+        measured.put(ALICE, 1_000.0);
+        round();
+        assertEquals("1", redis.lastArgs().get(9), "not silent for 2 s yet");
+        measured.put(ALICE, 200.0);
+        round();
+        assertEquals("0", redis.lastArgs().get(9), "silent 2.5 s after a 220 ms mute");
+        assertEquals(0.0, Double.parseDouble(redis.lastArgs().get(8)));
+        // a request after the cut was published meets the cut: muted (1000 - 500) / 500 of the window, 11 s
+        request = clock.get() - 500;
+        lastRequests.put(ALICE, request);
+        measured.put(ALICE, 1_000.0);
+        round();
+        measured.put(ALICE, 100.0);
+        while (clock.get() <= request + 11_000 + BudgetCoordinator.SILENT_MS) {
+            round();
+            assertEquals("1", redis.lastArgs().get(9), "muted at " + (clock.get() - 1_000 - request) + " ms");
+        }
+        round();
+        assertEquals("0", redis.lastArgs().get(9), "silent past its mute and two seconds");
+    }
+
+    @Test
     void aMuteIsTheRateOverTheLimitTimesKafkasWindow() {
         assertEquals(16_500, BudgetCoordinator.muteMs(2_500, 1_000, 11));
         assertEquals(0, BudgetCoordinator.muteMs(1_000, 1_000, 11));
