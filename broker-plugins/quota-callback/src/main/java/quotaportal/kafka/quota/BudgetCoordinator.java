@@ -85,8 +85,11 @@ final class BudgetCoordinator {
         return (long) Math.ceil((rate - limit) / limit * throttleWindowSeconds * 1000);
     }
 
-    /** The last request of a sensor and how long Kafka may mute its clients after it (ms, the request's clock). */
-    private record Mute(long requestMs, long untilMs) {
+    /**
+     * The last request of a sensor, how long Kafka may mute its clients after it (ms, the request's clock) and the
+     * limit Kafka applied to it.
+     */
+    private record Mute(long requestMs, long untilMs, double limit) {
     }
 
     /** The limit a sensor enforces, since when (ms: the round that published it ended) and the one before it. */
@@ -278,19 +281,23 @@ final class BudgetCoordinator {
             // still. So a throttled sensor is saturated and wants at least what it measures.
             double throttle = rates.throttleMs(s.sensor());
             // Silence is only evidence once Kafka would have let its clients speak: a mute lasts about as long as the
-            // window takes to bring the rate back to the limit, so a sensor still measuring more than half of its
-            // limit may be muted yet, however long its silence (cutting it then mutes it for longer still).
+            // window takes to bring the rate back to the limit, so a sensor still measuring more than half of the
+            // limit its last request met may be muted yet, however long its silence (cutting it then mutes it for
+            // longer still). A share cut after that request mutes nobody until the clients send again, so it is not
+            // the measure (it held an old leader whose clients had left until its window fell under half the cut).
             // Nor is silence evidence before the mute Kafka gave the last request can have ended: a mute longer
             // than the window empties the window (the rate falls under half the limit while the clients wait) and
             // can outlast twice the mean throttle; a release then cuts the share to the floor, and the backlog the
             // client sends when it may is throttled against the floor for minutes (0.06 B delivered under load).
             long mutedUntil = mutedUntil(s, rate, enforced);
+            Mute mute = mutes.get(s.sensor());
+            double met = mute == null ? enforced : mute.limit();
             // Once silent, a sensor stays so until its clients send again: its share is cut to the floor then, and
             // its window, still decaying, would measure more than half of that floor (and more than the floor: full
             // again) and take the share back for as long as the window lasts, on a broker its clients have left.
             boolean silent = s.lastRequestMs() >= 0 && (Long.valueOf(s.lastRequestMs()).equals(silentAfter.get(
                     s.sensor())) || now - s.lastRequestMs() > Math.max(SILENT_MS, 2 * throttle)
-                    && now > mutedUntil + SILENT_MS && rate < FALLING * enforced);
+                    && now > mutedUntil + SILENT_MS && rate < FALLING * met);
             if (silent) {
                 silentAfter.put(s.sensor(), s.lastRequestMs());
             } else {
@@ -411,8 +418,9 @@ final class BudgetCoordinator {
         if (was != null && was.requestMs() == request) {
             return was.untilMs();
         }
-        long until = request + muteMs(rate, limit.at(request), settings.throttleWindowSeconds());
-        mutes.put(s.sensor(), new Mute(request, until));
+        double met = limit.at(request);
+        long until = request + muteMs(rate, met, settings.throttleWindowSeconds());
+        mutes.put(s.sensor(), new Mute(request, until, met));
         return until;
     }
 

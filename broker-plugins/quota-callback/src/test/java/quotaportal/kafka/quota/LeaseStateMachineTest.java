@@ -388,6 +388,37 @@ class LeaseStateMachineTest {
     }
 
     @Test
+    void silenceIsJudgedAgainstTheLimitTheLastRequestMetNotACutPublishedAfterIt() {
+        clock.set(100_000);
+        redis.shares.put(ALICE.budgetId(), "1000");
+        measured.put(ALICE, 960.0);
+        round();
+        round();
+        // its clients move to another broker; their last request met 1000, and the share is cut to half after it
+        long request = clock.get() - 500;
+        lastRequests.put(ALICE, request);
+        measured.put(ALICE, 980.0);
+        redis.shares.put(ALICE.budgetId(), "500");
+        round();
+        assertEquals("1", redis.lastArgs().get(9));
+        // the window decays: under half of what that request met, though not under half of the cut (the old rule
+        // waited for that, a few seconds more of half the budget on a broker its clients have left)
+        measured.put(ALICE, 400.0);
+        round();
+        assertEquals("1", redis.lastArgs().get(9), "not silent for 2 s yet");
+        round();
+        assertEquals("0", redis.lastArgs().get(9), "silent 2.5 s, its window under half the limit it last met");
+        assertEquals(0.0, Double.parseDouble(redis.lastArgs().get(8)));
+        // clients that send again meet the cut: a window over half of it may mute them yet, so never silent
+        request = clock.get() - 500;
+        lastRequests.put(ALICE, request);
+        for (int i = 0; i < 4; i++) {
+            round();
+            assertEquals(400.0, Double.parseDouble(redis.lastArgs().get(8)), 1e-6, "round " + i + ": wants its rate");
+        }
+    }
+
+    @Test
     void aMuteIsTheRateOverTheLimitTimesKafkasWindow() {
         assertEquals(16_500, BudgetCoordinator.muteMs(2_500, 1_000, 11));
         assertEquals(0, BudgetCoordinator.muteMs(1_000, 1_000, 11));
