@@ -280,11 +280,13 @@ final class BudgetCoordinator {
             // (rate - share) / share windows at its next request, and the longer wait would look like less demand
             // still. So a throttled sensor is saturated and wants at least what it measures.
             double throttle = rates.throttleMs(s.sensor());
-            // Silence is only evidence once Kafka would have let its clients speak: a mute lasts about as long as the
-            // window takes to bring the rate back to the limit, so a sensor still measuring more than half of the
-            // limit its last request met may be muted yet, however long its silence (cutting it then mutes it for
-            // longer still). A share cut after that request mutes nobody until the clients send again, so it is not
-            // the measure (it held an old leader whose clients had left until its window fell under half the cut).
+            // Silence is only evidence once Kafka would have let its clients speak: a sensor whose window still
+            // measures more than the limit its last request met would have that request throttled now, and may be
+            // muted yet if the mute predicted below fell short (cutting it then mutes it for longer still). Under
+            // that limit, past the predicted mute, its clients could have sent: half the limit (the rule before)
+            // held an old leader for as long as its last burst stayed in Kafka's window, up to 11 s, its clients
+            // gone. A share cut after that request mutes nobody until the clients send again, so it is not the
+            // measure either.
             // Nor is silence evidence before the mute Kafka gave the last request can have ended: a mute longer
             // than the window empties the window (the rate falls under half the limit while the clients wait) and
             // can outlast twice the mean throttle; a release then cuts the share to the floor, and the backlog the
@@ -297,7 +299,7 @@ final class BudgetCoordinator {
             // again) and take the share back for as long as the window lasts, on a broker its clients have left.
             boolean silent = s.lastRequestMs() >= 0 && (Long.valueOf(s.lastRequestMs()).equals(silentAfter.get(
                     s.sensor())) || now - s.lastRequestMs() > Math.max(SILENT_MS, 2 * throttle)
-                    && now > mutedUntil + SILENT_MS && rate < FALLING * met);
+                    && now > mutedUntil + SILENT_MS && rate < met);
             if (silent) {
                 silentAfter.put(s.sensor(), s.lastRequestMs());
             } else {
