@@ -272,8 +272,10 @@ final class BudgetCoordinator {
             if (Double.isNaN(rate)) {
                 rate = 0;
             }
-            double demand = estimators.computeIfAbsent(s.sensor(), k -> new DemandEstimator(settings.rateWindowSeconds()))
-                    .update(rate, now);
+            DemandEstimator estimator = estimators.computeIfAbsent(s.sensor(),
+                    k -> new DemandEstimator(settings.rateWindowSeconds()));
+            double rateBefore = estimator.lastRate();
+            double demand = estimator.update(rate, now);
             double enforced = limit(s.sensor(), new QuotaTable.Resolved(s.entity(), s.budget()));
             // A client Kafka throttled lately is muted now and then: its windowed rate and the demand estimate fall
             // while it waits, which is not demand gone. Cutting its share then would make Kafka throttle it for
@@ -291,7 +293,7 @@ final class BudgetCoordinator {
             // than the window empties the window (the rate falls under half the limit while the clients wait) and
             // can outlast twice the mean throttle; a release then cuts the share to the floor, and the backlog the
             // client sends when it may is throttled against the floor for minutes (0.06 B delivered under load).
-            long mutedUntil = mutedUntil(s, rate, enforced);
+            long mutedUntil = mutedUntil(s, Math.max(rate, rateBefore), enforced);
             Mute mute = mutes.get(s.sensor());
             double met = mute == null ? enforced : mute.limit();
             // Once silent, a sensor stays so until its clients send again: its share is cut to the floor then, and
@@ -397,8 +399,12 @@ final class BudgetCoordinator {
 
     /**
      * Until when (ms) Kafka may mute the sensor's clients after their last request: the mute its rate over the
-     * limit Kafka applied to that request implies, computed once, at the first round that sees the request (its
-     * rate is read after the request was recorded; the window only loses samples after it). A limit published
+     * limit Kafka applied to that request implies, computed once, at the first round that sees the request. The
+     * rate is the larger of this round's (read after the request was recorded) and the round before's (read
+     * before it): Kafka's window drops a 1 s sample at a time, and a burst's sample that left it between the
+     * request and this round took the rate from 0.98 to 0.65 of B under a share of 0.49 B (traced: a mute of 11 s
+     * predicted as 3.6 s, the broker released, and the records it was holding back took half the budget back from
+     * the new leader when they came). A limit published
      * after the request does not extend it: Kafka throttled the request when it came, so a share cut since then
      * (the demand's new broker took half of it) would predict a mute that never happens and hold a broker its
      * clients left for up to a window more. {@code Long.MIN_VALUE} when no request is known.

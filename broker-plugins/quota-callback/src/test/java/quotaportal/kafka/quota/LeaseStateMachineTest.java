@@ -422,6 +422,28 @@ class LeaseStateMachineTest {
     }
 
     @Test
+    void aMuteIsPredictedFromTheWindowBeforeTheRequestWhenASampleLeftItSince() {
+        clock.set(100_000);
+        redis.shares.put(ALICE.budgetId(), "1000");
+        measured.put(ALICE, 960.0);
+        round();
+        // a burst in Kafka's window: 1.5 times the share
+        measured.put(ALICE, 1_500.0);
+        round();
+        // the last request came at 1.5 times the share (Kafka mutes it for half its window, 5.5 s), then the burst's
+        // sample left the window before the round read it: this round measures 700, which alone predicts no mute
+        long request = clock.get() - 500;
+        lastRequests.put(ALICE, request);
+        measured.put(ALICE, 700.0);
+        while (clock.get() <= request + 5_500 + BudgetCoordinator.SILENT_MS) {
+            round();
+            assertEquals("1", redis.lastArgs().get(9), "muted at " + (clock.get() - 1_000 - request) + " ms");
+        }
+        round();
+        assertEquals("0", redis.lastArgs().get(9), "silent past its mute and two seconds");
+    }
+
+    @Test
     void aMuteIsTheRateOverTheLimitTimesKafkasWindow() {
         assertEquals(16_500, BudgetCoordinator.muteMs(2_500, 1_000, 11));
         assertEquals(0, BudgetCoordinator.muteMs(1_000, 1_000, 11));
