@@ -290,7 +290,7 @@ final class BudgetCoordinator {
             // gone. A share cut after that request mutes nobody until the clients send again, so it is not the
             // measure either.
             // Nor is silence evidence before the mute Kafka gave the last request can have ended: a mute longer
-            // than the window empties the window (the rate falls under half the limit while the clients wait) and
+            // than the window empties the window (the rate falls under the limit while the clients wait) and
             // can outlast twice the mean throttle; a release then cuts the share to the floor, and the backlog the
             // client sends when it may is throttled against the floor for minutes (0.06 B delivered under load).
             long mutedUntil = mutedUntil(s, Math.max(rate, rateBefore), enforced);
@@ -404,10 +404,10 @@ final class BudgetCoordinator {
      * before it): Kafka's window drops a 1 s sample at a time, and a burst's sample that left it between the
      * request and this round took the rate from 0.98 to 0.65 of B under a share of 0.49 B (traced: a mute of 11 s
      * predicted as 3.6 s, the broker released, and the records it was holding back took half the budget back from
-     * the new leader when they came). A limit published
-     * after the request does not extend it: Kafka throttled the request when it came, so a share cut since then
-     * (the demand's new broker took half of it) would predict a mute that never happens and hold a broker its
-     * clients left for up to a window more. {@code Long.MIN_VALUE} when no request is known.
+     * the new leader when they came). A limit published after the request does not extend it: Kafka throttled
+     * the request when it came, so a share cut since then (the demand's new broker took half of it) would predict
+     * a mute that never happens and hold a broker its clients left for up to a window more. {@code Long.MIN_VALUE}
+     * when no request is known.
      */
     private long mutedUntil(SensorBudget s, double rate, double enforced) {
         Enforced limit = enforcedSince.get(s.sensor());
