@@ -86,8 +86,19 @@ final class BudgetCoordinator {
         return (long) Math.ceil((rate - limit) / limit * throttleWindowSeconds * 1000);
     }
 
-    /** The last request of a sensor and how long Kafka may mute its clients after it (ms, the request's clock). */
-    private record Mute(long requestMs, long untilMs) {
+    /**
+     * The last request of a sensor, how long Kafka may mute its clients after it (ms, the request's clock) and the
+     * limit Kafka applied to it.
+     */
+    private record Mute(long requestMs, long untilMs, double limit) {
+    }
+
+    /** The limit a sensor enforces, since when (ms: the round that published it ended) and the one before it. */
+    private record Enforced(double value, long sinceMs, double before) {
+        /** The limit Kafka applied to a request at {@code requestMs} (it reads a new limit at the next request). */
+        double at(long requestMs) {
+            return requestMs >= sinceMs ? value : before;
+        }
     }
 
     /** The sensors Kafka has now (those the hot path handed tags out for, still registered). */
@@ -173,6 +184,9 @@ final class BudgetCoordinator {
     private final Set<SensorKey> saturated = new java.util.HashSet<>();
     private final Map<SensorKey, Integer> falling = new HashMap<>();
     private final Map<SensorKey, Mute> mutes = new HashMap<>();
+    private final Map<SensorKey, Enforced> enforcedSince = new HashMap<>();
+    /** When the last round's limits were published (its end): a request before it met the limits before. */
+    private long publishedMs = Long.MIN_VALUE;
     /** Per sensor found silent: the last request it had then. Silent it stays until a request comes after it. */
     private final Map<SensorKey, Long> silentAfter = new HashMap<>();
     private long lastSuccessMs = Long.MIN_VALUE;
@@ -263,28 +277,36 @@ final class BudgetCoordinator {
             if (Double.isNaN(rate)) {
                 rate = 0;
             }
-            double demand = estimators.computeIfAbsent(s.sensor(), k -> new DemandEstimator(settings.rateWindowSeconds()))
-                    .update(rate, now);
+            DemandEstimator estimator = estimators.computeIfAbsent(s.sensor(),
+                    k -> new DemandEstimator(settings.rateWindowSeconds()));
+            double rateBefore = estimator.lastRate();
+            double demand = estimator.update(rate, now);
             double enforced = limit(s.sensor(), new QuotaTable.Resolved(s.entity(), s.budget()));
             // A client Kafka throttled lately is muted now and then: its windowed rate and the demand estimate fall
             // while it waits, which is not demand gone. Cutting its share then would make Kafka throttle it for
             // (rate - share) / share windows at its next request, and the longer wait would look like less demand
             // still. So a throttled sensor is saturated and wants at least what it measures.
             double throttle = rates.throttleMs(s.sensor());
-            // Silence is only evidence once Kafka would have let its clients speak: a mute lasts about as long as the
-            // window takes to bring the rate back to the limit, so a sensor still measuring more than half of its
-            // limit may be muted yet, however long its silence (cutting it then mutes it for longer still).
+            // Silence is only evidence once Kafka would have let its clients speak: a sensor whose window still
+            // measures more than the limit its last request met would have that request throttled now, and may be
+            // muted yet if the mute predicted below fell short (cutting it then mutes it for longer still). Under
+            // that limit, past the predicted mute, its clients could have sent: half the limit (the rule before)
+            // held an old leader for as long as its last burst stayed in Kafka's window, up to 11 s, its clients
+            // gone. A share cut after that request mutes nobody until the clients send again, so it is not the
+            // measure either.
             // Nor is silence evidence before the mute Kafka gave the last request can have ended: a mute longer
-            // than the window empties the window (the rate falls under half the limit while the clients wait) and
+            // than the window empties the window (the rate falls under the limit while the clients wait) and
             // can outlast twice the mean throttle; a release then cuts the share to the floor, and the backlog the
             // client sends when it may is throttled against the floor for minutes (0.06 B delivered under load).
-            long mutedUntil = mutedUntil(s, rate, enforced);
+            long mutedUntil = mutedUntil(s, Math.max(rate, rateBefore), enforced);
+            Mute mute = mutes.get(s.sensor());
+            double met = mute == null ? enforced : mute.limit();
             // Once silent, a sensor stays so until its clients send again: its share is cut to the floor then, and
             // its window, still decaying, would measure more than half of that floor (and more than the floor: full
             // again) and take the share back for as long as the window lasts, on a broker its clients have left.
             boolean silent = s.lastRequestMs() >= 0 && (Long.valueOf(s.lastRequestMs()).equals(silentAfter.get(
                     s.sensor())) || now - s.lastRequestMs() > Math.max(SILENT_MS, 2 * throttle)
-                    && now > mutedUntil + SILENT_MS && rate < FALLING * enforced);
+                    && now > mutedUntil + SILENT_MS && rate < met);
             if (silent) {
                 silentAfter.put(s.sensor(), s.lastRequestMs());
             } else {
@@ -361,6 +383,7 @@ final class BudgetCoordinator {
             publish(now, live, before.clusterWide, before.groups); // the last known scope and groups
         } finally {
             lastRoundMs = (System.nanoTime() - started) / 1_000_000;
+            publishedMs = clockMs.getAsLong();
         }
         // a sensor gone (Kafka expired it) needs no estimate any more
         if (estimators.size() > live.size()) {
@@ -372,28 +395,44 @@ final class BudgetCoordinator {
             saturated.retainAll(keep);
             falling.keySet().retainAll(keep);
             mutes.keySet().retainAll(keep);
+            enforcedSince.keySet().retainAll(keep);
             silentAfter.keySet().retainAll(keep);
         }
         return scopeChanged;
     }
 
     /**
-     * Until when (ms) Kafka may mute the sensor's clients after their last request: the longest mute its rate over
-     * the limit enforced implies, over every round since that request (a round's rate is read after the request
-     * was recorded; the window only loses samples after it). {@code Long.MIN_VALUE} when no request is known.
+     * Until when (ms) Kafka may mute the sensor's clients after their last request: the mute its rate over the
+     * limit Kafka applied to that request implies, computed once, at the first round that sees the request. The
+     * rate is the larger of this round's (read after the request was recorded) and the round before's (read
+     * before it): Kafka's window drops a 1 s sample at a time, and a burst's sample that left it between the
+     * request and this round took the rate from 0.98 to 0.65 of B under a share of 0.49 B (traced: a mute of 11 s
+     * predicted as 3.6 s, the broker released, and the records it was holding back took half the budget back from
+     * the new leader when they came). A limit published after the request does not extend it: Kafka throttled
+     * the request when it came, so a share cut since then (the demand's new broker took half of it) would predict
+     * a mute that never happens and hold a broker its clients left for up to a window more. {@code Long.MIN_VALUE}
+     * when no request is known.
      */
     private long mutedUntil(SensorBudget s, double rate, double enforced) {
+        Enforced limit = enforcedSince.get(s.sensor());
+        if (limit == null) {
+            limit = new Enforced(enforced, Long.MIN_VALUE, enforced);
+        } else if (!same(limit.value(), enforced)) {
+            limit = new Enforced(enforced, publishedMs, limit.value());
+        }
+        enforcedSince.put(s.sensor(), limit);
         long request = s.lastRequestMs();
         if (request < 0) {
             mutes.remove(s.sensor());
             return Long.MIN_VALUE;
         }
-        long until = request + muteMs(rate, enforced, settings.throttleWindowSeconds());
         Mute was = mutes.get(s.sensor());
         if (was != null && was.requestMs() == request) {
-            until = Math.max(until, was.untilMs());
+            return was.untilMs();
         }
-        mutes.put(s.sensor(), new Mute(request, until));
+        double met = limit.at(request);
+        long until = request + muteMs(rate, met, settings.throttleWindowSeconds());
+        mutes.put(s.sensor(), new Mute(request, until, met));
         return until;
     }
 

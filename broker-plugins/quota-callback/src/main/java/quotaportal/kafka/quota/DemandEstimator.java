@@ -44,4 +44,9 @@ final class DemandEstimator {
     double last() {
         return last;
     }
+
+    /** The rate the last {@link #update} was given (0 before the first): the round before's, until this one's. */
+    double lastRate() {
+        return Double.isNaN(previousRate) ? 0 : previousRate;
+    }
 }

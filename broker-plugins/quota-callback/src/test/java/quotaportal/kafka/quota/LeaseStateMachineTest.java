@@ -301,9 +301,9 @@ class LeaseStateMachineTest {
         measured.put(ALICE, 150.0);
         round();
         assertEquals("1", redis.lastArgs().get(9));
-        // silent longer than twice its throttles, but its window still above half the limit: Kafka may mute it yet
+        // silent longer than twice its throttles, but its window still above the limit: Kafka may mute it yet
         lastRequests.put(ALICE, clock.get() - 7_000);
-        measured.put(ALICE, 600.0);
+        measured.put(ALICE, 1_100.0);
         round();
         assertEquals("1", redis.lastArgs().get(9));
         // and once the window fell under half the limit: its clients moved away, at once and with no demand left,
@@ -383,6 +383,100 @@ class LeaseStateMachineTest {
         round();
         assertEquals("1", redis.lastArgs().get(9));
         assertTrue(Double.parseDouble(redis.lastArgs().get(8)) >= 120.0, "it wants at least what it measures");
+    }
+
+    @Test
+    void aMuteIsPredictedFromTheLimitItsRequestMetNotFromACutPublishedAfterIt() {
+        clock.set(100_000);
+        redis.shares.put(ALICE.budgetId(), "1000");
+        measured.put(ALICE, 960.0);
+        round();
+        round();
+        // a request half a second before the round that cuts the share to half (the demand's new broker took the
+        // other half): Kafka throttled it against 1000, for 220 ms
+        long request = clock.get() - 500;
+        lastRequests.put(ALICE, request);
+        measured.put(ALICE, 1_020.0);
+        redis.shares.put(ALICE.budgetId(), "500");
+        round();
+        assertEquals(500.0, limit(ALICE));
+        // its clients left: the window, now twice the new share, predicts no mute of that request (the old rule
+        // held the sensor for 11 s more, (1000 - 500) / 500 of Kafka's window)
+        measured.put(ALICE, 1_000.0);
+        round();
+        assertEquals("1", redis.lastArgs().get(9), "not silent for 2 s yet");
+        measured.put(ALICE, 200.0);
+        round();
+        assertEquals("0", redis.lastArgs().get(9), "silent 2.5 s after a 220 ms mute");
+        assertEquals(0.0, Double.parseDouble(redis.lastArgs().get(8)));
+        // a request after the cut was published meets the cut: muted (1000 - 500) / 500 of the window, 11 s
+        request = clock.get() - 500;
+        lastRequests.put(ALICE, request);
+        measured.put(ALICE, 1_000.0);
+        round();
+        measured.put(ALICE, 100.0);
+        while (clock.get() <= request + 11_000 + BudgetCoordinator.SILENT_MS) {
+            round();
+            assertEquals("1", redis.lastArgs().get(9), "muted at " + (clock.get() - 1_000 - request) + " ms");
+        }
+        round();
+        assertEquals("0", redis.lastArgs().get(9), "silent past its mute and two seconds");
+    }
+
+    @Test
+    void silenceIsJudgedAgainstTheLimitTheLastRequestMetNotACutPublishedAfterIt() {
+        clock.set(100_000);
+        redis.shares.put(ALICE.budgetId(), "1000");
+        measured.put(ALICE, 960.0);
+        round();
+        round();
+        // its clients move to another broker; their last request met 1000, and the share is cut to half after it
+        long request = clock.get() - 500;
+        lastRequests.put(ALICE, request);
+        measured.put(ALICE, 980.0);
+        redis.shares.put(ALICE.budgetId(), "500");
+        round();
+        assertEquals("1", redis.lastArgs().get(9));
+        // the window holds what the clients sent before they left (Kafka's samples leave it only after 11 s):
+        // under the limit that request met, though over the cut (the old rule waited for its window to fall under
+        // half the cut, several seconds more of half the budget on a broker its clients have left)
+        measured.put(ALICE, 700.0);
+        round();
+        assertEquals("1", redis.lastArgs().get(9), "not silent for 2 s yet");
+        round();
+        assertEquals("0", redis.lastArgs().get(9), "silent 2.5 s, its window under the limit it last met");
+        assertEquals(0.0, Double.parseDouble(redis.lastArgs().get(8)));
+        // clients that send again meet the cut: a window over it would throttle their next request, so silence
+        // is no evidence, however long (past the predicted mute too)
+        request = clock.get() - 500;
+        lastRequests.put(ALICE, request);
+        for (int i = 0; i < 6; i++) {
+            round();
+            assertEquals("1", redis.lastArgs().get(9), "round " + i);
+            assertTrue(Double.parseDouble(redis.lastArgs().get(8)) >= 700.0, "round " + i + ": wants its rate");
+        }
+    }
+
+    @Test
+    void aMuteIsPredictedFromTheWindowBeforeTheRequestWhenASampleLeftItSince() {
+        clock.set(100_000);
+        redis.shares.put(ALICE.budgetId(), "1000");
+        measured.put(ALICE, 960.0);
+        round();
+        // a burst in Kafka's window: 1.5 times the share
+        measured.put(ALICE, 1_500.0);
+        round();
+        // the last request came at 1.5 times the share (Kafka mutes it for half its window, 5.5 s), then the burst's
+        // sample left the window before the round read it: this round measures 700, which alone predicts no mute
+        long request = clock.get() - 500;
+        lastRequests.put(ALICE, request);
+        measured.put(ALICE, 700.0);
+        while (clock.get() <= request + 5_500 + BudgetCoordinator.SILENT_MS) {
+            round();
+            assertEquals("1", redis.lastArgs().get(9), "muted at " + (clock.get() - 1_000 - request) + " ms");
+        }
+        round();
+        assertEquals("0", redis.lastArgs().get(9), "silent past its mute and two seconds");
     }
 
     @Test
