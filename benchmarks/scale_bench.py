@@ -3,7 +3,8 @@
 
     .venv/bin/python benchmarks/scale_bench.py [--sizes 1000x3,10000x3,...] [--requests 10] [--warmup 2]
                                                [--sockets 100] [--live-seconds 5] [--landing-seconds 10]
-                                               [--no-live] [--whatif] [--quick] [--check]
+                                               [--no-live] [--whatif] [--pages-only] [--profile]
+                                               [--quick] [--check]
 
 Sizes are entities x brokers (default 1000x3, 10000x3, 100000x3, 100000x30, 100000x100; ``--quick`` 1000x3,
 10000x3, 1000x30). Each size is a world of ``benchmarks/worlds.py`` (``overview_bench``'s, at that size): one
@@ -29,6 +30,11 @@ process (server time through Django's test client, as ``overview_bench``; no net
   publisher's lag as much as the relay's, as the echo baseline shows (``--no-live`` leaves it out).
 * ``whatif`` (``--whatif``, once, not per size: Spark takes minutes to start on this machine):
   ``benchmarks/preview_bench.py --quick`` in a subprocess, a what-if preview over an hour of one entity's traffic.
+
+``--pages-only`` measures the pages and the API alone (no sampler, reconcile, landing, live or what-if): the
+figures of a change to a page in a few minutes at 100k. ``--profile`` then prints where one request of each
+overview spends its time, in that world (``benchmarks/page_profile.py``: SQL, Redis commands, render, GC,
+cProfile).
 
 The Kafka connector's describe path is measured apart by ``kafka_describe_bench.py``. Each figure
 is printed per size with its ratio to ``trivial`` of the same size, then the growth exponent between sizes that
@@ -163,6 +169,17 @@ def measure_pages(world: World, rounds: int, warmup: int) -> tuple[dict[str, dic
                 times[p].append(ms)
     figures = {p: {"median_ms": statistics.median(xs), "p95_ms": percentile(sorted(xs), 95)} for p, xs in times.items()}
     return figures, seen
+
+
+def profile_overviews(world: World, client: redis.Redis) -> None:
+    """Where one request of each overview spends its time (``page_profile``), the latest hash fresh before each."""
+    from benchmarks.page_profile import profile_request
+    from frontend import monitor_views
+
+    clients = page_clients()
+    for p in ("overview_admin", "overview_member"):
+        world.latest.refresh()
+        profile_request(f"{p} at {world.label}", clients[p][0], monitor_views, client)
 
 
 def measure_sampler(client: redis.Redis, world: World, ticks: int = 3) -> dict[str, float]:
@@ -327,6 +344,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--landing-seconds", type=int, default=None, help="traffic landed (default 10; --quick 1)")
     parser.add_argument("--no-live", dest="live", action="store_false", help="leave the live stream out")
     parser.add_argument("--whatif", action="store_true", help="also time a what-if preview (Spark), once")
+    parser.add_argument("--pages-only", action="store_true", help="the pages and the API alone (no sampler, "
+                        "reconcile, landing, live or what-if)")  # fmt: skip
+    parser.add_argument("--profile", action="store_true", help="then profile one request of each overview")
     parser.add_argument("--quick", action="store_true", help="small sizes, few rounds: a smoke test")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     args = parser.parse_args(argv)
@@ -392,17 +412,20 @@ def run(args: argparse.Namespace, server: RedisServer, stack: list[Callable[[], 
         push_s, retried = push_all(attempts=6)  # a loaded machine times the engine out more than once
         with override_settings(ROOT_URLCONF=URLCONF, ALLOWED_HOSTS=["*"]):
             pages, seen = measure_pages(world, args.requests, args.warmup)
+            if args.profile:
+                profile_overviews(world, client)
         ms = {p: r["median_ms"] for p, r in pages.items()}
         print(f"pages         {entities}x{brokers}: " + ", ".join(f"{p} {v:.1f} ms" for p, v in ms.items()), flush=True)
-        sampler = measure_sampler(client, world)
-        ms["sampler"] = sampler["median_ms"]
-        ms["reconcile"] = measure_reconcile(1 if args.quick else 2)["median_ms"]
-        ms["landing_per_min"] = measure_landing(client, world, args.landing_seconds, work / "landing")["median_ms"]
+        sampler = None if args.pages_only else measure_sampler(client, world)
+        if sampler is not None:
+            ms["sampler"] = sampler["median_ms"]
+            ms["reconcile"] = measure_reconcile(1 if args.quick else 2)["median_ms"]
+            ms["landing_per_min"] = measure_landing(client, world, args.landing_seconds, work / "landing")["median_ms"]
         row: dict[str, Any] = {"size": f"{entities}x{brokers}", "entities": entities, "brokers": brokers,
                                "ms": ms, "shown": seen, "build_s": world.build_s, "push_s": push_s,
                                "values": world.values, "fields": client.hlen(f"mon:{{{CLUSTER}}}:latest"),
                                "sampler": sampler, "push_retried": retried}  # fmt: skip
-        if args.live and entities in args.live_at:
+        if args.live and not args.pages_only and entities in args.live_at:
             args.live_at.discard(entities)  # once per entity count: monitor_bench has 3 brokers of its own
             live = measure_live(entities, args.sockets, args.live_seconds)
             ms["live_p99"] = live["median_ms"]
@@ -414,7 +437,7 @@ def run(args: argparse.Namespace, server: RedisServer, stack: list[Callable[[], 
         for step in steps:
             exps = "  ".join(f"{k} {v:.2f}" for k, v in step["exponents"].items())
             print(f"growth in {axis:<8} {step['from']} -> {step['to']}: {exps}", flush=True)
-    whatif = measure_whatif() if args.whatif else None
+    whatif = measure_whatif() if args.whatif and not args.pages_only else None
     if whatif:
         print(f"whatif        preview_bench --quick (once, Spark): warm median {whatif['warm_median_s']:.1f} s, "
               f"first {whatif['first_preview_s']:.1f} s", flush=True)  # fmt: skip

@@ -12,6 +12,7 @@ whole.
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -20,11 +21,16 @@ import redis
 
 from engine.monitor import CONNECTION, index_field, index_key, latest_key
 from engine.monitor_summary import WHERE, summary_key, where_key
-from frontend.monitoring import FRESH_MS, TOP_THROTTLED, ClusterNow, summed
+from frontend.monitoring import FRESH_MS, TOP_THROTTLED, ClusterNow, no_gc, summed
 
 
 def summed_cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int], now: int) -> ClusterNow | None:
     """A cluster's "now" for someone who sees everything, from the summaries; None when they do not hold it."""
+    with no_gc():  # the summaries list every throttled entity: thousands of small lists, none in a cycle
+        return _summed_cluster_now(client, cluster, brokers, now)
+
+
+def _summed_cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int], now: int) -> ClusterNow | None:
     with client.pipeline(transaction=False) as p:
         p.hvals(summary_key(cluster))
         p.hlen(latest_key(cluster))
@@ -42,9 +48,12 @@ def summed_cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int]
     for s in summaries:
         for e, f, m in s["thr"]:
             was = throttled.get(e)
-            throttled[e] = (f, m) if was is None else (max(was[0], f), max(was[1], m))
-    ranked = sorted(throttled.values(), reverse=True)
-    cut = ranked[TOP_THROTTLED - 1] if len(ranked) > TOP_THROTTLED else (0.0, 0.0)
+            if was is None:
+                throttled[e] = (f, m)
+            elif f > was[0] or m > was[1]:
+                throttled[e] = (max(was[0], f), max(was[1], m))
+    # the TOP_THROTTLED-th highest (not every throttled entity sorted)
+    cut = heapq.nlargest(TOP_THROTTLED, throttled.values())[-1] if len(throttled) > TOP_THROTTLED else (0.0, 0.0)
     candidates = sorted({*(e for e, fm in throttled.items() if fm >= cut), *(e for s in summaries for e in s["util"])})
     with client.pipeline(transaction=False) as p:
         for e in candidates:  # each candidate's fields: every broker and quota type it is sampled on

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
@@ -88,9 +88,11 @@ def overview(request: HttpRequest) -> HttpResponse:
                 for tags, url, cells in zip(hm["entities"], hm["links"], hm["z"], strict=True)
             ]
             tables.append({**hm, "rows": rows})
-    requests = visible_requests(request)
-    pending = requests.filter(state=RequestState.SUBMITTED).count()
-    applying = requests.filter(state=RequestState.APPLYING).count()
+    counted = visible_requests(request, everything).aggregate(  # both in one query
+        pending=Count("pk", filter=Q(state=RequestState.SUBMITTED)),
+        applying=Count("pk", filter=Q(state=RequestState.APPLYING)),
+    )
+    pending, applying = counted["pending"], counted["applying"]
     drifted: list[dict[str, Any]] = []
     if everything:
         open_drift = (

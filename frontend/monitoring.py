@@ -33,7 +33,7 @@ from engine.groups import tag as group_tag
 from engine.monitor import CONNECTION, index_field, index_key, latest_key, minutes, split_tags
 from quotas.choices import EntityType
 from quotas.models import QuotaRequest, Tenant, group_watchable, member_tenants, owned_by_any, sees_everything
-from quotas.models.tenants import owned_prefixes
+from quotas.models.tenants import TenantPatterns, owned_prefixes
 
 #: A sample older than this is not "now" on the overview.
 FRESH_MS = 10_000
@@ -104,6 +104,7 @@ class Visibility:
     everything: bool
     tenants: list[Tenant]
     _decided: dict[str, bool] = field(default_factory=dict)
+    _patterns: list[TenantPatterns] | None = None
 
     @classmethod
     def of(cls, user: Any, everything: bool | None = None) -> Visibility:
@@ -123,8 +124,10 @@ class Visibility:
             elif (group := group_watchable(self.tenants, tags, cluster)) is not None:  # a group its tenant owns
                 seen = group
             else:
+                if self._patterns is None:
+                    self._patterns = [TenantPatterns(t) for t in self.tenants]
                 user, client_id = tags_names(tags)
-                seen = owned_by_any(self.tenants, user, client_id)
+                seen = owned_by_any(self._patterns, user, client_id)
             self._decided[key] = seen
         return seen
 
@@ -245,7 +248,7 @@ def _parse_all(values: list[bytes]) -> list[Any]:
 
 
 @contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     """Tens of thousands of small dicts at once would trigger the cyclic GC over and over (they hold no cycles)."""
     was = gc.isenabled()
     gc.disable()
@@ -259,7 +262,7 @@ def _no_gc() -> Iterator[None]:
 def cluster_now(client: redis.Redis, cluster: str, brokers: Iterable[int], vis: Visibility, now: int) -> ClusterNow:
     """The fresh samples of one cluster that the person may see, by entity: a member's read by
     field (``member_prefixes``), else the hash whole (one HGETALL, one JSON parse)."""
-    with _no_gc():
+    with no_gc():
         return _cluster_now(client, cluster, brokers, vis, now)
 
 
@@ -309,13 +312,17 @@ def _visible_by_index(client: redis.Redis, cluster: str, vis: Visibility) -> tup
         indexed, fields, *ranges = p.execute()
     if indexed != fields:
         return None
-    names: list[str] = []
-    wanted: list[str] = []
+    fields_of: dict[str, list[str]] = {}  # tags -> their fields: each tags decided once, not once per field
     for member in {m for found in ranges for m in found}:
         e, q, name = index_field(member.decode("utf-8", "replace"))
-        if q != CONNECTION and vis.may_see(e, cluster):
-            names.append(e)
-            wanted.append(name)
+        if q != CONNECTION:
+            fields_of.setdefault(e, []).append(name)
+    names: list[str] = []
+    wanted: list[str] = []
+    for e, found in fields_of.items():
+        if vis.may_see(e, cluster):
+            names += [e] * len(found)
+            wanted += found
     values = client.hmget(latest_key(cluster), wanted) if wanted else []
     kept = [(e, v) for e, v in zip(names, values, strict=True) if v is not None]  # gone since the index was read
     return [e for e, _v in kept], [v for _e, v in kept]

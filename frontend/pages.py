@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from quotas.models import QuotaRequest, is_admin, is_auditor, sees_everything, tenants_of
+from quotas.models import QuotaRequest, roles, sees_everything, tenants_of
 from quotas.outages import REDIS_DOWN
 
 PAGE_SIZE = 50
@@ -41,12 +41,12 @@ def not_found(what: str) -> Refused:
 
 def page(request: HttpRequest, template: str, context: dict[str, Any] | None = None, status: int = 200) -> HttpResponse:
     """Render a page with the person's roles, which the navigation and the forms depend on."""
-    user = request.user
+    held = roles(request.user)
     base = {
         "portal_name": settings.PORTAL_NAME,
-        "is_admin": is_admin(user),
-        "is_auditor": is_auditor(user),
-        "sees_everything": sees_everything(user),
+        "is_admin": held.is_admin,
+        "is_auditor": held.is_auditor,
+        "sees_everything": held.sees_everything,
     }
     return render(request, template, {**base, **(context or {})}, status=status)
 
@@ -82,10 +82,11 @@ def paginate(request: HttpRequest, rows: QuerySet[Any] | list[Any]) -> Page:
 # ------------------------------------------------------------------ scoping (the API's rules)
 
 
-def visible_requests(request: HttpRequest) -> QuerySet[QuotaRequest]:
-    """The API's scope: admins and auditors see every request, a member its tenants' requests."""
+def visible_requests(request: HttpRequest, everything: bool | None = None) -> QuerySet[QuotaRequest]:
+    """The API's scope: admins and auditors see every request, a member its tenants' requests (``everything``: the
+    caller's ``sees_everything``, when it has it)."""
     rows = QuotaRequest.objects.select_related("tenant", "cluster", "requested_by", "approval__approver")
-    if not sees_everything(request.user):
+    if not (sees_everything(request.user) if everything is None else everything):
         rows = rows.filter(tenant__in=tenants_of(request.user))
     return rows
 

@@ -104,6 +104,7 @@ from quotas.models.tenants import (
     member_tenants,
     owned_by_any,
     owning_tenant,
+    roles,
     sees_everything,
     tenants_of,
 )
@@ -207,6 +208,7 @@ __all__ = [
     "push_wanted",
     "record",
     "request_changed",
+    "roles",
     "sees_everything",
     "tenants_of",
 ]
