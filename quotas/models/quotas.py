@@ -394,14 +394,14 @@ def alter_client_quotas(cluster: Cluster, entries: Sequence[Alteration], validat
     for ref, ops in validated:
         by_ref.setdefault(ref, []).extend(ops)
     with transaction.atomic():
-        # two round trips on PostgreSQL whatever the batch, then the commit: the lock with the reads it guards,
-        # then the writes (rows.pipeline; SQLite inserts new entities in between)
+        # two round trips on PostgreSQL whatever the batch, the commit in the second: the lock with the reads it
+        # guards, then the writes and the commit (rows.pipeline; SQLite inserts new entities in between)
         with rows.pipeline() as p:
             take = DesiredStateVersion.lock_in(p, cluster)
             held = _held_rows_in(p, cluster, list(by_ref))
         state = take()
         entities = _entities(cluster, by_ref, held())
-        with rows.pipeline() as p:
+        with rows.pipeline(commit=True) as p:
             changes = _apply_all(cluster, by_ref, entities, p)
             version = state.bump(changes, p) if changes else state.version
     return AlterOutcome(version, bool(changes), results)

@@ -92,7 +92,7 @@ def _together(kind: type, server_side_binding: bool) -> bool:
 
 
 @contextmanager
-def pipeline() -> Iterator[Pipeline]:
+def pipeline(commit: bool = False) -> Iterator[Pipeline]:
     """Statements sent with ``Pipeline.execute`` inside the block go to PostgreSQL together, at its end, in one
     query: the server runs them in order, one after the other as ever, but the client waits for their answers once
     instead of a round trip each; their answers are read then (``Pending``). An error in any of them is raised there
@@ -100,7 +100,12 @@ def pipeline() -> Iterator[Pipeline]:
     in-process: no round trips to save; server-side binding) each runs as it is sent.
 
     Nothing inside the block may wait for a statement's answer (they come at its end), and blocks do not nest (an
-    inner block's statements would run before the outer one's sent earlier)."""
+    inner block's statements would run before the outer one's sent earlier).
+
+    ``commit``: the caller's next step is the end of its outermost ``transaction.atomic`` block, so the query ends
+    with ``COMMIT`` and the commit costs no round trip of its own; Django's commit at the block's end then finds the
+    transaction over (psycopg sends nothing). An error stops the statements after it, ``COMMIT`` included, so the
+    block still rolls back whole. Inside an outer block (a savepoint) nothing is added: that block commits."""
     if getattr(connection, "_rows_pipeline", False):
         raise RuntimeError("rows.pipeline blocks do not nest")
     connection.ensure_connection()
@@ -112,9 +117,23 @@ def pipeline() -> Iterator[Pipeline]:
     connection._rows_pipeline = True
     try:
         yield p
+        if commit and together and _outermost():
+            p.execute("COMMIT")
         p._send()
     finally:
         connection._rows_pipeline = False
+
+
+def _outermost() -> bool:
+    """Whether the transaction running is one ``transaction.atomic`` block's own, with no savepoint inside it and
+    nothing marked for rollback: the only transaction a ``COMMIT`` may end."""
+    return (
+        connection.in_atomic_block
+        and len(connection.atomic_blocks) == 1
+        and not connection.savepoint_ids
+        and not connection.needs_rollback
+        and connection.commit_on_exit
+    )
 
 
 def write(sql: str, params: Sequence[Any] = ()) -> int:

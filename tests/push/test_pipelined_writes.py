@@ -127,3 +127,48 @@ def test_a_bookings_own_transaction_skips_its_flush_and_a_change_keeps_it(cluste
     finally:
         with connection.cursor() as cursor:
             cursor.execute("RESET synchronous_commit")
+
+
+def _status() -> str:
+    """The server-side transaction status psycopg last saw ("idle", "intrans"...), or the vendor's name elsewhere."""
+    if not on_postgres():
+        return connection.vendor
+    return connection.connection.info.transaction_status.name.lower()
+
+
+def test_a_commit_pipeline_of_an_outermost_block_ends_the_transaction_in_its_own_query(cluster: Cluster) -> None:
+    if not on_postgres():
+        pytest.skip("SQLite runs each statement as it is sent: there is no round trip for the commit to share")
+    read, add = _version_sql()
+    committed: list[bool] = []
+    with transaction.atomic():
+        with rows.pipeline(commit=True) as p:
+            p.execute(add, [3, cluster.pk])
+        seen = _status()  # before Django's commit at the block's end: the server already ended the transaction
+        transaction.on_commit(lambda: committed.append(True))
+    assert (seen, committed) == ("idle", [True])
+    assert rows.execute(read, [cluster.pk]) == [(3,)]
+
+
+def test_a_commit_pipeline_inside_an_outer_block_leaves_the_commit_to_it(cluster: Cluster) -> None:
+    """A change made inside a caller's transaction (an approval) is undone with it: no COMMIT of its own."""
+    read, _add = _version_sql()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        alter_client_quotas(cluster, [Alteration([("user", "alice")], [QuotaOp(PBR, 1000.0)])])
+        assert _status() in ("intrans", "sqlite")
+        raise RuntimeError("the approval failed after the change")
+    assert rows.execute(read, [cluster.pk]) == [(0,)]
+    assert not QuotaValue.objects.filter(entity__cluster=cluster).exists()
+
+
+def test_an_error_in_a_commit_pipeline_stops_before_its_commit(cluster: Cluster) -> None:
+    read, add = _version_sql()
+    table = rows.table(DesiredStateVersion)
+    columns = ", ".join(rows.column(DesiredStateVersion, f) for f in ("cluster", "version", "updated"))
+    with pytest.raises(IntegrityError), transaction.atomic():
+        with rows.pipeline(commit=True) as p:
+            p.execute(add, [7, cluster.pk])
+            p.execute(f"INSERT INTO {table} ({columns}) VALUES (%s, 1, %s)", [cluster.pk, "2026-01-01 00:00:00"])
+    assert rows.execute(read, [cluster.pk]) == [(0,)]
+    alter_client_quotas(cluster, [Alteration([("user", "alice")], [QuotaOp(PBR, 1000.0)])])  # the connection works on
+    assert rows.execute(read, [cluster.pk]) == [(1,)]
