@@ -19,7 +19,7 @@ quiet, fields left by a sampler that restarted, samples written by something els
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,27 +79,38 @@ class BrokerSummary:
 
     def add(self, s: Mapping[str, Any]) -> None:
         """One sample, read as the overview reads it (one it would skip is skipped here too)."""
-        try:
-            t = s["t"] + 0  # a time that is no number is skipped, as the overview skips it
-            u, f = s.get("util"), s.get("thr_frac") or 0.0
-            a = self.entities.get(s["e"]) or [-1.0, 0.0, 0.0]
-            if u is not None and u > a[0]:
-                a[0] = u
-            if f > 0:
-                m = s.get("thr_max") or 0.0
-                if f > a[1]:
-                    a[1] = f
-                if m > a[2]:
-                    a[2] = m
-            self.t_min = t if self.t_min is None or t < self.t_min else self.t_min
-            self.t_max = t if self.t_max is None or t > self.t_max else self.t_max
-        except (TypeError, KeyError):
-            return
-        self.entities[s["e"]] = a
-        self.samples += 1
-        b = s.get("b")
-        if isinstance(b, int):
-            self.brokers.add(b)
+        self.add_all((s,))
+
+    def add_all(self, samples: Iterable[Mapping[str, Any]]) -> None:
+        """``add`` of each sample, in one loop over locals: a sampler's tick holds up to 100,000."""
+        entities, brokers = self.entities, self.brokers
+        t_min, t_max, added = self.t_min, self.t_max, 0
+        for s in samples:
+            try:
+                t = s["t"] + 0  # a time that is no number is skipped, as the overview skips it
+                get = s.get
+                u, f = get("util"), get("thr_frac") or 0.0
+                e = s["e"]
+                a = entities.get(e) or [-1.0, 0.0, 0.0]
+                if u is not None and u > a[0]:
+                    a[0] = u
+                if f > 0:
+                    m = get("thr_max") or 0.0
+                    if f > a[1]:
+                        a[1] = f
+                    if m > a[2]:
+                        a[2] = m
+                t_min = t if t_min is None or t < t_min else t_min
+                t_max = t if t_max is None or t > t_max else t_max
+            except (TypeError, KeyError):
+                continue
+            entities[e] = a
+            added += 1
+            b = get("b")
+            if isinstance(b, int):
+                brokers.add(b)
+        self.t_min, self.t_max = t_min, t_max
+        self.samples += added
 
     def where(self) -> dict[str, set[str]]:
         """The tags of each where hash this broker belongs to."""
