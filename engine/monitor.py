@@ -62,7 +62,7 @@ MAX_BROKERS = 8  # per-entity streams keep retention_s samples of up to this man
 ACTIVE_FOR_MS = 30_000  # an entity keeps being sampled this long after its last usage (its rate decays on the chart)
 CONNECTION = "connection"
 _DEFAULT = json.JSONEncoder().default  # json.dumps's: a value JSON has no form for raises TypeError
-ENTITY_CHUNK = 1_000  # samples per ENTITY_LUA call: a few ms of Redis each, so other clients wait no longer
+ENTITY_CHUNK = 100  # samples per ENTITY_LUA call: under a ms of Redis each, so other clients wait no longer
 
 # The XADDs of a chunk of samples to their entities' streams: KEYS the streams; ARGV[1], ARGV[2] XADD's trim
 # (MINID or MAXLEN, approximate, and its threshold), ARGV[3] a stream's TTL (ms), ARGV[4] per key "1" to set its
