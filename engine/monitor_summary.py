@@ -18,6 +18,7 @@ quiet, fields left by a sampler that restarted, samples written by something els
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -131,9 +132,10 @@ class BrokerSummary:
 def _top(scored: list[tuple[float, str]]) -> list[str] | None:
     """The tags of the ``TOP`` highest scores and of every score tied with the last of them (None: too many)."""
     if len(scored) > TOP:
-        scored.sort(key=lambda x: -x[0])
-        cut = scored[TOP - 1][0]
-        scored = [x for x in scored if x[0] >= cut]
+        # the TOP-th highest score, then only the scores at or above it sorted (stable, as the whole list sorted
+        # would leave them): a broker samples up to 100,000 entities a tick
+        cut = heapq.nlargest(TOP, [x[0] for x in scored])[-1]
+        scored = sorted((x for x in scored if x[0] >= cut), key=lambda x: -x[0])
     return [e for _s, e in scored] if len(scored) <= MAX_CANDIDATES else None
 
 
