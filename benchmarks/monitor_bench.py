@@ -2,15 +2,16 @@
 """End-to-end delay of live samples, engine to WebSocket clients, through the relay, against a trivial echo path.
 
     .venv/bin/python benchmarks/monitor_bench.py [--entities 1000] [--clients 20] [--seconds 30] [--warmup 5]
-                                                 [--watch 5] [--types 1] [--client-procs 2] [--phases ...]
-                                                 [--tap] [--no-deflate] [--quick] [--check] [--no-pin]
+                                                 [--watch 5] [--types 1] [--brokers 3] [--client-procs 2]
+                                                 [--phases ...] [--tap] [--no-deflate] [--quick] [--check] [--no-pin]
 
 Everything is started by the benchmark and stopped on any exit (Ctrl-C and SIGTERM included): a private
-redis-server, a throw-away SQLite database under ``.run/monitor-bench/`` (migrated; one engine cluster with 3
-brokers, a staff user, 4 tenants with one member each), the portal (``portal.asgi:application``) under uvicorn,
-the relay (``python manage.py relay``) and, for the baseline, a second uvicorn serving ``echo_app`` of this module.
+redis-server, a throw-away SQLite database under ``.run/monitor-bench/`` (migrated; one engine cluster with
+``--brokers`` brokers, 3 unless told, a staff user, 4 tenants with one member each), the portal
+(``portal.asgi:application``) under uvicorn, the relay (``python manage.py relay``) and, for the baseline, a second
+uvicorn serving ``echo_app`` of this module.
 
-* publisher (stands for the 3 brokers): one process that, once a second for each broker (the brokers 1/3 s
+* publisher (stands for the brokers): one process that, once a second for each broker (the brokers 1/3 s
   apart), publishes one sample per entity and quota type (``--entities`` x ``--types``) through the engine's own
   ``Sampler.publish`` (firehose entry, per-entity streams, minute rollups, latest hash); each sample's ``t`` is
   the wall-clock ms at which it was published. Values are realistic (a tenth of the entities throttled).
@@ -85,7 +86,8 @@ from devtools.redis_server import RUN_DIR, RedisServer, free_port  # noqa: E402
 from engine.monitor import entity_key, firehose_key  # noqa: E402
 
 CLUSTER = "monbench"
-BROKERS = 3
+BROKERS_ENV = "MONITOR_BENCH_BROKERS"  # --brokers, told to the spawned processes (clients, publisher) too
+BROKERS = int(os.environ.get(BROKERS_ENV) or 3)
 QUOTA_TYPES = ("produce", "fetch", "request")
 TENANTS = 4  # team-k owns users user-00k* and client-ids client-00k*: a tenth of 1,000 entities each
 BENCH_DIR = RUN_DIR / "monitor-bench"
@@ -837,6 +839,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--entities", type=int, default=None, help="active entities (default 1000; --quick 400)")
     parser.add_argument("--types", type=int, default=1, choices=(1, 2, 3), help="quota types sampled per entity")
+    parser.add_argument(
+        "--brokers", type=int, default=BROKERS,
+        help=f"brokers publishing each entity's samples once a second, 1/brokers s apart (default {BROKERS})",
+    )  # fmt: skip
     parser.add_argument("--clients", type=int, default=None, help="WebSocket clients (default 20; --quick 4)")
     parser.add_argument("--client-procs", type=int, default=None, help="client processes (default 2; --quick 1)")
     parser.add_argument("--watch", type=int, default=5, help="entities each client subscribes to in *_entities")
@@ -868,7 +874,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.client_procs = args.client_procs if args.client_procs is not None else (1 if q else 2)
     args.seconds = args.seconds if args.seconds is not None else (3.0 if q else 30.0)
     args.warmup = args.warmup if args.warmup is not None else (2.0 if q else 5.0)
-    if min(args.entities, args.clients, args.client_procs, args.watch) < 1 or args.seconds <= 0 or args.warmup < 0:
+    if min(args.entities, args.clients, args.client_procs, args.watch, args.brokers) < 1 or args.seconds <= 0 \
+            or args.warmup < 0:
         parser.error("counts must be positive, --seconds positive, --warmup at least 0")
     args.phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     unknown = set(args.phases) - set(PHASES)
@@ -1004,7 +1011,10 @@ def run(args: argparse.Namespace, server: RedisServer, stack: list[Callable[[], 
 
 def main(argv: list[str] | None = None) -> int:
     """Run every phase; whatever was started (servers, relay, publisher, Redis, the database) goes on any exit."""
+    global BROKERS
     args = parse_args(argv)
+    BROKERS = args.brokers
+    os.environ[BROKERS_ENV] = str(args.brokers)  # the spawned processes import this module again: they read it
     return run_bench("monitor-bench", args.check, lambda server, stack: run(args, server, stack), "target_met")
 
 

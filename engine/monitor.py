@@ -43,6 +43,7 @@ import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 import redis
@@ -60,6 +61,21 @@ OTHERS_KEY = "\0others"
 MAX_BROKERS = 8  # per-entity streams keep retention_s samples of up to this many brokers
 ACTIVE_FOR_MS = 30_000  # an entity keeps being sampled this long after its last usage (its rate decays on the chart)
 CONNECTION = "connection"
+_DEFAULT = json.JSONEncoder().default  # json.dumps's: a value JSON has no form for raises TypeError
+ENTITY_CHUNK = 100  # samples per ENTITY_LUA call: under a ms of Redis each, so other clients wait no longer
+
+# The XADDs of a chunk of samples to their entities' streams: KEYS the streams; ARGV[1], ARGV[2] XADD's trim
+# (MINID or MAXLEN, approximate, and its threshold), ARGV[3] a stream's TTL (ms), ARGV[4] per key "1" to set its
+# TTL (once a minute per sensor) or "0"; ARGV[4 + i] the JSON of KEYS[i]'s sample. What a pipelined XADD (and
+# PEXPIRE) each would write.
+ENTITY_LUA = """
+local how, at, ttl, fresh = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+for i, key in ipairs(KEYS) do
+  redis.call('XADD', key, how, '~', at, '*', 'd', ARGV[i + 4])
+  if string.byte(fresh, i) == 49 then redis.call('PEXPIRE', key, ttl) end
+end
+return #KEYS
+"""
 
 
 def firehose_key(cluster: str) -> str:
@@ -118,13 +134,24 @@ def bucket_throttle_ms(tokens: float | None, bound: float | None) -> float:
     return -tokens / bound * 1000.0
 
 
+def encode_each(samples: list[Mapping[str, Any]]) -> list[str]:
+    """Each sample's ``json.dumps`` text (the firehose's entry is them joined: ``json.dumps`` of the list)."""
+    if c_make_encoder is None:  # no C accelerator: json.dumps's own Python encoder
+        return [json.dumps(s) for s in samples]
+    # the encoder json.dumps makes for every call, made once for the tick: a quarter of the time of each sample's
+    # text (the arguments are json.dumps's defaults, in c_make_encoder's order)
+    encode = c_make_encoder({}, _DEFAULT, encode_basestring_ascii, None, ": ", ", ", False, False, True)
+    join = "".join
+    return [join(encode(s, 0)) for s in samples]
+
+
 def split_tags(tags: str) -> tuple[str, str]:
     """(sanitized user, client-id) of sensor tags; the user part never holds ':' (sanitizing encodes it)."""
     user, _, client_id = tags.partition(":")
     return user, client_id
 
 
-@dataclass
+@dataclass(slots=True)
 class _Minute:
     start: int
     n: int = 0
@@ -140,18 +167,25 @@ class _Minute:
     members: dict[str, dict[str, Any]] | None = None
 
     def add(self, s: Mapping[str, Any]) -> None:
+        # runs for every sample of every tick: each value read once, a maximum by comparison (what max() does)
+        get = s.get
         self.n += 1
-        rate = s.get("rate") or 0.0
+        rate = get("rate") or 0.0
         self.rate_sum += rate
-        self.rate_max = max(self.rate_max, rate)
-        self.thr_sum += s.get("thr_avg") or 0.0
-        self.thr_max = max(self.thr_max, s.get("thr_max") or 0.0)
-        self.frac_sum += s.get("thr_frac") or 0.0
-        if s.get("tokens") is not None:
-            self.tokens_min = s["tokens"] if self.tokens_min is None else min(self.tokens_min, s["tokens"])
-        self.bound = s.get("bound")
-        if isinstance(s.get("members"), list):
-            self._add_members(s["members"])
+        if rate > self.rate_max:
+            self.rate_max = rate
+        self.thr_sum += get("thr_avg") or 0.0
+        thr_max = get("thr_max") or 0.0
+        if thr_max > self.thr_max:
+            self.thr_max = thr_max
+        self.frac_sum += get("thr_frac") or 0.0
+        tokens = get("tokens")
+        if tokens is not None:
+            self.tokens_min = tokens if self.tokens_min is None else min(self.tokens_min, tokens)
+        self.bound = get("bound")
+        members = get("members")
+        if isinstance(members, list):
+            self._add_members(members)
 
     def _add_members(self, members: list[Any]) -> None:
         acc = self.members = {} if self.members is None else self.members
@@ -217,6 +251,7 @@ class Sampler:
     _redis_ms: int | None = None  # Redis's clock at this sampler's last firehose entry (its stream id)
     _where: dict[str, set[str]] | None = None  # its memberships in the where hashes (None: not told yet)
     _where_changes: dict[str, list[Any]] | None = None  # found by the tick, written after its pipeline
+    _script: Any = None  # ENTITY_LUA registered on the Redis the samples go to
 
     def touch(self, user: str, client_id: str, t: int) -> None:
         """A client of (user, client-id) was recorded at ``t``: sample its sensors for a while."""
@@ -307,41 +342,68 @@ class Sampler:
         # before that, a count of up to MAX_BROKERS brokers' entries bounds them
         span = self._span_trim(self.retention_s * 1000, self.retention_s * MAX_BROKERS)
         minute_span = self._span_trim(MINUTES_KEPT * 60_000, MINUTES_KEPT * MAX_BROKERS)
-        queued = 0
-        with (self.monitor or self.client).pipeline(transaction=False) as p:
-            for k, acc in list(self._minutes.items()):  # minutes that ended, even for clients gone quiet
-                if acc.start != minute:
-                    row = {**acc.row(), "b": self.broker_id}
-                    key = minutes_key(self.cluster, *k)
-                    p.xadd(key, {"d": json.dumps(row)}, approximate=True, **minute_span)
-                    p.pexpire(key, MINUTES_KEPT * 60_000)
-                    queued += 2
-                    del self._minutes[k]
-            latest: dict[str, str] = {}
-            by_field: dict[str, Mapping[str, Any]] = {}  # the sample each latest field holds now
-            fire_at = None
-            if samples:
-                fire_at = queued
-                p.xadd(firehose_key(self.cluster), {"d": json.dumps(samples)}, maxlen=FIREHOSE_LEN, approximate=True)
-                for s in samples:
-                    text = json.dumps(s)
-                    key = entity_key(self.cluster, s["q"], s["e"])
-                    p.xadd(key, {"d": text}, approximate=True, **span)
-                    field = f"{s['b']}|{s['q']}|{s['e']}"
-                    latest[field] = text
-                    by_field[field] = s
-                    k = (s["q"], s["e"])
-                    if k not in self._minutes:  # once a minute per sensor: its streams outlive it by their span
-                        self._minutes[k] = _Minute(minute)
-                        p.pexpire(key, self.retention_s * 1000 + 60_000)
-                    self._minutes[k].add(s)
-            self._latest(p, latest, by_field)
-            results = p.execute()
-        self._write_where()
-        if fire_at is not None:
-            entry_id = results[fire_at]
+        target = self.monitor or self.client
+        ended = []  # minutes that ended, even for clients gone quiet
+        for k, acc in list(self._minutes.items()):
+            if acc.start != minute:
+                ended.append((minutes_key(self.cluster, *k), json.dumps({**acc.row(), "b": self.broker_id})))
+                del self._minutes[k]
+        texts = encode_each(samples)  # each sample's JSON once: its stream, the latest hash, the firehose
+        fields = [f"{s['b']}|{s['q']}|{s['e']}" for s in samples]
+        fresh = self._add_minutes(samples, minute)
+        if samples:  # first, on its own: what the relay tails is not held up by the rest of the tick
+            entry_id = target.xadd(
+                firehose_key(self.cluster), {"d": f"[{', '.join(texts)}]"}, maxlen=FIREHOSE_LEN, approximate=True
+            )  # the text of json.dumps(samples)
             self._redis_ms = int((entry_id.decode() if isinstance(entry_id, bytes) else entry_id).split("-")[0])
+        with target.pipeline(transaction=False) as p:
+            for key, row in ended:
+                p.xadd(key, {"d": row}, approximate=True, **minute_span)
+                p.pexpire(key, MINUTES_KEPT * 60_000)
+            self._entities(p, target, samples, texts, fresh, span)
+            self._latest(p, dict(zip(fields, texts, strict=True)), dict(zip(fields, samples, strict=True)))
+            p.execute()
+        self._write_where()
         return len(samples)
+
+    def _add_minutes(self, samples: list[Mapping[str, Any]], minute: int) -> list[str]:
+        """Each sample added to its sensor's minute; per sample "1" when that minute starts with it, else "0"."""
+        minutes_, fresh = self._minutes, []
+        for s in samples:
+            k = (s["q"], s["e"])
+            acc = minutes_.get(k)
+            if acc is None:
+                acc = minutes_[k] = _Minute(minute)
+                fresh.append("1")
+            else:
+                fresh.append("0")
+            acc.add(s)
+        return fresh
+
+    def _entities(
+        self, p: Any, target: redis.Redis, samples: list[Any], texts: list[str], fresh: list[str], span: dict[str, Any]
+    ) -> None:
+        """Each sample's text to its entity's stream; the stream's TTL set with a sensor's first sample of a minute
+        (its streams outlive it by their span).
+
+        On a single Redis the XADDs go ``ENTITY_CHUNK`` at a time through ``ENTITY_LUA``: one command per chunk,
+        where a pipelined XADD each cost more in redis-py than in Redis. A Redis Cluster's pipeline runs no script:
+        there, one XADD each.
+        """
+        cluster, ttl = self.cluster, self.retention_s * 1000 + 60_000
+        keys = [f"mon:{{{cluster}}}:e:{s['q']}:{s['e']}" for s in samples]  # entity_key, for every sample
+        if is_cluster(target):
+            for key, text, new in zip(keys, texts, fresh, strict=True):
+                p.xadd(key, {"d": text}, approximate=True, **span)
+                if new == "1":
+                    p.pexpire(key, ttl)
+            return
+        if self._script is None or self._script.registered_client is not target:
+            self._script = target.register_script(ENTITY_LUA)
+        ((how, at),) = span.items()
+        for i in range(0, len(keys), ENTITY_CHUNK):
+            j = i + ENTITY_CHUNK
+            self._script(keys[i:j], [how.upper(), at, ttl, "".join(fresh[i:j]), *texts[i:j]], client=p)
 
     def publish_latest(self, samples: Iterable[Mapping[str, Any]]) -> None:
         """Only what the overview reads of a tick (the latest hash, its index, the summary), no streams: what a
@@ -372,9 +434,7 @@ class Sampler:
         """This broker's summary and its changes to the where hashes (``engine.monitor_summary``), from the samples
         it leaves in the latest hash."""
         summary = BrokerSummary(fields=len(by_field))
-        for s in by_field.values():
-            if s["q"] != CONNECTION:
-                summary.add(s)
+        summary.add_all(s for s in by_field.values() if s["q"] != CONNECTION)
         where = summary.where()
         changes = where_changes(self._where or {}, where, first=self._where is None)
         self._where = where

@@ -18,8 +18,9 @@ quiet, fields left by a sampler that restarted, samples written by something els
 
 from __future__ import annotations
 
+import heapq
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,27 +80,38 @@ class BrokerSummary:
 
     def add(self, s: Mapping[str, Any]) -> None:
         """One sample, read as the overview reads it (one it would skip is skipped here too)."""
-        try:
-            t = s["t"] + 0  # a time that is no number is skipped, as the overview skips it
-            u, f = s.get("util"), s.get("thr_frac") or 0.0
-            a = self.entities.get(s["e"]) or [-1.0, 0.0, 0.0]
-            if u is not None and u > a[0]:
-                a[0] = u
-            if f > 0:
-                m = s.get("thr_max") or 0.0
-                if f > a[1]:
-                    a[1] = f
-                if m > a[2]:
-                    a[2] = m
-            self.t_min = t if self.t_min is None or t < self.t_min else self.t_min
-            self.t_max = t if self.t_max is None or t > self.t_max else self.t_max
-        except (TypeError, KeyError):
-            return
-        self.entities[s["e"]] = a
-        self.samples += 1
-        b = s.get("b")
-        if isinstance(b, int):
-            self.brokers.add(b)
+        self.add_all((s,))
+
+    def add_all(self, samples: Iterable[Mapping[str, Any]]) -> None:
+        """``add`` of each sample, in one loop over locals: a sampler's tick holds up to 100,000."""
+        entities, brokers = self.entities, self.brokers
+        t_min, t_max, added = self.t_min, self.t_max, 0
+        for s in samples:
+            try:
+                t = s["t"] + 0  # a time that is no number is skipped, as the overview skips it
+                get = s.get
+                u, f = get("util"), get("thr_frac") or 0.0
+                e = s["e"]
+                a = entities.get(e) or [-1.0, 0.0, 0.0]
+                if u is not None and u > a[0]:
+                    a[0] = u
+                if f > 0:
+                    m = get("thr_max") or 0.0
+                    if f > a[1]:
+                        a[1] = f
+                    if m > a[2]:
+                        a[2] = m
+                t_min = t if t_min is None or t < t_min else t_min
+                t_max = t if t_max is None or t > t_max else t_max
+            except (TypeError, KeyError):
+                continue
+            entities[e] = a
+            added += 1
+            b = get("b")
+            if isinstance(b, int):
+                brokers.add(b)
+        self.t_min, self.t_max = t_min, t_max
+        self.samples += added
 
     def where(self) -> dict[str, set[str]]:
         """The tags of each where hash this broker belongs to."""
@@ -120,9 +132,10 @@ class BrokerSummary:
 def _top(scored: list[tuple[float, str]]) -> list[str] | None:
     """The tags of the ``TOP`` highest scores and of every score tied with the last of them (None: too many)."""
     if len(scored) > TOP:
-        scored.sort(key=lambda x: -x[0])
-        cut = scored[TOP - 1][0]
-        scored = [x for x in scored if x[0] >= cut]
+        # the TOP-th highest score, then only the scores at or above it sorted (stable, as the whole list sorted
+        # would leave them): a broker samples up to 100,000 entities a tick
+        cut = heapq.nlargest(TOP, [x[0] for x in scored])[-1]
+        scored = sorted((x for x in scored if x[0] >= cut), key=lambda x: -x[0])
     return [e for _s, e in scored] if len(scored) <= MAX_CANDIDATES else None
 
 

@@ -73,6 +73,12 @@ def _monitor(s: Summary) -> None:
         assert s[phase]["received"] > 0, phase
 
 
+def _sampler(s: Summary) -> None:
+    assert (s["entities"], s["ticks"]) == (2000, 3)
+    positive(s, "wall_ms_median", "cpu_ms_median", "redis_cpu_ms_median", "us_per_sample")
+    assert s["firehose_ms_median"] >= 0 and s["first"]["wall_ms"] > 0
+
+
 def _pipeline(s: Summary) -> None:
     positive(s, "whatif_s", "udf_s", "whatif_speedup", "kernel_us_per_record", "model_us_per_record",
              "kernel_speedup", "total_throttle_ms", "throttled_entities", "rollup_s", "rollup_rows",
@@ -158,6 +164,7 @@ QUICK = [
           lambda s: positive(s, "describe_ratio", "effective_ratio", "baseline_rps")),
     Quick("benchmarks/push_bench.py", ("--quick", "--changes", "120", "--batch", "40"), _push),
     Quick("benchmarks/monitor_bench.py", ("--quick", "--seconds", "1.5", "--warmup", "0.5"), _monitor),
+    Quick("benchmarks/sampler_bench.py", ("--quick",), _sampler),
     Quick("benchmarks/overview_bench.py", ("--quick", "--entities", "500", "--requests", "3", "--warmup", "1"),
           _overview),
     Quick("benchmarks/telemetry_bench.py", ("--quick", "--clients", "8", "--seconds", "1"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import redis
 
 from engine.config import AlterOp, EntityRef, QuotaEngine
@@ -194,3 +196,33 @@ def test_the_index_holds_one_member_per_field_of_the_latest_hash_as_sensors_come
     redis_client.zadd(index_key(cluster), {index_member("1|produce|bobby:x"): 0, index_member("1|produce|al:"): 0})
     found = redis_client.zrangebylex(index_key(cluster), b"[bob", b"(bob\xff")
     assert sorted(index_field(m.decode())[0] for m in found) == ["bob:", "bobby:x"]
+
+
+def test_every_reader_gets_each_samples_json_dumps_text_across_script_chunks(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """One tick of more samples than one script call writes: each entity's stream and the latest hash hold
+    ``json.dumps`` of its sample, the firehose ``json.dumps`` of the list, and every stream gets its TTL."""
+    from engine.monitor import ENTITY_CHUNK, entity_key
+
+    cluster = namespace
+    samples = [
+        {"t": T0, "c": cluster, "b": 1, "q": "produce", "e": f"üser-{i}:cl\"i|d", "rate": i / 3, "bound": 1e20,
+         "util": None, "thr_frac": 0.0, "members": [{"u": "a", "rps": 1.5}] if i % 500 == 0 else None}
+        for i in range(ENTITY_CHUNK + 2)
+    ]  # fmt: skip
+    sampler = Sampler(redis_client, cluster, 1, {})
+    assert sampler.publish(samples, T0) == len(samples)
+    ((_id, entry),) = redis_client.xrange(firehose_key(cluster))
+    assert entry[b"d"].decode() == json.dumps(samples)
+    hashed = {k.decode(): v.decode() for k, v in redis_client.hgetall(latest_key(cluster)).items()}
+    assert hashed == {f"1|produce|{s['e']}": json.dumps(s) for s in samples}
+    for s in (samples[0], samples[ENTITY_CHUNK - 1], samples[ENTITY_CHUNK], samples[-1]):
+        key = entity_key(cluster, "produce", s["e"])
+        assert [f[b"d"].decode() for _id, f in redis_client.xrange(key)] == [json.dumps(s)]
+        assert 0 < redis_client.pttl(key) <= 300_000 + 60_000
+    later = [{**s, "t": T0 + 1000} for s in samples]
+    redis_client.persist(entity_key(cluster, "produce", samples[-1]["e"]))
+    sampler.publish(later, T0 + 1000)  # the same minute: the TTL was set with its first sample, not again
+    assert redis_client.pttl(entity_key(cluster, "produce", samples[-1]["e"])) == -1
+    assert redis_client.xlen(entity_key(cluster, "produce", samples[-1]["e"])) == 2
