@@ -391,7 +391,7 @@ class Sampler:
         there, one XADD each.
         """
         cluster, ttl = self.cluster, self.retention_s * 1000 + 60_000
-        keys = [f"mon:{{{cluster}}}:e:{s['q']}:{s['e']}" for s in samples]  # entity_key, for every sample
+        keys = [entity_key(cluster, s["q"], s["e"]) for s in samples]
         if is_cluster(target):
             for key, text, new in zip(keys, texts, fresh, strict=True):
                 p.xadd(key, {"d": text}, approximate=True, **span)
