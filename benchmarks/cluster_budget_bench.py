@@ -142,8 +142,12 @@ def run(server: RedisServer, cleanups: Cleanups, args: argparse.Namespace) -> di
     follows: list[float] = []
     for workload in (w for w in workloads if "plugin" in policies):
         client_id = f"cb-plugin-{workload}"
-        set_quota(plugged, client_id, budget)
+        # as the portal's push does: the scope first, read by every broker, then Kafka's value (taken before the
+        # brokers read the scope, it is a per-broker value for the rest of their round: a new sensor admits ten
+        # seconds of B on each broker, and is muted for twenty once the share comes)
         store.set_scope([scope_field("produce", EntityRef(client_id=client_id).field())])
+        store.wait_for_rounds(store.redis_now_ms())
+        set_quota(plugged, client_id, budget)
         bid = budget_id("produce", "", client_id)
 
         def followed(broker: int, bid: str = bid) -> None:

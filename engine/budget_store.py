@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -203,6 +204,27 @@ class BudgetStore:
         fresh = [b for b, t in rounds.items() if now_ms - t <= lease_ms]
         wanted = len(rounds) if brokers is None else brokers
         return COORDINATED if len(fresh) >= wanted else FALLBACK
+
+    def wait_for_rounds(self, since_ms: int, timeout_s: float = 3.0, lease_ms: int = BudgetParams.lease_ms) -> bool:
+        """Wait until every broker with a live lease at ``since_ms`` (Redis's clock) has run a round after it and
+        then one more; False when one has not within ``timeout_s``.
+
+        A round after ``since_ms`` read what was written before it (the scope); a broker runs its rounds one after
+        another, so its next round began after it had applied that answer: a value Kafka takes after this is
+        enforced with the scope it was meant for, never as a per-broker value for the rest of a round."""
+        live = {b for b, t in self.broker_rounds().items() if since_ms - t <= lease_ms}
+        first: dict[int, int] = {}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            rounds = self.broker_rounds()
+            for broker in live - set(first):
+                if rounds.get(broker, 0) > since_ms:
+                    first[broker] = rounds[broker]
+            if all(b in first and rounds[b] > first[b] for b in live):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
 
     def redis_now_ms(self) -> int:
         """Redis's clock in ms: the clock rounds are judged by."""

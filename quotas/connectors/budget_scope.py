@@ -10,11 +10,11 @@ cluster-wide, and shares each of those out between the brokers. An engine cluste
 
 Around a push's Kafka write the scope moves in two steps, so that while Kafka and Redis disagree a client is held
 to what the old or the new state allows, never to brokers x a budget neither meant: a value that becomes cluster-wide
-joins the scope *before* Kafka takes its new value (until then it is its old value shared out, never the new value on
-every broker), and one that stops being cluster-wide leaves it *after* (until then its new value is shared out, never
-the old budget on every broker). Each step replaces the whole hash with one script (idempotent) and is skipped when
-the hash already says it, so a retried push writes nothing twice and the plugin re-reads the scope only when it
-changed.
+joins the scope *before* Kafka takes its new value, and Kafka takes it once every live broker has read the scope
+(until then it is its old value shared out, never the new value on every broker), and one that stops being
+cluster-wide leaves it *after* (until then its new value is shared out, never the old budget on every broker). Each
+step replaces the whole hash with one script (idempotent) and is skipped when the hash already says it, so a retried
+push writes nothing twice and the plugin re-reads the scope only when it changed.
 
 The same hash carries the cluster's group quotas (``group <spec JSON>``, ``engine.groups``) and exempt principals
 (``exempt <principal>``): items of kinds ``group`` and ``exempt``, moved with the same steps (a group joins before
@@ -42,6 +42,8 @@ TYPE_OF_BUDGET_KEY = {QuotaType(t).config_key: t for t in BUDGET_TYPES}
 #: What a connector answers for a Redis it cannot reach: the push is retried (Kafka's part is idempotent).
 UNAVAILABLE = "BUDGET_STORE_UNAVAILABLE"
 _T = TypeVar("_T")
+#: How long a push that makes values cluster-wide waits for the brokers to read the scope: two rounds and a margin.
+ROUND_WAIT_S = 2.5
 
 
 def field_of(item: Item, value: str = CLUSTER_WIDE) -> str:
@@ -168,10 +170,22 @@ class BudgetScopes:
         if scopes:
             steps = self.steps(cluster, scopes, full)
             moved = self.write(cluster, steps[0], steps[1])
+            if steps[1] - steps[0]:
+                self.taken(cluster)
             sent = send()
             return sent, self.write(cluster, steps[1], steps[2]) or moved
         sent = send()
         return sent, full and self.write(cluster, self.held(cluster), set())
+
+    def taken(self, cluster: str) -> bool:
+        """Wait (a round or two of the brokers, at most ``ROUND_WAIT_S``) until every live broker has read the scope
+        just written: a value Kafka takes before a broker has is enforced on it per broker for the rest of its round,
+        and a new sensor admits ten seconds of that value at once. False (and the push goes on) when one has not."""
+        try:
+            store = self._store(cluster)
+            return store.wait_for_rounds(store.redis_now_ms(), ROUND_WAIT_S)
+        except (redis.RedisError, OSError) as e:
+            raise self._unavailable(cluster, "read", e) from e
 
     def held(self, cluster: str) -> set[str]:
         """The cluster's cluster-wide scope fields now."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -249,3 +251,23 @@ def test_a_round_runs_on_a_redis_cluster_in_one_slot(redis_cluster_url: str) -> 
     # the second broker starts from what it enforced before its first round (B / 2), then both saturated: halves
     assert shares == [2 * MIB, MIB, MIB]
     client.delete(store.scope_key, store.brokers_key, store.budget_key(BUDGET))
+
+
+def test_waiting_for_rounds_ends_once_every_live_broker_ran_two_rounds_after_the_moment(store: BudgetStore) -> None:
+    store.round(1, [], PARAMS)
+    store.round(2, [], PARAMS)
+    since = store.redis_now_ms() + 1  # after both rounds on Redis's clock
+    assert not store.wait_for_rounds(since, timeout_s=0.2), "no broker ran a round after the moment"
+
+    def rounds() -> None:
+        for _ in range(4):
+            time.sleep(0.02)
+            store.round(1, [], PARAMS)
+            store.round(2, [], PARAMS)
+
+    player = threading.Thread(target=rounds)
+    player.start()
+    assert store.wait_for_rounds(since, timeout_s=5)
+    player.join()
+    late = store.redis_now_ms() + PARAMS.lease_ms + 1
+    assert store.wait_for_rounds(late, timeout_s=0), "a broker whose lease ran out is not waited for"

@@ -43,6 +43,14 @@ def _quota(cluster: Any, client_id: str, value: float) -> None:
     assert [e.error_code for e in answer.entries] == [0]
 
 
+def _budget(cluster: Any, store: BudgetStore, client_id: str, value: float) -> None:
+    """Make ``client_id``'s produce value a cluster-wide budget as the portal's push does: the scope first, read by
+    every broker, then Kafka's value (taken before, it is a per-broker value until the broker's next round)."""
+    store.set_scope([scope_field("produce", EntityRef(client_id=client_id).field())])
+    assert store.wait_for_rounds(store.redis_now_ms()), "every broker reads a new scope within two rounds"
+    _quota(cluster, client_id, value)
+
+
 def _producer(cluster: Any, client_id: str, brokers: list[int]) -> tuple[MovingProducer, dict[int, int]]:
     """A producer writing to the partitions led by ``brokers`` of a topic with one partition per broker."""
     topic = f"budget-{client_id}"
@@ -61,10 +69,9 @@ def test_a_producer_over_three_leaders_is_held_to_the_budget_not_three_times_it(
     budget = 256 * KIB
     tag = uuid.uuid4().hex[:6]
     wide, split, per_broker = f"cb-wide-{tag}", f"cb-split-{tag}", f"cb-per-broker-{tag}"
-    _quota(kafka_cluster, wide, budget)
+    _budget(kafka_cluster, budgets, wide, budget)
     _quota(kafka_cluster, split, round(budget / 3))  # Kafka's own enforcement of an even split, for comparison
     _quota(kafka_cluster, per_broker, budget)
-    budgets.set_scope([scope_field("produce", EntityRef(client_id=wide).field())])
     producers = [_producer(kafka_cluster, c, [1, 2, 3])[0].start() for c in (wide, split, per_broker)]
     start = int(time.monotonic()) + 1
     time.sleep(56)
@@ -90,8 +97,7 @@ def test_a_producer_over_three_leaders_is_held_to_the_budget_not_three_times_it(
 def test_shares_follow_the_producer_to_another_leader(kafka_cluster: Any, budgets: BudgetStore) -> None:
     budget = 256 * KIB
     client_id = f"cb-shift-{uuid.uuid4().hex[:6]}"
-    _quota(kafka_cluster, client_id, budget)
-    budgets.set_scope([scope_field("produce", EntityRef(client_id=client_id).field())])
+    _budget(kafka_cluster, budgets, client_id, budget)
     bid = budget_id("produce", "", client_id)
     producer, led = _producer(kafka_cluster, client_id, [1])
     producer.start()
@@ -144,8 +150,7 @@ def test_with_redis_away_a_broker_keeps_its_share_for_the_lease_then_enforces_bu
         pytest.skip(f"the Kafka cluster {kafka_cluster.name!r} runs without the JMX exporter")
     budget = 256 * KIB
     client_id = f"cb-away-{uuid.uuid4().hex[:6]}"
-    _quota(kafka_cluster, client_id, budget)
-    budgets.set_scope([scope_field("produce", EntityRef(client_id=client_id).field())])
+    _budget(kafka_cluster, budgets, client_id, budget)
     producer, _led = _producer(kafka_cluster, client_id, [1])
     producer.start()
     admin = budgets.client

@@ -5,6 +5,7 @@ the budget scopes are the real ones, in the test Redis. Installed as the process
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -30,6 +31,7 @@ class FakeAdmin:
 
     def alter_client_quotas(self, entries: list[Any]) -> Any:
         self.kafka.sent.append((entries, self.kafka.scope_now()))
+        self.kafka.sent_at.append(time.monotonic())
         if self.kafka.refuse:
             return SimpleNamespace(entries=[SimpleNamespace(error_code=42, error_message="refused")])
         for entity, ops in entries:
@@ -55,6 +57,7 @@ class FakeKafka(KafkaConnector):
         super().__init__(budgets=budgets)
         self.quotas: State = {}
         self.sent: list[tuple[Any, set[str]]] = []
+        self.sent_at: list[float] = []  # time.monotonic() of each write
         self.refuse = False
         self.cluster = ""
 

@@ -8,6 +8,9 @@ database. The same pushes against real Kafka brokers are in tests/push/test_kafk
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import redis
 
@@ -238,3 +241,39 @@ def test_an_engine_clusters_brokers_take_the_scope_from_their_own_redis(budget_r
     assert (outcome.status, outcome.differences) == ("drift", 1)
     drift = Drift.objects.get(cluster=staging)
     assert (drift.kind, drift.key, drift.status, drift.broker.broker_id) == (BUDGET_SCOPE, CBR, "extra", 1)
+
+
+def test_kafka_takes_a_new_budget_only_once_every_live_broker_has_read_the_scope(
+    kafka: FakeKafka, cluster: Cluster, budget_redis: redis.Redis
+) -> None:
+    """Taken by Kafka before a broker's plugin read the scope, a budget is a per-broker value there until its next
+    round, and a new sensor admits ten seconds of it at once: the push waits for the brokers' rounds."""
+    store = BudgetStore(budget_redis, cluster.name)
+    answered: list[tuple[float, float, str]] = []  # each round: began, ended, the scope version it left the broker
+    stop = threading.Event()
+
+    def broker() -> None:  # a broker's plugin: a round every 100 ms, keeping the scope version it was answered
+        held = ""
+        while not stop.is_set():
+            began = time.monotonic()
+            held = store.round(1, [], scope_version=held).scope_version
+            answered.append((began, time.monotonic(), held))
+            stop.wait(0.1)
+
+    player = threading.Thread(target=broker)
+    player.start()
+    try:
+        while not answered:
+            time.sleep(0.01)
+        alter(cluster, "alice", PBR, 3000, "cluster_wide")
+        target_push.push_target(cluster.pk, None)
+    finally:
+        stop.set()
+        player.join()
+
+    wrote = kafka.sent_at[-1]
+    new_version = budget_redis.hget(f"qb:{{{cluster.name}}}:scope", "#version").decode()
+    told = [ended for _, ended, version in answered if version == new_version and ended < wrote]
+    assert told, "the broker was answered the new scope before Kafka took the value"
+    told = min(told)
+    assert any(told <= began < wrote for began, _, _ in answered), "and had applied it (its next round began)"
