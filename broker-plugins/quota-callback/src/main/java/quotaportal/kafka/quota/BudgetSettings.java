@@ -17,6 +17,10 @@ import org.apache.kafka.common.config.ConfigException;
  *   quota.budget.floor.fraction    0.05   the least share: budget * fraction / live brokers
  *   quota.budget.headroom          0.2    a broker's need is its demand * (1 + headroom)
  *   quota.budget.redis.timeout.ms  500    connect and read timeout of a round
+ *   quota.budget.drain.hold.ms     3000   how long a saturated sensor cut under its window keeps enforcing the
+ *                                         window (BudgetCoordinator#drained); 0: cut at once
+ *   quota.budget.window.ramp       true   a sensor whose window is filling again enforces its share over the time it
+ *                                         has been filling, not Kafka's full window (BudgetCoordinator#ramped)
  * </pre>
  *
  * and Kafka's own {@code quota.window.num} (11) and {@code quota.window.size.seconds} (1), whose windowed rates the
@@ -31,6 +35,8 @@ record BudgetSettings(
         double floorFraction,
         double headroom,
         int redisTimeoutMs,
+        long drainHoldMs,
+        boolean windowRamp,
         int quotaWindowNum,
         int quotaWindowSizeSeconds) {
 
@@ -41,6 +47,8 @@ record BudgetSettings(
     static final String FLOOR_FRACTION = "quota.budget.floor.fraction";
     static final String HEADROOM = "quota.budget.headroom";
     static final String REDIS_TIMEOUT_MS = "quota.budget.redis.timeout.ms";
+    static final String DRAIN_HOLD_MS = "quota.budget.drain.hold.ms";
+    static final String WINDOW_RAMP = "quota.budget.window.ramp";
     static final String QUOTA_WINDOW_NUM = "quota.window.num";
     static final String QUOTA_WINDOW_SIZE_SECONDS = "quota.window.size.seconds";
 
@@ -63,6 +71,8 @@ record BudgetSettings(
                 number(configs, FLOOR_FRACTION, "0.05"),
                 number(configs, HEADROOM, "0.2"),
                 (int) number(configs, REDIS_TIMEOUT_MS, "500"),
+                (long) number(configs, DRAIN_HOLD_MS, "3000"),
+                bool(configs, WINDOW_RAMP, "true"),
                 (int) number(configs, QUOTA_WINDOW_NUM, "11"),
                 (int) number(configs, QUOTA_WINDOW_SIZE_SECONDS, "1"));
         s.check();
@@ -103,6 +113,9 @@ record BudgetSettings(
         if (redisTimeoutMs < 1) {
             throw new ConfigException(REDIS_TIMEOUT_MS, redisTimeoutMs, "at least 1 ms");
         }
+        if (drainHoldMs < 0) {
+            throw new ConfigException(DRAIN_HOLD_MS, drainHoldMs, "at least 0 (0: a cut share is enforced at once)");
+        }
         if (quotaWindowNum < 2 || quotaWindowSizeSeconds < 1) {
             throw new ConfigException(QUOTA_WINDOW_NUM, quotaWindowNum, "Kafka's quota windows: at least 2 of 1 s");
         }
@@ -115,6 +128,14 @@ record BudgetSettings(
         }
         String s = value.toString().trim();
         return s.isEmpty() ? fallback : s;
+    }
+
+    private static boolean bool(Map<String, ?> configs, String key, String fallback) {
+        String text = string(configs, key, fallback).toLowerCase(java.util.Locale.ROOT);
+        if (!text.equals("true") && !text.equals("false")) {
+            throw new ConfigException(key, text, "true or false");
+        }
+        return text.equals("true");
     }
 
     private static int brokerId(String text) {

@@ -119,8 +119,14 @@ class LeaseStateMachineTest {
         redis = new FakeRedis();
         redis.version = "1";
         redis.scope.add(ALICE_FIELD);
+        start("3000");
+    }
+
+    /** A coordinator of broker 2 with {@code quota.budget.drain.hold.ms} at {@code drainHoldMs}. */
+    private void start(String drainHoldMs) {
         BudgetSettings settings = BudgetSettings.from(Map.of("node.id", "2", "quota.budget.redis.url",
-                "redis://127.0.0.1:1/0", "quota.budget.cluster", "c1", "quota.budget.lease.ms", "10000"));
+                "redis://127.0.0.1:1/0", "quota.budget.cluster", "c1", "quota.budget.lease.ms", "10000",
+                "quota.budget.drain.hold.ms", drainHoldMs));
         coordinator = new BudgetCoordinator(settings, redis, clock::get, null, this::sensors,
                 new BudgetCoordinator.RateSource() {
                     @Override
@@ -240,6 +246,51 @@ class LeaseStateMachineTest {
         redis.shares.put(ALICE.budgetId(), "750");
         restarted.runRound();
         assertEquals(750.0, restarted.limit(ALICE, produce.resolve("alice", "")));
+    }
+
+    @Test
+    void aSaturatedSensorCutUnderItsWindowKeepsEnforcingItForAFewSecondsOncePerRun() {
+        clock.set(100_000);
+        redis.shares.put(ALICE.budgetId(), "1000");
+        measured.put(ALICE, 960.0);
+        round();
+        round();
+        assertEquals(1_000.0, limit(ALICE));
+        // the demand's new broker joined: the engine cuts the share to 600 while Kafka's window measures 980; the
+        // records still queued here would be muted (980 - 600) / 600 windows each against the cut
+        measured.put(ALICE, 980.0);
+        redis.shares.put(ALICE.budgetId(), "600");
+        round();
+        assertEquals(980.0, limit(ALICE), "held at what the window measures");
+        assertTrue(coordinator.quotaResetRequired(ClientQuotaType.PRODUCE));
+        measured.put(ALICE, 1_020.0);
+        round();
+        assertEquals(980.0, limit(ALICE), "never above what it enforced");
+        measured.put(ALICE, 700.0);
+        round();
+        assertEquals(700.0, limit(ALICE), "following the window down");
+        round();
+        assertEquals(600.0, limit(ALICE), "for quota.budget.drain.hold.ms (3 s), then the share");
+        // the same downward run: a further cut is not held again
+        redis.shares.put(ALICE.budgetId(), "500");
+        round();
+        assertEquals(500.0, limit(ALICE));
+        // once the share stopped falling, a later cut under the window is held again
+        round();
+        redis.shares.put(ALICE.budgetId(), "300");
+        round();
+        assertEquals(500.0, limit(ALICE));
+    }
+
+    @Test
+    void aSensorUnderItsShareIsCutAtOnce() {
+        redis.shares.put(ALICE.budgetId(), "1000");
+        measured.put(ALICE, 500.0);
+        round();
+        round();
+        redis.shares.put(ALICE.budgetId(), "400");
+        round();
+        assertEquals(400.0, limit(ALICE), "not saturated: nothing of its clients' waits on the cut");
     }
 
     @Test
@@ -387,6 +438,7 @@ class LeaseStateMachineTest {
 
     @Test
     void aMuteIsPredictedFromTheLimitItsRequestMetNotFromACutPublishedAfterIt() {
+        start("0"); // the cut published at once: what a request that came after it met
         clock.set(100_000);
         redis.shares.put(ALICE.budgetId(), "1000");
         measured.put(ALICE, 960.0);
