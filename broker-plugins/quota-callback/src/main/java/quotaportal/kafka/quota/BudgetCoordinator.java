@@ -540,7 +540,9 @@ final class BudgetCoordinator {
                 // within B) and spare Kafka a walk over its sensors every round for nothing
                 value = was.value();
             }
-            value = ramped(s.sensor(), now, value, estimator == null ? 0 : estimator.lastRate());
+            boolean same = was != null && was.budget() == s.budget() && was.entity().equals(s.entity());
+            value = ramped(s.sensor(), now, value, same ? was.value() : s.budget() / brokers,
+                    s.budget() * settings.floorFraction() / brokers);
             limits.put(s.sensor(), new Limit(s.entity(), s.budget(), value, estimator == null ? 0 : estimator.last()));
         }
         View before = view;
@@ -586,12 +588,16 @@ final class BudgetCoordinator {
      * never under what the window already measures ({@code rate}, up to the share), which would mute its clients
      * for {@code (rate - limit) / limit} windows: a burst admitted before the first round is waited off instead.
      */
-    private double ramped(SensorKey sensor, long now, double share, double rate) {
+    private double ramped(SensorKey sensor, long now, double share, double was, double floor) {
         if (!settings.windowRamp()) {
             return share;
         }
         Long since = filling.get(sensor);
-        return Math.max(share * rampFraction(since == null ? 0 : now - since), Math.min(share, rate));
+        double ramp = share * rampFraction(since == null ? 0 : now - since);
+        // it only slows a rise: never under what the sensor enforced (a cut under what its window measures mutes its
+        // clients, and the allowance grows meanwhile: traced, a cut at a first round muted a new leader 8.7 s and
+        // it then sent 9 s of the budget at once), nor under the floor
+        return Math.min(share, Math.max(ramp, Math.max(was, floor)));
     }
 
     /** What part of a share a sensor whose window has been filling for {@code filledMs} enforces. */

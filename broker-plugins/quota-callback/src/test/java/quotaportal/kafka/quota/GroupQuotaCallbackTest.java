@@ -61,7 +61,8 @@ class GroupQuotaCallbackTest {
         plugin.updateQuota(P, new KafkaQuotaEntity(new ClientQuotaManager.UserEntity("alice"), null), 7000);
         plugin.updateQuota(P, new KafkaQuotaEntity(ClientQuotaManager.DEFAULT_USER_ENTITY, null), 100);
         BudgetSettings settings = BudgetSettings.from(Map.of("node.id", "2", "quota.budget.redis.url",
-                "redis://127.0.0.1:1/0", "quota.budget.cluster", "c1", "quota.budget.lease.ms", "10000"));
+                "redis://127.0.0.1:1/0", "quota.budget.cluster", "c1", "quota.budget.lease.ms", "10000",
+                "quota.budget.window.ramp", "false")); // shares as answered: the ramp is LeaseStateMachineTest's
         coordinator = plugin.coordinate(settings, redis, clock::get, new JmxRates(server));
         coordinator.liveBrokers(4);
     }

@@ -119,14 +119,14 @@ class LeaseStateMachineTest {
         redis = new FakeRedis();
         redis.version = "1";
         redis.scope.add(ALICE_FIELD);
-        start("3000");
+        start("3000", "false"); // the shares as answered, held or not: the ramp has tests of its own
     }
 
-    /** A coordinator of broker 2 with {@code quota.budget.drain.hold.ms} at {@code drainHoldMs}. */
-    private void start(String drainHoldMs) {
+    /** A coordinator of broker 2 with {@code quota.budget.drain.hold.ms} and {@code quota.budget.window.ramp}. */
+    private void start(String drainHoldMs, String ramp) {
         BudgetSettings settings = BudgetSettings.from(Map.of("node.id", "2", "quota.budget.redis.url",
                 "redis://127.0.0.1:1/0", "quota.budget.cluster", "c1", "quota.budget.lease.ms", "10000",
-                "quota.budget.drain.hold.ms", drainHoldMs));
+                "quota.budget.drain.hold.ms", drainHoldMs, "quota.budget.window.ramp", ramp));
         coordinator = new BudgetCoordinator(settings, redis, clock::get, null, this::sensors,
                 new BudgetCoordinator.RateSource() {
                     @Override
@@ -280,6 +280,48 @@ class LeaseStateMachineTest {
         redis.shares.put(ALICE.budgetId(), "300");
         round();
         assertEquals(500.0, limit(ALICE));
+    }
+
+    @Test
+    void aRefillingSensorsLimitRisesNoFasterThanItsWindowFillsAndIsNeverLoweredByThat() {
+        start("3000", "true");
+        clock.set(100_000);
+        redis.shares.put(ALICE.budgetId(), "3000");
+        round(); // nothing measured yet: what it enforced before (B / 3 live brokers), not the whole share
+        assertEquals(1_000.0, limit(ALICE));
+        // its clients send: the window fills from the round before the first that saw it; Kafka's window divides by
+        // at least its 10 s span, so a share of 3000 now would admit 30 000 at once
+        measured.put(ALICE, 900.0);
+        round();
+        assertEquals(1_000.0, limit(ALICE), "1 s of 10 at 3000 is 300: it keeps what it enforced, never lower");
+        round();
+        round();
+        assertEquals(1_000.0, limit(ALICE), "3 s of 10");
+        round();
+        assertEquals(1_200.0, limit(ALICE), "4 s of 10 at 3000");
+        for (int i = 0; i < 6; i++) {
+            round();
+        }
+        assertEquals(3_000.0, limit(ALICE), "a whole window filled: the share");
+        // its clients stop: the window empties, and the ramp does not lower the limit
+        measured.put(ALICE, 0.0);
+        round();
+        assertEquals(3_000.0, limit(ALICE), "never lowered by the ramp");
+        redis.shares.put(ALICE.budgetId(), "150"); // released: its clients left
+        round();
+        assertEquals(150.0, limit(ALICE), "a cut of the share is the share");
+        redis.shares.put(ALICE.budgetId(), "3000"); // back, and the share back with them
+        measured.put(ALICE, 100.0);
+        round();
+        assertEquals(300.0, limit(ALICE), "from what it enforced, as its window fills again: 1 s of 10 at 3000");
+        // and never under the floor, budget x 0.05 / 3 live brokers = 50
+        measured.put(ALICE, 0.0);
+        redis.shares.put(ALICE.budgetId(), "20");
+        round();
+        assertEquals(20.0, limit(ALICE));
+        redis.shares.put(ALICE.budgetId(), "400");
+        round();
+        assertEquals(50.0, limit(ALICE), "idle: 1 s of 10 at 400 is 40, under the floor");
     }
 
     @Test
@@ -438,7 +480,7 @@ class LeaseStateMachineTest {
 
     @Test
     void aMuteIsPredictedFromTheLimitItsRequestMetNotFromACutPublishedAfterIt() {
-        start("0"); // the cut published at once: what a request that came after it met
+        start("0", "false"); // the cut published at once: what a request that came after it met
         clock.set(100_000);
         redis.shares.put(ALICE.budgetId(), "1000");
         measured.put(ALICE, 960.0);

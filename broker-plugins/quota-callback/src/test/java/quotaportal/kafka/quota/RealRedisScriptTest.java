@@ -80,7 +80,7 @@ class RealRedisScriptTest {
 
     private BudgetCoordinator broker(int id, AtomicLong clock, Map<Integer, Double> limits, Map<Integer, Double> want) {
         BudgetSettings settings = BudgetSettings.from(Map.of("node.id", Integer.toString(id), "quota.budget.redis.url",
-                url, "quota.budget.cluster", cluster));
+                url, "quota.budget.cluster", cluster, "quota.budget.window.ramp", "false")); // shares as answered
         JedisBudgetRedis redis = new JedisBudgetRedis(url, 2_000);
         connections.add(redis);
         BudgetCoordinator c = new BudgetCoordinator(settings, redis, clock::get, clock::get,
@@ -255,7 +255,8 @@ class RealRedisScriptTest {
         connections.add(redis);
         AtomicLong clock = new AtomicLong(1_000_000_000L);
         BudgetCoordinator c = plugin.coordinate(BudgetSettings.from(Map.of("node.id", "5", "quota.budget.redis.url",
-                url, "quota.budget.cluster", cluster)), redis, clock::get, new JmxRates(server));
+                url, "quota.budget.cluster", cluster, "quota.budget.window.ramp", "false")), redis, clock::get,
+                new JmxRates(server));
         c.liveBrokers(3);
         c.runRound();
         var principal = new org.apache.kafka.common.security.auth.KafkaPrincipal("User", "svc-web");
