@@ -155,8 +155,13 @@ def test_with_redis_away_a_broker_keeps_its_share_for_the_lease_then_enforces_bu
     producer.start()
     admin = budgets.client
     try:
-        _wait_for_share(budgets, budget_id("produce", "", client_id), broker=1, at_least=0.8 * budget, within_s=20)
-        held, _ = _callback_metrics(node, client_id)
+        bid = budget_id("produce", "", client_id)
+        _wait_for_share(budgets, bid, broker=1, at_least=0.8 * budget, within_s=20)
+        # what the broker enforces is its share once its window has filled (the window ramp: up to Kafka's 10 s)
+        deadline = time.monotonic() + 15
+        while (held := _callback_metrics(node, client_id)[0]) != budgets.shares(bid)[1].get("s") \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)
         admin.acl_setuser(BUDGET_USER, enabled=False)  # the brokers' Redis user only: the session keeps its Redis
         admin.client_kill_filter(user=BUDGET_USER)
         cut = time.monotonic()
