@@ -29,7 +29,9 @@ import quotaportal.kafka.quota.QuotaTable.EntityKey;
  * ({@link ReportDelta}), which answers their shares and those other brokers' reports moved; the rest are kept. Then
  * every cluster-wide sensor's limit is published: the share while the last successful round is at most the lease
  * old, else (Redis away or slow for longer, or a new budget with no share yet) {@code B / live brokers} (live = the
- * brokers of the cluster metadata, at least 1): never unlimited, never zero. The state is {@code coordinated}
+ * brokers of the cluster metadata, at least 1): never unlimited, never zero; a share cut under what a saturated
+ * sensor's window measures is held there for a moment ({@link LimitShaper#drained}), and a sensor whose window is filling again
+ * rises to its share with it ({@link LimitShaper#ramped}). The state is {@code coordinated}
  * within the lease and {@code fallback} after it (and from start until the first successful round: a restarted
  * broker starts from the fallback); each transition is logged once. When a published limit moved, the quota type's
  * {@link #quotaResetRequired} answers true once, so Kafka re-reads its sensors' limits.
@@ -189,10 +191,8 @@ final class BudgetCoordinator {
     private long publishedMs = Long.MIN_VALUE;
     /** Per sensor found silent: the last request it had then. Silent it stays until a request comes after it. */
     private final Map<SensorKey, Long> silentAfter = new HashMap<>();
-    /** Per sensor in a downward run of its share: when the engine's first cut under its window was held. */
-    /** Per sensor whose window measures something: since when (a round before the first that saw it fill). */
-    private final Map<SensorKey, Long> filling = new HashMap<>();
-    private final Map<SensorKey, Long> drainHeld = new HashMap<>();
+    /** How a share becomes the limit Kafka enforces (the drain hold, the window ramp). */
+    private final LimitShaper shaper;
     private long lastSuccessMs = Long.MIN_VALUE;
     private boolean failing;
 
@@ -210,6 +210,7 @@ final class BudgetCoordinator {
     BudgetCoordinator(BudgetSettings settings, BudgetRedis redis, LongSupplier clockMs, LongSupplier engineClockMs,
                       SensorSource sensors, RateSource rates) {
         this.settings = settings;
+        this.shaper = new LimitShaper(settings);
         this.redis = redis;
         this.clockMs = clockMs;
         this.engineClockMs = engineClockMs;
@@ -281,11 +282,7 @@ final class BudgetCoordinator {
             if (Double.isNaN(rate)) {
                 rate = 0;
             }
-            if (rate > 0) {
-                filling.putIfAbsent(s.sensor(), now - settings.intervalMs());
-            } else {
-                filling.remove(s.sensor());
-            }
+            shaper.measured(s.sensor(), rate, now);
             DemandEstimator estimator = estimators.computeIfAbsent(s.sensor(),
                     k -> new DemandEstimator(settings.rateWindowSeconds()));
             double rateBefore = estimator.lastRate();
@@ -406,8 +403,7 @@ final class BudgetCoordinator {
             mutes.keySet().retainAll(keep);
             enforcedSince.keySet().retainAll(keep);
             silentAfter.keySet().retainAll(keep);
-            drainHeld.keySet().retainAll(keep);
-            filling.keySet().retainAll(keep);
+            shaper.retain(keep);
         }
         return scopeChanged;
     }
@@ -528,20 +524,16 @@ final class BudgetCoordinator {
                     ? h.share() : s.budget() / brokers;
             Limit was = view.limits.get(s.sensor());
             DemandEstimator estimator = estimators.get(s.sensor());
-            if (leased && was != null && was.budget() == s.budget() && was.entity().equals(s.entity())
-                    && value < was.value()) {
-                value = drained(s.sensor(), now, value, was.value(), estimator == null ? 0 : estimator.lastRate());
-            } else {
-                drainHeld.remove(s.sensor());
-            }
-            if (was != null && was.budget() == s.budget() && was.entity().equals(s.entity()) && value > was.value()
+            boolean same = was != null && was.budget() == s.budget() && was.entity().equals(s.entity());
+            value = shaper.drained(s.sensor(), now, value, leased && same ? was.value() : Double.NaN,
+                    estimator == null ? 0 : estimator.lastRate(), saturated.contains(s.sensor()));
+            if (same && value > was.value()
                     && value <= was.value() * (1 + SMALL_RISE)) {
                 // a rise within 1 %: keep enforcing the last value (less than the engine grants, so the sum stays
                 // within B) and spare Kafka a walk over its sensors every round for nothing
                 value = was.value();
             }
-            boolean same = was != null && was.budget() == s.budget() && was.entity().equals(s.entity());
-            value = ramped(s.sensor(), now, value, same ? was.value() : s.budget() / brokers,
+            value = shaper.ramped(s.sensor(), now, value, same ? was.value() : s.budget() / brokers,
                     s.budget() * settings.floorFraction() / brokers);
             limits.put(s.sensor(), new Limit(s.entity(), s.budget(), value, estimator == null ? 0 : estimator.last()));
         }
@@ -576,55 +568,6 @@ final class BudgetCoordinator {
         if (l != null) {
             l.published(this, after);
         }
-    }
-
-    /**
-     * A share as a limit on a sensor whose window is filling again (new, or its clients back after a window or more
-     * of silence): the share times the time it has been filling over Kafka's window, from one round's worth. Kafka's
-     * windowed rate divides what the window holds by at least its whole span ({@code (quota.window.num - 1) *
-     * quota.window.size.seconds}, 10 s), so such a sensor admits ten seconds of its limit at once: a producer whose
-     * demand moved to a broker it had left (or never used) delivered that burst on top of the budget at every move
-     * (1.23 B in a 30 s window, measured). Over the time filled, the limit holds what it admits to the share's rate;
-     * never under what the window already measures ({@code rate}, up to the share), which would mute its clients
-     * for {@code (rate - limit) / limit} windows: a burst admitted before the first round is waited off instead.
-     */
-    private double ramped(SensorKey sensor, long now, double share, double was, double floor) {
-        if (!settings.windowRamp()) {
-            return share;
-        }
-        Long since = filling.get(sensor);
-        double ramp = share * rampFraction(since == null ? 0 : now - since);
-        // it only slows a rise: never under what the sensor enforced (a cut under what its window measures mutes its
-        // clients, and the allowance grows meanwhile: traced, a cut at a first round muted a new leader 8.7 s and
-        // it then sent 9 s of the budget at once), nor under the floor
-        return Math.min(share, Math.max(ramp, Math.max(was, floor)));
-    }
-
-    /** What part of a share a sensor whose window has been filling for {@code filledMs} enforces. */
-    private double rampFraction(long filledMs) {
-        double window = settings.rateWindowSeconds() * 1000;
-        return Math.min(1.0, Math.max(filledMs, settings.intervalMs()) / window);
-    }
-
-    /**
-     * The limit a sensor enforces when the engine's {@code share} is under what it enforced ({@code was}): the share,
-     * or, for {@code quota.budget.drain.hold.ms} (3 s) from the first such cut of a saturated sensor whose window
-     * measures more than the share, that rate (at most {@code was}). The records its clients had queued for it (a
-     * producer's queue for a partition's old leader, about a second of the budget) then pass at once, not one
-     * request per mute of {@code (rate - share) / share} windows, and the broker is silent, and released, seconds
-     * sooner. Once per downward run of its share; the enforced limits sum above B by at most the cut meanwhile.
-     */
-    private double drained(SensorKey sensor, long now, double share, double was, double rate) {
-        Long since = drainHeld.get(sensor);
-        boolean full = saturated.contains(sensor);
-        if (since == null && full && rate > share) {
-            since = now;
-            drainHeld.put(sensor, now);
-        }
-        if (since != null && full && now - since < settings.drainHoldMs()) {
-            return Math.min(was, Math.max(share, rate));
-        }
-        return share;
     }
 
     private static boolean same(double a, double b) {
