@@ -18,9 +18,9 @@ import org.apache.kafka.common.config.ConfigException;
  *   quota.budget.headroom          0.2    a broker's need is its demand * (1 + headroom)
  *   quota.budget.redis.timeout.ms  500    connect and read timeout of a round
  *   quota.budget.drain.hold.ms     3000   how long a saturated sensor cut under its window keeps enforcing the
- *                                         window (BudgetCoordinator#drained); 0: cut at once
+ *                                         window (LimitShaper#drained); 0: cut at once
  *   quota.budget.window.ramp       true   a sensor whose window is filling again enforces its share over the time it
- *                                         has been filling, not Kafka's full window (BudgetCoordinator#ramped)
+ *                                         has been filling, not Kafka's full window (LimitShaper#ramped)
  * </pre>
  *
  * and Kafka's own {@code quota.window.num} (11) and {@code quota.window.size.seconds} (1), whose windowed rates the
