@@ -30,8 +30,8 @@ import quotaportal.kafka.quota.QuotaTable.EntityKey;
  * every cluster-wide sensor's limit is published: the share while the last successful round is at most the lease
  * old, else (Redis away or slow for longer, or a new budget with no share yet) {@code B / live brokers} (live = the
  * brokers of the cluster metadata, at least 1): never unlimited, never zero; a share cut under what a saturated
- * sensor's window measures is held there for a moment ({@link LimitShaper#drained}), and a sensor whose window is filling again
- * rises to its share with it ({@link LimitShaper#ramped}). The state is {@code coordinated}
+ * sensor's window measures is held there for a moment ({@link LimitShaper#drained}), and a sensor whose window is
+ * filling again rises to its share with it ({@link LimitShaper#ramped}). The state is {@code coordinated}
  * within the lease and {@code fallback} after it (and from start until the first successful round: a restarted
  * broker starts from the fallback); each transition is logged once. When a published limit moved, the quota type's
  * {@link #quotaResetRequired} answers true once, so Kafka re-reads its sensors' limits.

@@ -1,6 +1,8 @@
 package quotaportal.kafka.quota;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.List;
@@ -8,6 +10,7 @@ import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.kafka.common.MetricName;
+import org.apache.kafka.common.config.ConfigException;
 import org.apache.kafka.common.metrics.JmxReporter;
 import org.apache.kafka.common.metrics.KafkaMetricsContext;
 import org.apache.kafka.common.metrics.MetricConfig;
@@ -71,6 +74,23 @@ class DemandEstimatorTest {
         assertEquals(20.0, s.rateWindowSeconds());
         assertEquals(3, s.brokerId());
         assertEquals(10.0, BudgetSettings.from(Map.of("broker.id", "1")).rateWindowSeconds());
+    }
+
+    @Test
+    void theDrainHoldAndTheRampAreReadAndABadValueIsRefusedByName() {
+        BudgetSettings defaults = BudgetSettings.from(Map.of("broker.id", "1"));
+        assertEquals(3_000L, defaults.drainHoldMs());
+        assertTrue(defaults.windowRamp());
+        BudgetSettings off = BudgetSettings.from(Map.of("broker.id", "1", "quota.budget.drain.hold.ms", "0",
+                "quota.budget.window.ramp", "FALSE"));
+        assertEquals(0L, off.drainHoldMs());
+        assertFalse(off.windowRamp());
+        ConfigException negative = assertThrows(ConfigException.class, () -> BudgetSettings.from(Map.of(
+                "broker.id", "1", "quota.budget.drain.hold.ms", "-1")));
+        assertTrue(negative.getMessage().contains("quota.budget.drain.hold.ms"), negative.getMessage());
+        ConfigException notBoolean = assertThrows(ConfigException.class, () -> BudgetSettings.from(Map.of(
+                "broker.id", "1", "quota.budget.window.ramp", "maybe")));
+        assertTrue(notBoolean.getMessage().contains("true or false"), notBoolean.getMessage());
     }
 
     /** A clock the test moves. */
